@@ -1,0 +1,1 @@
+//! Shared helpers for the dspark criterion benchmarks.

@@ -1,0 +1,1 @@
+//! PyO3 glue for dspark: conversions, error mapping and thin wrappers. No logic lives here.

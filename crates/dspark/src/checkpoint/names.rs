@@ -1,0 +1,1 @@
+//! Checkpoint-name rules.

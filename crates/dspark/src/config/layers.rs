@@ -1,0 +1,1 @@
+//! The one resolver between DeepSpec and capture semantics for target layer ids.

@@ -1,0 +1,19 @@
+//! Draft and target `config.json` normalization.
+//!
+//! Four draft config shapes are accepted and normalized into one [`DraftSpec`]:
+//! DeepSpec native (`Qwen3DSparkModel`, `Gemma4DSparkModel`), speculators (`DSparkDraftModel`
+//! with `speculators_model_type: "dspark"` and a nested `transformer_layer_config`),
+//! `dflash_config`-nested, and DeepSeek-V4 in-checkpoint drafters (`dspark_*` keys in the
+//! target's own config). The target's config is read into a [`TargetSpec`].
+//!
+//! Submodules: [`spec`] (the types), [`noise`] (the noise-token chain), [`layers`] (the
+//! target-layer resolver), [`parse`] (format detection and normalization), [`target`].
+
+pub mod layers;
+pub mod noise;
+pub mod parse;
+pub mod spec;
+pub mod target;
+
+pub use spec::{ConfigFormat, DraftSpec, MarkovHeadType, NoiseToken, NoiseTokenSource, RopeSpec};
+pub use target::TargetSpec;

@@ -1,0 +1,1 @@
+//! The noise (mask) token chain: one function, used everywhere.

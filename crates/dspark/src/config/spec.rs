@@ -1,0 +1,224 @@
+//! The normalized drafter description.
+
+use serde::Serialize;
+
+use crate::vocab::VocabSizes;
+
+/// Which config shape a drafter was described in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum ConfigFormat {
+    /// DeepSpec native (`Qwen3DSparkModel`, `Gemma4DSparkModel`): top-level DSpark keys.
+    #[serde(rename = "deepspec")]
+    DeepSpec,
+    /// vllm-project/speculators (`speculators_model_type: "dspark"`).
+    #[serde(rename = "speculators")]
+    Speculators,
+    /// DSpark keys nested under `dflash_config` (SpecForge-shaped).
+    #[serde(rename = "dflash")]
+    DFlash,
+    /// DeepSeek-V4 in-checkpoint drafter (`dspark_*` keys, weights under `mtp.{stage}.*`).
+    #[serde(rename = "deepseek-v4")]
+    DeepSeekV4,
+}
+
+impl ConfigFormat {
+    /// The stable name used in `inspect --json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigFormat::DeepSpec => "deepspec",
+            ConfigFormat::Speculators => "speculators",
+            ConfigFormat::DFlash => "dflash",
+            ConfigFormat::DeepSeekV4 => "deepseek-v4",
+        }
+    }
+
+    /// `true` when the config's layer ids are in capture semantics (input of layer `j`) rather
+    /// than DeepSpec semantics (output of layer `i`).
+    pub fn layer_ids_are_capture(self) -> bool {
+        matches!(self, ConfigFormat::Speculators)
+    }
+}
+
+/// The Markov head variant (`markov_head_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MarkovHeadType {
+    /// `bias = W2 · W1[x]` (all released checkpoints).
+    Vanilla,
+    /// `bias = W2 · (σ(gate([h; W1[x]])) ⊙ W1[x])`.
+    Gated,
+    /// Recurrent state head (paper eq. 6).
+    Rnn,
+}
+
+impl MarkovHeadType {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkovHeadType::Vanilla => "vanilla",
+            MarkovHeadType::Gated => "gated",
+            MarkovHeadType::Rnn => "rnn",
+        }
+    }
+}
+
+/// The config key that supplied the noise (mask) token, in lookup order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum NoiseTokenSource {
+    /// `dflash_config.mask_token_id`.
+    #[serde(rename = "dflash_config.mask_token_id")]
+    DflashConfigMaskTokenId,
+    /// top-level `mask_token_id` (when not null).
+    #[serde(rename = "mask_token_id")]
+    MaskTokenId,
+    /// `dspark_noise_token_id` (DeepSeek-V4).
+    #[serde(rename = "dspark_noise_token_id")]
+    DsparkNoiseTokenId,
+    /// `pard_token`.
+    #[serde(rename = "pard_token")]
+    PardToken,
+    /// `ptd_token_id`.
+    #[serde(rename = "ptd_token_id")]
+    PtdTokenId,
+}
+
+impl NoiseTokenSource {
+    /// All sources in lookup order (first hit wins).
+    pub const ORDER: [NoiseTokenSource; 5] = [
+        NoiseTokenSource::DflashConfigMaskTokenId,
+        NoiseTokenSource::MaskTokenId,
+        NoiseTokenSource::DsparkNoiseTokenId,
+        NoiseTokenSource::PardToken,
+        NoiseTokenSource::PtdTokenId,
+    ];
+
+    /// The dotted config key.
+    pub fn key(self) -> &'static str {
+        match self {
+            NoiseTokenSource::DflashConfigMaskTokenId => "dflash_config.mask_token_id",
+            NoiseTokenSource::MaskTokenId => "mask_token_id",
+            NoiseTokenSource::DsparkNoiseTokenId => "dspark_noise_token_id",
+            NoiseTokenSource::PardToken => "pard_token",
+            NoiseTokenSource::PtdTokenId => "ptd_token_id",
+        }
+    }
+}
+
+/// The resolved noise (mask) token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct NoiseToken {
+    /// The token id, in `[0, V_in)`.
+    pub id: u32,
+    /// Which key supplied it.
+    pub source: NoiseTokenSource,
+}
+
+/// Rotary position embedding parameters of the draft layers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RopeSpec {
+    /// Base frequency (`rope_theta`, or `rope_parameters.rope_theta`).
+    pub theta: f64,
+    /// `rope_type` (`"default"` when absent).
+    pub rope_type: String,
+    /// Fraction of each head's dims that rotate (1.0 when absent).
+    pub partial_rotary_factor: f64,
+    /// Scaling factor for `linear`/`yarn`-style rope types (`None` when absent).
+    pub factor: Option<f64>,
+    /// `original_max_position_embeddings` for yarn/llama3 scaling.
+    pub original_max_position_embeddings: Option<usize>,
+    /// `true` for the NeoX (rotate-half) layout, the Qwen3 default.
+    pub neox_style: bool,
+}
+
+/// A drafter, normalized from any accepted config shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DraftSpec {
+    /// The config file this came from (or `<dict>`), for error messages.
+    pub source: String,
+    /// Which shape the config was in.
+    pub format: ConfigFormat,
+    /// `architectures[0]` as written (e.g. `Qwen3DSparkModel`).
+    pub architecture: String,
+    /// `model_type` of the draft backbone (e.g. `qwen3`), if given.
+    pub model_type: Option<String>,
+    /// Trained block width: number of input slots and of draft tokens per round.
+    pub block_size: usize,
+    /// `true`: slot k predicts position n+k+1 (DeepSpec). `false`: 1+K layout (speculators).
+    pub sample_from_anchor: bool,
+    /// The noise token and where it came from.
+    pub noise_token: NoiseToken,
+    /// Target layer ids in DeepSpec semantics: id i = output of target layer i (= HF
+    /// `hidden_states[i+1]`); -1 = the embedding output.
+    pub target_layer_ids: Vec<i64>,
+    /// The same layers in capture semantics: the *input* of layer j (vLLM/llama.cpp), i.e. `i + 1`.
+    pub capture_layer_ids: Vec<usize>,
+    /// Number of target layers, when the config says (`num_target_layers`, or the target's own
+    /// `num_hidden_layers` for DeepSeek-V4).
+    pub num_target_layers: Option<usize>,
+    /// Markov head rank `r`; 0 = DFlash (no Markov head).
+    pub markov_rank: usize,
+    /// Markov head variant.
+    pub markov_head_type: MarkovHeadType,
+    /// `enable_confidence_head`.
+    pub confidence_head: bool,
+    /// `confidence_head_with_markov`: the head reads `[h ; W1[x]]` (`H + r` inputs) instead of `h`.
+    pub confidence_head_with_markov: bool,
+    /// `V_in` (`vocab_size`).
+    pub vocab_size: usize,
+    /// `V_d` (`draft_vocab_size`, falling back to `vocab_size`).
+    pub draft_vocab_size: usize,
+    /// Draft hidden size `H`.
+    pub hidden_size: usize,
+    /// Target hidden size `H_t` per captured layer (`target_hidden_size`, falling back to `H`).
+    pub target_hidden_size: usize,
+    /// Number of draft decoder layers (DeepSeek-V4: MTP stages).
+    pub num_hidden_layers: usize,
+    /// Attention heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (GQA).
+    pub num_key_value_heads: usize,
+    /// Per-head dimension (`head_dim`, falling back to `H / heads`).
+    pub head_dim: usize,
+    /// MLP intermediate size.
+    pub intermediate_size: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// RoPE parameters.
+    pub rope: RopeSpec,
+    /// `max_position_embeddings`, if given.
+    pub max_position_embeddings: Option<usize>,
+    /// Multiplier on base logits and the Markov bias (`logit_scale`, 1.0 when absent).
+    pub logit_scale: f32,
+    /// `hidden_act` (`silu` when absent).
+    pub hidden_act: String,
+    /// `attention_bias`.
+    pub attention_bias: bool,
+    /// `tie_word_embeddings`.
+    pub tie_word_embeddings: bool,
+}
+
+impl DraftSpec {
+    /// The three vocabulary sizes against a target vocabulary of `target_vocab` ids.
+    pub fn vocab(&self, target_vocab: usize) -> VocabSizes {
+        VocabSizes::new(self.vocab_size, self.draft_vocab_size, target_vocab)
+    }
+
+    /// Width of the fused context features: `len(target_layer_ids) * H_t`.
+    pub fn context_width(&self) -> usize {
+        self.target_layer_ids.len() * self.target_hidden_size
+    }
+
+    /// Input width of the confidence head: `H + r` with Markov conditioning, else `H`.
+    pub fn confidence_input_width(&self) -> usize {
+        if self.confidence_head_with_markov {
+            self.hidden_size + self.markov_rank
+        } else {
+            self.hidden_size
+        }
+    }
+
+    /// `true` when this is a DFlash drafter (no Markov head).
+    pub fn is_dflash(&self) -> bool {
+        self.markov_rank == 0
+    }
+}

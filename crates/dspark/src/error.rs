@@ -1,0 +1,368 @@
+//! The one error type of the engine.
+//!
+//! Every variant has a stable machine code ([`Error::code`]) and belongs to one
+//! [`ErrorKind`], which the Python bindings map to an exception class.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Coarse family of an error; the Python bindings raise one exception class per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A `config.json` is malformed or contradicts itself.
+    Config,
+    /// A checkpoint is missing, unreadable, or does not match its config.
+    Checkpoint,
+    /// Vocabulary sizes or the draft-to-target id map are inconsistent.
+    Vocab,
+    /// A caller passed an invalid argument (shape, dtype, range, non-finite value).
+    Input,
+    /// A failure inside the tensor backend.
+    Backend,
+}
+
+/// Every error the engine reports.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A config value is missing, has the wrong type, or is out of range.
+    #[error("{file}: `{key}`: {message}")]
+    BadConfig {
+        /// The config file (or `<dict>` for an in-memory config).
+        file: String,
+        /// The offending key, dotted for nested keys.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// None of the five noise-token keys is present.
+    #[error(
+        "{file}: no noise (mask) token: set one of `dflash_config.mask_token_id`, `mask_token_id`, \
+         `dspark_noise_token_id`, `pard_token` or `ptd_token_id`"
+    )]
+    NoNoiseToken {
+        /// The config file.
+        file: String,
+    },
+    /// The noise token id is outside the draft input vocabulary.
+    #[error("{file}: `{key}` = {id} is outside the draft input vocabulary [0, {vocab_size})")]
+    NoiseTokenOutOfRange {
+        /// The config file.
+        file: String,
+        /// The key that supplied the id.
+        key: String,
+        /// The id found.
+        id: i64,
+        /// The draft input vocabulary size `V_in`.
+        vocab_size: usize,
+    },
+    /// A file the checkpoint needs does not exist.
+    #[error("{}: missing file ({what})", path.display())]
+    MissingFile {
+        /// The path looked for.
+        path: PathBuf,
+        /// What the file was needed for.
+        what: String,
+    },
+    /// An I/O error other than a missing file.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path being read.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A safetensors file (or shard index) is malformed.
+    #[error("{}: invalid safetensors: {message}", path.display())]
+    BadSafetensors {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A tensor's shape differs from what the config implies.
+    #[error("tensor `{tensor}` has shape {found:?}, the config implies {expected:?}")]
+    ShapeMismatch {
+        /// Checkpoint tensor name.
+        tensor: String,
+        /// Shape implied by the config.
+        expected: Vec<usize>,
+        /// Shape found in the checkpoint.
+        found: Vec<usize>,
+    },
+    /// A required tensor is absent.
+    #[error("required tensor `{tensor}` is missing: {reason}")]
+    MissingTensor {
+        /// Expected checkpoint tensor name.
+        tensor: String,
+        /// Why it is required.
+        reason: String,
+    },
+    /// A tensor is present but has an unusable dtype.
+    #[error("tensor `{tensor}` has dtype {dtype}, expected {expected}")]
+    BadDtype {
+        /// Checkpoint tensor name.
+        tensor: String,
+        /// The dtype found.
+        dtype: String,
+        /// What is accepted.
+        expected: String,
+    },
+    /// A reduced-vocabulary drafter lacks its own `lm_head`.
+    #[error(
+        "reduced-vocabulary drafter (draft_vocab_size {draft} < target vocab {target}) must ship \
+         `lm_head.weight`: the target lm_head cannot be shared"
+    )]
+    MissingLmHead {
+        /// `V_d`.
+        draft: usize,
+        /// `V_t`.
+        target: usize,
+    },
+    /// A reduced-vocabulary drafter lacks its `d2t` map.
+    #[error(
+        "reduced-vocabulary drafter (draft_vocab_size {draft} < target vocab {target}) must ship a \
+         `d2t` tensor to map draft ids to target ids"
+    )]
+    MissingD2t {
+        /// `V_d`.
+        draft: usize,
+        /// `V_t`.
+        target: usize,
+    },
+    /// An expanded-input drafter lacks its own `embed_tokens`.
+    #[error(
+        "drafter input vocab_size {input} exceeds target vocab {target}: it must ship \
+         `embed_tokens.weight`"
+    )]
+    MissingEmbedTokens {
+        /// `V_in`.
+        input: usize,
+        /// `V_t`.
+        target: usize,
+    },
+    /// `d2t` has the wrong length.
+    #[error("d2t has {found} entries, draft_vocab_size is {expected}")]
+    D2tWrongLength {
+        /// `V_d`.
+        expected: usize,
+        /// Length found.
+        found: usize,
+    },
+    /// `d2t` maps a draft id outside the target vocabulary.
+    #[error(
+        "d2t maps draft id {draft_id} to {target_id}, outside the target vocabulary [0, {target_vocab})"
+    )]
+    D2tOutOfRange {
+        /// The draft id.
+        draft_id: usize,
+        /// The mapped id (`draft_id + d2t[draft_id]`).
+        target_id: i64,
+        /// `V_t`.
+        target_vocab: usize,
+    },
+    /// Two draft ids map to one target id.
+    #[error("d2t maps draft ids {first} and {second} to the same target id {target_id}")]
+    D2tDuplicate {
+        /// First draft id.
+        first: usize,
+        /// Second draft id.
+        second: usize,
+        /// The shared target id.
+        target_id: usize,
+    },
+    /// The drafter does not fit the target model (layers, hidden size, vocab).
+    #[error("drafter does not fit the target: {message}")]
+    TargetMismatch {
+        /// What does not fit.
+        message: String,
+    },
+    /// Several problems at once (checkpoint validation reports all of them).
+    #[error("{} problems: {}", .0.len(), .0.iter().map(|e| format!("[{}] {e}", e.code())).collect::<Vec<_>>().join("; "))]
+    Multiple(Vec<Error>),
+    /// A kernel argument has the wrong shape.
+    #[error("bad shape for `{name}`: {message}")]
+    BadShape {
+        /// Argument name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A kernel argument has an unsupported dtype.
+    #[error("unsupported dtype for `{name}`: {message}")]
+    UnsupportedDtype {
+        /// Argument name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A kernel argument holds NaN or infinite values where finite ones are required.
+    #[error("`{name}` contains non-finite values ({message})")]
+    NonFinite {
+        /// Argument name.
+        name: String,
+        /// Where.
+        message: String,
+    },
+    /// A token id is outside its vocabulary.
+    #[error("`{name}` holds token id {id}, outside [0, {vocab_size})")]
+    TokenOutOfRange {
+        /// Argument name.
+        name: String,
+        /// The id.
+        id: i64,
+        /// The vocabulary size.
+        vocab_size: usize,
+    },
+    /// Any other invalid argument value.
+    #[error("invalid `{name}`: {message}")]
+    InvalidArgument {
+        /// Argument name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An error from candle.
+    #[error("tensor backend: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+impl Error {
+    /// The stable machine-readable code of this error, e.g. `"missing-d2t"`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::BadConfig { .. } => "bad-config",
+            Error::NoNoiseToken { .. } => "no-noise-token",
+            Error::NoiseTokenOutOfRange { .. } => "noise-token-out-of-range",
+            Error::MissingFile { .. } => "missing-file",
+            Error::Io { .. } => "io",
+            Error::BadSafetensors { .. } => "bad-safetensors",
+            Error::ShapeMismatch { .. } => "shape-mismatch",
+            Error::MissingTensor { .. } => "missing-tensor",
+            Error::BadDtype { .. } => "bad-dtype",
+            Error::MissingLmHead { .. } => "missing-lm-head",
+            Error::MissingD2t { .. } => "missing-d2t",
+            Error::MissingEmbedTokens { .. } => "missing-embed-tokens",
+            Error::D2tWrongLength { .. } => "d2t-wrong-length",
+            Error::D2tOutOfRange { .. } => "d2t-out-of-range",
+            Error::D2tDuplicate { .. } => "d2t-duplicate",
+            Error::TargetMismatch { .. } => "target-mismatch",
+            Error::Multiple(_) => "multiple",
+            Error::BadShape { .. } => "bad-shape",
+            Error::UnsupportedDtype { .. } => "unsupported-dtype",
+            Error::NonFinite { .. } => "non-finite",
+            Error::TokenOutOfRange { .. } => "token-out-of-range",
+            Error::InvalidArgument { .. } => "invalid-argument",
+            Error::Candle(_) => "backend",
+        }
+    }
+
+    /// The family of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::BadConfig { .. }
+            | Error::NoNoiseToken { .. }
+            | Error::NoiseTokenOutOfRange { .. } => ErrorKind::Config,
+            Error::MissingFile { .. }
+            | Error::Io { .. }
+            | Error::BadSafetensors { .. }
+            | Error::ShapeMismatch { .. }
+            | Error::MissingTensor { .. }
+            | Error::BadDtype { .. }
+            | Error::MissingLmHead { .. }
+            | Error::MissingEmbedTokens { .. }
+            | Error::TargetMismatch { .. } => ErrorKind::Checkpoint,
+            Error::MissingD2t { .. }
+            | Error::D2tWrongLength { .. }
+            | Error::D2tOutOfRange { .. }
+            | Error::D2tDuplicate { .. } => ErrorKind::Vocab,
+            Error::Multiple(errors) => errors.first().map_or(ErrorKind::Checkpoint, Error::kind),
+            Error::BadShape { .. }
+            | Error::UnsupportedDtype { .. }
+            | Error::NonFinite { .. }
+            | Error::TokenOutOfRange { .. }
+            | Error::InvalidArgument { .. } => ErrorKind::Input,
+            Error::Candle(_) => ErrorKind::Backend,
+        }
+    }
+
+    /// The individual problems: the inner list for [`Error::Multiple`], else `[self]`.
+    pub fn problems(&self) -> Vec<&Error> {
+        match self {
+            Error::Multiple(errors) => errors.iter().flat_map(Error::problems).collect(),
+            other => vec![other],
+        }
+    }
+
+    /// Collapse a list of problems: `Ok(())` when empty, the error itself when there is one,
+    /// [`Error::Multiple`] otherwise.
+    pub fn collect(mut errors: Vec<Error>) -> Result<()> {
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(Error::Multiple(errors)),
+        }
+    }
+
+    /// Shorthand for [`Error::BadConfig`].
+    pub fn bad_config(
+        file: impl Into<String>,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error::BadConfig {
+            file: file.into(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(name: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            name: name.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::BadShape`].
+    pub fn bad_shape(name: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::BadShape {
+            name: name.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collect_keeps_single_error_as_is() {
+        assert!(Error::collect(vec![]).is_ok());
+        let one = Error::collect(vec![Error::MissingD2t {
+            draft: 4,
+            target: 8,
+        }])
+        .unwrap_err();
+        assert_eq!(one.code(), "missing-d2t");
+        let two = Error::collect(vec![
+            Error::MissingD2t {
+                draft: 4,
+                target: 8,
+            },
+            Error::MissingLmHead {
+                draft: 4,
+                target: 8,
+            },
+        ])
+        .unwrap_err();
+        assert_eq!(two.code(), "multiple");
+        let codes: Vec<_> = two.problems().iter().map(|e| e.code()).collect();
+        assert_eq!(codes, ["missing-d2t", "missing-lm-head"]);
+        assert!(two.to_string().contains("[missing-lm-head]"));
+    }
+}

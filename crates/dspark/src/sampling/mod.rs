@@ -1,0 +1,1 @@
+//! Drafting and verification kernels.
