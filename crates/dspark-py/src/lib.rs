@@ -1,1 +1,22 @@
 //! PyO3 glue for dspark: conversions, error mapping and thin wrappers. No logic lives here.
+
+mod config;
+mod errors;
+mod inspect;
+mod json;
+mod vocab;
+
+use pyo3::prelude::*;
+
+/// The native half of the `dspark` package. Import `dspark`, not this module.
+#[pymodule(gil_used = false)]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_class::<config::PyDraftSpec>()?;
+    m.add_class::<vocab::PyVocabLayout>()?;
+    m.add_class::<vocab::PyIdMap>()?;
+    m.add_class::<inspect::PyReport>()?;
+    m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,35 @@
+"""dspark: a DSpark speculative-decoding core with a Rust engine.
+
+The engine (config normalization, checkpoint rules, id mapping, sampling kernels) lives in the
+native module ``dspark._native``; this package re-exports it and adds the torch-facing front.
+"""
+
+from dspark._native import (
+    BackendError,
+    CheckpointError,
+    ConfigError,
+    DraftSpec,
+    DSparkError,
+    IdMap,
+    InputError,
+    Report,
+    VocabError,
+    VocabLayout,
+    __version__,
+    inspect,
+)
+
+__all__ = [
+    "BackendError",
+    "CheckpointError",
+    "ConfigError",
+    "DSparkError",
+    "DraftSpec",
+    "IdMap",
+    "InputError",
+    "Report",
+    "VocabError",
+    "VocabLayout",
+    "__version__",
+    "inspect",
+]

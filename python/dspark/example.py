@@ -1,0 +1,136 @@
+"""Generate small, self-consistent DSpark drafter checkpoints (random weights).
+
+``dspark make-example DIR`` writes ``DIR/target/config.json`` and ``DIR/drafter/`` (config +
+``model.safetensors`` with DeepSpec tensor names) so ``dspark inspect`` can run on a fresh
+machine with nothing downloaded. The layouts exercise the vocabulary rules the engine enforces:
+
+* ``padded``: draft vocab padded to a multiple of 64 above the target's logical vocab (identity
+  map, padded rows masked) — the case the project's seed bug report is about;
+* ``full``: draft vocab == target vocab, embed and lm_head shared from the target;
+* ``reduced``: a pruned draft vocab with its own lm_head and a ``d2t`` offset table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from dspark._safetensors import save_file
+
+Layout = Literal["padded", "full", "reduced"]
+
+TARGET_VOCAB = 1000
+HIDDEN = 64
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = 16
+INTERMEDIATE = 128
+TARGET_LAYERS = 6
+DRAFT_LAYERS = 2
+LAYER_IDS = [1, 3, 4]
+RANK = 16
+BLOCK = 4
+
+
+def target_config() -> dict[str, object]:
+    """A tiny Qwen3-shaped target config."""
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": TARGET_VOCAB,
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": TARGET_LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "intermediate_size": INTERMEDIATE,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+    }
+
+
+def draft_config(layout: Layout) -> dict[str, object]:
+    """A DeepSpec-format DSpark drafter config for ``layout``."""
+    vocab = {"padded": 1024, "full": TARGET_VOCAB, "reduced": TARGET_VOCAB}[layout]
+    cfg: dict[str, object] = {
+        **target_config(),
+        "architectures": ["Qwen3DSparkModel"],
+        "num_hidden_layers": DRAFT_LAYERS,
+        "num_target_layers": TARGET_LAYERS,
+        "vocab_size": vocab,
+        "block_size": BLOCK,
+        "mask_token_id": TARGET_VOCAB + 1 if layout == "padded" else TARGET_VOCAB - 1,
+        "target_layer_ids": LAYER_IDS,
+        "markov_rank": RANK,
+        "markov_head_type": "vanilla",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+        "layer_types": ["full_attention"] * DRAFT_LAYERS,
+    }
+    if layout == "reduced":
+        cfg["draft_vocab_size"] = 256
+    return cfg
+
+
+def draft_tensors(layout: Layout, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights with DeepSpec names and the shapes the config implies."""
+    rng = np.random.default_rng(seed)
+    cfg = draft_config(layout)
+    v_in = int(cfg["vocab_size"])  # type: ignore[call-overload]
+    v_d = int(cfg.get("draft_vocab_size", v_in))  # type: ignore[call-overload]
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.05).astype(np.float16)
+
+    t: dict[str, np.ndarray] = {
+        "fc.weight": w(HIDDEN, HIDDEN * len(LAYER_IDS)),
+        "hidden_norm.weight": np.ones(HIDDEN, np.float16),
+        "norm.weight": np.ones(HIDDEN, np.float16),
+        "markov_head.markov_w1.weight": w(v_in, RANK),
+        "markov_head.markov_w2.weight": w(v_d, RANK),
+        "confidence_head.proj.weight": w(1, HIDDEN + RANK),
+        "confidence_head.proj.bias": np.zeros(1, np.float16),
+    }
+    for i in range(DRAFT_LAYERS):
+        p = f"layers.{i}."
+        t[p + "self_attn.q_proj.weight"] = w(HEADS * HEAD_DIM, HIDDEN)
+        t[p + "self_attn.k_proj.weight"] = w(KV_HEADS * HEAD_DIM, HIDDEN)
+        t[p + "self_attn.v_proj.weight"] = w(KV_HEADS * HEAD_DIM, HIDDEN)
+        t[p + "self_attn.o_proj.weight"] = w(HIDDEN, HEADS * HEAD_DIM)
+        t[p + "self_attn.q_norm.weight"] = np.ones(HEAD_DIM, np.float16)
+        t[p + "self_attn.k_norm.weight"] = np.ones(HEAD_DIM, np.float16)
+        t[p + "mlp.gate_proj.weight"] = w(INTERMEDIATE, HIDDEN)
+        t[p + "mlp.up_proj.weight"] = w(INTERMEDIATE, HIDDEN)
+        t[p + "mlp.down_proj.weight"] = w(HIDDEN, INTERMEDIATE)
+        t[p + "input_layernorm.weight"] = np.ones(HIDDEN, np.float16)
+        t[p + "post_attention_layernorm.weight"] = np.ones(HIDDEN, np.float16)
+    if layout == "padded":
+        # Expanded input vocab (1024 > 1000): the drafter ships its own embedding and lm_head.
+        t["embed_tokens.weight"] = w(v_in, HIDDEN)
+        t["lm_head.weight"] = w(v_d, HIDDEN)
+    if layout == "reduced":
+        used = np.sort(rng.choice(TARGET_VOCAB, size=v_d, replace=False))
+        t["lm_head.weight"] = w(v_d, HIDDEN)
+        t["d2t"] = (used - np.arange(v_d)).astype(np.int64)
+        t["t2d"] = np.isin(np.arange(TARGET_VOCAB), used)
+    return t
+
+
+def write_example(root: str | os.PathLike[str], layout: Layout = "padded", seed: int = 0) -> Path:
+    """Write ``root/target/config.json`` and ``root/drafter/{config.json,model.safetensors}``.
+
+    Returns ``root`` as a ``Path``.
+    """
+    root = Path(root)
+    (root / "target").mkdir(parents=True, exist_ok=True)
+    (root / "drafter").mkdir(parents=True, exist_ok=True)
+    (root / "target" / "config.json").write_text(json.dumps(target_config(), indent=2) + "\n")
+    (root / "drafter" / "config.json").write_text(json.dumps(draft_config(layout), indent=2) + "\n")
+    save_file(draft_tensors(layout, seed), root / "drafter" / "model.safetensors")
+    return root
