@@ -1,6 +1,8 @@
 //! Each accepted draft config shape, normalized from a realistic fixture, and checked against
 //! its target.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
+
 mod config_common;
 
 use std::path::Path;

@@ -96,10 +96,11 @@ pub fn read_dspark_keys(
         &key,
     )?;
 
-    let markov_rank = match (format, f.uint(rank_key)?) {
-        (_, Some(r)) => r,
-        (ConfigFormat::DFlash, None) if !is_dspark_projector(f)? => 0,
-        (_, None) => {
+    let plain_dflash = format == ConfigFormat::DFlash && !is_dspark_projector(f)?;
+    let markov_rank = match (f.uint(rank_key)?, plain_dflash) {
+        (Some(r), _) => r,
+        (None, true) => 0,
+        (None, false) => {
             return Err(f.bad(
                 &f.name_of(rank_key),
                 "missing (required: the Markov head rank; 0 means a DFlash drafter)",

@@ -44,10 +44,8 @@ pub fn read_rope(backbone: &Fields<'_>) -> Result<RopeSpec> {
             break;
         }
     }
-    if rope_type.is_none() {
-        if let Some(s) = &scaling {
-            rope_type = s.string("type")?;
-        }
+    if let (None, Some(s)) = (rope_type, &scaling) {
+        rope_type = s.string("type")?;
     }
     let factor = first_float(scopes.iter().copied().chain(scaling.as_ref()), "factor")?;
     if let Some(f) = factor.filter(|&f| f <= 0.0) {

@@ -5,7 +5,7 @@
 //! those). `config_shapes::fixture_files_match` fails when they drift apart; regenerate the
 //! files with `DSPARK_WRITE_FIXTURES=1 cargo test -p dspark --test config_shapes`.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::PathBuf;
 
