@@ -22,9 +22,8 @@ pub fn describe(value: &Value) -> String {
         Value::Object(_) => "an object",
     };
     let mut shown = value.to_string();
-    if shown.len() > 60 {
-        shown.truncate(57);
-        shown.push_str("...");
+    if shown.chars().count() > 60 {
+        shown = shown.chars().take(57).collect::<String>() + "...";
     }
     format!("{shown} ({kind})")
 }
@@ -230,6 +229,17 @@ mod tests {
         assert!(f.float("k").is_err());
         assert!(f.boolean("s").is_err());
         assert_eq!(f.float("s").unwrap(), Some(3.0));
+    }
+
+    #[test]
+    fn describe_truncates_on_char_boundaries() {
+        let long = Value::String("é".repeat(100));
+        let d = describe(&long);
+        assert!(d.ends_with("... (a string)"), "{d}");
+        assert_eq!(d.chars().count(), 60 + " (a string)".len());
+        assert_eq!(describe(&json!(true)), "true (a boolean)");
+        assert_eq!(describe(&json!(2.5)), "2.5 (a float)");
+        assert_eq!(describe(&Value::Null), "null");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod check;
+
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
