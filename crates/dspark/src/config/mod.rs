@@ -8,10 +8,16 @@
 //!
 //! Submodules: [`spec`] (the types), [`noise`] (the noise-token chain), [`layers`] (the
 //! target-layer resolver), [`parse`] (format detection and normalization), [`target`].
+//! Private helpers: `fields` (typed, key-naming lookups), `formats` (the DSpark keys of each
+//! shape), `backbone` (transformer shape), `rope` (RoPE parameters).
 
+mod backbone;
+mod fields;
+mod formats;
 pub mod layers;
 pub mod noise;
 pub mod parse;
+mod rope;
 pub mod spec;
 pub mod target;
 

@@ -195,6 +195,12 @@ pub struct DraftSpec {
     pub attention_bias: bool,
     /// `tie_word_embeddings`.
     pub tie_word_embeddings: bool,
+    /// `final_logit_softcapping` (Gemma4): base logits become `c · tanh(logits / c)` before the
+    /// Markov bias. `None` when absent.
+    pub final_logit_softcapping: Option<f64>,
+    /// Non-fatal notes from normalization (e.g. a speculators config without
+    /// `sample_from_anchor`, assumed false).
+    pub warnings: Vec<crate::Warning>,
 }
 
 impl DraftSpec {
