@@ -132,8 +132,8 @@ pub fn inspect(draft: &Path, target: Option<&Path>) -> Report {
     let (Some(spec), Some(target_spec)) = (&report.spec, &report.target) else {
         return report;
     };
-    // MERGE-CONFIG: report.warnings.extend(spec.warnings.iter().cloned());
-    // MERGE-CONFIG: report.errors.extend(spec.check_target(target_spec));
+    report.warnings.extend(spec.warnings.iter().cloned());
+    report.errors.extend(spec.check_target(target_spec));
     match Inventory::open(&checkpoint_dir(draft)) {
         Ok(inventory) => match LoadPlan::build(spec, target_spec, &inventory) {
             Ok(plan) => {
