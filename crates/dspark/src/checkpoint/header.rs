@@ -282,17 +282,22 @@ fn parse_entry(name: &str, desc: &Value, data_len: u64, path: &Path) -> Result<T
             ),
         ));
     }
-    let expected = numel(&shape)
+    let bit_len = numel(&shape)
         .and_then(|n| n.checked_mul(bits))
-        .filter(|b| b % 8 == 0)
-        .map(|b| b / 8);
+        .ok_or_else(|| bad(path, format!("tensor `{name}`: shape {shape:?} overflows")))?;
     let found = offsets.1 - offsets.0;
-    if expected != Some(found) {
-        let shown = expected.map_or_else(|| "no whole number of".to_string(), |e| e.to_string());
+    if bit_len % 8 != 0 {
+        return Err(bad(
+            path,
+            format!("tensor `{name}`: {dtype} {shape:?} is not a whole number of bytes"),
+        ));
+    }
+    if bit_len / 8 != found {
         return Err(bad(
             path,
             format!(
-                "tensor `{name}`: {dtype} {shape:?} needs {shown} bytes, data_offsets span {found}"
+                "tensor `{name}`: {dtype} {shape:?} needs {} bytes, data_offsets span {found}",
+                bit_len / 8
             ),
         ));
     }
