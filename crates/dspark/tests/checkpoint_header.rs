@@ -1,5 +1,6 @@
 //! safetensors header parsing: valid files agree with the reference crate, and every
 //! malformation is a typed `bad-safetensors` error naming the file.
+#![allow(clippy::unwrap_used)]
 
 mod checkpoint_common;
 

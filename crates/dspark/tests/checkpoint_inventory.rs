@@ -1,4 +1,5 @@
 //! Checkpoint inventories: single files, directories, shard indexes, and the one data read.
+#![allow(clippy::unwrap_used)]
 
 mod checkpoint_common;
 

@@ -1,5 +1,5 @@
 //! Shared helpers for the checkpoint tests: tiny specs and safetensors writers.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
