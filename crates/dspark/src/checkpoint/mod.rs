@@ -7,14 +7,18 @@
 //! at once.
 //!
 //! Submodules: [`header`] (safetensors header parsing), [`inventory`] (files and shards),
-//! [`names`] (checkpoint-name rules, DeepSeek-V4 `mtp.*` remap), [`plan`] (the load plan and
-//! shape checks).
+//! [`names`] (checkpoint-name rules, DeepSeek-V4 `mtp.*` remap), [`shapes`] (shapes the config
+//! implies), [`plan`] (the load plan), with the id-map and DeepSeek-V4 planners beside it.
 
+mod d2t;
+mod dsv4;
 pub mod header;
 pub mod inventory;
 pub mod names;
 pub mod plan;
+pub mod shapes;
 
 pub use header::TensorInfo;
 pub use inventory::Inventory;
+pub use names::{NameRule, classify};
 pub use plan::{LoadPlan, WeightSource};
