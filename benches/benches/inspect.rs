@@ -87,6 +87,8 @@ fn spec(d: &Dims, format: ConfigFormat) -> DraftSpec {
         hidden_act: "silu".into(),
         attention_bias: false,
         tie_word_embeddings: false,
+        final_logit_softcapping: None,
+        warnings: Vec::new(),
     }
 }
 

@@ -61,6 +61,8 @@ pub fn qwen3_spec(vocab: usize, draft_vocab: usize) -> DraftSpec {
         hidden_act: "silu".into(),
         attention_bias: false,
         tie_word_embeddings: false,
+        final_logit_softcapping: None,
+        warnings: Vec::new(),
     }
 }
 
