@@ -208,3 +208,46 @@ fn missing_file_is_typed() {
     let err = read_header(Path::new("/nonexistent/dir/x.safetensors")).unwrap_err();
     assert_eq!(err.code(), "missing-file");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config {
+        cases: 256,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed),
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    })]
+    /// Any file the reference crate writes parses to the same tensors; flipping one byte of
+    /// its header never panics and, when it still parses, still describes valid tensors.
+    #[test]
+    fn roundtrip_and_mutation(
+        shapes in proptest::collection::vec(proptest::collection::vec(0usize..5, 0..4), 1..6),
+        flip in 0usize..4096,
+        byte in proptest::prelude::any::<u8>(),
+    ) {
+        use safetensors::tensor::{Dtype, TensorView};
+        let datas: Vec<Vec<u8>> = shapes.iter().map(|s| vec![7u8; s.iter().product::<usize>() * 4]).collect();
+        let views: HashMap<String, TensorView<'_>> = shapes
+            .iter()
+            .zip(&datas)
+            .enumerate()
+            .map(|(i, (s, d))| (format!("t{i}"), TensorView::new(Dtype::F32, s.clone(), d).unwrap()))
+            .collect();
+        let bytes = safetensors::serialize(&views, None).unwrap();
+        let ours = parse_file_bytes(&bytes, Path::new("p.safetensors")).unwrap();
+        proptest::prop_assert_eq!(ours.len(), shapes.len());
+        for t in &ours {
+            let i: usize = t.name[1..].parse().unwrap();
+            proptest::prop_assert_eq!(&t.shape, &shapes[i]);
+        }
+        let mut mutated = bytes.clone();
+        let at = 8 + flip % (bytes.len() - 8).max(1);
+        if at < mutated.len() {
+            mutated[at] = byte;
+        }
+        if let Ok(tensors) = parse_file_bytes(&mutated, Path::new("p.safetensors")) {
+            for t in tensors {
+                proptest::prop_assert_eq!(t.numel().map(|n| n * 4), Some(t.byte_len()));
+            }
+        }
+    }
+}

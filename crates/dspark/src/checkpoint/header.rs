@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
+use serde_json::error::Category;
 
 use crate::error::{Error, Result};
 
@@ -196,14 +197,12 @@ impl<'de> Deserialize<'de> for Entries {
 pub fn parse_header(bytes: &[u8], data_len: u64, path: &Path) -> Result<Vec<TensorInfo>> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| bad(path, format!("header is not valid UTF-8: {e}")))?;
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| bad(path, format!("header is not valid JSON: {e}")))?;
-    if !value.is_object() {
-        return Err(bad(path, "header is not a JSON object"));
-    }
-    // Parse again, keeping duplicate keys (the first pass proved the JSON well formed).
-    let Entries(entries) = serde_json::from_str(text)
-        .map_err(|e| bad(path, format!("header is not a JSON object: {e}")))?;
+    // Values are untyped JSON and keys are always strings, so a data error can only mean
+    // the top level is not an object.
+    let Entries(entries) = serde_json::from_str(text).map_err(|e| match e.classify() {
+        Category::Data => bad(path, "header is not a JSON object"),
+        _ => bad(path, format!("header is not valid JSON: {e}")),
+    })?;
     let mut seen = std::collections::HashSet::with_capacity(entries.len());
     let mut tensors = Vec::with_capacity(entries.len());
     for (name, desc) in entries {

@@ -16,7 +16,7 @@ use crate::Warning;
 use crate::config::{ConfigFormat, DraftSpec, TargetSpec};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
-use crate::vocab::VocabSizes;
+use crate::vocab::{VocabLayout, VocabSizes};
 
 /// Warning code: a padded drafter without its own lm_head shares the target's.
 pub const W_PADDED_SHARED_LM_HEAD: &str = "padded-shared-lm-head";
@@ -274,7 +274,7 @@ fn build_qwen3(b: &mut Builder<'_>) {
                         draft: vocab.draft,
                         target: vocab.target,
                     });
-                } else if vocab.padded_rows() > 0 {
+                } else if vocab.layout() == VocabLayout::Padded {
                     b.warn(
                         W_PADDED_SHARED_LM_HEAD,
                         format!(

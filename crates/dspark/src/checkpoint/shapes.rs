@@ -69,6 +69,22 @@ pub const CONFIDENCE_WEIGHT: &str = "model.confidence_head.proj.weight";
 /// Canonical name of the confidence head bias.
 pub const CONFIDENCE_BIAS: &str = "model.confidence_head.proj.bias";
 
+/// `L · H_t`, saturating (configs are untrusted input).
+fn context_width(spec: &DraftSpec) -> usize {
+    spec.target_layer_ids
+        .len()
+        .saturating_mul(spec.target_hidden_size)
+}
+
+/// `H + r` with Markov conditioning, else `H`, saturating.
+fn confidence_width(spec: &DraftSpec) -> usize {
+    if spec.confidence_head_with_markov {
+        spec.hidden_size.saturating_add(spec.markov_rank)
+    } else {
+        spec.hidden_size
+    }
+}
+
 /// Every tensor a Qwen3-shaped drafter (DeepSpec, speculators, dflash) may hold, except
 /// `d2t` (checked by the id map). `embed_tokens`, `lm_head` and the confidence head are
 /// [`Need::Optional`]: the plan applies the vocabulary and confidence rules to them.
@@ -86,7 +102,7 @@ pub fn qwen3_expected(spec: &DraftSpec) -> Vec<Expected> {
             &[spec.draft_vocab_size, h],
             Need::Optional,
         ),
-        Expected::qwen3("model.fc.weight".into(), &[h, spec.context_width()], req),
+        Expected::qwen3("model.fc.weight".into(), &[h, context_width(spec)], req),
         Expected::qwen3("model.hidden_norm.weight".into(), &[h], req),
         Expected::qwen3("model.norm.weight".into(), &[h], req),
     ];
@@ -128,7 +144,7 @@ pub fn qwen3_expected(spec: &DraftSpec) -> Vec<Expected> {
     }
     out.push(Expected::qwen3(
         CONFIDENCE_WEIGHT.into(),
-        &[1, spec.confidence_input_width()],
+        &[1, confidence_width(spec)],
         Need::Optional,
     ));
     out.push(Expected::qwen3(
@@ -150,7 +166,7 @@ pub fn dsv4_expected(spec: &DraftSpec) -> Vec<Expected> {
         Expected::new(
             "model.main_proj.weight",
             "mtp.0.main_proj.weight",
-            &[h, spec.context_width()],
+            &[h, context_width(spec)],
             req,
         ),
         Expected::new(
