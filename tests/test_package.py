@@ -28,7 +28,7 @@ def test_errors_carry_code_and_every_problem() -> None:
     with pytest.raises(dspark.VocabError) as info:
         dspark.IdMap.from_offsets(np.array([1, 0, 100], np.int64), 10)
     assert info.value.code == "multiple"
-    assert [c for c, _ in info.value.problems] == ["d2t-duplicate", "d2t-out-of-range"]
+    assert [c for c, _ in info.value.problems] == ["d2t-out-of-range", "d2t-duplicate"]
 
 
 def test_vocab_layout_and_id_map() -> None:

@@ -40,44 +40,45 @@ impl IdMap {
                 found: offsets.len(),
             });
         }
-        if target_vocab > u32::MAX as usize {
-            return Err(Error::invalid("target_vocab", "exceeds u32 range"));
+        if target_vocab > u32::MAX as usize || draft_vocab >= u32::MAX as usize {
+            return Err(Error::invalid("vocab", "vocabulary sizes must fit in u32"));
         }
         let mut targets = Vec::with_capacity(draft_vocab);
-        // owner[t] = draft id mapped to t, plus one (0 = free).
-        let mut owner = vec![0u32; target_vocab];
         let mut problems = Vec::new();
-        let (mut seen_range, mut seen_dup) = (false, false);
         for (draft_id, &offset) in offsets.iter().enumerate() {
             let mapped = (draft_id as i64).checked_add(offset);
-            let in_range = mapped
+            match mapped
                 .and_then(|t| usize::try_from(t).ok())
-                .filter(|&t| t < target_vocab);
-            let Some(t) = in_range else {
-                if !seen_range {
-                    seen_range = true;
-                    problems.push(Error::D2tOutOfRange {
-                        draft_id,
-                        target_id: mapped.unwrap_or(i64::MAX),
-                        target_vocab,
-                    });
+                .filter(|&t| t < target_vocab)
+            {
+                Some(t) => targets.push(t as u32),
+                None => {
+                    if problems.is_empty() {
+                        problems.push(Error::D2tOutOfRange {
+                            draft_id,
+                            target_id: mapped.unwrap_or(i64::MAX),
+                            target_vocab,
+                        });
+                    }
+                    targets.push(u32::MAX);
                 }
-                targets.push(0);
-                continue;
-            };
-            if owner[t] != 0 {
-                if !seen_dup {
-                    seen_dup = true;
-                    problems.push(Error::D2tDuplicate {
-                        first: owner[t] as usize - 1,
-                        second: draft_id,
-                        target_id: t,
-                    });
-                }
-            } else {
-                owner[t] = draft_id as u32 + 1;
             }
-            targets.push(t as u32);
+        }
+        // Uniqueness by sorting (target, draft) pairs: memory O(V_d), never O(V_t), so a config
+        // with an absurd target vocabulary cannot make validation allocate gigabytes.
+        let mut pairs: Vec<(u32, u32)> = targets
+            .iter()
+            .enumerate()
+            .filter(|&(_, &t)| t != u32::MAX)
+            .map(|(d, &t)| (t, d as u32))
+            .collect();
+        pairs.sort_unstable();
+        if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
+            problems.push(Error::D2tDuplicate {
+                first: w[0].1 as usize,
+                second: w[1].1 as usize,
+                target_id: w[0].0 as usize,
+            });
         }
         Error::collect(problems)?;
         Ok(IdMap::Table {
@@ -196,6 +197,19 @@ mod tests {
         let both = IdMap::from_offsets(&[1, 0, 100], 3, 10).unwrap_err();
         assert_eq!(both.code(), "multiple");
         assert_eq!(both.problems().len(), 2);
+    }
+
+    #[test]
+    fn huge_target_vocab_costs_nothing() {
+        // Validation memory is O(V_d): an absurd V_t from an untrusted config must not allocate.
+        let m = IdMap::from_offsets(&[0, 7], 2, u32::MAX as usize).unwrap();
+        assert_eq!(m.to_target(1), Some(8));
+        let e = IdMap::from_offsets(&[5, 4], 2, u32::MAX as usize).unwrap_err();
+        assert_eq!(e.code(), "d2t-duplicate");
+        assert_eq!(
+            IdMap::from_offsets(&[0], 1, usize::MAX).unwrap_err().code(),
+            "invalid-argument"
+        );
     }
 
     #[test]
