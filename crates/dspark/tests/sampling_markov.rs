@@ -1,6 +1,8 @@
 //! The Markov block sampler: exact recorded q, padded-column masking, reference equivalence,
 //! top-k walk, dtype handling, order independence and typed errors.
 
+#![allow(clippy::unwrap_used)]
+
 mod sampling_support;
 
 use dspark::IdMap;

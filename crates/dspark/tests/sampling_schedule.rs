@@ -1,6 +1,8 @@
 //! Verify-length scheduling: the paper's Appendix A counterexample (early stop is lossless, a
 //! global search on current confidences is not), the pipelined variant, and basic properties.
 
+#![allow(clippy::unwrap_used)]
+
 mod sampling_support;
 
 use dspark::IdMap;

@@ -173,12 +173,11 @@ fn validate(
 }
 
 multiversion! {
-    /// `z[b][i] = mult·(z[b][i] + W2[d0+i]·e_b)` for one column block (`z` holds the base logits
-    /// on entry, laid out `[batch][stride]`).
+    /// `z[b][i] = mult·(z[b][i] + W2[cols.start+i]·e_b)` for one column block (`z` holds the
+    /// base logits on entry, laid out `[batch][stride]`).
     fn bias_block(
         w2: Mat<'_>,
-        d0: usize,
-        len: usize,
+        cols: std::ops::Range<usize>,
         e: &[f32],
         batch: usize,
         mult: f32,
@@ -186,6 +185,7 @@ multiversion! {
         stride: usize,
     ) {
         let r = w2.dims[1];
+        let (d0, len) = (cols.start, cols.len());
         let mut wbuf = vec![0f32; if matches!(w2.data, Floats::F32(_)) { 0 } else { r }];
         for i in 0..len {
             let w: &[f32] = match w2.data {
@@ -299,7 +299,15 @@ pub fn sample_block_slices(
                                     .sub(d0, len)
                                     .read_into(0, &mut seg[..len]);
                             }
-                            bias_block(w2, d0, len, &e[b0 * r..(b0 + nb) * r], nb, mult, zr, cb);
+                            bias_block(
+                                w2,
+                                d0..d0 + len,
+                                &e[b0 * r..(b0 + nb) * r],
+                                nb,
+                                mult,
+                                zr,
+                                cb,
+                            );
                             s0 += nb;
                         }
                     });
