@@ -66,6 +66,22 @@ fn greedy_accepts_while_drafts_match_the_argmax() {
 }
 
 #[test]
+fn vanishing_temperatures_behave_as_greedy() {
+    let mut rng = TestRng(10);
+    let target = rng.normals(3 * 4 * 40, 1.0);
+    let drafts: Vec<i64> = (0..9).map(|i| (i * 7 % 40) as i64).collect();
+    let want = run(&target, [3, 4, 40], &drafts, None, &greedy()).unwrap();
+    let tiny = VerifyOptions {
+        temperature: PerRequest::All(1e-45),
+        ..VerifyOptions::default()
+    };
+    assert_eq!(
+        run(&target, [3, 4, 40], &drafts, None, &tiny).unwrap(),
+        want
+    );
+}
+
+#[test]
 fn accepted_stop_token_ends_the_round_without_bonus() {
     let mut rng = TestRng(2);
     let target = peaked(&[3, 1, 4, 1], 6, &mut rng);

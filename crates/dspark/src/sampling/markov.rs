@@ -11,7 +11,7 @@
 
 use super::categorical::{BlockSum, row_argmax, row_stats, sample_blocks};
 use super::dist::non_finite;
-use super::fastmath::{dot, multiversion};
+use super::fastmath::{MulAdd, dot, dots, multiversion};
 use super::filter::{Goal, find_cut};
 use super::rng::{Stream, Tag};
 use super::view::{BLOCK, Floats, Mat, Rows3, Seeds};
@@ -175,7 +175,7 @@ fn validate(
 multiversion! {
     /// `z[b][i] = mult·(z[b][i] + W2[cols.start+i]·e_b)` for one column block (`z` holds the
     /// base logits on entry, laid out `[batch][stride]`).
-    fn bias_block(
+    fn bias_block<M>(
         w2: Mat<'_>,
         cols: std::ops::Range<usize>,
         e: &[f32],
@@ -195,12 +195,39 @@ multiversion! {
                     &wbuf
                 }
             };
-            for b in 0..batch {
-                let zi = &mut z[b * stride + i];
-                *zi = mult * (*zi + dot(w, &e[b * r..(b + 1) * r]));
+            let mut b = 0;
+            while b < batch {
+                let eb = &e[b * r..batch * r];
+                let n = match batch - b {
+                    n if n >= 8 => group::<M, 8>(w, eb, z, b, stride, i, mult),
+                    n if n >= 4 => group::<M, 4>(w, eb, z, b, stride, i, mult),
+                    n if n >= 2 => group::<M, 2>(w, eb, z, b, stride, i, mult),
+                    _ => group::<M, 1>(w, eb, z, b, stride, i, mult),
+                };
+                b += n;
             }
         }
     }
+}
+
+/// Bias `N` requests starting at `b` for column `i` of the block; returns `N`.
+#[inline(always)]
+fn group<M: MulAdd, const N: usize>(
+    w: &[f32],
+    e: &[f32],
+    z: &mut [f32],
+    b: usize,
+    stride: usize,
+    i: usize,
+    mult: f32,
+) -> usize {
+    let mut out = [0f32; N];
+    dots::<M, N>(w, e, &mut out);
+    for (j, o) in out.iter().enumerate() {
+        let zi = &mut z[(b + j) * stride + i];
+        *zi = mult * (*zi + o);
+    }
+    N
 }
 
 /// Draw a block of `K` tokens per request.
@@ -228,7 +255,8 @@ pub fn sample_block_slices(
             prev_embeddings: Vec::new(),
         });
     }
-    let greedy = opts.temperature == 0.0;
+    // T == 0, or so small that scale/T overflows: the distribution is the argmax.
+    let greedy = !(opts.logit_scale / opts.temperature).is_finite();
     let mult = if greedy {
         opts.logit_scale
     } else {
