@@ -5,7 +5,7 @@
 
 use super::categorical::{BlockSum, RowStats, row_stats, sample_blocks, sample_cut};
 use super::fastmath::exp;
-use super::filter::{Cut, Goal, find_cut};
+use super::filter::{Cut, top_k_members, top_p_cut, top_p_of_sorted};
 use super::view::Floats;
 use crate::error::{Error, Result};
 
@@ -57,15 +57,14 @@ impl<'a> Dist<'a> {
         let mut cut = None;
         let mut z = stats.total;
         if let Some(k) = top_k.filter(|&k| k < row.len()) {
-            let kept = find_cut(row, stats.max, s, None, Goal::Count(k));
+            // Top-k first (a short sorted list), then top-p within it.
+            let members = top_k_members(row, stats.max, k);
+            let kept = top_p_of_sorted(&members, stats.max, s, f64::from(top_p));
             cut = kept.cut;
             z = kept.mass;
-        }
-        if top_p < 1.0 {
-            let kept = find_cut(row, stats.max, s, cut, Goal::Mass(f64::from(top_p)));
-            if kept.cut.is_some() {
-                cut = kept.cut;
-            }
+        } else if top_p < 1.0 {
+            let kept = top_p_cut(row, stats.max, s, f64::from(top_p));
+            cut = kept.cut;
             z = kept.mass;
         }
         Ok(Dist {

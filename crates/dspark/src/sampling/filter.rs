@@ -25,15 +25,6 @@ impl Cut {
     }
 }
 
-/// What the prefix must reach.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Goal {
-    /// The `k` first tokens.
-    Count(usize),
-    /// The shortest prefix whose probability mass is at least this fraction of the total.
-    Mass(f64),
-}
-
 /// Largest number of histogram buckets (short rows use fewer) and the span of scaled distance
 /// `(max - x)·s` they cover; the last bucket also holds everything further away.
 const MAX_BUCKETS: usize = 1024;
@@ -48,83 +39,59 @@ pub(crate) struct Kept {
     pub mass: f64,
 }
 
-/// Find the prefix of `row` (among tokens that `within` keeps, and finite ones) that meets
-/// `goal`, with probabilities `∝ exp((x - max)·s)` (`s > 0`).
-pub(crate) fn find_cut(row: Floats<'_>, max: f32, s: f32, within: Option<Cut>, goal: Goal) -> Kept {
+/// Top-p over a whole row: the shortest prefix (value descending, id ascending; finite values)
+/// whose probability mass, `∝ exp((x - max)·s)` with `s > 0`, is at least `top_p` of the total.
+/// A histogram of mass by distance from `max` finds the bucket where the prefix ends; only that
+/// bucket is sorted.
+pub(crate) fn top_p_cut(row: Floats<'_>, max: f32, s: f32, top_p: f64) -> Kept {
     let buckets = row.len().next_power_of_two().clamp(8, MAX_BUCKETS);
     let mut count = vec![0u32; buckets];
     let mut mass = vec![0f64; buckets];
     let per = buckets as f32 / SPAN;
     let bucket = |v: f32| (((max - v) * s * per) as usize).min(buckets - 1);
-    let inside = |v: f32, id: usize| v > f32::NEG_INFINITY && within.is_none_or(|c| c.keeps(v, id));
-    for_each_block(row, |start, block| {
-        for (j, &v) in block.iter().enumerate() {
-            if inside(v, start + j) {
+    for_each_block(row, |_, block| {
+        for &v in block {
+            if v > f32::NEG_INFINITY {
                 let b = bucket(v);
                 count[b] += 1;
                 mass[b] += f64::from(exp((v - max) * s));
             }
         }
     });
-    let total_mass: f64 = mass.iter().sum();
-    let total_count: u64 = count.iter().map(|&c| u64::from(c)).sum();
-    // Locate the bucket where the goal is met.
-    let (mut cum_count, mut cum_mass) = (0u64, 0f64);
-    let mut edge = None;
-    match goal {
-        Goal::Count(k) => {
-            if (k as u64) < total_count {
-                for b in 0..buckets {
-                    if cum_count + u64::from(count[b]) >= k as u64 {
-                        edge = Some(b);
-                        break;
-                    }
-                    cum_count += u64::from(count[b]);
-                    cum_mass += mass[b];
-                }
-            }
-        }
-        Goal::Mass(frac) => {
-            if frac < 1.0 {
-                let target = frac * total_mass;
-                let last_nonempty = (0..buckets).rev().find(|&b| count[b] > 0);
-                for b in 0..buckets {
-                    if count[b] > 0 && (cum_mass + mass[b] >= target || Some(b) == last_nonempty) {
-                        edge = Some(b);
-                        break;
-                    }
-                    cum_count += u64::from(count[b]);
-                    cum_mass += mass[b];
-                }
-            }
-        }
-    }
-    let Some(edge) = edge else {
+    let total: f64 = mass.iter().sum();
+    if top_p >= 1.0 {
         return Kept {
             cut: None,
-            mass: total_mass,
+            mass: total,
         };
-    };
+    }
+    let target = top_p * total;
+    let last_nonempty = (0..buckets).rev().find(|&b| count[b] > 0).unwrap_or(0);
+    let mut cum = 0f64;
+    let mut edge = last_nonempty;
+    for b in 0..buckets {
+        if count[b] > 0 && cum + mass[b] >= target {
+            edge = b;
+            break;
+        }
+        cum += mass[b];
+    }
     // Sort only the edge bucket.
     let mut members: Vec<(f32, usize)> = Vec::with_capacity(count[edge] as usize);
     for_each_block(row, |start, block| {
         for (j, &v) in block.iter().enumerate() {
-            if inside(v, start + j) && bucket(v) == edge {
+            if v > f32::NEG_INFINITY && bucket(v) == edge {
                 members.push((v, start + j));
             }
         }
     });
     members.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    let mut kept_mass = cum_mass;
-    let mut last = members[0];
-    for (taken, &(v, id)) in members.iter().enumerate() {
+    let mut kept = cum;
+    let mut last = members.first().copied().unwrap_or((max, 0));
+    for &(v, id) in &members {
         last = (v, id);
-        kept_mass += f64::from(exp((v - max) * s));
-        let done = match goal {
-            Goal::Count(k) => cum_count + taken as u64 + 1 >= k as u64,
-            Goal::Mass(frac) => kept_mass >= frac * total_mass,
-        };
-        if done {
+        kept += f64::from(exp((v - max) * s));
+        if kept >= target {
             break;
         }
     }
@@ -133,8 +100,69 @@ pub(crate) fn find_cut(row: Floats<'_>, max: f32, s: f32, within: Option<Cut>, g
             value: last.0,
             id: last.1,
         }),
-        mass: kept_mass,
+        mass: kept,
     }
+}
+
+/// The `k` first tokens of `row` (finite values only), sorted by value descending then id
+/// ascending. Counts per bucket of distance from `max` locate the k-th token's bucket; only tokens
+/// up to that bucket are collected and sorted (no exponentials, no full sort).
+pub(crate) fn top_k_members(row: Floats<'_>, max: f32, k: usize) -> Vec<(f32, usize)> {
+    let buckets = row.len().next_power_of_two().clamp(8, MAX_BUCKETS);
+    let per = buckets as f32 / SPAN;
+    let bucket = |v: f32| (((max - v) * per) as usize).min(buckets - 1);
+    let mut count = vec![0u32; buckets];
+    for_each_block(row, |_, block| {
+        for &v in block {
+            if v > f32::NEG_INFINITY {
+                count[bucket(v)] += 1;
+            }
+        }
+    });
+    let mut cum = 0u64;
+    let mut edge = buckets - 1;
+    for (b, &c) in count.iter().enumerate() {
+        cum += u64::from(c);
+        if cum >= k as u64 {
+            edge = b;
+            break;
+        }
+    }
+    let mut members = Vec::with_capacity(cum.min(row.len() as u64) as usize);
+    for_each_block(row, |start, block| {
+        for (j, &v) in block.iter().enumerate() {
+            if v > f32::NEG_INFINITY && bucket(v) <= edge {
+                members.push((v, start + j));
+            }
+        }
+    });
+    members.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    members.truncate(k);
+    members
+}
+
+/// Top-p over an already sorted candidate list (value descending, id ascending) at scale `s`:
+/// the shortest prefix with mass `>= top_p` of the list's mass. Returns the cut and the kept mass
+/// (relative to `max`).
+pub(crate) fn top_p_of_sorted(members: &[(f32, usize)], max: f32, s: f32, top_p: f64) -> Kept {
+    let w: Vec<f64> = members
+        .iter()
+        .map(|&(v, _)| f64::from(exp((v - max) * s)))
+        .collect();
+    let total: f64 = w.iter().sum();
+    let mut acc = 0.0;
+    for (i, &wi) in w.iter().enumerate() {
+        acc += wi;
+        if top_p < 1.0 && acc >= top_p * total {
+            let (value, id) = members[i];
+            return Kept {
+                cut: Some(Cut { value, id }),
+                mass: acc,
+            };
+        }
+    }
+    let cut = members.last().map(|&(value, id)| Cut { value, id });
+    Kept { cut, mass: total }
 }
 
 #[cfg(test)]
@@ -170,8 +198,10 @@ mod tests {
     fn kept(x: &[f32], s: f32, k: Option<usize>, p: f64) -> Vec<usize> {
         let m = x.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
         let row = Floats::F32(x);
-        let within = k.and_then(|k| find_cut(row, m, s, None, Goal::Count(k)).cut);
-        let cut = find_cut(row, m, s, within, Goal::Mass(p)).cut.or(within);
+        let cut = match k {
+            Some(k) => top_p_of_sorted(&top_k_members(row, m, k), m, s, p).cut,
+            None => top_p_cut(row, m, s, p).cut,
+        };
         (0..x.len())
             .filter(|&i| x[i] > f32::NEG_INFINITY && cut.is_none_or(|c| c.keeps(x[i], i)))
             .collect()

@@ -12,7 +12,7 @@
 use super::categorical::{BlockSum, row_argmax, row_stats, sample_blocks};
 use super::dist::non_finite;
 use super::fastmath::{MulAdd, dot, dots, multiversion};
-use super::filter::{Goal, find_cut};
+use super::filter::top_k_members;
 use super::rng::{Stream, Tag};
 use super::view::{BLOCK, Floats, Mat, Rows3, Seeds};
 use crate::error::{Error, Result};
@@ -546,15 +546,11 @@ fn top_k_candidates(base: &Rows3<'_>, g: &Geometry, top_k: usize) -> Result<Vec<
                     format!("{} has no finite entry in the valid vocabulary", where_()),
                 ));
             }
-            let cut = find_cut(row, st.max, 1.0, None, Goal::Count(top_k)).cut;
-            let mut ids = Vec::with_capacity(top_k);
-            super::view::for_each_block(row, |start, blk| {
-                for (j, &v) in blk.iter().enumerate() {
-                    if v > f32::NEG_INFINITY && cut.is_none_or(|c| c.keeps(v, start + j)) {
-                        ids.push(start + j);
-                    }
-                }
-            });
+            let mut ids: Vec<usize> = top_k_members(row, st.max, top_k)
+                .into_iter()
+                .map(|(_, id)| id)
+                .collect();
+            ids.sort_unstable();
             Ok(ids)
         })
         .collect()
