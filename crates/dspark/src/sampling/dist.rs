@@ -22,6 +22,8 @@ pub(crate) struct Dist<'a> {
     pub cut: Option<Cut>,
     /// Normalizer over the kept tokens.
     pub z: f64,
+    /// With top-k: the kept tokens, value descending (sampling walks only these).
+    pub members: Option<Vec<(f32, usize)>>,
 }
 
 /// Error for a row holding NaN or `+inf`.
@@ -56,12 +58,17 @@ impl<'a> Dist<'a> {
         }
         let mut cut = None;
         let mut z = stats.total;
+        let mut members = None;
         if let Some(k) = top_k.filter(|&k| k < row.len()) {
             // Top-k first (a short sorted list), then top-p within it.
-            let members = top_k_members(row, stats.max, k);
-            let kept = top_p_of_sorted(&members, stats.max, s, f64::from(top_p));
+            let mut m = top_k_members(row, k);
+            let kept = top_p_of_sorted(&m, stats.max, s, f64::from(top_p));
+            if let Some(c) = kept.cut {
+                m.retain(|&(v, id)| c.keeps(v, id));
+            }
             cut = kept.cut;
             z = kept.mass;
+            members = Some(m);
         } else if top_p < 1.0 {
             let kept = top_p_cut(row, stats.max, s, f64::from(top_p));
             cut = kept.cut;
@@ -73,6 +80,7 @@ impl<'a> Dist<'a> {
             s,
             cut,
             z,
+            members,
         })
     }
 
@@ -93,6 +101,17 @@ impl<'a> Dist<'a> {
 
     /// Draw one token with uniform `u` (`blocks` from [`Dist::new`]).
     pub fn sample(&self, blocks: &[BlockSum], u: f64) -> usize {
+        if let Some(m) = &self.members {
+            let target = u * self.z;
+            let mut acc = 0f64;
+            for &(v, id) in m {
+                acc += self.weight(v, id);
+                if acc > target {
+                    return id;
+                }
+            }
+            return m.last().map_or(self.stats.argmax, |&(_, id)| id);
+        }
         match &self.cut {
             None => sample_blocks(self.row, &self.stats, self.s, blocks, u),
             Some(c) => sample_cut(

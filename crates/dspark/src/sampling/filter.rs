@@ -104,41 +104,41 @@ pub(crate) fn top_p_cut(row: Floats<'_>, max: f32, s: f32, top_p: f64) -> Kept {
     }
 }
 
+/// Order of a prefix: value descending, then id ascending.
+fn before(a: &(f32, usize), b: &(f32, usize)) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
+}
+
 /// The `k` first tokens of `row` (finite values only), sorted by value descending then id
-/// ascending. Counts per bucket of distance from `max` locate the k-th token's bucket; only tokens
-/// up to that bucket are collected and sorted (no exponentials, no full sort).
-pub(crate) fn top_k_members(row: Floats<'_>, max: f32, k: usize) -> Vec<(f32, usize)> {
-    let buckets = row.len().next_power_of_two().clamp(8, MAX_BUCKETS);
-    let per = buckets as f32 / SPAN;
-    let bucket = |v: f32| (((max - v) * per) as usize).min(buckets - 1);
-    let mut count = vec![0u32; buckets];
-    for_each_block(row, |_, block| {
-        for &v in block {
-            if v > f32::NEG_INFINITY {
-                count[bucket(v)] += 1;
-            }
-        }
-    });
-    let mut cum = 0u64;
-    let mut edge = buckets - 1;
-    for (b, &c) in count.iter().enumerate() {
-        cum += u64::from(c);
-        if cum >= k as u64 {
-            edge = b;
-            break;
-        }
+/// ascending. One pass with a rising threshold: a block whose max is below the threshold is
+/// skipped after one vectorized max; survivors are buffered and the buffer is cut back to `k` by
+/// partial selection whenever it reaches `2k` (no full sort of the vocabulary).
+pub(crate) fn top_k_members(row: Floats<'_>, k: usize) -> Vec<(f32, usize)> {
+    if k == 0 {
+        return Vec::new();
     }
-    let mut members = Vec::with_capacity(cum.min(row.len() as u64) as usize);
+    let mut buf: Vec<(f32, usize)> = Vec::with_capacity(2 * k + super::view::BLOCK);
+    // Once the buffer has been cut, a token must beat `thr` strictly: ties with the k-th value
+    // lose to it because they come later (higher id).
+    let mut thr = f32::NEG_INFINITY;
     for_each_block(row, |start, block| {
+        if super::fastmath::max_and_nans(block).0 <= thr {
+            return;
+        }
         for (j, &v) in block.iter().enumerate() {
-            if v > f32::NEG_INFINITY && bucket(v) <= edge {
-                members.push((v, start + j));
+            if v > thr {
+                buf.push((v, start + j));
             }
         }
+        if buf.len() >= 2 * k {
+            buf.select_nth_unstable_by(k - 1, before);
+            buf.truncate(k);
+            thr = buf.iter().fold(f32::INFINITY, |m, x| m.min(x.0));
+        }
     });
-    members.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    members.truncate(k);
-    members
+    buf.sort_unstable_by(before);
+    buf.truncate(k);
+    buf
 }
 
 /// Top-p over an already sorted candidate list (value descending, id ascending) at scale `s`:
@@ -199,7 +199,7 @@ mod tests {
         let m = x.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
         let row = Floats::F32(x);
         let cut = match k {
-            Some(k) => top_p_of_sorted(&top_k_members(row, m, k), m, s, p).cut,
+            Some(k) => top_p_of_sorted(&top_k_members(row, k), m, s, p).cut,
             None => top_p_cut(row, m, s, p).cut,
         };
         (0..x.len())

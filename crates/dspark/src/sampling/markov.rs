@@ -546,7 +546,7 @@ fn top_k_candidates(base: &Rows3<'_>, g: &Geometry, top_k: usize) -> Result<Vec<
                     format!("{} has no finite entry in the valid vocabulary", where_()),
                 ));
             }
-            let mut ids: Vec<usize> = top_k_members(row, st.max, top_k)
+            let mut ids: Vec<usize> = top_k_members(row, top_k)
                 .into_iter()
                 .map(|(_, id)| id)
                 .collect();
