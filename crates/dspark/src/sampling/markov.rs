@@ -13,6 +13,7 @@ use super::categorical::{BlockSum, row_argmax, row_stats, sample_blocks};
 use super::dist::non_finite;
 use super::fastmath::{MulAdd, dot, dots, multiversion};
 use super::filter::top_k_members;
+use super::markov_check::{Geometry, validate};
 use super::rng::{Stream, Tag};
 use super::view::{BLOCK, Floats, Mat, Rows3, Seeds};
 use crate::error::{Error, Result};
@@ -54,122 +55,6 @@ pub struct DraftBlock {
     pub draft_logits: Vec<f32>,
     /// `[B·K·r]`: `W1[x_{k-1}]` in f32 (`x_0` = anchor), for the confidence head.
     pub prev_embeddings: Vec<f32>,
-}
-
-/// Validated geometry.
-struct Geometry {
-    batch: usize,
-    slots: usize,
-    /// `V_t`.
-    target_vocab: usize,
-    /// Draft columns that may be sampled: `[0, valid)`.
-    valid: usize,
-    rank: usize,
-}
-
-fn validate(
-    base: &Rows3<'_>,
-    w1: &Mat<'_>,
-    w2: &Mat<'_>,
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
-) -> Result<Geometry> {
-    base.check("base_logits")?;
-    w1.check("markov_w1")?;
-    w2.check("markov_w2")?;
-    let [batch, slots, draft_vocab] = base.dims;
-    let [input_vocab, rank] = w1.dims;
-    if w2.dims[0] != draft_vocab {
-        return Err(Error::bad_shape(
-            "markov_w2",
-            format!(
-                "{} rows, but base logits have V_d = {draft_vocab} columns",
-                w2.dims[0]
-            ),
-        ));
-    }
-    if w2.dims[1] != rank {
-        return Err(Error::bad_shape(
-            "markov_w2",
-            format!("rank {} differs from markov_w1 rank {rank}", w2.dims[1]),
-        ));
-    }
-    if anchors.len() != batch {
-        return Err(Error::bad_shape(
-            "anchors",
-            format!("{} anchors for a batch of {batch}", anchors.len()),
-        ));
-    }
-    if let Some(&a) = anchors.iter().find(|&&a| a as usize >= input_vocab) {
-        return Err(Error::TokenOutOfRange {
-            name: "anchors".into(),
-            id: i64::from(a),
-            vocab_size: input_vocab,
-        });
-    }
-    let t = opts.temperature;
-    if !(t.is_finite() && t >= 0.0) {
-        return Err(Error::invalid(
-            "temperature",
-            format!("{t} (must be finite and >= 0)"),
-        ));
-    }
-    let s = opts.logit_scale;
-    if !(s.is_finite() && s > 0.0) {
-        return Err(Error::invalid(
-            "logit_scale",
-            format!("{s} (must be finite and > 0)"),
-        ));
-    }
-    if opts.top_k == Some(0) {
-        return Err(Error::invalid("top_k", "0 (use None for the dense path)"));
-    }
-    let target_vocab = opts.id_map.target_vocab();
-    let (valid, max_target) = match opts.id_map.table() {
-        None => {
-            if draft_vocab < target_vocab {
-                return Err(Error::invalid(
-                    "id_map",
-                    format!(
-                        "identity map but draft vocab V_d = {draft_vocab} < target vocab \
-                         V_t = {target_vocab}: a reduced vocabulary needs its d2t table"
-                    ),
-                ));
-            }
-            (target_vocab, target_vocab.checked_sub(1))
-        }
-        Some(table) => {
-            if table.len() != draft_vocab {
-                return Err(Error::invalid(
-                    "id_map",
-                    format!(
-                        "d2t table has {} entries but base logits have V_d = {draft_vocab} columns",
-                        table.len()
-                    ),
-                ));
-            }
-            (draft_vocab, table.iter().max().map(|&m| m as usize))
-        }
-    };
-    if valid == 0 {
-        return Err(Error::invalid(
-            "id_map",
-            "no draft column maps to a target id",
-        ));
-    }
-    if let Some(m) = max_target.filter(|&m| m >= input_vocab) {
-        return Err(Error::bad_shape(
-            "markov_w1",
-            format!("{input_vocab} rows, but the drafter can emit target id {m}"),
-        ));
-    }
-    Ok(Geometry {
-        batch,
-        slots,
-        target_vocab,
-        valid,
-        rank,
-    })
 }
 
 multiversion! {

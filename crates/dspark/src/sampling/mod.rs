@@ -19,6 +19,7 @@ mod dist;
 pub(crate) mod fastmath;
 mod filter;
 mod markov;
+mod markov_check;
 mod mask;
 mod residual;
 pub mod rng;
