@@ -1,6 +1,7 @@
 //! PyO3 glue for dspark: conversions, error mapping and thin wrappers. No logic lives here.
 
 mod config;
+mod dlpack;
 mod errors;
 mod inspect;
 mod json;
@@ -18,5 +19,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<vocab::PyIdMap>()?;
     m.add_class::<inspect::PyReport>()?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_describe, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_sum, m)?)?;
     Ok(())
 }
