@@ -87,13 +87,17 @@ def make_inputs(vocab: str, seed: int):
     base = np.ascontiguousarray(np.broadcast_to(base_rows, (B, K, vd)))
     d2t = None if table is None else (table - np.arange(vd)).astype(np.int64)
     target_rows = rng.normal(0.0, 1.5, (K + 1, V_T)).astype(np.float32)
-    # Make the greedy draft's first token the target's favourite, so that enough requests
-    # accept position 0 for position 1 to be tested (the others still reject often).
-    slot0 = base_rows[0] + w2 @ w1[ANCHOR]
+    # Make the draft's likely first tokens (the greedy pick and the base top-4 candidates)
+    # the target's favourites, so that enough requests accept position 0 for position 1 to be
+    # tested in every case; the others still reject often.
     valid = vd if table is not None or tv is None else tv
-    greedy = int(np.argmax(slot0[:valid]))
-    x0 = int(table[greedy]) if table is not None else greedy
-    target_rows[0, x0] = target_rows[0].max() + 0.5
+    slot0 = (base_rows[0] + w2 @ w1[ANCHOR])[:valid]
+    likely = np.union1d(np.argmax(slot0), np.argsort(-base_rows[0, :valid])[:4])
+    likely = table[likely] if table is not None else likely
+    top = target_rows[0].max()
+    target_rows[0, likely] = top + rng.uniform(0.2, 1.2, likely.size)
+    greedy = np.argmax(slot0)
+    target_rows[0, table[greedy] if table is not None else greedy] = top + 1.5
     return base, w1, w2, tv, d2t, target_rows
 
 
@@ -158,7 +162,8 @@ def check(tokens, out, acc, rows, target, what: str) -> None:
     p1 = expected_probs(rows[1], t_target, top_k, top_p)
     on1 = acc >= 1
     shifted = (out[on1, 1] - tokens[on1, 0]) % V_T
-    assert on1.sum() > 5_000, f"{what}: too few first-token accepts ({on1.sum()}) for position 1"
+    enough = 100 if t_target == 0.0 else 5_000
+    assert on1.sum() > enough, f"{what}: too few first-token accepts ({on1.sum()}) for position 1"
     if t_target == 0.0:
         assert (out[:, 0] == np.argmax(rows[0])).all(), f"{what}: greedy position 0"
         assert (shifted == np.argmax(rows[1])).all(), f"{what}: greedy position 1"

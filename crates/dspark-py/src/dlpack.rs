@@ -139,11 +139,6 @@ impl DlDtype {
             DlDtype::I64 => 8,
         }
     }
-
-    /// True for the float types (logits, weights).
-    pub fn is_float(self) -> bool {
-        matches!(self, DlDtype::F32 | DlDtype::F16 | DlDtype::BF16)
-    }
 }
 
 fn raw_dtype_name(dt: DLDataType) -> String {
@@ -401,11 +396,6 @@ impl DlTensor {
     /// Shape (row-major).
     pub fn shape(&self) -> &[usize] {
         &self.shape
-    }
-
-    /// Number of elements.
-    pub fn numel(&self) -> usize {
-        self.numel
     }
 
     /// The argument name used in error messages.

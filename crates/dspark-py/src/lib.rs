@@ -5,6 +5,7 @@ mod dlpack;
 mod errors;
 mod inspect;
 mod json;
+mod kernels;
 mod vocab;
 
 use pyo3::prelude::*;
@@ -21,5 +22,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_describe, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_sum, m)?)?;
+    kernels::register(m)?;
     Ok(())
 }
