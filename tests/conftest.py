@@ -41,7 +41,8 @@ def check_distribution(
     counts = np.bincount(samples, minlength=probs.size)
     zero = probs <= 0
     assert counts[zero].sum() == 0, (
-        f"{what}: {counts[zero].sum()} samples at zero-probability ids {np.nonzero(zero & (counts > 0))[0]}"
+        f"{what}: {counts[zero].sum()} samples at zero-probability ids "
+        f"{np.nonzero(zero & (counts > 0))[0]}"
     )
     live = ~zero
     if live.sum() == 1:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import dspark
 import numpy as np
 import pytest
-
-import dspark
 from conftest import check_distribution
 
 V_T = 12
@@ -58,7 +57,9 @@ def layout(kind: str, rng):
 
 
 @pytest.mark.parametrize("kind", ["full", "padded", "reduced"])
-@pytest.mark.parametrize(("temperature", "top_k", "scale"), [(0.0, None, 1.0), (1.0, None, 1.0), (0.7, 3, 1.3)])
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "scale"), [(0.0, None, 1.0), (1.0, None, 1.0), (0.7, 3, 1.3)]
+)
 def test_recorded_q_matches_the_formula(rng, kind, temperature, top_k, scale):
     vd, w1, w2, tv, d2t, table, valid = layout(kind, rng)
     batch, slots = 64, 4
@@ -67,8 +68,16 @@ def test_recorded_q_matches_the_formula(rng, kind, temperature, top_k, scale):
         base[..., valid:] = 1e4
     anchors = rng.integers(0, V_T, batch)
     blk = dspark.sample_block(
-        base, w1, w2, anchors, temperature=temperature, seed=7, target_vocab_size=tv, d2t=d2t,
-        top_k=top_k, logit_scale=scale,
+        base,
+        w1,
+        w2,
+        anchors,
+        temperature=temperature,
+        seed=7,
+        target_vocab_size=tv,
+        d2t=d2t,
+        top_k=top_k,
+        logit_scale=scale,
     )
     tokens, q, prev = blk.tokens, blk.draft_logits, blk.prev_embeddings
     assert tokens.dtype == np.int64 and tokens.shape == (batch, slots)
@@ -78,8 +87,15 @@ def test_recorded_q_matches_the_formula(rng, kind, temperature, top_k, scale):
         x_prev = int(anchors[b])
         for k in range(slots):
             want = expected_q(
-                base[b, k], w1, w2, x_prev, temperature=temperature, valid=valid, table=table,
-                top_k=top_k, scale=scale,
+                base[b, k],
+                w1,
+                w2,
+                x_prev,
+                temperature=temperature,
+                valid=valid,
+                table=table,
+                top_k=top_k,
+                scale=scale,
             )
             np.testing.assert_allclose(softmax(q[b, k]), want, atol=2e-5)
             np.testing.assert_array_equal(prev[b, k], w1[x_prev])
@@ -99,7 +115,9 @@ def test_empirical_draft_distribution_equals_recorded_q(rng, temperature, top_k)
         base, w1, w2, np.full(batch, 5), temperature=temperature, seed=11, top_k=top_k
     )
     q0 = softmax(blk.draft_logits[0, 0])
-    assert np.array_equal(blk.draft_logits[:, 0], np.broadcast_to(blk.draft_logits[0, 0], (batch, V_T)))
+    assert np.array_equal(
+        blk.draft_logits[:, 0], np.broadcast_to(blk.draft_logits[0, 0], (batch, V_T))
+    )
     check_distribution(blk.tokens[:, 0], q0, what="slot 0")
     mode = np.bincount(blk.tokens[:, 0]).argmax()
     rows = blk.tokens[:, 0] == mode
@@ -117,8 +135,14 @@ def test_padded_rows_with_huge_logits_never_come_out(rng, temperature, top_k):
     base = rng.normal(0, 1.0, (batch, 3, vd)).astype(np.float32)
     base[..., V_T:] = 1e6
     blk = dspark.sample_block(
-        base, w1, w2, rng.integers(0, vd, batch), temperature=temperature, seed=3,
-        target_vocab_size=tv, top_k=top_k,
+        base,
+        w1,
+        w2,
+        rng.integers(0, vd, batch),
+        temperature=temperature,
+        seed=3,
+        target_vocab_size=tv,
+        top_k=top_k,
     )
     assert blk.tokens.max() < V_T
     assert blk.draft_logits.shape[-1] == V_T
@@ -163,8 +187,12 @@ def test_f16_inputs_match_f32_of_the_same_values(rng):
     for t in (0.0, 1.0):
         h = dspark.sample_block(base, w1h, w2h, anchors, temperature=t, seed=1)
         f = dspark.sample_block(
-            base.astype(np.float32), w1h.astype(np.float32), w2h.astype(np.float32), anchors,
-            temperature=t, seed=1,
+            base.astype(np.float32),
+            w1h.astype(np.float32),
+            w2h.astype(np.float32),
+            anchors,
+            temperature=t,
+            seed=1,
         )
         np.testing.assert_array_equal(h.tokens, f.tokens)
         np.testing.assert_allclose(h.draft_logits, f.draft_logits, rtol=1e-6)
@@ -187,14 +215,26 @@ class TestTorch:
             base[..., tv:] = 1e4
         anchors = rng.integers(0, V_T, batch)
         got = dspark.sample_block(
-            torch.from_numpy(base), torch.from_numpy(w1), torch.from_numpy(w2),
-            torch.from_numpy(anchors), temperature=0.0, target_vocab_size=tv,
-            d2t=None if d2t is None else torch.from_numpy(d2t), top_k=top_k, logit_scale=scale,
+            torch.from_numpy(base),
+            torch.from_numpy(w1),
+            torch.from_numpy(w2),
+            torch.from_numpy(anchors),
+            temperature=0.0,
+            target_vocab_size=tv,
+            d2t=None if d2t is None else torch.from_numpy(d2t),
+            top_k=top_k,
+            logit_scale=scale,
         )
         ref = markov_block(
-            torch.from_numpy(base), torch.from_numpy(w1), torch.from_numpy(w2),
-            torch.from_numpy(anchors), temperature=0.0, target_vocab=tv,
-            d2t=None if d2t is None else torch.from_numpy(d2t), top_k=top_k, logit_scale=scale,
+            torch.from_numpy(base),
+            torch.from_numpy(w1),
+            torch.from_numpy(w2),
+            torch.from_numpy(anchors),
+            temperature=0.0,
+            target_vocab=tv,
+            d2t=None if d2t is None else torch.from_numpy(d2t),
+            top_k=top_k,
+            logit_scale=scale,
         )
         assert isinstance(got.tokens, torch.Tensor) and got.tokens.dtype == torch.int64
         assert torch.equal(got.tokens, ref.tokens)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import sys
 
+import dspark
 import numpy as np
 import pytest
-
-import dspark
 from dspark import _native
 
 NUMPY_DTYPES = ["float32", "float16", "int32", "int64", "uint32"]

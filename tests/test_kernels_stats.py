@@ -12,10 +12,9 @@ reference (tests/torch_reference.py) to prove the harness itself is right.
 
 from __future__ import annotations
 
+import dspark
 import numpy as np
 import pytest
-
-import dspark
 from conftest import check_distribution, stable_seed
 
 B = 50_000
@@ -108,8 +107,15 @@ def run(backend: str, vocab: str, draft: str, target: tuple, seed: int):
     anchors = np.full(B, ANCHOR, dtype=np.int64)
     if backend == "dspark":
         blk = dspark.sample_block(
-            base, w1, w2, anchors, temperature=t_draft, seed=seed, target_vocab_size=tv,
-            d2t=d2t, top_k=block_top_k,
+            base,
+            w1,
+            w2,
+            anchors,
+            temperature=t_draft,
+            seed=seed,
+            target_vocab_size=tv,
+            d2t=d2t,
+            top_k=block_top_k,
         )
         tokens, q = np.asarray(blk.tokens), np.asarray(blk.draft_logits)
     else:
@@ -118,9 +124,15 @@ def run(backend: str, vocab: str, draft: str, target: tuple, seed: int):
 
         g = torch.Generator().manual_seed(seed)
         blk = markov_block(
-            torch.from_numpy(base), torch.from_numpy(w1), torch.from_numpy(w2),
-            torch.from_numpy(anchors), temperature=t_draft, target_vocab=tv,
-            d2t=None if d2t is None else torch.from_numpy(d2t), top_k=block_top_k, generator=g,
+            torch.from_numpy(base),
+            torch.from_numpy(w1),
+            torch.from_numpy(w2),
+            torch.from_numpy(anchors),
+            temperature=t_draft,
+            target_vocab=tv,
+            d2t=None if d2t is None else torch.from_numpy(d2t),
+            top_k=block_top_k,
+            generator=g,
         )
         tokens, q = blk.tokens.numpy(), blk.draft_logits.numpy()
     assert tokens.shape == (B, K) and q.shape == (B, K, V_T)
@@ -142,8 +154,11 @@ def run(backend: str, vocab: str, draft: str, target: tuple, seed: int):
 
         g = torch.Generator().manual_seed(seed + 1)
         v = verify(
-            torch.from_numpy(target), torch.from_numpy(tokens),
-            torch.from_numpy(q) if pass_q else None, generator=g, **kwargs,
+            torch.from_numpy(target),
+            torch.from_numpy(tokens),
+            torch.from_numpy(q) if pass_q else None,
+            generator=g,
+            **kwargs,
         )
         out, acc = v.tokens.numpy(), v.num_accepted.numpy()
     return tokens, out, acc, rows
@@ -212,7 +227,12 @@ def test_per_request_parameters_follow_their_own_targets():
     top_ps = np.array([groups[i][2] for i in g], dtype=np.float32)
     target = np.ascontiguousarray(np.broadcast_to(rows, (B, K + 1, V_T)))
     v = dspark.verify(
-        target, blk.tokens, blk.draft_logits, temperature=temps, top_k=top_ks, top_p=top_ps,
+        target,
+        blk.tokens,
+        blk.draft_logits,
+        temperature=temps,
+        top_k=top_ks,
+        top_p=top_ps,
         seed=seed,
     )
     out = np.asarray(v.tokens)

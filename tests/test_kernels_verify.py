@@ -1,11 +1,10 @@
-"""``dspark.verify``: greedy equality with the torch reference, structure, seeds, dtypes, zero-copy."""
+"""``dspark.verify``: greedy equality with the torch reference, structure, seeds, no copies."""
 
 from __future__ import annotations
 
+import dspark
 import numpy as np
 import pytest
-
-import dspark
 from conftest import check_distribution
 
 
@@ -81,12 +80,13 @@ def test_same_seed_same_result_and_per_request_seeds_ignore_batch_order(rng):
     again = dspark.verify(target, drafts, q, seed=seeds, **kw)
     np.testing.assert_array_equal(a.tokens, again.tokens)
     perm = rng.permutation(batch)
-    kw_perm = dict(
-        temperature=temps[perm], top_p=top_p[perm], top_k=[kw["top_k"][i] for i in perm]
-    )
+    kw_perm = dict(temperature=temps[perm], top_p=top_p[perm], top_k=[kw["top_k"][i] for i in perm])
     b = dspark.verify(
-        np.ascontiguousarray(target[perm]), drafts[perm], np.ascontiguousarray(q[perm]),
-        seed=seeds[perm], **kw_perm,
+        np.ascontiguousarray(target[perm]),
+        drafts[perm],
+        np.ascontiguousarray(q[perm]),
+        seed=seeds[perm],
+        **kw_perm,
     )
     np.testing.assert_array_equal(a.tokens[perm], b.tokens)
     np.testing.assert_array_equal(a.num_accepted[perm], b.num_accepted)
@@ -168,7 +168,9 @@ class TestTorch:
         t_target, t_drafts = torch.from_numpy(target), torch.from_numpy(drafts)
         t_q = None if q is None else torch.from_numpy(q)
         got = dspark.verify(t_target, t_drafts, t_q, num_draft=n, stop_token_ids=stops)
-        ref = ref_verify(t_target, t_drafts, t_q, num_draft=torch.from_numpy(n), stop_token_ids=stops)
+        ref = ref_verify(
+            t_target, t_drafts, t_q, num_draft=torch.from_numpy(n), stop_token_ids=stops
+        )
         assert isinstance(got.tokens, torch.Tensor)
         assert got.tokens.dtype == torch.int64 and got.num_accepted.dtype == torch.int64
         assert torch.equal(got.tokens, ref.tokens)

@@ -93,7 +93,7 @@ def markov_block(
     return RefBlock(tokens, q_logits, prev_emb)
 
 
-def _per_request(value: float | int | Sequence | torch.Tensor | None, batch: int, dtype) -> torch.Tensor:
+def _per_request(value: float | Sequence | torch.Tensor | None, batch: int, dtype) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.to(dtype)
     if isinstance(value, Sequence):
@@ -129,7 +129,9 @@ def target_probs(
         probs = torch.where(keep, probs, torch.zeros_like(probs))
         probs = probs / probs.sum(-1, keepdim=True)
     if bool(greedy.any()):
-        one_hot = torch.zeros_like(probs).scatter(-1, torch.argmax(logits, dim=-1, keepdim=True), 1.0)
+        one_hot = torch.zeros_like(probs).scatter(
+            -1, torch.argmax(logits, dim=-1, keepdim=True), 1.0
+        )
         probs = torch.where(greedy[:, None, None], one_hot, probs)
     return probs
 

@@ -85,8 +85,7 @@ def _param(x: object) -> object:
     if x is None or isinstance(x, (int, float, np.integer, np.floating)):
         return x.item() if isinstance(x, (np.integer, np.floating)) else x
     if hasattr(x, "tolist"):
-        v = x.tolist()  # type: ignore[attr-defined]
-        return v if isinstance(v, list) else v
+        return x.tolist()  # type: ignore[attr-defined]  # a 0-d array gives a scalar
     if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
         return list(x)
     return x
@@ -234,18 +233,31 @@ def schedule_threshold(confidence: Any, threshold: float) -> list[int]:
     return list(_native.schedule_threshold(_tensor(confidence), float(threshold)))
 
 
-def schedule_lengths(confidence: Any, steps_per_second: Sequence[tuple[int, float]]) -> list[int]:
+def _table(steps_per_second: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    return [(int(n), float(s)) for n, s in steps_per_second]
+
+
+def schedule_lengths(
+    confidence: Any,
+    steps_per_second: Sequence[tuple[int, float]],
+    interpolation: str = "step",
+) -> list[int]:
     """The paper's scheduler: admit slots by survival while tokens x SPS strictly improves.
 
-    ``steps_per_second`` is a table of ``(total verified tokens, steps per second)`` points.
+    ``steps_per_second`` is a table of ``(total verified tokens, steps per second)`` points,
+    read as a step function (``"step"``: the value at the smallest profiled size ``>= n``) or
+    interpolated (``"linear"``); past the last point tokens/s is held constant.
     """
-    table = [(int(n), float(s)) for n, s in steps_per_second]
-    return list(_native.schedule_lengths(_tensor(confidence), table))
+    table = _table(steps_per_second)
+    return list(_native.schedule_lengths(_tensor(confidence), table, interpolation))
 
 
 def schedule_pipelined(
-    stale: Any, current: Any, steps_per_second: Sequence[tuple[int, float]]
+    stale: Any,
+    current: Any,
+    steps_per_second: Sequence[tuple[int, float]],
+    interpolation: str = "step",
 ) -> list[int]:
     """Pipelined scheduler: capacity from ``stale`` confidences, slots by ``current`` survival."""
-    table = [(int(n), float(s)) for n, s in steps_per_second]
-    return list(_native.schedule_pipelined(_tensor(stale), _tensor(current), table))
+    table = _table(steps_per_second)
+    return list(_native.schedule_pipelined(_tensor(stale), _tensor(current), table, interpolation))
