@@ -134,6 +134,16 @@ VERIFY_CASES = {
         dspark.InputError,
         "bad-shape",
     ),
+    "num-draft-negative": (
+        lambda: dspark.verify(target(), drafts(), num_draft=[-1, 0]),
+        dspark.InputError,
+        "invalid-argument",
+    ),
+    "stop-token-negative": (
+        lambda: dspark.verify(target(), drafts(), stop_token_ids=[-2]),
+        dspark.InputError,
+        "token-out-of-range",
+    ),
     "negative-seed": (
         lambda: dspark.verify(target(), drafts(), seed=-1),
         dspark.InputError,
@@ -199,6 +209,12 @@ BLOCK_CASES = {
         "invalid-argument",
     ),
     "top-k-zero": (lambda: _block(top_k=0), dspark.InputError, "invalid-argument"),
+    "top-k-negative": (lambda: _block(top_k=-1), dspark.InputError, "invalid-argument"),
+    "target-vocab-negative": (
+        lambda: _block(target_vocab_size=-1),
+        dspark.InputError,
+        "invalid-argument",
+    ),
     "zero-logit-scale": (lambda: _block(logit_scale=0.0), dspark.InputError, "invalid-argument"),
     "float64-weights": (
         lambda: dspark.sample_block(block_args()[0], np.zeros((V, R)), *block_args()[2:]),

@@ -99,6 +99,11 @@ fn ids_u32(t: &DlTensor, vocab: usize) -> PyResult<Cow<'_, [u32]>> {
         .map(Cow::Owned)
 }
 
+/// A count or size argument that must not be negative (`invalid-argument` otherwise).
+fn non_negative(v: i64, name: &str) -> PyResult<usize> {
+    usize::try_from(v).map_err(|_| err(Error::invalid(name, format!("{v} (must be >= 0)"))))
+}
+
 /// A scalar or a per-request sequence (list/tuple; the Python front converts arrays).
 fn scalar_or_list<'py, T>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<PerRequest<T>>
 where
@@ -191,9 +196,9 @@ pub fn sample_block<'py>(
     anchors: &Bound<'py, PyAny>,
     temperature: f32,
     seed: Option<&Bound<'py, PyAny>>,
-    target_vocab_size: Option<usize>,
+    target_vocab_size: Option<i64>,
     d2t: Option<&Bound<'py, PyAny>>,
-    top_k: Option<usize>,
+    top_k: Option<i64>,
     logit_scale: f32,
 ) -> PyResult<BlockArrays<'py>> {
     let base_t = DlTensor::from_py(base_logits, "base_logits")?;
@@ -215,6 +220,10 @@ pub fn sample_block<'py>(
     dims::<1>(&anchors_t)?;
     let anchor_ids = ids_u32(&anchors_t, w1.dims[0])?;
     let draft_vocab = base.dims[2];
+    let target_vocab_size = target_vocab_size
+        .map(|v| non_negative(v, "target_vocab_size"))
+        .transpose()?;
+    let top_k = top_k.map(|k| non_negative(k, "top_k")).transpose()?;
     let id_map = match (d2t, target_vocab_size) {
         (Some(d2t), tv) => {
             let d2t_t = DlTensor::from_py(d2t, "d2t")?;
@@ -279,8 +288,8 @@ pub fn verify<'py>(
     top_k: Option<&Bound<'py, PyAny>>,
     top_p: Option<&Bound<'py, PyAny>>,
     seed: Option<&Bound<'py, PyAny>>,
-    num_draft: Option<Vec<usize>>,
-    stop_token_ids: Option<Vec<u32>>,
+    num_draft: Option<Vec<i64>>,
+    stop_token_ids: Option<Vec<i64>>,
 ) -> PyResult<VerifyArrays<'py>> {
     let target_t = DlTensor::from_py(target_logits, "target_logits")?;
     let tokens_t = DlTensor::from_py(draft_tokens, "draft_tokens")?;
@@ -314,8 +323,26 @@ pub fn verify<'py>(
             Some(s) => seeds(s)?,
             None => Seeds::Scalar(0),
         },
-        num_draft,
-        stop_token_ids: stop_token_ids.unwrap_or_default(),
+        num_draft: num_draft
+            .map(|v| {
+                v.into_iter()
+                    .map(|n| non_negative(n, "num_draft"))
+                    .collect()
+            })
+            .transpose()?,
+        stop_token_ids: stop_token_ids
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| {
+                u32::try_from(t).map_err(|_| {
+                    err(Error::TokenOutOfRange {
+                        name: "stop_token_ids".into(),
+                        id: t,
+                        vocab_size: target.dims[2],
+                    })
+                })
+            })
+            .collect::<PyResult<_>>()?,
     };
     let tokens: &[i64] = &tokens;
     let out = py
