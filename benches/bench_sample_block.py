@@ -17,14 +17,38 @@ from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "2")  # match torch.set_num_threads(2)
 
-import torch  # noqa: E402
-
-import dspark  # noqa: E402
+import dspark
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_verify import read_bandwidth, timeit  # noqa: E402
-from torch_reference import markov_block  # noqa: E402
+from bench_verify import read_bandwidth, timeit
+from torch_reference import markov_block
+
+
+def rows(dname: str, dt: torch.dtype, args: argparse.Namespace, floor: float) -> None:
+    """Time greedy and sampled drafting for one dtype and print the table rows."""
+    b, k, v, r = args.batch, args.slots, args.vocab, args.rank
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(b, k, v, generator=g).to(dt)
+    w1 = (0.1 * torch.randn(v, r, generator=g)).to(dt)
+    w2 = (0.1 * torch.randn(v, r, generator=g)).to(dt)
+    anchors = torch.randint(0, v, (b,), generator=g)
+    # The floor: W2 read once per slot, plus the base logits once.
+    floor_s = (k * w2.numel() + base.numel()) * w2.element_size() / (floor * 1e9)
+    for t in (0.0, 1.0):
+        ours = timeit(
+            lambda t=t: dspark.sample_block(base, w1, w2, anchors, temperature=t, seed=1),
+            min_time=args.min_time,
+        )
+        ref = timeit(
+            lambda t=t: markov_block(base, w1, w2, anchors, temperature=t, generator=g),
+            min_time=args.min_time,
+        )
+        print(
+            f"{dname:>5} {t:>4.1f} | {ours * 1e3:>9.2f} {ref * 1e3:>9.2f} {ref / ours:>7.1f} | "
+            f"{floor_s * 1e3:>10.2f} {ours / floor_s:>7.2f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,28 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     print(head)
     print("-" * len(head))
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16}
-    g = torch.Generator().manual_seed(0)
     for dname in args.dtypes.split(","):
-        dt = dtypes[dname]
-        base = torch.randn(b, k, v, generator=g).to(dt)
-        w1 = (0.1 * torch.randn(v, r, generator=g)).to(dt)
-        w2 = (0.1 * torch.randn(v, r, generator=g)).to(dt)
-        anchors = torch.randint(0, v, (b,), generator=g)
-        # The floor: W2 read once per slot, plus the base logits once.
-        floor_s = (k * w2.numel() + base.numel()) * w2.element_size() / (floor * 1e9)
-        for t in (0.0, 1.0):
-            ours = timeit(
-                lambda t=t: dspark.sample_block(base, w1, w2, anchors, temperature=t, seed=1),
-                min_time=args.min_time,
-            )
-            ref = timeit(
-                lambda t=t: markov_block(base, w1, w2, anchors, temperature=t, generator=g),
-                min_time=args.min_time,
-            )
-            print(
-                f"{dname:>5} {t:>4.1f} | {ours * 1e3:>9.2f} {ref * 1e3:>9.2f} {ref / ours:>7.1f} | "
-                f"{floor_s * 1e3:>10.2f} {ours / floor_s:>7.2f}"
-            )
+        rows(dname, dtypes[dname], args, floor)
     print(
         "x torch: times faster than the torch reference. x floor: dspark time / time to read "
         "W2 once per slot (+ base logits) at the measured bandwidth (target: <= 2)."

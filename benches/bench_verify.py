@@ -21,13 +21,12 @@ from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "2")  # match torch.set_num_threads(2)
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import dspark  # noqa: E402
+import dspark
+import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from torch_reference import verify as torch_verify  # noqa: E402
+from torch_reference import verify as torch_verify
 
 
 def timeit(fn: Callable[[], object], *, min_time: float = 0.3, min_runs: int = 5) -> float:
@@ -87,6 +86,32 @@ def case(batch: int, slots: int, vocab: int, dtype: torch.dtype, seed: int = 0):
     return target, draft, tokens.reshape(batch, slots)
 
 
+def row(batch, slots, vocab, dname, dtype, args, hf, floor) -> None:
+    """Time one shape for dspark and the peers and print its table row."""
+    target, draft, tokens = case(batch, slots, vocab, dtype)
+    t = args.temperature
+    ours = timeit(
+        lambda: dspark.verify(target, tokens, draft, temperature=t, seed=1),
+        min_time=args.min_time,
+    )
+    gen = torch.Generator().manual_seed(1)
+    ref = timeit(
+        lambda: torch_verify(target, tokens, draft, temperature=t, generator=gen),
+        min_time=args.min_time,
+    )
+    hf_t = float("nan")
+    if hf is not None and batch == 1:
+        ids = torch.cat([torch.zeros(1, 5, dtype=torch.int64), tokens], dim=1)
+        hf_t = timeit(lambda: hf(ids, draft / t, slots, target / t), min_time=args.min_time)
+    nbytes = (target.numel() + draft.numel()) * target.element_size()
+    gbs = nbytes / ours / 1e9
+    print(
+        f"{batch:>3} {vocab:>7} {dname:>5} | {ours * 1e3:>9.3f} {ref * 1e3:>9.3f} "
+        f"{hf_t * 1e3:>8.3f} | {ref / ours:>7.1f} {hf_t / ours:>6.1f} | "
+        f"{gbs:>6.1f} {100 * gbs / floor:>5.0f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="1,8,32")
@@ -123,31 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     for vocab in map(int, args.vocabs.split(",")):
         for dname in args.dtypes.split(","):
             for batch in map(int, args.batches.split(",")):
-                target, draft, tokens = case(batch, args.slots, vocab, dtypes[dname])
-                t = args.temperature
-                ours = timeit(
-                    lambda: dspark.verify(target, tokens, draft, temperature=t, seed=1),
-                    min_time=args.min_time,
-                )
-                gen = torch.Generator().manual_seed(1)
-                ref = timeit(
-                    lambda: torch_verify(target, tokens, draft, temperature=t, generator=gen),
-                    min_time=args.min_time,
-                )
-                hf_t = float("nan")
-                if hf is not None and batch == 1:
-                    ids = torch.cat([torch.zeros(1, 5, dtype=torch.int64), tokens], dim=1)
-                    hf_t = timeit(
-                        lambda: hf(ids, draft / t, args.slots, target / t),
-                        min_time=args.min_time,
-                    )
-                nbytes = (target.numel() + draft.numel()) * target.element_size()
-                gbs = nbytes / ours / 1e9
-                print(
-                    f"{batch:>3} {vocab:>7} {dname:>5} | {ours * 1e3:>9.3f} {ref * 1e3:>9.3f} "
-                    f"{hf_t * 1e3:>8.3f} | {ref / ours:>7.1f} {hf_t / ours:>6.1f} | "
-                    f"{gbs:>6.1f} {100 * gbs / floor:>5.0f}"
-                )
+                row(batch, args.slots, vocab, dname, dtypes[dname], args, hf, floor)
     print(
         "x torch / x HF: how many times faster dspark is than the peer (HF: B=1 only). "
         "GB/s: target + draft logits bytes / dspark time."
