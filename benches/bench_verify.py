@@ -86,27 +86,32 @@ def case(batch: int, slots: int, vocab: int, dtype: torch.dtype, seed: int = 0):
     return target, draft, tokens.reshape(batch, slots)
 
 
-def row(batch, slots, vocab, dname, dtype, args, hf, floor) -> None:
-    """Time one shape for dspark and the peers and print its table row."""
+def row(batch, slots, vocab, dname, dtype, mode, args, hf, floor) -> None:
+    """Time one shape and mode for dspark and the peers and print its table row.
+
+    Modes: ``q`` (sampled target, sampled draft with its logits: the residual path),
+    ``onehot`` (sampled target, ``draft_logits=None``), ``greedy`` (T = 0).
+    """
     target, draft, tokens = case(batch, slots, vocab, dtype)
-    t = args.temperature
+    t = 0.0 if mode == "greedy" else args.temperature
+    q = draft if mode == "q" else None
     ours = timeit(
-        lambda: dspark.verify(target, tokens, draft, temperature=t, seed=1),
+        lambda: dspark.verify(target, tokens, q, temperature=t, seed=1),
         min_time=args.min_time,
     )
     gen = torch.Generator().manual_seed(1)
     ref = timeit(
-        lambda: torch_verify(target, tokens, draft, temperature=t, generator=gen),
+        lambda: torch_verify(target, tokens, q, temperature=t, generator=gen),
         min_time=args.min_time,
     )
     hf_t = float("nan")
-    if hf is not None and batch == 1:
+    if hf is not None and batch == 1 and mode == "q":
         ids = torch.cat([torch.zeros(1, 5, dtype=torch.int64), tokens], dim=1)
         hf_t = timeit(lambda: hf(ids, draft / t, slots, target / t), min_time=args.min_time)
-    nbytes = (target.numel() + draft.numel()) * target.element_size()
+    nbytes = (target.numel() + (0 if q is None else q.numel())) * target.element_size()
     gbs = nbytes / ours / 1e9
     print(
-        f"{batch:>3} {vocab:>7} {dname:>5} | {ours * 1e3:>9.3f} {ref * 1e3:>9.3f} "
+        f"{batch:>3} {vocab:>7} {dname:>5} {mode:>6} | {ours * 1e3:>9.3f} {ref * 1e3:>9.3f} "
         f"{hf_t * 1e3:>8.3f} | {ref / ours:>7.1f} {hf_t / ours:>6.1f} | "
         f"{gbs:>6.1f} {100 * gbs / floor:>5.0f}"
     )
@@ -118,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--vocabs", default="32000,151936")
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--slots", type=int, default=7)
+    ap.add_argument("--modes", default="q,onehot,greedy", help="q, onehot, greedy")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-time", type=float, default=0.5)
@@ -140,18 +146,20 @@ def main(argv: list[str] | None = None) -> None:
         f"dspark {dspark.__version__}, torch {torch.__version__}"
     )
     head = (
-        f"{'B':>3} {'V':>7} {'dtype':>5} | {'dspark ms':>9} {'torch ms':>9} {'HF ms':>8} | "
+        f"{'B':>3} {'V':>7} {'dtype':>5} {'mode':>6} | "
+        f"{'dspark ms':>9} {'torch ms':>9} {'HF ms':>8} | "
         f"{'x torch':>7} {'x HF':>6} | {'GB/s':>6} {'% bw':>5}"
     )
     print(head)
     print("-" * len(head))
     for vocab in map(int, args.vocabs.split(",")):
         for dname in args.dtypes.split(","):
-            for batch in map(int, args.batches.split(",")):
-                row(batch, args.slots, vocab, dname, dtypes[dname], args, hf, floor)
+            for mode in args.modes.split(","):
+                for batch in map(int, args.batches.split(",")):
+                    row(batch, args.slots, vocab, dname, dtypes[dname], mode, args, hf, floor)
     print(
-        "x torch / x HF: how many times faster dspark is than the peer (HF: B=1 only). "
-        "GB/s: target + draft logits bytes / dspark time."
+        "x torch / x HF: how many times faster dspark is than the peer (HF: B=1, mode q). "
+        "GB/s: logits bytes read (target, plus draft in mode q) / dspark time."
     )
 
 
