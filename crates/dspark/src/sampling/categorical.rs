@@ -8,7 +8,7 @@
 
 use super::fastmath::{exp, max_and_nans, multiversion, sum_exp};
 use super::filter::Cut;
-use super::view::{BLOCK, Floats, for_each_block};
+use super::view::{BLOCK, Floats, for_each_block, for_each_block_inline};
 
 /// Per-block statistics of a row.
 #[derive(Debug, Clone, Copy)]
@@ -51,10 +51,10 @@ fn block_argmax(start: usize, block: &[f32], bm: f32) -> usize {
 
 multiversion! {
     /// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled).
-    pub(crate) fn row_stats(row: Floats<'_>, s: f32, blocks: &mut Vec<BlockSum>) -> RowStats {
+    pub(crate) fn row_stats<M>(row: Floats<'_>, s: f32, blocks: &mut Vec<BlockSum>) -> RowStats {
         blocks.clear();
         let (mut best, mut argmax, mut nans) = (f32::NEG_INFINITY, 0usize, 0u32);
-        for_each_block(row, |start, block| {
+        for_each_block_inline!(row, |start, block| {
             let (bm, n) = max_and_nans(block);
             nans += n;
             if bm > best {
@@ -62,7 +62,7 @@ multiversion! {
                 argmax = block_argmax(start, block, bm);
             }
             let sum = if bm > f32::NEG_INFINITY && bm < f32::INFINITY {
-                sum_exp(block, bm, s)
+                sum_exp::<M>(block, bm, s)
             } else {
                 0.0
             };
@@ -82,9 +82,9 @@ multiversion! {
 
 multiversion! {
     /// Max, argmax and NaN count only (greedy rows and validation).
-    pub(crate) fn row_argmax(row: Floats<'_>) -> RowStats {
+    pub(crate) fn row_argmax<M>(row: Floats<'_>) -> RowStats {
         let (mut best, mut argmax, mut nans) = (f32::NEG_INFINITY, 0usize, 0u32);
-        for_each_block(row, |start, block| {
+        for_each_block_inline!(row, |start, block| {
             let (bm, n) = max_and_nans(block);
             nans += n;
             if bm > best {

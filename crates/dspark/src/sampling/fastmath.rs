@@ -8,29 +8,57 @@
 pub(crate) const LANES: usize = 16;
 
 /// Define a function whose body is compiled for the baseline target and, on x86-64, also for
-/// AVX2+FMA, choosing at run time. Arguments must be plain (non-generic) types.
+/// AVX2+FMA, choosing at run time. The body is generic over `$m: MulAdd` ([`Fused`] in the
+/// AVX2+FMA build, [`Unfused`] otherwise). Arguments must be plain (non-generic) types.
 macro_rules! multiversion {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
-        $(#[$m])*
+    ($(#[$meta:meta])* $vis:vis fn $name:ident<$m:ident>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
-            fn inner($($arg: $ty),*) $(-> $ret)? $body
+            fn inner<$m: $crate::sampling::fastmath::MulAdd>($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx2,fma")]
                 fn avx2($($arg: $ty),*) $(-> $ret)? {
-                    inner($($arg),*)
+                    inner::<$crate::sampling::fastmath::Fused>($($arg),*)
                 }
                 if $crate::sampling::fastmath::has_avx2() {
                     // SAFETY: `has_avx2` checked that this CPU supports AVX2 and FMA.
                     return unsafe { avx2($($arg),*) };
                 }
             }
-            inner($($arg),*)
+            inner::<$crate::sampling::fastmath::Unfused>($($arg),*)
         }
     };
 }
 pub(crate) use multiversion;
+
+/// `a·b + c`, fused or not. The fused form is only used where FMA instructions are enabled
+/// (elsewhere `f32::mul_add` would be a slow library call).
+pub(crate) trait MulAdd {
+    /// `a·b + c`.
+    fn mul_add(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// Fused multiply-add (one rounding).
+pub(crate) struct Fused;
+
+/// Separate multiply and add.
+pub(crate) struct Unfused;
+
+impl MulAdd for Fused {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+impl MulAdd for Unfused {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
 
 /// `true` when the CPU supports AVX2 and FMA (cached by the standard library).
 #[cfg(target_arch = "x86_64")]
@@ -40,34 +68,38 @@ pub(crate) fn has_avx2() -> bool {
 }
 
 /// `e^x` in f32 with about 1 ulp of error over the normal range; exactly `0.0` for
-/// `x < -87.3` (including `-inf`), `+inf` above 88.7. Branch-free so that loops vectorize.
+/// `x < -87.3` (including `-inf`), `+inf` above 88.7 (NaN gives a tiny positive value: callers
+/// detect NaNs separately). Branch-free and free of float→int casts (which do not vectorize).
 #[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
+pub(crate) fn exp_with<M: MulAdd>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-    let xc = x.clamp(-87.3, 88.7);
-    let t = xc * LOG2E + ROUND;
+    let xc = if x > -87.3 { x } else { -87.3 };
+    let xc = if xc < 88.7 { xc } else { 88.7 };
+    let t = M::mul_add(xc, LOG2E, ROUND);
     let n = t - ROUND;
-    let r = xc - n * LN2_HI - n * LN2_LO;
+    let r = M::mul_add(n, -LN2_LO, M::mul_add(n, -LN2_HI, xc));
     let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
-    let y = p * r * r + r + 1.0;
-    // 2^n through the exponent bits (n is within [-126, 128] after the clamp).
-    let e = f32::from_bits(((n as i32 + 127).clamp(0, 255) as u32) << 23);
+    p = M::mul_add(p, r, 1.398_199_9e-3);
+    p = M::mul_add(p, r, 8.333_452e-3);
+    p = M::mul_add(p, r, 4.166_579_6e-2);
+    p = M::mul_add(p, r, 1.666_666_5e-1);
+    p = M::mul_add(p, r, 0.5);
+    let y = M::mul_add(p, r * r, r) + 1.0;
+    // 2^n from the integer held in t's low mantissa bits (n is within [-126, 128]; 128 gives
+    // +inf, the right answer above ln(f32::MAX)).
+    let n_int = t.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
+    let e = f32::from_bits((n_int.wrapping_add(127) as u32) << 23);
     let v = y * e;
-    if x < -87.3 {
-        0.0
-    } else if x > 88.7 {
-        f32::INFINITY
-    } else {
-        v
-    }
+    if x < -87.3 { 0.0 } else { v }
+}
+
+/// [`exp_with`] without FMA (for code outside [`multiversion!`] functions).
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    exp_with::<Unfused>(x)
 }
 
 /// Maximum of a block (NaN-ignoring) and the number of NaNs in it.
@@ -97,18 +129,18 @@ pub(crate) fn max_and_nans(x: &[f32]) -> (f32, u32) {
 
 /// `Σ exp((x - m) · s)` over a block, in f32 lanes.
 #[inline(always)]
-pub(crate) fn sum_exp(x: &[f32], m: f32, s: f32) -> f32 {
+pub(crate) fn sum_exp<M: MulAdd>(x: &[f32], m: f32, s: f32) -> f32 {
     let mut acc = [0f32; LANES];
     let chunks = x.chunks_exact(LANES);
     let tail = chunks.remainder();
     for c in chunks {
         for i in 0..LANES {
-            acc[i] += exp((c[i] - m) * s);
+            acc[i] += exp_with::<M>((c[i] - m) * s);
         }
     }
     let mut t: f32 = acc.iter().sum();
     for &v in tail {
-        t += exp((v - m) * s);
+        t += exp_with::<M>((v - m) * s);
     }
     t
 }
@@ -116,6 +148,12 @@ pub(crate) fn sum_exp(x: &[f32], m: f32, s: f32) -> f32 {
 /// Dot product in f32 lanes.
 #[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    dot_with::<Unfused>(a, b)
+}
+
+/// Dot product in f32 lanes, with `M`'s multiply-add.
+#[inline(always)]
+pub(crate) fn dot_with<M: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0f32; LANES];
@@ -124,7 +162,7 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let (ta, tb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for i in 0..LANES {
-            acc[i] += x[i] * y[i];
+            acc[i] = M::mul_add(x[i], y[i], acc[i]);
         }
     }
     let mut t: f32 = acc.iter().sum();
@@ -132,6 +170,34 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
         t += x * y;
     }
     t
+}
+
+/// `out[b] = w · e_b` for `N` vectors `e_b = e[b·r..(b+1)·r]` at once: each chunk of `w` is
+/// loaded once for all `N`, with `N` independent 8-lane accumulators (register-blocked GEMV).
+#[inline(always)]
+pub(crate) fn dots<M: MulAdd, const N: usize>(w: &[f32], e: &[f32], out: &mut [f32; N]) {
+    let r = w.len();
+    let mut acc = [[0f32; 8]; N];
+    let full = r / 8 * 8;
+    let mut c = 0;
+    while c < full {
+        let wv = &w[c..c + 8];
+        for (b, a) in acc.iter_mut().enumerate() {
+            let ev = &e[b * r + c..b * r + c + 8];
+            for l in 0..8 {
+                a[l] = M::mul_add(wv[l], ev[l], a[l]);
+            }
+        }
+        c += 8;
+    }
+    for (b, o) in out.iter_mut().enumerate() {
+        let a = &acc[b];
+        let mut t = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+        for k in full..r {
+            t = M::mul_add(w[k], e[b * r + k], t);
+        }
+        *o = t;
+    }
 }
 
 #[cfg(test)]
@@ -149,6 +215,12 @@ mod tests {
             x += 0.0137;
         }
         assert!(worst < 4e-7, "relative error {worst}");
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (a, b) = (exp_with::<Fused>(x), exp(x));
+            assert!(((a - b) / b).abs() < 4e-7);
+            x += 0.0371;
+        }
         assert_eq!(exp(f32::NEG_INFINITY), 0.0);
         assert_eq!(exp(-100.0), 0.0);
         assert_eq!(exp(0.0), 1.0);
@@ -167,9 +239,15 @@ mod tests {
         y[17] = f32::NAN;
         y[300] = f32::NAN;
         assert_eq!(max_and_nans(&y).1, 2);
-        let s = sum_exp(&x, m, 0.5);
+        let s = sum_exp::<Unfused>(&x, m, 0.5);
         let want: f64 = x.iter().map(|&v| (f64::from(v - m) * 0.5).exp()).sum();
         assert!((f64::from(s) - want).abs() / want < 1e-5);
+        let mut out = [0f32; 3];
+        dots::<Unfused, 3>(&x[..37], &x[..111], &mut out);
+        for (b, o) in out.iter().enumerate() {
+            let want: f64 = (0..37).map(|j| f64::from(x[j] * x[b * 37 + j])).sum();
+            assert!((f64::from(*o) - want).abs() < 1e-3 * want.abs().max(1.0));
+        }
         let d = dot(&x, &x[1..]);
         let want: f64 = x.iter().zip(&x[1..]).map(|(a, b)| f64::from(a * b)).sum();
         assert!((f64::from(d) - want).abs() / want.abs().max(1.0) < 1e-4);

@@ -77,6 +77,13 @@ struct Request {
     num_draft: usize,
 }
 
+impl Request {
+    /// `T == 0`, or so small that `1/T` overflows (the distribution is then the argmax).
+    fn greedy(&self) -> bool {
+        !(1.0 / self.temperature).is_finite()
+    }
+}
+
 /// Verify a batch of drafts against target logits `[B, K+1, V]` (any of f32/f16/bf16).
 ///
 /// `draft_tokens` is `[B, K]` target ids; `draft_logits` (optional) is `[B, K, V]` with
@@ -239,7 +246,7 @@ fn verify_one(
     for (i, &x) in drafts.iter().take(n).enumerate() {
         let x = x as usize;
         checked = i + 1;
-        let ok = if req.temperature == 0.0 {
+        let ok = if req.greedy() {
             let st = row_argmax(target.row(r, i));
             greedy_check(&st, where_t(i))?;
             if st.argmax != x {
@@ -306,7 +313,7 @@ fn verify_one(
         // Bonus token from row n.
         checked = n + 1;
         let row = target.row(r, n);
-        let y = if req.temperature == 0.0 {
+        let y = if req.greedy() {
             let st = row_argmax(row);
             greedy_check(&st, where_t(n))?;
             st.argmax

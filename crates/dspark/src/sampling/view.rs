@@ -82,7 +82,7 @@ impl<'a> Floats<'a> {
     }
 
     /// Widen `[start, start + out.len())` into `out`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn read_into(&self, start: usize, out: &mut [f32]) {
         let n = out.len();
         match self {
@@ -95,6 +95,41 @@ impl<'a> Floats<'a> {
 
 /// Block length used when walking a row: `f16`/`bf16` rows are widened this many values at a time.
 pub(crate) const BLOCK: usize = 256;
+
+/// Like [`for_each_block`], but expands the body in place (no closure), so that it is compiled
+/// with the target features of the enclosing function. The body runs inside a `for` loop.
+macro_rules! for_each_block_inline {
+    ($row:expr, |$start:ident, $block:ident| $body:block) => {
+        match $row {
+            $crate::sampling::view::Floats::F32(s) => {
+                for (i, c) in s.chunks($crate::sampling::view::BLOCK).enumerate() {
+                    let $start = i * $crate::sampling::view::BLOCK;
+                    let $block: &[f32] = c;
+                    $body
+                }
+            }
+            $crate::sampling::view::Floats::F16(s) => {
+                let mut buf = [0f32; $crate::sampling::view::BLOCK];
+                for (i, c) in s.chunks($crate::sampling::view::BLOCK).enumerate() {
+                    let $start = i * $crate::sampling::view::BLOCK;
+                    half::slice::HalfFloatSliceExt::convert_to_f32_slice(c, &mut buf[..c.len()]);
+                    let $block: &[f32] = &buf[..c.len()];
+                    $body
+                }
+            }
+            $crate::sampling::view::Floats::BF16(s) => {
+                let mut buf = [0f32; $crate::sampling::view::BLOCK];
+                for (i, c) in s.chunks($crate::sampling::view::BLOCK).enumerate() {
+                    let $start = i * $crate::sampling::view::BLOCK;
+                    $crate::sampling::view::widen_bf16(c, &mut buf[..c.len()]);
+                    let $block: &[f32] = &buf[..c.len()];
+                    $body
+                }
+            }
+        }
+    };
+}
+pub(crate) use for_each_block_inline;
 
 /// Call `f(start, block)` for consecutive blocks of at most [`BLOCK`] values of `row`, widened to
 /// `f32` (zero-copy for `f32` rows).
