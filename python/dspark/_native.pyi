@@ -1,7 +1,7 @@
 """Type stubs for the native half of dspark (``dspark._native``)."""
 
 import os
-from typing import Any, final
+from typing import Any, TypeAlias, final
 
 import numpy as np
 import numpy.typing as npt
@@ -103,3 +103,57 @@ class Report:
 def inspect(
     draft: str | os.PathLike[str], target: str | os.PathLike[str] | None = None
 ) -> Report: ...
+
+# --- kernels (DLPack in: numpy arrays, torch tensors, anything with ``__dlpack__``) ---------
+# Use the typed wrappers in ``dspark.kernels`` (re-exported as ``dspark.sample_block`` etc.);
+# these natives return plain numpy arrays.
+
+_Tensor: TypeAlias = Any
+_PerRequestFloat: TypeAlias = float | list[float] | tuple[float, ...]
+_PerRequestInt: TypeAlias = int | list[int] | tuple[int, ...]
+
+def sample_block(
+    base_logits: _Tensor,
+    markov_w1: _Tensor,
+    markov_w2: _Tensor,
+    anchors: _Tensor,
+    *,
+    temperature: float = 0.0,
+    seed: _PerRequestInt | None = None,
+    target_vocab_size: int | None = None,
+    d2t: _Tensor | None = None,
+    top_k: int | None = None,
+    logit_scale: float = 1.0,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+def verify(
+    target_logits: _Tensor,
+    draft_tokens: _Tensor,
+    draft_logits: _Tensor | None = None,
+    *,
+    temperature: _PerRequestFloat | None = None,
+    top_k: int | list[int | None] | None = None,
+    top_p: _PerRequestFloat | None = None,
+    seed: _PerRequestInt | None = None,
+    num_draft: list[int] | None = None,
+    stop_token_ids: list[int] | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+def confidence(
+    hidden: _Tensor,
+    prev_embeddings: _Tensor | None,
+    weight: _Tensor,
+    bias: float = 0.0,
+    *,
+    sts: str | list[float] | None = None,
+) -> npt.NDArray[np.float32]: ...
+def schedule_threshold(confidence: _Tensor, threshold: float) -> list[int]: ...
+def schedule_lengths(
+    confidence: _Tensor, steps_per_second: list[tuple[int, float]], interpolation: str = "step"
+) -> list[int]: ...
+def schedule_pipelined(
+    stale: _Tensor,
+    current: _Tensor,
+    steps_per_second: list[tuple[int, float]],
+    interpolation: str = "step",
+) -> list[int]: ...
+def _dlpack_describe(obj: _Tensor) -> tuple[str, list[int], str, int]: ...
+def _dlpack_sum(obj: _Tensor) -> float: ...

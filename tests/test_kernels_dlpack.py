@@ -1,0 +1,225 @@
+"""The DLPack consumer: dtypes, shapes, zero-copy, contiguity, devices, ownership."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import dspark
+from dspark import _native
+
+NUMPY_DTYPES = ["float32", "float16", "int32", "int64", "uint32"]
+
+
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES)
+def test_numpy_dtype_shape_and_pointer(dtype):
+    a = np.arange(24, dtype=dtype).reshape(2, 3, 4)
+    kind, shape, device, ptr = _native._dlpack_describe(a)
+    assert (kind, shape, device) == (dtype, [2, 3, 4], "cpu")
+    assert ptr == a.ctypes.data, "the consumer must see the producer's buffer, not a copy"
+    assert _native._dlpack_sum(a) == pytest.approx(float(a.astype(np.float64).sum()))
+
+
+def test_views_with_offsets_are_read_in_place():
+    big = np.arange(1000, dtype=np.float32).reshape(100, 10)
+    view = big[37:61]  # a non-owning, C-contiguous view with a byte offset
+    _, shape, _, ptr = _native._dlpack_describe(view)
+    assert shape == [24, 10] and ptr == view.ctypes.data == big.ctypes.data + 37 * 10 * 4
+    assert _native._dlpack_sum(view) == pytest.approx(float(view.sum(dtype=np.float64)))
+
+
+def test_zero_dim_and_empty():
+    assert _native._dlpack_describe(np.array(3.5, dtype=np.float32))[:2] == ("float32", [])
+    assert _native._dlpack_sum(np.array(2.5, dtype=np.float32)) == 2.5
+    assert _native._dlpack_describe(np.zeros((0, 5), dtype=np.int64))[:2] == ("int64", [0, 5])
+    assert _native._dlpack_sum(np.zeros((3, 0), dtype=np.float32)) == 0.0
+
+
+def test_unit_dims_with_any_stride_count_as_contiguous():
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    unit = base[:, None, :]  # stride of the size-1 dim is arbitrary
+    assert _native._dlpack_describe(unit)[1] == [3, 1, 4]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a: a.T,
+        lambda a: a[:, ::2],
+        lambda a: a[::2],
+        lambda a: a.reshape(4, 6)[:, 1:],
+    ],
+    ids=["transpose", "col-step", "row-step", "col-slice"],
+)
+def test_non_contiguous_numpy_is_rejected_not_copied(make):
+    a = np.arange(24, dtype=np.float32).reshape(6, 4)
+    with pytest.raises(dspark.InputError) as e:
+        _native._dlpack_describe(make(a))
+    assert e.value.code == "bad-shape"
+    assert "contiguous" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bool", "complex64", "int8", "uint8", "int16"])
+def test_unsupported_dtypes(dtype):
+    with pytest.raises(dspark.InputError) as e:
+        _native._dlpack_describe(np.zeros(4, dtype=dtype))
+    assert e.value.code == "unsupported-dtype"
+
+
+def test_object_without_dlpack():
+    with pytest.raises(dspark.InputError) as e:
+        _native._dlpack_describe({"not": "a tensor"})
+    assert e.value.code == "unsupported-dtype"
+
+
+def test_deleter_runs_once_per_call():
+    """The guard calls the producer's deleter: numpy's reference to the array is released."""
+    a = np.ones((64, 64), dtype=np.float32)
+    before = sys.getrefcount(a)
+    for _ in range(200):
+        _native._dlpack_describe(a)
+        _native._dlpack_sum(a)
+    assert sys.getrefcount(a) == before
+
+
+def test_errors_after_taking_the_capsule_still_release_it():
+    a = np.ones((4, 4), dtype=np.float32).T  # rejected after the capsule was consumed
+    before = sys.getrefcount(a)
+    failures = 0
+    for _ in range(50):
+        try:
+            _native._dlpack_describe(a)
+        except dspark.InputError:
+            failures += 1
+    assert failures == 50
+    assert sys.getrefcount(a) == before
+
+
+class LegacyOnly:
+    """A producer whose ``__dlpack__`` does not take ``max_version`` (pre-1.0 protocol)."""
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.calls = []
+
+    def __dlpack__(self, stream=None):
+        self.calls.append(stream)
+        return self.arr.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+def test_legacy_producer_fallback():
+    a = np.arange(6, dtype=np.int64).reshape(2, 3)
+    p = LegacyOnly(a)
+    assert _native._dlpack_describe(p)[:2] == ("int64", [2, 3])
+    assert p.calls == [None]
+
+
+class Recording:
+    """Records the keyword arguments ``__dlpack__`` is called with."""
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.kwargs = None
+
+    def __dlpack__(self, **kwargs):
+        self.kwargs = kwargs
+        return self.arr.__dlpack__(**kwargs)
+
+
+def test_versioned_protocol_is_requested_first():
+    r = Recording(np.zeros(3, dtype=np.float32))
+    _native._dlpack_describe(r)
+    assert r.kwargs == {"max_version": (1, 0)}
+
+
+class Replay:
+    """Returns the same capsule every time: the second use must fail cleanly, not crash."""
+
+    def __init__(self, arr):
+        self.capsule = arr.__dlpack__()
+
+    def __dlpack__(self, stream=None):
+        return self.capsule
+
+
+def test_consumed_capsule_is_refused():
+    r = Replay(np.zeros(3, dtype=np.float32))
+    _native._dlpack_describe(r)
+    with pytest.raises(dspark.InputError) as e:
+        _native._dlpack_describe(r)
+    assert "consumed" in str(e.value)
+
+
+class FakeCuda:
+    """Claims to live on a CUDA device; exporting it must never be attempted."""
+
+    exported = False
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, **kwargs):
+        FakeCuda.exported = True
+        raise AssertionError("must not export a CUDA tensor")
+
+
+def test_cuda_tensors_are_refused_before_export():
+    with pytest.raises(dspark.InputError) as e:
+        _native._dlpack_describe(FakeCuda())
+    assert "CUDA tensors are not supported" in str(e.value)
+    assert "move to CPU" in str(e.value)
+    assert not FakeCuda.exported
+    with pytest.raises(dspark.InputError):
+        dspark.verify(FakeCuda(), np.zeros((1, 1), dtype=np.int64))
+
+
+def test_readonly_arrays_are_accepted():
+    a = np.arange(8, dtype=np.float32)
+    a.flags.writeable = False
+    assert _native._dlpack_sum(a) == 28.0
+
+
+@pytest.mark.torch
+class TestTorch:
+    torch = pytest.importorskip("torch")
+
+    @pytest.mark.parametrize(
+        ("dtype", "name"),
+        [
+            ("float32", "float32"),
+            ("float16", "float16"),
+            ("bfloat16", "bfloat16"),
+            ("int32", "int32"),
+            ("int64", "int64"),
+            ("uint32", "uint32"),
+        ],
+    )
+    def test_dtypes_and_pointer(self, dtype, name):
+        torch = self.torch
+        t = torch.arange(12).to(getattr(torch, dtype)).reshape(3, 4)
+        kind, shape, _, ptr = _native._dlpack_describe(t)
+        assert (kind, shape, ptr) == (name, [3, 4], t.data_ptr())
+        assert _native._dlpack_sum(t) == pytest.approx(66.0)
+
+    def test_storage_offset_view(self):
+        t = self.torch.arange(40, dtype=self.torch.bfloat16).reshape(10, 4)
+        v = t[3:7]
+        assert _native._dlpack_describe(v)[3] == v.data_ptr() == t.data_ptr() + 3 * 4 * 2
+        assert _native._dlpack_sum(v) == pytest.approx(float(v.float().sum()))
+
+    @pytest.mark.parametrize("make", [lambda t: t.t(), lambda t: t[:, ::2]], ids=["t", "step"])
+    def test_non_contiguous_rejected(self, make):
+        t = self.torch.zeros(4, 6)
+        with pytest.raises(dspark.InputError) as e:
+            _native._dlpack_describe(make(t))
+        assert e.value.code == "bad-shape"
+
+    def test_float64_rejected(self):
+        with pytest.raises(dspark.InputError) as e:
+            _native._dlpack_describe(self.torch.zeros(3, dtype=self.torch.float64))
+        assert e.value.code == "unsupported-dtype"
