@@ -75,7 +75,7 @@ impl Rope {
             ));
         }
         let rotary_dim = (head_dim as f64 * spec.partial_rotary_factor).round() as usize;
-        if rotary_dim == 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim {
+        if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) || rotary_dim > head_dim {
             return Err(bad(
                 "partial_rotary_factor",
                 format!(

@@ -100,7 +100,7 @@ fn check_supported(spec: &DraftSpec) -> Result<()> {
         );
     }
     let (h, kv) = (spec.num_attention_heads, spec.num_key_value_heads);
-    if h == 0 || kv == 0 || h % kv != 0 {
+    if h == 0 || kv == 0 || !h.is_multiple_of(kv) {
         return bad(
             "num_key_value_heads",
             format!("{kv} does not divide num_attention_heads {h}"),
