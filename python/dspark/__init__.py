@@ -18,6 +18,7 @@ from dspark._native import (
     __version__,
     inspect,
 )
+from dspark.drafter import Drafter, DraftState, Proposal
 from dspark.kernels import (
     DraftBlock,
     Verification,
@@ -36,8 +37,11 @@ __all__ = [
     "DSparkError",
     "DraftBlock",
     "DraftSpec",
+    "DraftState",
+    "Drafter",
     "IdMap",
     "InputError",
+    "Proposal",
     "Report",
     "Verification",
     "VocabError",
