@@ -27,7 +27,7 @@ Contract (the same member names on every drafter class, see also ``TargetModel``
 
     # cached path (what the speculator uses): one pass over the block per round
     state = drafter.new_state()
-    state.extend(features, start_position)   # features [T_new, L*H_t]; only new positions
+    state.extend(features, start_position)   # features [T, L*H_t]; held positions are skipped
     block = drafter.propose_states([state, ...], anchors, temperature=0.0, seed=0)
     state.truncate(n)                        # roll back to the accepted prefix
     state.length, state.start, state.end     # anchor of the next round sits at state.end
@@ -147,8 +147,8 @@ class DraftState:
     def extend(self, features: Any, start_position: int) -> None:
         """Append target features ``[T, L*H_t]`` at absolute positions ``start_position..``.
 
-        Only the new positions are computed. A ``start_position`` inside the cache replaces the
-        cached suffix from there; a gap after the cache raises ``InputError``.
+        Only new positions are computed: rows of positions already held are skipped (use
+        :meth:`truncate` first to replace them); a gap after the cache raises ``InputError``.
         """
         if _is_torch(features) or isinstance(features, np.ndarray):
             if features.ndim == 3 and features.shape[0] == 1:

@@ -72,8 +72,12 @@ fn ids_u32(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u32>> {
             }));
         }
     } else {
-        obj.extract::<Vec<i64>>()
-            .map_err(|_| err(Error::invalid(name, "expected a 1-D int tensor or list of ints")))?
+        obj.extract::<Vec<i64>>().map_err(|_| {
+            err(Error::invalid(
+                name,
+                "expected a 1-D int tensor or list of ints",
+            ))
+        })?
     };
     wide.into_iter()
         .map(|x| {
@@ -155,8 +159,13 @@ fn plan_sharing(path: &std::path::Path, target: &TargetSpec) -> Result<(bool, bo
 }
 
 fn target_spec(target_config: &str) -> PyResult<TargetSpec> {
-    let value: serde_json::Value = serde_json::from_str(target_config)
-        .map_err(|e| err(Error::bad_config("<target config>", "<root>", e.to_string())))?;
+    let value: serde_json::Value = serde_json::from_str(target_config).map_err(|e| {
+        err(Error::bad_config(
+            "<target config>",
+            "<root>",
+            e.to_string(),
+        ))
+    })?;
     TargetSpec::from_value(&value, "<target config>").map_err(err)
 }
 

@@ -89,17 +89,26 @@ fn truncate_then_extend_equals_fresh_state() {
     let a = d.propose_cached(&[&fresh], &[5], &opts).unwrap();
     let b = d.propose_cached(&[&rolled], &[5], &opts).unwrap();
     assert_same(&a, &b, 1e-6);
-    // Overlapping extend replaces the suffix the same way.
+    // An overlapping extend skips the rows already held: the wrong suffix stays.
     let mut overlap = d.new_state();
     d.extend(&mut overlap, &rows(&ctx, 0, 12), 0).unwrap();
     d.extend(&mut overlap, &rows(&other, 8, 12), 8).unwrap();
+    assert_eq!(overlap.len(), 12);
     let c = d.propose_cached(&[&overlap], &[5], &opts).unwrap();
-    assert_same(&a, &c, 1e-6);
     // And a state holding the wrong suffix does differ.
     let mut wrong = d.new_state();
     d.extend(&mut wrong, &rows(&ctx, 0, 12), 0).unwrap();
     let w = d.propose_cached(&[&wrong], &[5], &opts).unwrap();
     assert!(max_diff(&a.draft_logits, &w.draft_logits) > 1e-4);
+    assert_same(&w, &c, 1e-6);
+    // Overlap that runs past the cache appends only the new rows.
+    let mut part = d.new_state();
+    d.extend(&mut part, &rows(&ctx, 0, 8), 0).unwrap();
+    let mut grown = part.clone();
+    d.extend(&mut grown, &rows(&ctx, 4, 12), 4).unwrap();
+    assert_eq!(grown.len(), 12);
+    let g = d.propose_cached(&[&grown], &[5], &opts).unwrap();
+    assert_same(&w, &g, 1e-5);
 }
 
 #[test]

@@ -101,25 +101,26 @@ impl DraftState {
         self.start = 0;
     }
 
-    /// Prepare to append rows at absolute `position`: an empty state starts there, an
-    /// overlapping position rolls back to it first, a gap is an error.
-    pub(crate) fn seek(&mut self, position: usize) -> Result<()> {
+    /// Prepare to append rows given from absolute `position`: an empty state starts there;
+    /// rows of positions the state already holds are skipped (returns how many); a gap after
+    /// the cache is an error.
+    pub(crate) fn seek(&mut self, position: usize) -> Result<usize> {
         if self.len == 0 {
             self.start = position;
-            return Ok(());
+            return Ok(0);
         }
         if position < self.start || position > self.end() {
             return Err(Error::invalid(
                 "start_position",
                 format!(
                     "{position} is outside the cached context [{}, {}]: features must continue \
-                     the cache (or overlap it to replace a suffix)",
+                     the cache (rows of positions already held are skipped)",
                     self.start,
                     self.end()
                 ),
             ));
         }
-        self.truncate(position - self.start)
+        Ok(self.end() - position)
     }
 
     /// Append `n` rows: one `(k, v)` pair per layer, each `[kv_heads, n, head_dim]`.

@@ -56,11 +56,12 @@ impl Qwen3Drafter {
                 ),
             ));
         }
-        state.seek(start_position)?;
-        if t == 0 {
+        let skip = state.seek(start_position)?;
+        if t <= skip {
             return Ok(());
         }
-        let x = f32_of(&features.to_device(&self.device)?)?;
+        let (start_position, t) = (start_position + skip, t - skip);
+        let x = f32_of(&features.narrow(0, skip, t)?.to_device(&self.device)?)?;
         let ctx = rms_norm(
             &self.fc.forward(&x)?,
             &self.hidden_norm,

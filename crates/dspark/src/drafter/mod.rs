@@ -151,8 +151,8 @@ pub trait Drafter {
     /// An empty per-request state.
     fn new_state(&self) -> DraftState;
     /// Append context features `[T_new, L·H_t]` at absolute positions `start_position ..` to
-    /// `state`. Only the new positions are computed; a `start_position` inside the cache
-    /// replaces the cached suffix from there; a gap is an error.
+    /// `state`. Only new positions are computed: rows of positions the state already holds are
+    /// skipped (roll back with [`DraftState::truncate`] to replace them); a gap is an error.
     fn extend(
         &self,
         state: &mut DraftState,
