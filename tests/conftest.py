@@ -1,7 +1,74 @@
-"""Shared pytest configuration."""
+"""Shared pytest fixtures and helpers (generic: no test-file-specific logic here)."""
+
+from __future__ import annotations
 
 import sys
+import zlib
+from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 # Make `tests/helpers.py` importable as `helpers` from every test module.
 sys.path.insert(0, str(Path(__file__).parent))
+
+#: Significance level of every statistical test: tight, so a correct kernel never flakes.
+ALPHA = 1e-4
+
+
+def stable_seed(*parts: object) -> int:
+    """A deterministic 32-bit seed derived from the parts' text (stable across runs/processes)."""
+    return zlib.crc32(repr(parts).encode())
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """A numpy generator seeded from the test's node id: deterministic per test."""
+    return np.random.default_rng(stable_seed(request.node.nodeid))
+
+
+def check_distribution(
+    samples: np.ndarray, probs: np.ndarray, *, alpha: float = ALPHA, what: str = "samples"
+) -> float:
+    """Chi-square goodness of fit of integer ``samples`` in ``[0, len(probs))`` to ``probs``.
+
+    Cells with zero expected probability must be empty; the rest are tested at ``alpha``.
+    Returns the p-value.
+    """
+    from scipy import stats
+
+    samples = np.asarray(samples).reshape(-1)
+    probs = np.asarray(probs, dtype=np.float64)
+    n = samples.size
+    assert n > 0, f"{what}: no samples"
+    assert samples.min() >= 0 and samples.max() < probs.size, f"{what}: sample out of range"
+    counts = np.bincount(samples, minlength=probs.size)
+    zero = probs <= 0
+    assert counts[zero].sum() == 0, (
+        f"{what}: {counts[zero].sum()} samples at zero-probability ids {np.nonzero(zero & (counts > 0))[0]}"
+    )
+    live = ~zero
+    if live.sum() == 1:
+        return 1.0
+    expected = probs[live] / probs[live].sum() * n
+    observed = counts[live]
+    # Pool the cells expected to hold fewer than 5 samples into one (chi-square needs >= 5).
+    small = expected < 5
+    if small.any():
+        expected = np.append(expected[~small], expected[small].sum())
+        observed = np.append(observed[~small], observed[small].sum())
+    if expected.size == 1:
+        return 1.0
+    p_value = float(stats.chisquare(observed, expected).pvalue)
+    assert p_value > alpha, (
+        f"{what}: chi-square p={p_value:.3g} (n={n})\nobserved={observed}\n"
+        f"expected={np.round(expected, 1)}"
+    )
+    return p_value
+
+
+@pytest.fixture
+def assert_distribution() -> Callable[..., float]:
+    """The :func:`check_distribution` helper as a fixture."""
+    return check_distribution

@@ -18,18 +18,36 @@ from dspark._native import (
     __version__,
     inspect,
 )
+from dspark.kernels import (
+    DraftBlock,
+    Verification,
+    confidence,
+    sample_block,
+    schedule_lengths,
+    schedule_pipelined,
+    schedule_threshold,
+    verify,
+)
 
 __all__ = [
     "BackendError",
     "CheckpointError",
     "ConfigError",
     "DSparkError",
+    "DraftBlock",
     "DraftSpec",
     "IdMap",
     "InputError",
     "Report",
+    "Verification",
     "VocabError",
     "VocabLayout",
     "__version__",
+    "confidence",
     "inspect",
+    "sample_block",
+    "schedule_lengths",
+    "schedule_pipelined",
+    "schedule_threshold",
+    "verify",
 ]

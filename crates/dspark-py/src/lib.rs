@@ -1,9 +1,11 @@
 //! PyO3 glue for dspark: conversions, error mapping and thin wrappers. No logic lives here.
 
 mod config;
+mod dlpack;
 mod errors;
 mod inspect;
 mod json;
+mod kernels;
 mod vocab;
 
 use pyo3::prelude::*;
@@ -18,5 +20,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<vocab::PyIdMap>()?;
     m.add_class::<inspect::PyReport>()?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_describe, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_sum, m)?)?;
+    kernels::register(m)?;
     Ok(())
 }

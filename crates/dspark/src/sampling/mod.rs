@@ -1,1 +1,38 @@
 //! Drafting and verification kernels.
+//!
+//! Every kernel has a slice core that works on borrowed memory ([`Floats`], [`Rows3`], [`Mat`];
+//! the Python glue calls these directly on DLPack/numpy memory) and a thin candle-`Tensor` front.
+//! Math is f32 over f32/f16/bf16 inputs, one pass over each row where the math allows,
+//! sampling by inverse CDF with a single counter-based uniform ([`rng`]), no full sorts over the
+//! vocabulary, and rayon across rows.
+//!
+//! - [`mask_padded_rows`]: padded vocabulary columns → `-inf`.
+//! - [`sample_block_slices`] / [`sample_block`]: the sequential Markov block sampler.
+//! - [`verify_slices`] / [`verify`]: lossless rejection sampling.
+//! - [`confidence_slices`] / [`confidence`]: the confidence head, with optional
+//!   [`StsCalibration`].
+//! - [`threshold_lengths`], [`schedule_lengths`], [`schedule_pipelined`]: verify-length policies.
+
+mod categorical;
+mod confidence;
+mod dist;
+pub(crate) mod fastmath;
+mod filter;
+mod markov;
+mod mask;
+mod residual;
+pub mod rng;
+mod schedule;
+mod sts;
+mod tensor;
+mod verify;
+mod view;
+
+pub use confidence::confidence_slices;
+pub use markov::{BlockOptions, DraftBlock, sample_block_slices};
+pub use mask::{MaskPadded, mask_padded_rows, mask_padded_slice};
+pub use schedule::{StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths};
+pub use sts::StsCalibration;
+pub use tensor::{confidence, sample_block, verify};
+pub use verify::{Verification, VerifyOptions, verify_slices};
+pub use view::{Floats, Mat, PerRequest, Rows3, Seeds};

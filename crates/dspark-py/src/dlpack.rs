@@ -1,0 +1,518 @@
+//! A small DLPack consumer: borrow CPU tensors from torch, numpy or any `__dlpack__` producer
+//! without copying.
+//!
+//! [`DlTensor::from_py`] calls `obj.__dlpack__(max_version=(1, 0))` (falling back to the legacy
+//! `obj.__dlpack__()` for producers that do not take the keyword), takes ownership of the managed
+//! tensor by renaming the capsule to `used_dltensor[_versioned]` (so the capsule's own destructor
+//! leaves it alone), and calls the producer's deleter when the guard drops. While the guard lives,
+//! [`DlTensor::slice`] hands out `&[T]` views of the producer's memory.
+//!
+//! Only C-contiguous CPU tensors are accepted: anything else is an `InputError` (non-contiguous:
+//! `bad-shape`), never a silent copy.
+
+use std::ffi::{CStr, c_void};
+use std::ptr::NonNull;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict};
+
+use dspark::Error;
+
+use crate::errors::PyDSparkError;
+
+/// `DLDevice`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DLDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+/// `DLDataType`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DLDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+/// `DLTensor`: the plain description shared by both managed forms.
+#[repr(C)]
+struct RawDLTensor {
+    data: *mut c_void,
+    device: DLDevice,
+    ndim: i32,
+    dtype: DLDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+/// `DLManagedTensor` (the legacy, unversioned capsule payload, name `"dltensor"`).
+#[repr(C)]
+struct DLManagedTensor {
+    dl_tensor: RawDLTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+/// `DLPackVersion`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DLPackVersion {
+    major: u32,
+    minor: u32,
+}
+
+/// `DLManagedTensorVersioned` (DLPack ≥ 1.0, capsule name `"dltensor_versioned"`).
+#[repr(C)]
+struct DLManagedTensorVersioned {
+    version: DLPackVersion,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    flags: u64,
+    dl_tensor: RawDLTensor,
+}
+
+const DL_CPU: i32 = 1;
+const DL_CUDA: i32 = 2;
+const DL_CUDA_HOST: i32 = 3;
+const DL_CUDA_MANAGED: i32 = 13;
+
+const NAME_LEGACY: &CStr = c"dltensor";
+const NAME_LEGACY_USED: &CStr = c"used_dltensor";
+const NAME_VERSIONED: &CStr = c"dltensor_versioned";
+const NAME_VERSIONED_USED: &CStr = c"used_dltensor_versioned";
+
+/// Element types accepted from DLPack producers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DlDtype {
+    /// `float32`.
+    F32,
+    /// `float16`.
+    F16,
+    /// `bfloat16` (torch only: numpy has no bf16).
+    BF16,
+    /// `int32`.
+    I32,
+    /// `int64`.
+    I64,
+    /// `uint32`.
+    U32,
+}
+
+impl DlDtype {
+    fn from_raw(dt: DLDataType) -> Option<Self> {
+        if dt.lanes != 1 {
+            return None;
+        }
+        Some(match (dt.code, dt.bits) {
+            (2, 32) => DlDtype::F32,
+            (2, 16) => DlDtype::F16,
+            (4, 16) => DlDtype::BF16,
+            (0, 32) => DlDtype::I32,
+            (0, 64) => DlDtype::I64,
+            (1, 32) => DlDtype::U32,
+            _ => return None,
+        })
+    }
+
+    /// The numpy/torch spelling, e.g. `"float32"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DlDtype::F32 => "float32",
+            DlDtype::F16 => "float16",
+            DlDtype::BF16 => "bfloat16",
+            DlDtype::I32 => "int32",
+            DlDtype::I64 => "int64",
+            DlDtype::U32 => "uint32",
+        }
+    }
+
+    fn size(self) -> usize {
+        match self {
+            DlDtype::F16 | DlDtype::BF16 => 2,
+            DlDtype::F32 | DlDtype::I32 | DlDtype::U32 => 4,
+            DlDtype::I64 => 8,
+        }
+    }
+}
+
+fn raw_dtype_name(dt: DLDataType) -> String {
+    let kind = match dt.code {
+        0 => "int",
+        1 => "uint",
+        2 => "float",
+        4 => "bfloat",
+        5 => "complex",
+        6 => "bool",
+        _ => "opaque",
+    };
+    if dt.lanes == 1 {
+        format!("{kind}{}", dt.bits)
+    } else {
+        format!("{kind}{}x{}", dt.bits, dt.lanes)
+    }
+}
+
+/// A Rust element type that a [`DlDtype`] can be viewed as.
+pub trait DlElement: Copy + Send + Sync + 'static {
+    /// The matching DLPack dtype.
+    const DTYPE: DlDtype;
+}
+
+impl DlElement for f32 {
+    const DTYPE: DlDtype = DlDtype::F32;
+}
+impl DlElement for half::f16 {
+    const DTYPE: DlDtype = DlDtype::F16;
+}
+impl DlElement for half::bf16 {
+    const DTYPE: DlDtype = DlDtype::BF16;
+}
+impl DlElement for i32 {
+    const DTYPE: DlDtype = DlDtype::I32;
+}
+impl DlElement for i64 {
+    const DTYPE: DlDtype = DlDtype::I64;
+}
+impl DlElement for u32 {
+    const DTYPE: DlDtype = DlDtype::U32;
+}
+
+/// Which managed-tensor form we own.
+enum Owner {
+    Legacy(NonNull<DLManagedTensor>),
+    Versioned(NonNull<DLManagedTensorVersioned>),
+}
+
+/// An owned DLPack tensor: keeps the producer's memory alive until dropped.
+///
+/// Construct with [`DlTensor::from_py`]; the checks there guarantee a CPU, C-contiguous,
+/// aligned buffer of `numel` elements of `dtype` starting at `data`.
+pub struct DlTensor {
+    owner: Owner,
+    data: *const u8,
+    numel: usize,
+    dtype: DlDtype,
+    shape: Vec<usize>,
+    name: String,
+}
+
+impl Drop for DlTensor {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from a capsule we renamed to `used_*`, so nobody else calls
+        // the deleter; we call it exactly once, here. Producers' deleters take the GIL themselves
+        // when they need it (numpy, torch), so dropping while detached is also sound.
+        unsafe {
+            match self.owner {
+                Owner::Legacy(p) => {
+                    if let Some(deleter) = (*p.as_ptr()).deleter {
+                        deleter(p.as_ptr());
+                    }
+                }
+                Owner::Versioned(p) => {
+                    if let Some(deleter) = (*p.as_ptr()).deleter {
+                        deleter(p.as_ptr());
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn input_error(e: Error) -> PyErr {
+    PyDSparkError(e).into()
+}
+
+/// Ask `obj` for its DLPack device without exporting anything (None when it has no such method).
+fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
+    if !obj.hasattr("__dlpack_device__")? {
+        return Ok(None);
+    }
+    let dev = obj.call_method0("__dlpack_device__")?;
+    // Producers return an IntEnum for the device type: convert through `int`.
+    let kind: i32 = dev.get_item(0)?.call_method0("__int__")?.extract()?;
+    let id: i32 = dev.get_item(1)?.extract()?;
+    Ok(Some((kind, id)))
+}
+
+fn device_error(name: &str, device_type: i32) -> PyErr {
+    let what = match device_type {
+        DL_CUDA | DL_CUDA_MANAGED => {
+            "CUDA tensors are not supported in this build; move to CPU".to_string()
+        }
+        other => format!("device type {other} is not supported; move the tensor to CPU"),
+    };
+    input_error(Error::invalid(name, what))
+}
+
+impl DlTensor {
+    /// Borrow `obj` (anything with `__dlpack__`) as a CPU, C-contiguous tensor.
+    ///
+    /// `name` is the argument name used in error messages.
+    pub fn from_py(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Self> {
+        let py = obj.py();
+        if !obj.hasattr("__dlpack__")? {
+            return Err(input_error(Error::UnsupportedDtype {
+                name: name.to_string(),
+                message: format!(
+                    "expected a tensor or array implementing __dlpack__ (numpy, torch), got {}",
+                    obj.get_type().name()?
+                ),
+            }));
+        }
+        if let Some((kind, _)) = dlpack_device(obj)?
+            && kind != DL_CPU
+            && kind != DL_CUDA_HOST
+        {
+            return Err(device_error(name, kind));
+        }
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("max_version", (1u32, 0u32))?;
+        let capsule = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
+            Ok(c) => c,
+            Err(e) if e.is_instance_of::<PyTypeError>(py) => obj.call_method0("__dlpack__")?,
+            Err(e) => return Err(e),
+        };
+        let capsule = capsule.cast_into::<PyCapsule>().map_err(|_| {
+            input_error(Error::invalid(
+                name,
+                "__dlpack__ did not return a PyCapsule",
+            ))
+        })?;
+        let owner = take_capsule(&capsule, name)?;
+        // From here on `guard` owns the managed tensor: any early return calls the deleter.
+        let mut guard = DlTensor {
+            owner,
+            data: std::ptr::null(),
+            numel: 0,
+            dtype: DlDtype::F32,
+            shape: Vec::new(),
+            name: name.to_string(),
+        };
+        guard.describe()?;
+        Ok(guard)
+    }
+
+    /// Validate the raw tensor and fill in `data`, `numel`, `dtype`, `shape`.
+    fn describe(&mut self) -> PyResult<()> {
+        let name = self.name.clone();
+        // SAFETY: the managed tensor is alive (we own it until drop) and its DLTensor fields
+        // are initialised by the producer, per the DLPack contract.
+        let raw: &RawDLTensor = unsafe {
+            match self.owner {
+                Owner::Legacy(p) => &(*p.as_ptr()).dl_tensor,
+                Owner::Versioned(p) => &(*p.as_ptr()).dl_tensor,
+            }
+        };
+        if raw.device.device_type != DL_CPU && raw.device.device_type != DL_CUDA_HOST {
+            return Err(device_error(&name, raw.device.device_type));
+        }
+        let dtype = DlDtype::from_raw(raw.dtype).ok_or_else(|| {
+            input_error(Error::UnsupportedDtype {
+                name: name.clone(),
+                message: format!(
+                    "{} is not supported (expected float32, float16, bfloat16, int32, int64 or uint32)",
+                    raw_dtype_name(raw.dtype)
+                ),
+            })
+        })?;
+        let ndim = usize::try_from(raw.ndim)
+            .map_err(|_| input_error(Error::bad_shape(&name, "negative ndim")))?;
+        let (shape, strides): (&[i64], Option<&[i64]>) = if ndim == 0 {
+            (&[], None)
+        } else {
+            // SAFETY: DLPack guarantees `shape` points at `ndim` int64 values and `strides` is
+            // either null or points at `ndim` int64 values, valid while the tensor is alive.
+            unsafe {
+                (
+                    std::slice::from_raw_parts(raw.shape, ndim),
+                    (!raw.strides.is_null()).then(|| std::slice::from_raw_parts(raw.strides, ndim)),
+                )
+            }
+        };
+        let mut dims = Vec::with_capacity(ndim);
+        for &d in shape {
+            dims.push(
+                usize::try_from(d)
+                    .map_err(|_| input_error(Error::bad_shape(&name, "negative dimension")))?,
+            );
+        }
+        let numel = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        let numel =
+            numel.ok_or_else(|| input_error(Error::bad_shape(&name, "element count overflows")))?;
+        if let Some(strides) = strides
+            && numel > 0
+        {
+            let mut expected: i64 = 1;
+            for (i, (&d, &s)) in dims.iter().zip(strides).enumerate().rev() {
+                if d != 1 && s != expected {
+                    return Err(input_error(Error::bad_shape(
+                        &name,
+                        format!(
+                            "must be C-contiguous (shape {dims:?}, strides {strides:?}: dim {i} \
+                             has stride {s}, expected {expected}); call .contiguous() or \
+                             np.ascontiguousarray() first"
+                        ),
+                    )));
+                }
+                expected = expected.saturating_mul(d as i64);
+            }
+        }
+        let data = if numel == 0 || raw.data.is_null() {
+            std::ptr::null()
+        } else {
+            let offset = usize::try_from(raw.byte_offset)
+                .map_err(|_| input_error(Error::bad_shape(&name, "byte_offset overflows")))?;
+            // SAFETY: `data + byte_offset` is the first element, inside the producer's buffer.
+            let p = unsafe { raw.data.cast::<u8>().add(offset) }.cast_const();
+            if !(p as usize).is_multiple_of(dtype.size()) {
+                return Err(input_error(Error::bad_shape(
+                    &name,
+                    format!("data pointer is not aligned for {}", dtype.name()),
+                )));
+            }
+            p
+        };
+        if numel > 0 && data.is_null() {
+            return Err(input_error(Error::bad_shape(&name, "null data pointer")));
+        }
+        self.data = data;
+        self.numel = numel;
+        self.dtype = dtype;
+        self.shape = dims;
+        Ok(())
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DlDtype {
+        self.dtype
+    }
+
+    /// Shape (row-major).
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The argument name used in error messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The start of the data (for tests of zero-copy); null for empty tensors.
+    pub fn data_ptr(&self) -> usize {
+        self.data as usize
+    }
+
+    /// Borrow the elements as `&[T]`; `None` when `T` is not this tensor's dtype.
+    pub fn slice<T: DlElement>(&self) -> Option<&[T]> {
+        if T::DTYPE != self.dtype {
+            return None;
+        }
+        if self.numel == 0 {
+            return Some(&[]);
+        }
+        // SAFETY: `describe` checked that `data` is non-null, aligned for `T` (same size as
+        // `dtype`), on the CPU, and that the buffer is C-contiguous with `numel` elements, so
+        // `numel * size_of::<T>()` bytes from `data` belong to the producer's allocation. That
+        // memory stays alive until `self` drops (we hold the managed tensor and call its
+        // deleter only in `Drop`), and the returned borrow is tied to `&self`. The producer may
+        // in principle mutate it concurrently from another thread; callers hold this view only
+        // for the duration of one kernel call, the same contract numpy/torch extensions follow.
+        Some(unsafe { std::slice::from_raw_parts(self.data.cast::<T>(), self.numel) })
+    }
+}
+
+/// Take ownership of the managed tensor inside a fresh DLPack capsule.
+fn take_capsule(capsule: &Bound<'_, PyCapsule>, name: &str) -> PyResult<Owner> {
+    let owner = if capsule.is_valid_checked(Some(NAME_VERSIONED)) {
+        let ptr = capsule.pointer_checked(Some(NAME_VERSIONED))?;
+        let ptr = ptr.cast::<DLManagedTensorVersioned>();
+        // SAFETY: a valid `dltensor_versioned` capsule holds a `DLManagedTensorVersioned`.
+        let version = unsafe { (*ptr.as_ptr()).version };
+        rename(capsule, NAME_VERSIONED_USED)?;
+        let owner = Owner::Versioned(ptr);
+        if version.major != 1 {
+            // Different ABI: the layout after `version`/`manager_ctx`/`deleter` is unknown,
+            // but those three fields are fixed by the spec, so the deleter is safe to call.
+            drop(DlTensor {
+                owner,
+                data: std::ptr::null(),
+                numel: 0,
+                dtype: DlDtype::F32,
+                shape: Vec::new(),
+                name: name.to_string(),
+            });
+            return Err(input_error(Error::invalid(
+                name,
+                format!(
+                    "DLPack version {}.{} is not supported (need 1.x)",
+                    version.major, version.minor
+                ),
+            )));
+        }
+        owner
+    } else if capsule.is_valid_checked(Some(NAME_LEGACY)) {
+        let ptr = capsule.pointer_checked(Some(NAME_LEGACY))?;
+        rename(capsule, NAME_LEGACY_USED)?;
+        Owner::Legacy(ptr.cast::<DLManagedTensor>())
+    } else {
+        return Err(input_error(Error::invalid(
+            name,
+            "__dlpack__ returned a capsule that is neither `dltensor` nor `dltensor_versioned` \
+             (already consumed?)",
+        )));
+    };
+    Ok(owner)
+}
+
+fn rename(capsule: &Bound<'_, PyCapsule>, new: &'static CStr) -> PyResult<()> {
+    // SAFETY: `capsule` is a live capsule object; `new` is a static C string, so the name
+    // pointer the capsule keeps stays valid forever. The GIL is held (`Bound`).
+    let rc = unsafe { ffi::PyCapsule_SetName(capsule.as_ptr(), new.as_ptr()) };
+    if rc != 0 {
+        return Err(PyErr::fetch(capsule.py()));
+    }
+    Ok(())
+}
+
+/// `_dlpack_describe(obj) -> (dtype, shape, device, data_ptr)`: what the consumer sees.
+///
+/// Kept for tests of the DLPack layer (zero-copy: `data_ptr` equals the producer's pointer).
+#[pyfunction]
+pub fn _dlpack_describe(obj: &Bound<'_, PyAny>) -> PyResult<(String, Vec<usize>, String, usize)> {
+    let t = DlTensor::from_py(obj, "obj")?;
+    Ok((
+        t.dtype().name().to_string(),
+        t.shape().to_vec(),
+        "cpu".to_string(),
+        t.data_ptr(),
+    ))
+}
+
+/// `_dlpack_sum(obj) -> float`: sum of a float tensor read through the borrowed slice (f32
+/// accumulation), with the GIL released. Kept for tests of the DLPack layer.
+#[pyfunction]
+pub fn _dlpack_sum(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let t = DlTensor::from_py(obj, "obj")?;
+    let total = if let Some(s) = t.slice::<f32>() {
+        py.detach(|| s.iter().map(|&x| f64::from(x)).sum())
+    } else if let Some(s) = t.slice::<half::f16>() {
+        py.detach(|| s.iter().map(|&x| f64::from(x)).sum())
+    } else if let Some(s) = t.slice::<half::bf16>() {
+        py.detach(|| s.iter().map(|&x| f64::from(x)).sum())
+    } else if let Some(s) = t.slice::<i64>() {
+        py.detach(|| s.iter().map(|&x| x as f64).sum())
+    } else if let Some(s) = t.slice::<i32>() {
+        py.detach(|| s.iter().map(|&x| f64::from(x)).sum())
+    } else if let Some(s) = t.slice::<u32>() {
+        py.detach(|| s.iter().map(|&x| f64::from(x)).sum())
+    } else {
+        0.0
+    };
+    Ok(total)
+}

@@ -1,0 +1,110 @@
+//! The target distribution `p` of one verified row, and the draft distribution `q`.
+//!
+//! `p = softmax(logits / T)`, then top-k, then top-p, renormalized; built with one statistics
+//! pass over the row (plus histogram passes only when a truncation is active).
+
+use super::categorical::{BlockSum, RowStats, row_stats, sample_blocks, sample_cut};
+use super::fastmath::exp;
+use super::filter::{Cut, Goal, find_cut};
+use super::view::Floats;
+use crate::error::{Error, Result};
+
+/// A categorical distribution `∝ exp((x - max)·s)` over the tokens a cut keeps.
+#[derive(Debug, Clone)]
+pub(crate) struct Dist<'a> {
+    /// The row of raw logits.
+    pub row: Floats<'a>,
+    /// Statistics of the row at scale `s`.
+    pub stats: RowStats,
+    /// `1/T`.
+    pub s: f32,
+    /// Truncation (`None`: every finite token).
+    pub cut: Option<Cut>,
+    /// Normalizer over the kept tokens.
+    pub z: f64,
+}
+
+/// Error for a row holding NaN or `+inf`.
+pub(crate) fn non_finite(name: &str, what: String) -> Error {
+    Error::NonFinite {
+        name: name.to_string(),
+        message: what,
+    }
+}
+
+impl<'a> Dist<'a> {
+    /// Build the distribution of `row` at scale `s` with optional top-k / top-p (`1.0` = off).
+    /// `blocks` receives the row's block sums (needed later by [`Dist::sample`]).
+    pub fn new(
+        row: Floats<'a>,
+        s: f32,
+        top_k: Option<usize>,
+        top_p: f32,
+        blocks: &mut Vec<BlockSum>,
+        name: &str,
+        where_: impl Fn() -> String,
+    ) -> Result<Self> {
+        let stats = row_stats(row, s, blocks);
+        if stats.non_finite() {
+            return Err(non_finite(name, format!("NaN or +inf in {}", where_())));
+        }
+        if !stats.has_finite() {
+            return Err(Error::invalid(
+                name,
+                format!("{} has no finite entry (every token masked)", where_()),
+            ));
+        }
+        let mut cut = None;
+        let mut z = stats.total;
+        if let Some(k) = top_k.filter(|&k| k < row.len()) {
+            let kept = find_cut(row, stats.max, s, None, Goal::Count(k));
+            cut = kept.cut;
+            z = kept.mass;
+        }
+        if top_p < 1.0 {
+            let kept = find_cut(row, stats.max, s, cut, Goal::Mass(f64::from(top_p)));
+            if kept.cut.is_some() {
+                cut = kept.cut;
+            }
+            z = kept.mass;
+        }
+        Ok(Dist {
+            row,
+            stats,
+            s,
+            cut,
+            z,
+        })
+    }
+
+    /// Unnormalized weight of token `v` with raw value `x` (0 outside the kept set).
+    #[inline(always)]
+    pub fn weight(&self, x: f32, v: usize) -> f64 {
+        if x > f32::NEG_INFINITY && self.cut.is_none_or(|c| c.keeps(x, v)) {
+            f64::from(exp((x - self.stats.max) * self.s))
+        } else {
+            0.0
+        }
+    }
+
+    /// `p(v)`.
+    pub fn prob(&self, v: usize) -> f64 {
+        self.weight(self.row.get(v), v) / self.z
+    }
+
+    /// Draw one token with uniform `u` (`blocks` from [`Dist::new`]).
+    pub fn sample(&self, blocks: &[BlockSum], u: f64) -> usize {
+        match &self.cut {
+            None => sample_blocks(self.row, &self.stats, self.s, blocks, u),
+            Some(c) => sample_cut(
+                self.row,
+                self.stats.max,
+                self.s,
+                c,
+                self.z,
+                u,
+                self.stats.argmax,
+            ),
+        }
+    }
+}

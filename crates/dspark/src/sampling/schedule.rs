@@ -1,0 +1,202 @@
+//! Verify-length policies: a static confidence threshold, the paper's early-stop scheduler
+//! (Algorithm 1) and the pipelined variant.
+//!
+//! Confidences are `[B·K]` row-major; `c_{r,j}` estimates P(draft `j` accepted | drafts `< j`
+//! accepted). Values outside `[0, 1]` are clamped and NaN counts as `0` (never admitted early).
+//! Missing entries (a short slice) count as `0` too.
+
+use crate::error::{Error, Result};
+
+fn conf(c: &[f32], i: usize) -> f64 {
+    match c.get(i) {
+        Some(&v) if v > 0.0 => f64::from(v.min(1.0)),
+        _ => 0.0,
+    }
+}
+
+/// Truncate each request before its first slot with `c < threshold`.
+pub fn threshold_lengths(
+    confidence: &[f32],
+    batch: usize,
+    slots: usize,
+    threshold: f32,
+) -> Vec<usize> {
+    (0..batch)
+        .map(|r| {
+            (0..slots)
+                .position(|j| !matches!(confidence.get(r * slots + j), Some(&c) if c >= threshold))
+                .unwrap_or(slots)
+        })
+        .collect()
+}
+
+/// Steps per second of a verify pass as a function of the total number of verified tokens,
+/// profiled once at engine start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepsPerSecond {
+    /// `(tokens, steps/s)`, tokens strictly increasing.
+    points: Vec<(usize, f64)>,
+    /// Step function (`true`) or linear interpolation.
+    step: bool,
+}
+
+impl StepsPerSecond {
+    fn build(mut points: Vec<(usize, f64)>, step: bool) -> Result<Self> {
+        if points.is_empty() {
+            return Err(Error::invalid("steps_per_second", "the table is empty"));
+        }
+        points.sort_by_key(|p| p.0);
+        for w in points.windows(2) {
+            if w[0].0 == w[1].0 {
+                return Err(Error::invalid(
+                    "steps_per_second",
+                    format!("two entries for {} tokens", w[0].0),
+                ));
+            }
+        }
+        if let Some(&(n, v)) = points
+            .iter()
+            .find(|p| !(p.1.is_finite() && p.1 > 0.0) || p.0 == 0)
+        {
+            return Err(Error::invalid(
+                "steps_per_second",
+                format!("entry ({n} tokens, {v}): tokens must be >= 1, steps/s finite and > 0"),
+            ));
+        }
+        Ok(StepsPerSecond { points, step })
+    }
+
+    /// A step function over profiled sizes (e.g. CUDA-graph capture sizes): `SPS(n)` is the value
+    /// at the smallest profiled size `>= n`.
+    pub fn step(points: Vec<(usize, f64)>) -> Result<Self> {
+        Self::build(points, true)
+    }
+
+    /// Piecewise-linear interpolation between profiled sizes (constant below the first).
+    pub fn linear(points: Vec<(usize, f64)>) -> Result<Self> {
+        Self::build(points, false)
+    }
+
+    /// `SPS(n)`. Past the last profiled size `N`, tokens/s is held constant:
+    /// `SPS(n) = SPS(N)·N/n`.
+    pub fn sps(&self, tokens: usize) -> f64 {
+        let pts = &self.points;
+        let (ln, lv) = pts[pts.len() - 1];
+        if tokens > ln {
+            return lv * ln as f64 / tokens as f64;
+        }
+        let i = pts.partition_point(|p| p.0 < tokens);
+        if self.step || i == 0 || pts[i].0 == tokens {
+            return pts[i].1;
+        }
+        let (a, b) = (pts[i - 1], pts[i]);
+        let f = (tokens - a.0) as f64 / (b.0 - a.0) as f64;
+        a.1 + f * (b.1 - a.1)
+    }
+}
+
+/// Survival products `a_{r,j} = Π_{i<=j} c_{r,i}` with their (r, j), sorted by survival
+/// descending (ties: lower r, then lower j — so each request's slots stay in prefix order).
+fn ranked(confidence: &[f32], batch: usize, slots: usize) -> Vec<(f64, usize, usize)> {
+    let mut v = Vec::with_capacity(batch * slots);
+    for r in 0..batch {
+        let mut a = 1.0;
+        for j in 0..slots {
+            a *= conf(confidence, r * slots + j);
+            v.push((a, r, j));
+        }
+    }
+    v.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
+    v
+}
+
+/// The paper's scheduler: admit slots by descending survival while `Θ = τ·SPS(B)` strictly
+/// improves, stopping at the first non-improvement (the early stop keeps it lossless).
+pub fn schedule_lengths(
+    confidence: &[f32],
+    batch: usize,
+    slots: usize,
+    sps: &StepsPerSecond,
+) -> Vec<usize> {
+    let mut lengths = vec![0; batch];
+    let mut tokens = batch;
+    let mut tau = batch as f64;
+    let mut theta = tau * sps.sps(tokens);
+    for (a, r, _) in ranked(confidence, batch, slots) {
+        let next = (tau + a) * sps.sps(tokens + 1);
+        if next <= theta {
+            break;
+        }
+        theta = next;
+        tau += a;
+        tokens += 1;
+        lengths[r] += 1;
+    }
+    lengths
+}
+
+/// The pipelined variant: the capacity `K*` maximizes `Θ` over all prefixes of the STALE
+/// survival ranking (global search, no early stop; ties → smaller `K*`), then the top-`K*` slots
+/// by CURRENT survival are admitted. `stale` and `current` are both `[B·K]`.
+pub fn schedule_pipelined(
+    stale: &[f32],
+    current: &[f32],
+    batch: usize,
+    slots: usize,
+    sps: &StepsPerSecond,
+) -> Vec<usize> {
+    let mut tau = batch as f64;
+    let (mut best, mut capacity) = (tau * sps.sps(batch), 0usize);
+    for (n, (a, _, _)) in ranked(stale, batch, slots).into_iter().enumerate() {
+        tau += a;
+        let theta = tau * sps.sps(batch + n + 1);
+        if theta > best {
+            best = theta;
+            capacity = n + 1;
+        }
+    }
+    let mut lengths = vec![0; batch];
+    for (_, r, _) in ranked(current, batch, slots).into_iter().take(capacity) {
+        lengths[r] += 1;
+    }
+    lengths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sps_lookup_modes() {
+        let s = StepsPerSecond::step(vec![(4, 10.0), (1, 20.0), (8, 5.0)]).unwrap();
+        assert_eq!(s.sps(1), 20.0);
+        assert_eq!(s.sps(2), 10.0);
+        assert_eq!(s.sps(8), 5.0);
+        assert_eq!(s.sps(16), 2.5);
+        let l = StepsPerSecond::linear(vec![(1, 20.0), (5, 10.0)]).unwrap();
+        assert_eq!(l.sps(3), 15.0);
+        assert!(StepsPerSecond::step(vec![]).is_err());
+        assert!(StepsPerSecond::step(vec![(1, 1.0), (1, 2.0)]).is_err());
+        assert!(StepsPerSecond::step(vec![(1, f64::NAN)]).is_err());
+    }
+
+    #[test]
+    fn threshold_cuts_before_the_first_low_slot() {
+        let c = [
+            0.9,
+            0.8,
+            0.2,
+            0.9,
+            0.1,
+            0.9,
+            0.9,
+            0.9,
+            f32::NAN,
+            0.9,
+            0.9,
+            0.9,
+        ];
+        assert_eq!(threshold_lengths(&c, 3, 4, 0.5), vec![2, 0, 0]);
+        assert_eq!(threshold_lengths(&c[..8], 2, 4, 0.05), vec![4, 4]);
+    }
+}

@@ -1,0 +1,360 @@
+//! Lossless speculative verification (rejection sampling), per request and prefix-cumulative.
+//!
+//! Per request `r` with `n` drafts: for `i < n`, draft `x_i` is accepted iff `u·q_i(x_i) < p_i(x_i)`
+//! (`q` one-hot when no draft logits are given; greedy requests: iff `x_i` is the target argmax).
+//! At the first reject we draw from `norm(max(p_i − q_i, 0))` (or `p_i` if that is empty;
+//! greedy: the argmax). If all `n` are accepted, a bonus token comes from row `n`. An accepted stop
+//! token ends the round without a bonus.
+
+use super::categorical::{BlockSum, RowStats, row_argmax};
+use super::dist::{Dist, non_finite};
+use super::residual::{Proposal, sample_residual};
+use super::rng::{Stream, Tag};
+use super::view::{PerRequest, Rows3, Seeds};
+use crate::error::{Error, Result};
+use rayon::prelude::*;
+
+/// Options of [`verify_slices`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifyOptions {
+    /// Target temperature per request; `0` = greedy. Must be finite and `>= 0`.
+    pub temperature: PerRequest<f32>,
+    /// Target top-k per request (`None` = off; `Some(0)` is an error).
+    pub top_k: PerRequest<Option<usize>>,
+    /// Target top-p per request in `(0, 1]`; `1.0` = off.
+    pub top_p: PerRequest<f32>,
+    /// Random seeds (see [`Seeds`]).
+    pub seeds: Seeds,
+    /// Verify only the first `num_draft[r]` drafts of request `r` (each `<= K`); `None` = all `K`.
+    pub num_draft: Option<Vec<usize>>,
+    /// Target ids that end the round when accepted.
+    pub stop_token_ids: Vec<u32>,
+}
+
+impl Default for VerifyOptions {
+    /// Temperature 1, no truncation, seed 0, every draft verified, no stop tokens.
+    fn default() -> Self {
+        VerifyOptions {
+            temperature: PerRequest::All(1.0),
+            top_k: PerRequest::All(None),
+            top_p: PerRequest::All(1.0),
+            seeds: Seeds::Scalar(0),
+            num_draft: None,
+            stop_token_ids: Vec::new(),
+        }
+    }
+}
+
+/// The outcome of verifying a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    /// Number of requests `B`.
+    pub batch: usize,
+    /// Row width `K + 1`.
+    pub width: usize,
+    /// `[B, K+1]` emitted target ids: the accepted drafts, then the correction or bonus token
+    /// (absent after an accepted stop token), then `-1`.
+    pub tokens: Vec<i64>,
+    /// `[B]` number of accepted drafts.
+    pub num_accepted: Vec<u32>,
+}
+
+impl Verification {
+    /// The emitted tokens of request `r` (without the `-1` padding).
+    pub fn emitted(&self, r: usize) -> &[i64] {
+        let row = &self.tokens[r * self.width..(r + 1) * self.width];
+        let n = row.iter().position(|&t| t < 0).unwrap_or(self.width);
+        &row[..n]
+    }
+}
+
+/// Per-request settings after validation.
+struct Request {
+    temperature: f32,
+    top_k: Option<usize>,
+    top_p: f32,
+    stream: Stream,
+    num_draft: usize,
+}
+
+/// Verify a batch of drafts against target logits `[B, K+1, V]` (any of f32/f16/bf16).
+///
+/// `draft_tokens` is `[B, K]` target ids; `draft_logits` (optional) is `[B, K, V]` with
+/// `softmax(row) = q`, the exact distribution each draft was sampled from.
+pub fn verify_slices(
+    target: Rows3<'_>,
+    draft_tokens: &[i64],
+    draft_logits: Option<Rows3<'_>>,
+    opts: &VerifyOptions,
+) -> Result<Verification> {
+    target.check("target_logits")?;
+    let [batch, width, vocab] = target.dims;
+    if width == 0 || vocab == 0 {
+        return Err(Error::bad_shape(
+            "target_logits",
+            format!(
+                "dims {:?}: need K+1 >= 1 rows and a non-empty vocabulary",
+                target.dims
+            ),
+        ));
+    }
+    let k = width - 1;
+    if draft_tokens.len() != batch * k {
+        return Err(Error::bad_shape(
+            "draft_tokens",
+            format!("{} ids, expected B·K = {batch}·{k}", draft_tokens.len()),
+        ));
+    }
+    if let Some(d) = &draft_logits {
+        d.check("draft_logits")?;
+        if d.dims != [batch, k, vocab] {
+            return Err(Error::bad_shape(
+                "draft_logits",
+                format!(
+                    "dims {:?}, expected [B, K, V] = {:?}",
+                    d.dims,
+                    [batch, k, vocab]
+                ),
+            ));
+        }
+    }
+    let requests = resolve(batch, k, vocab, draft_tokens, opts)?;
+    let mut stops = opts.stop_token_ids.clone();
+    stops.sort_unstable();
+    let rows: Vec<(Vec<i64>, u32)> = requests
+        .par_iter()
+        .enumerate()
+        .map(|(r, req)| {
+            verify_one(
+                r,
+                req,
+                target,
+                &draft_tokens[r * k..(r + 1) * k],
+                draft_logits,
+                &stops,
+            )
+        })
+        .collect::<Result<_>>()?;
+    let mut tokens = Vec::with_capacity(batch * width);
+    let mut num_accepted = Vec::with_capacity(batch);
+    for (t, a) in rows {
+        tokens.extend(t);
+        num_accepted.push(a);
+    }
+    Ok(Verification {
+        batch,
+        width,
+        tokens,
+        num_accepted,
+    })
+}
+
+fn resolve(
+    batch: usize,
+    k: usize,
+    vocab: usize,
+    draft_tokens: &[i64],
+    opts: &VerifyOptions,
+) -> Result<Vec<Request>> {
+    let temps = opts.temperature.resolve(batch, "temperature")?;
+    let top_ks = opts.top_k.resolve(batch, "top_k")?;
+    let top_ps = opts.top_p.resolve(batch, "top_p")?;
+    let streams = opts.seeds.streams(batch, "seeds")?;
+    let nd = match &opts.num_draft {
+        None => vec![k; batch],
+        Some(v) if v.len() != batch => {
+            return Err(Error::bad_shape(
+                "num_draft",
+                format!("{} values for a batch of {batch}", v.len()),
+            ));
+        }
+        Some(v) => v.clone(),
+    };
+    let mut out = Vec::with_capacity(batch);
+    for r in 0..batch {
+        let (t, tk, tp, n) = (temps[r], top_ks[r], top_ps[r], nd[r]);
+        if !(t.is_finite() && t >= 0.0) {
+            return Err(Error::invalid(
+                "temperature",
+                format!("request {r}: {t} (must be finite and >= 0)"),
+            ));
+        }
+        if tk == Some(0) {
+            return Err(Error::invalid(
+                "top_k",
+                format!("request {r}: 0 (use None for off)"),
+            ));
+        }
+        if !(tp > 0.0 && tp <= 1.0) {
+            return Err(Error::invalid(
+                "top_p",
+                format!("request {r}: {tp} (must be in (0, 1])"),
+            ));
+        }
+        if n > k {
+            return Err(Error::invalid(
+                "num_draft",
+                format!("request {r}: {n} drafts but only K = {k} slots"),
+            ));
+        }
+        for &x in &draft_tokens[r * k..r * k + n] {
+            if x < 0 || x as u64 >= vocab as u64 {
+                return Err(Error::TokenOutOfRange {
+                    name: "draft_tokens".into(),
+                    id: x,
+                    vocab_size: vocab,
+                });
+            }
+        }
+        out.push(Request {
+            temperature: t,
+            top_k: tk,
+            top_p: tp,
+            stream: streams[r],
+            num_draft: n,
+        });
+    }
+    Ok(out)
+}
+
+/// Verify request `r`; returns its `K+1` output ids and the number accepted.
+fn verify_one(
+    r: usize,
+    req: &Request,
+    target: Rows3<'_>,
+    drafts: &[i64],
+    draft_logits: Option<Rows3<'_>>,
+    stops: &[u32],
+) -> Result<(Vec<i64>, u32)> {
+    let width = target.dims[1];
+    let n = req.num_draft;
+    let mut out = vec![-1i64; width];
+    let mut blocks: Vec<BlockSum> = Vec::new();
+    let mut dblocks: Vec<BlockSum> = Vec::new();
+    let where_t = |i: usize| move || format!("target row (request {r}, position {i})");
+    let mut accepted = 0usize;
+    let mut ended = false; // round ended before the bonus row
+    let mut checked = 0usize; // rows 0..checked of the target were validated
+    let mut dchecked = 0usize; // rows 0..dchecked of the draft logits were validated
+    for (i, &x) in drafts.iter().take(n).enumerate() {
+        let x = x as usize;
+        checked = i + 1;
+        let ok = if req.temperature == 0.0 {
+            let st = row_argmax(target.row(r, i));
+            greedy_check(&st, where_t(i))?;
+            if st.argmax != x {
+                out[i] = st.argmax as i64;
+                ended = true;
+                break;
+            }
+            true
+        } else {
+            let p = Dist::new(
+                target.row(r, i),
+                1.0 / req.temperature,
+                req.top_k,
+                req.top_p,
+                &mut blocks,
+                "target_logits",
+                where_t(i),
+            )?;
+            let q = match draft_logits {
+                Some(d) => Some({
+                    dchecked = i + 1;
+                    Dist::new(
+                        d.row(r, i),
+                        1.0,
+                        None,
+                        1.0,
+                        &mut dblocks,
+                        "draft_logits",
+                        || format!("draft row (request {r}, position {i})"),
+                    )?
+                }),
+                None => None,
+            };
+            let px = p.prob(x);
+            let qx = q.as_ref().map_or(1.0, |q| q.prob(x));
+            let u = req.stream.uniform(Tag::Accept, i as u64, 0);
+            if u * qx < px {
+                true
+            } else {
+                let proposal = match &q {
+                    Some(q) => Proposal::Dist(q),
+                    None => Proposal::OneHot(x),
+                };
+                let u = req.stream.uniform(Tag::Residual, i as u64, 0);
+                let y = match sample_residual(&p, &proposal, u) {
+                    Some(y) => y,
+                    None => p.sample(&blocks, u),
+                };
+                out[i] = y as i64;
+                ended = true;
+                break;
+            }
+        };
+        if ok {
+            out[i] = x as i64;
+            accepted += 1;
+            if stops.binary_search(&(x as u32)).is_ok() {
+                ended = true;
+                break;
+            }
+        }
+    }
+    if !ended {
+        // Bonus token from row n.
+        checked = n + 1;
+        let row = target.row(r, n);
+        let y = if req.temperature == 0.0 {
+            let st = row_argmax(row);
+            greedy_check(&st, where_t(n))?;
+            st.argmax
+        } else {
+            let p = Dist::new(
+                row,
+                1.0 / req.temperature,
+                req.top_k,
+                req.top_p,
+                &mut blocks,
+                "target_logits",
+                where_t(n),
+            )?;
+            p.sample(&blocks, req.stream.uniform(Tag::Residual, n as u64, 0))
+        };
+        out[n] = y as i64;
+    }
+    // Validate the rows the round did not reach, so errors never depend on the random draws.
+    for i in checked..=n {
+        let st = row_argmax(target.row(r, i));
+        greedy_check(&st, where_t(i))?;
+    }
+    if let Some(d) = draft_logits {
+        for i in dchecked..n {
+            let st = row_argmax(d.row(r, i));
+            if st.non_finite() {
+                return Err(non_finite(
+                    "draft_logits",
+                    format!("NaN or +inf in draft row (request {r}, position {i})"),
+                ));
+            }
+        }
+    }
+    Ok((out, accepted as u32))
+}
+
+fn greedy_check(st: &RowStats, where_: impl Fn() -> String) -> Result<()> {
+    if st.non_finite() {
+        return Err(non_finite(
+            "target_logits",
+            format!("NaN or +inf in {}", where_()),
+        ));
+    }
+    if !st.has_finite() {
+        return Err(Error::invalid(
+            "target_logits",
+            format!("{} has no finite entry (every token masked)", where_()),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,251 @@
+"""Drafting and verification kernels: typed Python front over ``dspark._native``.
+
+Tensors go in through DLPack (numpy arrays, torch tensors, anything with ``__dlpack__``):
+CPU, C-contiguous, float32/float16/bfloat16 for logits and weights, int32/int64/uint32 for ids.
+Nothing is copied on the way in; non-contiguous input raises ``InputError`` (``bad-shape``).
+Results come back as numpy arrays, or as torch tensors (zero-copy) when the main input was one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dspark import _native
+
+__all__ = [
+    "DraftBlock",
+    "Verification",
+    "confidence",
+    "sample_block",
+    "schedule_lengths",
+    "schedule_pipelined",
+    "schedule_threshold",
+    "verify",
+]
+
+
+@dataclass(frozen=True)
+class DraftBlock:
+    """A drafted block.
+
+    Attributes:
+        tokens: ``[B, K]`` int64 target-vocabulary ids.
+        draft_logits: ``[B, K, V_t]`` float32; ``softmax`` of a row is exactly the distribution
+            the token was drawn from (``-inf`` outside its support).
+        prev_embeddings: ``[B, K, r]`` float32, ``W1[x_{k-1}]`` (``x_0`` = anchor).
+    """
+
+    tokens: Any
+    draft_logits: Any
+    prev_embeddings: Any
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The committed tokens of a verified block.
+
+    Attributes:
+        tokens: ``[B, K+1]`` int64: accepted drafts, then the correction or bonus token, then
+            ``-1`` padding.
+        num_accepted: ``[B]`` int64 number of accepted draft tokens.
+    """
+
+    tokens: Any
+    num_accepted: Any
+
+
+def _is_torch(x: object) -> bool:
+    return type(x).__module__.split(".", 1)[0] == "torch"
+
+
+def _tensor(x: object) -> object:
+    """Pass DLPack producers through untouched; turn plain sequences into numpy arrays."""
+    if _is_torch(x):
+        return x.detach()  # type: ignore[attr-defined]  # zero-copy; DLPack refuses grad tensors
+    if hasattr(x, "__dlpack__"):
+        return x
+    return np.asarray(x)
+
+
+def _out(like: object, arr: np.ndarray) -> Any:
+    if _is_torch(like):
+        import torch
+
+        return torch.from_numpy(arr)
+    return arr
+
+
+def _param(x: object) -> object:
+    """A scalar stays a scalar; an array or sequence becomes a list (one value per request)."""
+    if x is None or isinstance(x, (int, float, np.integer, np.floating)):
+        return x.item() if isinstance(x, (np.integer, np.floating)) else x
+    if hasattr(x, "tolist"):
+        v = x.tolist()  # type: ignore[attr-defined]
+        return v if isinstance(v, list) else v
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        return list(x)
+    return x
+
+
+def _ids(x: object) -> list[int] | None:
+    if x is None:
+        return None
+    if hasattr(x, "tolist"):
+        v = x.tolist()  # type: ignore[attr-defined]
+        return [int(i) for i in (v if isinstance(v, list) else [v])]
+    return [int(i) for i in x]  # type: ignore[attr-defined]
+
+
+def sample_block(
+    base_logits: Any,
+    markov_w1: Any,
+    markov_w2: Any,
+    anchors: Any,
+    *,
+    temperature: float = 0.0,
+    seed: int | Sequence[int] | Any = 0,
+    target_vocab_size: int | None = None,
+    d2t: Any = None,
+    top_k: int | None = None,
+    logit_scale: float = 1.0,
+) -> DraftBlock:
+    """Draft a block with the rank-r Markov head.
+
+    Slot k samples from ``logit_scale * (base_k + W2 @ W1[x_{k-1}])`` (``x_0`` = anchor, W1
+    indexed by target id), with padded draft columns ``[V_t, V_d)`` masked, greedily when
+    ``temperature == 0`` (lowest id on ties), else at ``temperature``; ``top_k`` biases only the
+    base top-k candidates. ``target_vocab_size=None`` means ``V_t = V_d``; ``d2t`` (int64
+    offsets, ``target = draft + d2t[draft]``) maps a reduced vocabulary.
+
+    Args:
+        base_logits: ``[B, K, V_d]`` draft logits (float32/16, bfloat16).
+        markov_w1: ``[V_in, r]`` embedding of the previous token.
+        markov_w2: ``[V_d, r]`` projection back to the draft vocabulary.
+        anchors: ``[B]`` target ids of the last committed tokens.
+        seed: one seed (row r uses stream (seed, r)) or one per request (order independent).
+    """
+    out = _native.sample_block(
+        _tensor(base_logits),
+        _tensor(markov_w1),
+        _tensor(markov_w2),
+        _tensor(anchors),
+        temperature=float(temperature),
+        seed=_param(seed),
+        target_vocab_size=target_vocab_size,
+        d2t=None if d2t is None else _tensor(d2t),
+        top_k=top_k,
+        logit_scale=float(logit_scale),
+    )
+    tokens, q, prev = (_out(base_logits, a) for a in out)
+    return DraftBlock(tokens, q, prev)
+
+
+def verify(
+    target_logits: Any,
+    draft_tokens: Any,
+    draft_logits: Any = None,
+    *,
+    temperature: float | Sequence[float] | Any = 0.0,
+    top_k: int | Sequence[int | None] | Any = None,
+    top_p: float | Sequence[float] | Any = None,
+    seed: int | Sequence[int] | Any = 0,
+    num_draft: Sequence[int] | Any = None,
+    stop_token_ids: Sequence[int] | Any = None,
+) -> Verification:
+    """Lossless rejection sampling of a drafted block.
+
+    ``p`` per request is ``softmax(logits / T)`` then top-k then top-p, renormalized; draft
+    token ``x_k`` is accepted iff ``u * q(x_k) < p(x_k)`` (``draft_logits=None``: one-hot q),
+    prefix-cumulative; the first rejection samples from ``norm(max(p - q, 0))``; all accepted
+    gives a bonus token. ``T == 0`` requests are greedy. Per-request values may be arrays;
+    in a per-request ``top_k``, ``None`` or a negative value means "off".
+
+    Args:
+        target_logits: ``[B, K+1, V_t]``.
+        draft_tokens: ``[B, K]`` target ids.
+        draft_logits: ``[B, K, V_t]`` (as returned by :func:`sample_block`) or ``None``.
+        num_draft: verify only the first ``num_draft[r]`` drafts of request r.
+        stop_token_ids: an accepted stop token ends the round (no bonus).
+    """
+    tokens, accepted = _native.verify(
+        _tensor(target_logits),
+        _tensor(draft_tokens),
+        None if draft_logits is None else _tensor(draft_logits),
+        temperature=_param(temperature),
+        top_k=_param(top_k),
+        top_p=_param(top_p),
+        seed=_param(seed),
+        num_draft=_ids(num_draft),
+        stop_token_ids=_ids(stop_token_ids),
+    )
+    return Verification(_out(target_logits, tokens), _out(target_logits, accepted))
+
+
+def _bias(bias: Any) -> float:
+    if bias is None:
+        return 0.0
+    if hasattr(bias, "reshape") and hasattr(bias, "tolist"):
+        flat = np.asarray(bias.detach().cpu() if _is_torch(bias) else bias, dtype=np.float64)
+        if flat.size != 1:
+            raise _native.InputError(f"bias must hold one value, got shape {tuple(flat.shape)}")
+        return float(flat.reshape(()))
+    return float(bias)
+
+
+def confidence(
+    hidden: Any,
+    prev_embeddings: Any,
+    weight: Any,
+    bias: Any = None,
+    *,
+    sts: str | os.PathLike[str] | Sequence[float] | None = None,
+) -> Any:
+    """Per-slot confidence ``sigmoid(w . [h ; prev] + b)`` in float32, ``[B, K]``.
+
+    ``prev_embeddings=None`` scores ``w . h + b``. ``weight`` is ``[H (+ r)]`` (a ``[1, N]``
+    linear weight is accepted). ``sts`` is a calibration JSON path or a list of per-position
+    temperatures (``sigmoid(z / T_k)``).
+    """
+    w = _tensor(weight)
+    shape = tuple(getattr(w, "shape", ()))
+    if len(shape) == 2 and shape[0] == 1:
+        w = w.reshape(-1)  # type: ignore[attr-defined]  # a view of a contiguous [1, N]
+    if isinstance(sts, os.PathLike):
+        sts = os.fspath(sts)
+    elif sts is not None and not isinstance(sts, str):
+        sts = [float(t) for t in sts]
+    out = _native.confidence(
+        _tensor(hidden),
+        None if prev_embeddings is None else _tensor(prev_embeddings),
+        w,
+        _bias(bias),
+        sts=sts,
+    )
+    return _out(hidden, out)
+
+
+def schedule_threshold(confidence: Any, threshold: float) -> list[int]:
+    """Verify lengths: each request stops before its first slot with confidence < threshold."""
+    return list(_native.schedule_threshold(_tensor(confidence), float(threshold)))
+
+
+def schedule_lengths(confidence: Any, steps_per_second: Sequence[tuple[int, float]]) -> list[int]:
+    """The paper's scheduler: admit slots by survival while tokens x SPS strictly improves.
+
+    ``steps_per_second`` is a table of ``(total verified tokens, steps per second)`` points.
+    """
+    table = [(int(n), float(s)) for n, s in steps_per_second]
+    return list(_native.schedule_lengths(_tensor(confidence), table))
+
+
+def schedule_pipelined(
+    stale: Any, current: Any, steps_per_second: Sequence[tuple[int, float]]
+) -> list[int]:
+    """Pipelined scheduler: capacity from ``stale`` confidences, slots by ``current`` survival."""
+    table = [(int(n), float(s)) for n, s in steps_per_second]
+    return list(_native.schedule_pipelined(_tensor(stale), _tensor(current), table))
