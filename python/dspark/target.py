@@ -177,7 +177,9 @@ class HFTarget:
         used = cache.valid.any(dim=0).nonzero()
         cols = int(used.max()) + 1 if used.numel() else 0
         if cols < cache.valid.shape[1]:
-            cache.kv.crop(cols)
+            # A negative count removes that many trailing columns in every transformers version
+            # (newer ones reject the positive "final length" form).
+            cache.kv.crop(cols - cache.valid.shape[1])
             cache.valid = cache.valid[:, :cols]
             cache.token_pos = cache.token_pos[:, :cols]
 
