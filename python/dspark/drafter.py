@@ -18,7 +18,7 @@ Contract (the same member names on every drafter class, see also ``TargetModel``
     drafter.sample_from_anchor, drafter.has_confidence_head
 
     # stateless: context covers positions start..start+T-1, the anchor sits at start+T
-    block = drafter.propose(context_hidden_states,  # [B, T, L*H_t]
+    block = drafter.propose(context_hidden_states,  # [B, T, L*H_t]; returns a DraftProposal
                             anchors,                # [B] target ids
                             start_positions=0, temperature=0.0, seed=0)
     block.tokens        # [B, K] int64 target ids
@@ -43,14 +43,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dspark import _native
+from dspark.protocols import DraftProposal
 
-__all__ = ["DraftState", "Drafter", "Proposal"]
+__all__ = ["DraftState", "Drafter"]
 
 
 def _is_torch(x: object) -> bool:
@@ -91,22 +91,6 @@ def _out(torch_out: bool, arr: np.ndarray | None) -> Any:
     import torch
 
     return torch.from_numpy(arr)
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A drafted block (the ``DraftBlock`` of the drafter contract).
-
-    Attributes:
-        tokens: ``[B, K]`` int64 target-vocabulary ids.
-        draft_logits: ``[B, K, V_t]`` float32; ``softmax`` of a row is exactly the distribution
-            the token was drawn from (``-inf`` outside its support; one-hot at temperature 0).
-        confidence: ``[B, K]`` float32 ``sigmoid`` confidences, or ``None`` without a head.
-    """
-
-    tokens: Any
-    draft_logits: Any
-    confidence: Any
 
 
 def _target_parts(target: Any) -> tuple[dict[str, Any], Any, Any]:
@@ -304,7 +288,7 @@ class Drafter:
         temperature: float = 0.0,
         seed: int | Sequence[int] | None = 0,
         top_k: int | None = None,
-    ) -> Proposal:
+    ) -> DraftProposal:
         """Stateless drafting over a whole context ``[B, T, L*H_t]`` (see the module doc)."""
         torch_out = _is_torch(context_hidden_states)
         starts = (
@@ -320,7 +304,7 @@ class Drafter:
             seed=_seed(seed),
             top_k=top_k,
         )
-        return Proposal(_out(torch_out, t), _out(torch_out, d), _out(torch_out, c))
+        return DraftProposal(_out(torch_out, t), _out(torch_out, d), _out(torch_out, c))
 
     def new_state(self) -> DraftState:
         """An empty per-request context cache."""
@@ -335,7 +319,7 @@ class Drafter:
         seed: int | Sequence[int] | None = 0,
         top_k: int | None = None,
         torch_output: bool | None = None,
-    ) -> Proposal:
+    ) -> DraftProposal:
         """Draft one block per state; request ``b``'s anchor sits at ``states[b].end``.
 
         ``torch_output`` defaults to ``True`` when torch is importable.
@@ -354,7 +338,7 @@ class Drafter:
             seed=_seed(seed),
             top_k=top_k,
         )
-        return Proposal(_out(torch_output, t), _out(torch_output, d), _out(torch_output, c))
+        return DraftProposal(_out(torch_output, t), _out(torch_output, d), _out(torch_output, c))
 
     def __repr__(self) -> str:
         return (
