@@ -5,8 +5,8 @@ Contract (the same member names on every drafter class, see also ``TargetModel``
     drafter = dspark.Drafter.from_pretrained(path, target)   # HF model, or
     drafter = dspark.Drafter.from_pretrained(path, {"config": dict, "embed_tokens": t, "lm_head": t})
 
-    drafter.block_size            # input slots per request
-    drafter.num_draft_tokens      # K: drafts per round (block_size, or block_size - 1 in the 1+K layout)
+    drafter.block_size            # K: draft tokens per proposal (the 1+K layout feeds K + 1 slots)
+    drafter.num_draft_tokens      # K as well (explicit alias)
     drafter.noise_token_id
     drafter.vocab_size            # V_in
     drafter.draft_vocab_size      # V_d
@@ -192,12 +192,12 @@ class Drafter:
 
     @property
     def block_size(self) -> int:
-        """Input slots per request."""
+        """``K``: draft tokens per proposal (the 1+K layout feeds ``K + 1`` input slots)."""
         return self._native.block_size
 
     @property
     def num_draft_tokens(self) -> int:
-        """``K``: draft tokens per round."""
+        """``K`` (same as :attr:`block_size`)."""
         return self._native.num_draft_tokens
 
     @property

@@ -214,13 +214,13 @@ impl PyDrafter {
         })
     }
 
-    /// Input slots per request.
+    /// `K`: draft tokens per proposal.
     #[getter]
     fn block_size(&self) -> usize {
         self.inner.block_size()
     }
 
-    /// `K`: draft tokens per request and round.
+    /// `K` (same as `block_size`).
     #[getter]
     fn num_draft_tokens(&self) -> usize {
         self.inner.num_draft_tokens()

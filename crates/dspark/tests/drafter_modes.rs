@@ -134,40 +134,35 @@ fn dflash_mode_has_no_markov_bias() {
 
 #[test]
 fn one_plus_k_layout_reads_slots_after_the_anchor() {
-    // Same weights in both layouts: the 1+K drafter's K = block_size − 1 prediction slots are
-    // slots 1.. of the DeepSpec-layout block (same inputs at the same positions).
-    let anchor_layout = Tiny::default();
+    // The 1+K drafter (K = block_size = 5) feeds `[anchor, M×5]` and reads slots 1..=5: the
+    // same as slots 1.. of a DeepSpec-layout drafter with 6 slots and the same weights.
     let one_plus_k = Tiny {
         sample_from_anchor: Some(false),
         ..Tiny::default()
     };
-    let (_d1, a) = load(&anchor_layout);
+    let wide_anchor = Tiny {
+        block_size: 6,
+        ..Tiny::default()
+    };
+    let (_d1, a) = load(&wide_anchor);
     let (_d2, b) = load(&one_plus_k);
     assert!(!b.sample_from_anchor());
-    assert_eq!(b.block_size(), 5);
-    assert_eq!(b.num_draft_tokens(), 4);
+    assert_eq!((b.block_size(), b.num_draft_tokens()), (5, 5));
     let (sa, sb) = (state(&a, 8, 5), state(&b, 8, 5));
-    let ha: Vec<f32> = a
-        .block_hidden(&[&sa], &[9])
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    let hb: Vec<f32> = b
-        .block_hidden(&[&sb], &[9])
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    assert_eq!(hb.len(), 4 * H);
+    let flat = |t: candle_core::Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+    let ha = flat(a.block_hidden(&[&sa], &[9]).unwrap());
+    let hb = flat(b.block_hidden(&[&sb], &[9]).unwrap());
+    assert_eq!((ha.len(), hb.len()), (6 * H, 5 * H));
     assert!(max_diff(&ha[H..], &hb) < 1e-6);
+    // And differs from the anchor layout's own slots 0..5.
+    let (_d3, c) = load(&Tiny::default());
+    let hc = flat(c.block_hidden(&[&state(&c, 8, 5)], &[9]).unwrap());
+    assert!(max_diff(&hc, &hb) > 1e-3);
     let p = b
         .propose_cached(&[&sb], &[9], &ProposeOptions::default())
         .unwrap();
-    assert_eq!((p.slots, p.tokens.len()), (4, 4));
-    assert_eq!(p.confidence.unwrap().len(), 4);
+    assert_eq!((p.slots, p.tokens.len()), (5, 5));
+    assert_eq!(p.confidence.unwrap().len(), 5);
 }
 
 #[test]

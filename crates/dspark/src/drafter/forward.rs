@@ -84,7 +84,8 @@ impl Qwen3Drafter {
     }
 
     /// The block pass: post-norm hidden states `[B, K, H]` of the prediction slots, for block
-    /// `[anchor_b, M, …, M]` (`block_size` slots) at positions `states[b].end() ..`.
+    /// `[anchor_b, M, …, M]` at positions `states[b].end() ..` (`K` slots when sampling from
+    /// the anchor; `K + 1` slots read from slot 1 on in the 1+K layout).
     pub fn block_hidden(&self, states: &[&DraftState], anchors: &[u32]) -> Result<Tensor> {
         let b_n = states.len();
         if anchors.len() != b_n {
@@ -101,7 +102,12 @@ impl Qwen3Drafter {
                 vocab_size: v_in,
             });
         }
-        let q_len = self.spec.block_size;
+        let k_n = self.num_draft_tokens();
+        let q_len = if self.spec.sample_from_anchor {
+            k_n
+        } else {
+            k_n + 1
+        };
         let (heads, kvh, hd) = (
             self.spec.num_attention_heads,
             self.spec.num_key_value_heads,
@@ -155,7 +161,6 @@ impl Qwen3Drafter {
             x = (&x + swiglu(&h, &layer.gate_proj, &layer.up_proj, &layer.down_proj)?)?;
         }
         let x = rms_norm(&x, &self.norm, eps)?;
-        let k_n = self.num_draft_tokens();
         let offset = q_len - k_n;
         Ok(x.reshape((b_n, q_len, self.spec.hidden_size))?
             .narrow(1, offset, k_n)?

@@ -121,10 +121,10 @@ impl Proposal {
 /// states at [`Drafter::target_layer_ids`] concatenated along the last dimension
 /// (`[.., L·H_t]`).
 pub trait Drafter {
-    /// Trained block width: input slots per request.
+    /// Trained block width `K`: draft tokens per request and round.
     fn block_size(&self) -> usize;
-    /// `K`: draft tokens per request and round (`block_size` when sampling from the anchor,
-    /// `block_size − 1` in the 1+K layout).
+    /// `K`, the number of draft tokens one proposal holds (= `block_size` in both layouts;
+    /// the 1+K layout feeds `K + 1` input slots).
     fn num_draft_tokens(&self) -> usize;
     /// The noise (mask) token id filling the block after the anchor.
     fn noise_token(&self) -> u32;

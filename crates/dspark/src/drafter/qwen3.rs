@@ -106,12 +106,6 @@ fn check_supported(spec: &DraftSpec) -> Result<()> {
             format!("{kv} does not divide num_attention_heads {h}"),
         );
     }
-    if !spec.sample_from_anchor && spec.block_size < 2 {
-        return bad(
-            "block_size",
-            "the 1+K layout (sample_from_anchor = false) needs block_size >= 2".into(),
-        );
-    }
     Ok(())
 }
 
@@ -281,11 +275,7 @@ impl Drafter for Qwen3Drafter {
     }
 
     fn num_draft_tokens(&self) -> usize {
-        if self.spec.sample_from_anchor {
-            self.spec.block_size
-        } else {
-            self.spec.block_size - 1
-        }
+        self.spec.block_size
     }
 
     fn noise_token(&self) -> u32 {
