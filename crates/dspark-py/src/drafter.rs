@@ -319,6 +319,7 @@ impl PyDrafter {
 
     /// Stateless drafting over `context` `[B, T, L·H_t]`.
     #[pyo3(signature = (context, anchors, *, start_positions = None, temperature = 0.0, seed = None, top_k = None))]
+    #[allow(clippy::too_many_arguments)]
     fn propose<'py>(
         &self,
         py: Python<'py>,
