@@ -2,8 +2,9 @@
 
 Contract (the same member names on every drafter class, see also ``TargetModel`` users)::
 
-    drafter = dspark.Drafter.from_pretrained(path, target)   # HF model, or
-    drafter = dspark.Drafter.from_pretrained(path, {"config": dict, "embed_tokens": t, "lm_head": t})
+    drafter = dspark.Drafter.from_pretrained(path, target)  # an HF model, or a dict
+    drafter = dspark.Drafter.from_pretrained(
+        path, {"config": dict, "embed_tokens": t, "lm_head": t})
 
     drafter.block_size            # K: draft tokens per proposal (the 1+K layout feeds K + 1 slots)
     drafter.num_draft_tokens      # K as well (explicit alias)
