@@ -18,6 +18,7 @@ from dspark._native import (
     __version__,
     inspect,
 )
+from dspark.drafter import Drafter, DraftState
 from dspark.kernels import (
     DraftBlock,
     Verification,
@@ -29,16 +30,48 @@ from dspark.kernels import (
     verify,
 )
 
+# The torch-facing front imports torch: loaded on first use so numpy-only installs still work.
+_TORCH_EXPORTS = {
+    "DraftProposal": "dspark.protocols",
+    "DrafterProtocol": "dspark.protocols",
+    "GenerationResult": "dspark.speculator",
+    "HFTarget": "dspark.target",
+    "SpeculationStats": "dspark.speculator",
+    "Speculator": "dspark.speculator",
+    "TargetModel": "dspark.protocols",
+    "TorchDrafter": "dspark.torch_drafter",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _TORCH_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dspark' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
     "BackendError",
     "CheckpointError",
     "ConfigError",
     "DSparkError",
     "DraftBlock",
+    "DraftProposal",
     "DraftSpec",
+    "DraftState",
+    "Drafter",
+    "DrafterProtocol",
+    "GenerationResult",
+    "HFTarget",
     "IdMap",
     "InputError",
     "Report",
+    "SpeculationStats",
+    "Speculator",
+    "TargetModel",
+    "TorchDrafter",
     "Verification",
     "VocabError",
     "VocabLayout",

@@ -1,0 +1,211 @@
+"""HF transformers causal LMs as speculator targets (:class:`HFTarget`).
+
+One batched ``DynamicCache`` holds every request. Requests advance by different numbers of
+tokens per round, so each row keeps a validity mask over the cache columns: a column a row did
+not fill (padding) or rolled back (a rejected draft) becomes a *hole* that the 2D attention mask
+hides, and the row's positions continue from its own committed length. Trailing columns that no
+row uses any more are dropped with ``DynamicCache.crop``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dspark._errors import raise_error
+from dspark._native import CheckpointError, InputError
+from dspark.protocols import TargetOutput
+
+__all__ = ["HFTarget", "as_target", "check_capture_layers"]
+
+
+@dataclass
+class HFCache:
+    """Batched KV cache with per-row holes.
+
+    Attributes:
+        kv: the HF ``DynamicCache`` (columns shared by all rows).
+        valid: ``[B, C]`` bool: column ``c`` of row ``b`` holds a committed token.
+        token_pos: ``[B, C]`` int64 position of the token in each column (``-1`` for holes).
+        lengths: ``[B]`` int64 number of tokens each row holds (its next position).
+    """
+
+    kv: Any
+    valid: torch.Tensor
+    token_pos: torch.Tensor
+    lengths: torch.Tensor
+
+
+def _text_config(config: Any) -> Any:
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else getattr(config, "text_config", config)
+
+
+class HFTarget:
+    """A transformers ``*ForCausalLM`` implementing :class:`dspark.protocols.TargetModel`."""
+
+    def __init__(self, model: Any) -> None:
+        """Wrap ``model`` (put in eval mode). Its config must give layers, hidden and vocab sizes."""
+        config = getattr(model, "config", None)
+        if config is None or not callable(model):
+            raise_error(InputError, "invalid-argument", "target: expected an HF causal LM")
+        text = _text_config(config)
+        try:
+            self._layers = int(text.num_hidden_layers)
+            self._hidden = int(text.hidden_size)
+            self._vocab = int(text.vocab_size)
+        except (AttributeError, TypeError, ValueError):
+            raise_error(
+                CheckpointError,
+                "target-mismatch",
+                "target config lacks num_hidden_layers / hidden_size / vocab_size",
+            )
+        self.model = model.eval()
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "past_key_values" if "past_key_values" in params else "cache"
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """Number of decoder layers."""
+        return self._layers
+
+    @property
+    def hidden_size(self) -> int:
+        """Hidden width."""
+        return self._hidden
+
+    @property
+    def vocab_size(self) -> int:
+        """Logical vocabulary (config ``vocab_size``)."""
+        return self._vocab
+
+    def config_dict(self) -> dict[str, Any]:
+        """The (text) config as a plain dict, for ``dspark.inspect``-style checks."""
+        return dict(_text_config(self.model.config).to_dict())
+
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def new_cache(self, batch_size: int) -> HFCache:
+        """An empty cache for ``batch_size`` requests."""
+        from transformers import DynamicCache
+
+        try:
+            kv = DynamicCache(config=self.model.config)
+        except TypeError:
+            kv = DynamicCache()
+        dev = self._device()
+        return HFCache(
+            kv=kv,
+            valid=torch.zeros(batch_size, 0, dtype=torch.bool, device=dev),
+            token_pos=torch.zeros(batch_size, 0, dtype=torch.long, device=dev),
+            lengths=torch.zeros(batch_size, dtype=torch.long, device=dev),
+        )
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        cache: HFCache,
+        input_ids: torch.Tensor,
+        num_tokens: Sequence[int],
+        capture_layer_ids: Sequence[int],
+    ) -> TargetOutput:
+        """Append ``input_ids[i, :num_tokens[i]]`` to row ``i``; see :class:`TargetModel`."""
+        dev = self._device()
+        ids = torch.as_tensor(input_ids, dtype=torch.long, device=dev)
+        b, s = ids.shape
+        if b != cache.valid.shape[0] or len(num_tokens) != b:
+            raise_error(InputError, "bad-shape", f"input_ids: batch {b} does not match the cache")
+        n = torch.as_tensor(list(num_tokens), dtype=torch.long, device=dev)
+        if bool((n < 0).any()) or bool((n > s).any()):
+            raise_error(InputError, "invalid-argument", f"num_tokens: each must be in [0, {s}]")
+        offs = torch.arange(s, device=dev)
+        new_valid = offs[None, :] < n[:, None]
+        positions = cache.lengths[:, None] + offs[None, :]
+        valid = torch.cat([cache.valid, new_valid], dim=1)
+        # A row with no committed token yet attends to its first (padding) column rather than
+        # to nothing, so padded queries never produce NaN; real tokens never see it.
+        mask = valid.clone()
+        empty = ~mask.any(dim=1)
+        if bool(empty.any()):
+            mask[empty, cache.valid.shape[1]] = True
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask.long(),
+            position_ids=positions,
+            use_cache=True,
+            output_hidden_states=True,
+            **{self._cache_kwarg: cache.kv},
+        )
+        hidden = getattr(out, "hidden_states", None)
+        if hidden is None:
+            raise_error(
+                InputError,
+                "invalid-argument",
+                "target returned no hidden states (output_hidden_states=True is ignored)",
+            )
+        if max(capture_layer_ids, default=0) >= len(hidden):
+            raise_error(
+                CheckpointError,
+                "target-mismatch",
+                f"capture layer {max(capture_layer_ids)} requested but the target returned "
+                f"{len(hidden)} hidden states",
+            )
+        feats = torch.cat([hidden[c] for c in capture_layer_ids], dim=-1)
+        cache.valid = valid
+        cache.token_pos = torch.cat(
+            [cache.token_pos, torch.where(new_valid, positions, torch.full_like(positions, -1))],
+            dim=1,
+        )
+        cache.lengths = cache.lengths + n
+        return TargetOutput(logits=out.logits, hidden_states=feats)
+
+    def crop(self, cache: HFCache, lengths: Sequence[int]) -> None:
+        """Roll row ``i`` back to its first ``lengths[i]`` tokens (later columns become holes)."""
+        keep = torch.as_tensor(list(lengths), dtype=torch.long, device=cache.lengths.device)
+        if keep.shape != cache.lengths.shape or bool((keep < 0).any()):
+            raise_error(InputError, "invalid-argument", "lengths: one non-negative value per row")
+        if bool((keep > cache.lengths).any()):
+            raise_error(InputError, "invalid-argument", "lengths: cannot crop a row forward")
+        cache.valid = cache.valid & (cache.token_pos < keep[:, None])
+        cache.token_pos = torch.where(cache.valid, cache.token_pos, -1)
+        cache.lengths = keep
+        used = cache.valid.any(dim=0).nonzero()
+        cols = int(used.max()) + 1 if used.numel() else 0
+        if cols < cache.valid.shape[1]:
+            # A negative count removes that many trailing columns in every transformers version
+            # (newer ones reject the positive "final length" form).
+            cache.kv.crop(cols - cache.valid.shape[1])
+            cache.valid = cache.valid[:, :cols]
+            cache.token_pos = cache.token_pos[:, :cols]
+
+
+def as_target(target: Any) -> Any:
+    """``target`` itself when it implements the protocol, an :class:`HFTarget` for HF models."""
+    needed = ("num_hidden_layers", "hidden_size", "vocab_size", "new_cache", "forward", "crop")
+    if all(hasattr(target, m) for m in needed) and not hasattr(target, "generate"):
+        return target
+    if hasattr(target, "config") and callable(target):
+        return HFTarget(target)
+    raise_error(
+        InputError,
+        "invalid-argument",
+        f"target: {type(target).__name__} is neither an HF causal LM nor a TargetModel",
+    )
+
+
+def check_capture_layers(capture_layer_ids: Sequence[int], num_hidden_layers: int) -> None:
+    """Capture id ``c`` reads HF ``hidden_states[c]``; only ``0..num_hidden_layers-1`` are
+    pre-norm layer outputs (the last entry is post-norm and cannot feed a drafter)."""
+    for c in capture_layer_ids:
+        if not 0 <= int(c) < num_hidden_layers:
+            raise_error(
+                CheckpointError,
+                "target-mismatch",
+                f"drafter target layer id {int(c) - 1} (capture id {int(c)}) does not fit a "
+                f"{num_hidden_layers}-layer target (DeepSpec ids -1..={num_hidden_layers - 2})",
+            )

@@ -1,0 +1,351 @@
+"""``dspark.TorchDrafter``: the Qwen3 DSpark drafter in plain torch (reference backend).
+
+Same checkpoints, same contract (:class:`dspark.protocols.DrafterProtocol`) as the candle
+``dspark.Drafter``; written for clarity, used by the tests as the reference forward and usable
+as a drafter in its own right. Checkpoint rules (vocab layout, sharing, id map, target fit) come
+from the engine (``dspark.DraftSpec``, ``dspark.inspect``, ``dspark.IdMap``), not re-derived here.
+
+Forward (DeepSpec ``Qwen3DSparkModel``): ``ctx = hidden_norm(fc(features))``; each layer runs
+the block ``[anchor, M, ..., M]`` (pre-norm) with queries over ``[k_proj(ctx); k_proj(block)]``
+(k_norm and RoPE on both, non-causal; the context skips ``input_layernorm``), SwiGLU; final
+norm; ``lm_head``. Slot k: ``logits = scale * (base_k + W2 W1[x_{k-1}])``, padded rows ``-inf``,
+greedy or sampled (Gumbel-max on counter-based uniforms), id map to target ids; confidence
+``sigmoid(w . [h_k ; W1[x_{k-1}]] + b)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from dspark._errors import raise_error
+from dspark._native import InputError
+from dspark._torch_loading import DrafterWeights, load_weights
+from dspark._torch_ops import attend, counter_uniforms, mlp, rms_norm
+from dspark.protocols import DraftProposal
+
+__all__ = ["TorchDraftState", "TorchDrafter"]
+
+
+def _per_request(value: int | Sequence[int] | Any, b: int, name: str) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=torch.int64).reshape(-1)
+    if t.numel() == 1:
+        t = t.expand(b)
+    if t.numel() != b:
+        raise_error(InputError, "bad-shape", f"{name}: expected one value or {b}, got {t.numel()}")
+    return t.clone()
+
+
+class TorchDraftState:
+    """Per-request context KV cache of a :class:`TorchDrafter` (post k_norm, post RoPE)."""
+
+    def __init__(self, drafter: TorchDrafter) -> None:
+        """An empty context for ``drafter``."""
+        self._drafter = drafter
+        w = drafter.weights
+        empty = torch.zeros(0, w.num_kv_heads, w.head_dim, dtype=w.dtype)
+        self._k: list[torch.Tensor] = [empty for _ in w.layers]
+        self._v: list[torch.Tensor] = [empty for _ in w.layers]
+
+    @property
+    def length(self) -> int:
+        """Number of context positions held; the anchor sits at this position."""
+        return int(self._k[0].shape[0]) if self._k else 0
+
+    def extend(self, features: Any, start_position: int) -> None:
+        """Add features ``[T, L*H_t]`` of positions ``start_position..``; held ones are skipped."""
+        feats = self._drafter._features(features, 2, "features")
+        if not 0 <= int(start_position) <= self.length:
+            raise_error(
+                InputError,
+                "invalid-argument",
+                f"start_position {start_position}: the context holds {self.length} positions "
+                "(no gaps allowed)",
+            )
+        new = feats[self.length - int(start_position) :]
+        if new.shape[0] == 0:
+            return
+        pos = torch.arange(self.length, self.length + new.shape[0])
+        ks, vs = self._drafter._context_kv(new[None], pos[None])
+        self._k = [torch.cat([a, k[0]]) for a, k in zip(self._k, ks, strict=True)]
+        self._v = [torch.cat([a, v[0]]) for a, v in zip(self._v, vs, strict=True)]
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions."""
+        if not 0 <= int(length) <= self.length:
+            raise_error(
+                InputError, "invalid-argument", f"truncate({length}): holds {self.length} positions"
+            )
+        self._k = [k[: int(length)] for k in self._k]
+        self._v = [v[: int(length)] for v in self._v]
+
+
+class TorchDrafter:
+    """Qwen3 DSpark drafter in plain torch; see the module docstring."""
+
+    def __init__(self, weights: DrafterWeights) -> None:
+        """Wrap loaded weights (use :meth:`from_pretrained`)."""
+        self.weights = weights
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Any, target: Any = None, *, dtype: torch.dtype = torch.float32
+    ) -> TorchDrafter:
+        """Load a DeepSpec-format checkpoint directory.
+
+        ``target``: an HF causal LM, a :class:`dspark.target.HFTarget`, a dict ``{"config":
+        dict, "embed_tokens": tensor, "lm_head": tensor}``, or ``None`` when the drafter owns
+        both. Shared embed / lm_head are taken from it when the engine's plan says so; a shared
+        weight that is not available is a typed error, never random.
+        """
+        return cls(load_weights(path, target, dtype=dtype))
+
+    # ---- the contract -------------------------------------------------------------------
+    @property
+    def block_size(self) -> int:
+        """Draft tokens per proposal (K)."""
+        return self.weights.block_size
+
+    @property
+    def noise_token_id(self) -> int:
+        """The mask/noise token id."""
+        return self.weights.noise_token_id
+
+    @property
+    def vocab_size(self) -> int:
+        """``V_in``."""
+        return self.weights.vocab_size
+
+    @property
+    def draft_vocab_size(self) -> int:
+        """``V_d``."""
+        return self.weights.draft_vocab_size
+
+    @property
+    def target_vocab_size(self) -> int:
+        """``V_t``."""
+        return self.weights.target_vocab_size
+
+    @property
+    def draft_id_to_target_id(self) -> torch.Tensor | None:
+        """``None`` (identity) or the int64 ``d2t`` offsets ``[V_d]``."""
+        d2t = self.weights.d2t
+        return None if d2t is None else d2t.clone()
+
+    @property
+    def has_own_embed_tokens(self) -> bool:
+        """Whether the embedding comes from the checkpoint."""
+        return self.weights.own_embed
+
+    @property
+    def has_own_lm_head(self) -> bool:
+        """Whether the lm_head comes from the checkpoint."""
+        return self.weights.own_lm_head
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        """DeepSpec layer ids."""
+        return list(self.weights.target_layer_ids)
+
+    @property
+    def capture_layer_ids(self) -> list[int]:
+        """HF ``hidden_states`` indices of the same layers."""
+        return list(self.weights.capture_layer_ids)
+
+    @property
+    def sample_from_anchor(self) -> bool:
+        """DeepSpec layout (slot k predicts ``n+k+1``) when true, else the 1+K layout."""
+        return self.weights.sample_from_anchor
+
+    @property
+    def has_confidence_head(self) -> bool:
+        """Whether proposals carry confidences."""
+        return self.weights.conf_w is not None
+
+    @property
+    def target_hidden_size(self) -> int:
+        """Width of one target feature (the context is ``L * target_hidden_size`` wide)."""
+        return self.weights.target_hidden_size
+
+    def new_state(self) -> TorchDraftState:
+        """An empty per-request context."""
+        return TorchDraftState(self)
+
+    @torch.inference_mode()
+    def propose(
+        self,
+        context_hidden_states: Any,
+        anchors: Any,
+        *,
+        start_positions: int | Sequence[int] = 0,
+        temperature: float = 0.0,
+        seed: int | Sequence[int] = 0,
+    ) -> DraftProposal:
+        """Stateless proposal; see :meth:`dspark.protocols.DrafterProtocol.propose`."""
+        hidden, base = self.forward_block(context_hidden_states, anchors, start_positions)
+        a = _per_request(anchors, hidden.shape[0], "anchors")
+        return self._sample(hidden, base, a, temperature, _per_request(seed, a.numel(), "seed"))
+
+    @torch.inference_mode()
+    def propose_states(
+        self,
+        states: Sequence[TorchDraftState],
+        anchors: Any,
+        *,
+        temperature: float = 0.0,
+        seed: int | Sequence[int] = 0,
+    ) -> DraftProposal:
+        """One block pass per state; anchor ``i`` sits at ``states[i].length``."""
+        b = len(states)
+        if b == 0 or not all(isinstance(s, TorchDraftState) for s in states):
+            raise_error(InputError, "invalid-argument", "states: TorchDraftState objects needed")
+        a = _per_request(anchors, b, "anchors")
+        lens = torch.tensor([s.length for s in states])
+        t = int(lens.max())
+        mask = torch.arange(t)[None, :] < lens[:, None]
+        ks, vs = [], []
+        for layer in range(len(self.weights.layers)):
+            k = torch.zeros(b, t, self.weights.num_kv_heads, self.weights.head_dim)
+            v = torch.zeros_like(k)
+            for i, s in enumerate(states):
+                k[i, : s.length] = s._k[layer]
+                v[i, : s.length] = s._v[layer]
+            ks.append(k)
+            vs.append(v)
+        hidden = self._block(ks, vs, mask, a, lens)
+        base = hidden @ self.weights.lm_head.T
+        return self._sample(hidden, base, a, temperature, _per_request(seed, b, "seed"))
+
+    # ---- forward ------------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward_block(
+        self, context: Any, anchors: Any, start: int | Sequence[int] = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Backbone only: ``(hidden [B,K,H] post-final-norm, base_logits [B,K,V_d])``.
+
+        ``context [B,T,L*H_t]`` covers positions ``start..start+T-1``; anchor ``i`` sits at
+        ``start[i]+T``. Base logits are ``lm_head(hidden)``, before the Markov bias and before
+        ``logit_scale``.
+        """
+        ctx = self._features(context, 3, "context_hidden_states")
+        b, t = ctx.shape[:2]
+        a = _per_request(anchors, b, "anchors")
+        starts = _per_request(start, b, "start_positions")
+        pos = starts[:, None] + torch.arange(t)[None, :]
+        ks, vs = self._context_kv(ctx, pos)
+        hidden = self._block(ks, vs, None, a, starts + t)
+        return hidden, hidden @ self.weights.lm_head.T
+
+    def _features(self, x: Any, ndim: int, name: str) -> torch.Tensor:
+        t = torch.as_tensor(x).to(self.weights.dtype)
+        width = len(self.weights.target_layer_ids) * self.weights.target_hidden_size
+        if t.ndim != ndim or t.shape[-1] != width:
+            raise_error(
+                InputError,
+                "bad-shape",
+                f"{name}: expected {ndim} dims with last dim {width} "
+                f"({len(self.weights.target_layer_ids)} layers x {self.weights.target_hidden_size})"
+                f", got {tuple(t.shape)}",
+            )
+        return t
+
+    def _context_kv(
+        self, feats: torch.Tensor, pos: torch.Tensor
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per-layer context keys (k_norm + RoPE) and values of ``feats [B,T,L*H_t]``."""
+        w = self.weights
+        ctx = rms_norm(feats @ w.fc.T, w.hidden_norm, w.eps)
+        b, t = ctx.shape[:2]
+        ks, vs = [], []
+        for lw in w.layers:
+            k = (ctx @ lw["k_proj"].T).view(b, t, w.num_kv_heads, w.head_dim)
+            k = w.rope.apply(rms_norm(k, lw["k_norm"], w.eps), pos)
+            ks.append(k)
+            vs.append((ctx @ lw["v_proj"].T).view(b, t, w.num_kv_heads, w.head_dim))
+        return ks, vs
+
+    def _block(
+        self,
+        ks: list[torch.Tensor],
+        vs: list[torch.Tensor],
+        ctx_mask: torch.Tensor | None,
+        anchors: torch.Tensor,
+        anchor_pos: torch.Tensor,
+    ) -> torch.Tensor:
+        """Run the block at ``anchor_pos..``; returns the K prediction slots' hidden states."""
+        w = self.weights
+        k_out = w.block_size
+        q_len = k_out if w.sample_from_anchor else k_out + 1
+        b = anchors.numel()
+        ids = torch.full((b, q_len), w.noise_token_id, dtype=torch.int64)
+        ids[:, 0] = anchors
+        h = w.embed[ids]
+        pos = anchor_pos[:, None] + torch.arange(q_len)[None, :]
+        mask = None
+        if ctx_mask is not None:
+            mask = torch.cat([ctx_mask, torch.ones(b, q_len, dtype=torch.bool)], dim=1)
+        for lw, k_ctx, v_ctx in zip(w.layers, ks, vs, strict=True):
+            x = rms_norm(h, lw["input_layernorm"], w.eps)
+            q = (x @ lw["q_proj"].T).view(b, q_len, w.num_heads, w.head_dim)
+            q = w.rope.apply(rms_norm(q, lw["q_norm"], w.eps), pos)
+            k = (x @ lw["k_proj"].T).view(b, q_len, w.num_kv_heads, w.head_dim)
+            k = w.rope.apply(rms_norm(k, lw["k_norm"], w.eps), pos)
+            v = (x @ lw["v_proj"].T).view(b, q_len, w.num_kv_heads, w.head_dim)
+            att = attend(q, torch.cat([k_ctx, k], 1), torch.cat([v_ctx, v], 1), mask)
+            h = h + att @ lw["o_proj"].T
+            x = rms_norm(h, lw["post_attention_layernorm"], w.eps)
+            h = h + mlp(x, lw["gate_proj"], lw["up_proj"], lw["down_proj"])
+        h = rms_norm(h, w.norm, w.eps)
+        return h if w.sample_from_anchor else h[:, 1:]
+
+    # ---- Markov head, sampling, id map, confidence ---------------------------------------
+    def _sample(
+        self,
+        hidden: torch.Tensor,
+        base: torch.Tensor,
+        anchors: torch.Tensor,
+        temperature: float,
+        seeds: torch.Tensor,
+    ) -> DraftProposal:
+        w = self.weights
+        if not temperature >= 0.0:
+            raise_error(InputError, "invalid-argument", f"temperature {temperature}: must be >= 0")
+        b, k_out, v_d = base.shape
+        v_t = w.target_vocab_size
+        if bool(((anchors < 0) | (anchors >= v_t)).any()):
+            raise_error(InputError, "token-out-of-range", f"anchors: ids must be in [0, {v_t})")
+        to_target = w.draft_to_target  # [V_d] target id of each draft id, -1 when masked
+        tokens = torch.empty(b, k_out, dtype=torch.int64)
+        q = torch.full((b, k_out, v_t), float("-inf"))
+        conf = torch.empty(b, k_out) if w.conf_w is not None else None
+        rows = torch.arange(b)
+        prev = anchors
+        for k in range(k_out):
+            e = w.markov_w1[prev] if w.markov_w1 is not None else None
+            logits = base[:, k].to(torch.float32)
+            if e is not None and w.markov_w2 is not None:
+                logits = logits + e @ w.markov_w2.T
+            logits = (w.logit_scale * logits).masked_fill(to_target[None, :] < 0, float("-inf"))
+            if temperature == 0.0:
+                d = logits.argmax(dim=-1)
+                x = to_target[d]
+                q[rows, k, x] = 0.0
+            else:
+                scaled = logits / temperature
+                gumbel = -torch.log(-torch.log(counter_uniforms(seeds, k, v_d)))
+                d = (scaled.to(torch.float64) + gumbel).argmax(dim=-1)
+                x = to_target[d]
+                live = to_target >= 0
+                q[:, k, to_target[live]] = scaled[:, live]
+            if conf is not None and w.conf_w is not None:
+                feat = (
+                    hidden[:, k]
+                    if e is None or not w.conf_with_markov
+                    else torch.cat([hidden[:, k], e], dim=-1)
+                )
+                conf[:, k] = torch.sigmoid(feat.to(torch.float32) @ w.conf_w + w.conf_b)
+            tokens[:, k] = x
+            prev = x
+        return DraftProposal(tokens=tokens, draft_logits=q, confidence=conf)
