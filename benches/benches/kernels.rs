@@ -201,6 +201,27 @@ fn verify_bench(c: &mut Criterion) {
                     )
                 })
             });
+            let sampled = VerifyOptions {
+                temperature: dspark::sampling::PerRequest::All(1.0),
+                ..VerifyOptions::default()
+            };
+            g.bench_with_input(
+                BenchmarkId::new(format!("f32_q_T1_V{v}"), b),
+                &b,
+                |bch, _| {
+                    bch.iter(|| {
+                        black_box(
+                            verify_slices(
+                                Rows3::new(Floats::F32(&target), dims).unwrap(),
+                                &drafts,
+                                Some(Rows3::new(Floats::F32(&q), [b, k, v]).unwrap()),
+                                &sampled,
+                            )
+                            .unwrap(),
+                        )
+                    })
+                },
+            );
             // bf16 through the tensor front (contiguous CPU tensors are read in place).
             let tt = Tensor::from_vec(target, (b, k + 1, v), &Device::Cpu)
                 .unwrap()
