@@ -54,3 +54,12 @@ def load_drafter(cls_name: str, path: Path, target: Any) -> Any:
     """Load ``path`` with the named drafter class against ``target``."""
     cls = getattr(dspark, cls_name)
     return cls.from_pretrained(path, target)
+
+
+@pytest.fixture
+def single_thread() -> Any:
+    """Run a test with one torch thread (tiny ops on a shared CPU are faster that way)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

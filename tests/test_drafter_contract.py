@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from spec_fixtures import VARIANTS, checkpoint, drafter_classes, load_drafter, target, torch  # noqa: F401
+from spec_fixtures import VARIANTS, checkpoint, drafter_classes, load_drafter, target, single_thread, torch  # noqa: F401
 from tiny_models import BLOCK, LAYOUTS, TARGET_LAYER_IDS, VOCAB, draft_tensors
 
 from dspark.protocols import DRAFTER_MEMBERS, DrafterProtocol
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("single_thread")]
 
 
 def _np(x):  # noqa: ANN001, ANN202

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from spec_fixtures import VARIANTS, checkpoint, drafter_classes, load_drafter, target, torch  # noqa: F401
+from spec_fixtures import VARIANTS, checkpoint, drafter_classes, load_drafter, target, single_thread, torch  # noqa: F401
 from tiny_models import OracleDrafter, greedy_reference
 
 import dspark
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("single_thread")]
 
 PROMPTS = [[(7 * i + 3 * j + 1) % 250 for j in range(1 + (5 * i) % 11)] for i in range(8)]
 NEW = 12

@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from spec_fixtures import checkpoint, load_drafter, target, torch  # noqa: F401
+from spec_fixtures import checkpoint, load_drafter, target, single_thread, torch  # noqa: F401
 from tiny_models import OracleDrafter
 
 import dspark
 from dspark.speculator import _Run
 from dspark.target import HFTarget
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("single_thread")]
 
 PROMPTS = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7], [1, 8, 2, 8, 1]]
 
@@ -77,7 +77,9 @@ def test_rollback_matches_fresh_prefix(target, checkpoint):  # noqa: F811
         state.extend(ref.hidden_states[0], 0)
         got = run.states[i].real
         assert got.length == n
-        for k_got, k_ref in zip(got._k + got._v, state._k + state._v, strict=True):
+        got_k, got_v = got.context_kv()
+        ref_k, ref_v = state.context_kv()
+        for k_got, k_ref in zip(got_k + got_v, ref_k + ref_v, strict=True):
             torch.testing.assert_close(k_got, k_ref, rtol=1e-4, atol=1e-4)
         a = real.propose_states([got], [run.anchors[i]])
         b = real.propose_states([state], [run.anchors[i]])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import check_distribution
-from spec_fixtures import checkpoint, load_drafter, target, torch  # noqa: F401
+from spec_fixtures import checkpoint, load_drafter, target, single_thread, torch  # noqa: F401
 
 import dspark
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("single_thread")]
 
 PROMPT = [5, 17, 42, 99, 3]
 TRIALS = 20_000
