@@ -311,6 +311,9 @@ class TorchDrafter:
     ) -> torch.Tensor:
         """Run the block at ``anchor_pos..``; returns the K prediction slots' hidden states."""
         w = self.weights
+        v_t = w.target_vocab_size
+        if bool(((anchors < 0) | (anchors >= v_t)).any()):
+            raise_error(InputError, "token-out-of-range", f"anchors: ids must be in [0, {v_t})")
         k_out = w.block_size
         q_len = k_out if w.sample_from_anchor else k_out + 1
         b = anchors.numel()
@@ -349,8 +352,6 @@ class TorchDrafter:
             raise_error(InputError, "invalid-argument", f"temperature {temperature}: must be >= 0")
         b, k_out, v_d = base.shape
         v_t = w.target_vocab_size
-        if bool(((anchors < 0) | (anchors >= v_t)).any()):
-            raise_error(InputError, "token-out-of-range", f"anchors: ids must be in [0, {v_t})")
         to_target = w.draft_to_target  # [V_d] target id of each draft id, -1 when masked
         tokens = torch.empty(b, k_out, dtype=torch.int64)
         q = torch.full((b, k_out, v_t), float("-inf"))
