@@ -18,6 +18,7 @@ from dspark._native import (
     __version__,
     inspect,
 )
+from dspark.drafter import Drafter, DraftState
 from dspark.kernels import (
     DraftBlock,
     Verification,
@@ -59,6 +60,8 @@ __all__ = [
     "DraftBlock",
     "DraftProposal",
     "DraftSpec",
+    "DraftState",
+    "Drafter",
     "DrafterProtocol",
     "GenerationResult",
     "HFTarget",

@@ -103,3 +103,92 @@ class Report:
 def inspect(
     draft: str | os.PathLike[str], target: str | os.PathLike[str] | None = None
 ) -> Report: ...
+
+@final
+class Drafter:
+    """The Qwen3-shaped DSpark drafter in candle. Use ``dspark.Drafter`` (the Python front)."""
+
+    @staticmethod
+    def plan_sharing(path: str | os.PathLike[str], target_config: str) -> tuple[bool, bool]:
+        """``(embed_shared, lm_head_shared)`` of the load plan against a target config (JSON)."""
+    @staticmethod
+    def load(
+        path: str | os.PathLike[str],
+        target_config: str,
+        embed_tokens: Any = None,
+        lm_head: Any = None,
+    ) -> Drafter:
+        """Load; ``embed_tokens``/``lm_head`` (DLPack, CPU) are required where shared."""
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def num_draft_tokens(self) -> int: ...
+    @property
+    def noise_token_id(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def draft_vocab_size(self) -> int: ...
+    @property
+    def target_vocab_size(self) -> int: ...
+    @property
+    def draft_id_to_target_id(self) -> npt.NDArray[np.int64] | None: ...
+    @property
+    def has_own_embed_tokens(self) -> bool: ...
+    @property
+    def has_own_lm_head(self) -> bool: ...
+    @property
+    def target_layer_ids(self) -> list[int]: ...
+    @property
+    def capture_layer_ids(self) -> list[int]: ...
+    @property
+    def sample_from_anchor(self) -> bool: ...
+    @property
+    def has_confidence_head(self) -> bool: ...
+    @property
+    def context_width(self) -> int: ...
+    @property
+    def markov_rank(self) -> int: ...
+    @property
+    def warnings(self) -> list[tuple[str, str]]: ...
+    def propose(
+        self,
+        context: Any,
+        anchors: Any,
+        *,
+        start_positions: int | list[int] | None = None,
+        temperature: float = 0.0,
+        seed: int | list[int] | None = None,
+        top_k: int | None = None,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
+        """Stateless drafting over ``context [B, T, L*H_t]`` (DLPack, CPU).
+
+        Returns ``(tokens [B,K] int64, draft_logits [B,K,V_t] float32, confidence [B,K] | None)``.
+        """
+    def new_state(self) -> DraftState: ...
+    def propose_states(
+        self,
+        states: list[DraftState],
+        anchors: Any,
+        *,
+        temperature: float = 0.0,
+        seed: int | list[int] | None = None,
+        top_k: int | None = None,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
+        """One block pass per state; anchor ``b`` sits at ``states[b].end``."""
+
+@final
+class DraftState:
+    """One request's context KV cache (made by ``Drafter.new_state``)."""
+
+    def extend(self, features: Any, start_position: int) -> None:
+        """Append ``[T, L*H_t]`` features from ``start_position``; held rows are skipped."""
+    def truncate(self, n: int) -> None: ...
+    def clear(self) -> None: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    def __len__(self) -> int: ...

@@ -2,6 +2,7 @@
 
 mod config;
 mod dlpack;
+mod drafter;
 mod errors;
 mod inspect;
 mod json;
@@ -23,5 +24,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_describe, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_sum, m)?)?;
     kernels::register(m)?;
+    drafter::register(m)?;
     Ok(())
 }

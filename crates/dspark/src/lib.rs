@@ -9,6 +9,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod drafter;
 pub mod error;
 pub mod idmap;
 pub mod inspect;
@@ -19,6 +20,7 @@ pub use checkpoint::{Inventory, LoadPlan, TensorInfo, WeightSource};
 pub use config::{
     ConfigFormat, DraftSpec, MarkovHeadType, NoiseToken, NoiseTokenSource, TargetSpec,
 };
+pub use drafter::{DraftState, Drafter, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights};
 pub use error::{Error, ErrorKind, Result};
 pub use idmap::IdMap;
 pub use inspect::{Report, inspect};

@@ -56,7 +56,7 @@ pub(crate) fn exp(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
     // 2^n through the exponent bits (n is within [-126, 128] after the clamp).
     let e = f32::from_bits(((n as i32 + 127).clamp(0, 255) as u32) << 23);

@@ -34,9 +34,9 @@ pub(crate) enum Goal {
     Mass(f64),
 }
 
-/// Number of histogram buckets and the span of scaled distance `(max - x)·s` they cover; the last
-/// bucket also holds everything further away.
-const BUCKETS: usize = 1024;
+/// Largest number of histogram buckets (short rows use fewer) and the span of scaled distance
+/// `(max - x)·s` they cover; the last bucket also holds everything further away.
+const MAX_BUCKETS: usize = 1024;
 const SPAN: f32 = 32.0;
 
 /// The kept set of a truncation.
@@ -51,10 +51,11 @@ pub(crate) struct Kept {
 /// Find the prefix of `row` (among tokens that `within` keeps, and finite ones) that meets
 /// `goal`, with probabilities `∝ exp((x - max)·s)` (`s > 0`).
 pub(crate) fn find_cut(row: Floats<'_>, max: f32, s: f32, within: Option<Cut>, goal: Goal) -> Kept {
-    let mut count = vec![0u32; BUCKETS];
-    let mut mass = vec![0f64; BUCKETS];
-    let per = BUCKETS as f32 / SPAN;
-    let bucket = |v: f32| (((max - v) * s * per) as usize).min(BUCKETS - 1);
+    let buckets = row.len().next_power_of_two().clamp(8, MAX_BUCKETS);
+    let mut count = vec![0u32; buckets];
+    let mut mass = vec![0f64; buckets];
+    let per = buckets as f32 / SPAN;
+    let bucket = |v: f32| (((max - v) * s * per) as usize).min(buckets - 1);
     let inside = |v: f32, id: usize| v > f32::NEG_INFINITY && within.is_none_or(|c| c.keeps(v, id));
     for_each_block(row, |start, block| {
         for (j, &v) in block.iter().enumerate() {
@@ -73,7 +74,7 @@ pub(crate) fn find_cut(row: Floats<'_>, max: f32, s: f32, within: Option<Cut>, g
     match goal {
         Goal::Count(k) => {
             if (k as u64) < total_count {
-                for b in 0..BUCKETS {
+                for b in 0..buckets {
                     if cum_count + u64::from(count[b]) >= k as u64 {
                         edge = Some(b);
                         break;
@@ -86,8 +87,8 @@ pub(crate) fn find_cut(row: Floats<'_>, max: f32, s: f32, within: Option<Cut>, g
         Goal::Mass(frac) => {
             if frac < 1.0 {
                 let target = frac * total_mass;
-                let last_nonempty = (0..BUCKETS).rev().find(|&b| count[b] > 0);
-                for b in 0..BUCKETS {
+                let last_nonempty = (0..buckets).rev().find(|&b| count[b] > 0);
+                for b in 0..buckets {
                     if count[b] > 0 && (cum_mass + mass[b] >= target || Some(b) == last_nonempty) {
                         edge = Some(b);
                         break;

@@ -173,10 +173,19 @@ fn validate(
 }
 
 multiversion! {
-    /// `z[b][i] = mult·(z[b][i] + W2[d0+i]·e_b)` for one column block (`z` holds the base logits
-    /// on entry, laid out `[B][BLOCK]`).
-    fn bias_block(w2: Mat<'_>, d0: usize, len: usize, e: &[f32], batch: usize, mult: f32, z: &mut [f32]) {
+    /// `z[b][i] = mult·(z[b][i] + W2[cols.start+i]·e_b)` for one column block (`z` holds the
+    /// base logits on entry, laid out `[batch][stride]`).
+    fn bias_block(
+        w2: Mat<'_>,
+        cols: std::ops::Range<usize>,
+        e: &[f32],
+        batch: usize,
+        mult: f32,
+        z: &mut [f32],
+        stride: usize,
+    ) {
         let r = w2.dims[1];
+        let (d0, len) = (cols.start, cols.len());
         let mut wbuf = vec![0f32; if matches!(w2.data, Floats::F32(_)) { 0 } else { r }];
         for i in 0..len {
             let w: &[f32] = match w2.data {
@@ -187,7 +196,7 @@ multiversion! {
                 }
             };
             for b in 0..batch {
-                let zi = &mut z[b * BLOCK + i];
+                let zi = &mut z[b * stride + i];
                 *zi = mult * (*zi + dot(w, &e[b * r..(b + 1) * r]));
             }
         }
@@ -208,6 +217,17 @@ pub fn sample_block_slices(
     let g = validate(&base, &w1, &w2, anchors, opts)?;
     let streams = opts.seeds.streams(g.batch, "seeds")?;
     let (b_n, k_n, vt, r) = (g.batch, g.slots, g.target_vocab, g.rank);
+    if b_n == 0 || k_n == 0 {
+        return Ok(DraftBlock {
+            batch: b_n,
+            slots: k_n,
+            target_vocab: vt,
+            rank: r,
+            tokens: Vec::new(),
+            draft_logits: Vec::new(),
+            prev_embeddings: Vec::new(),
+        });
+    }
     let greedy = opts.temperature == 0.0;
     let mult = if greedy {
         opts.logit_scale
@@ -227,11 +247,21 @@ pub fn sample_block_slices(
         Some(k) => Some(top_k_candidates(&base, &g, k)?),
         None => None,
     };
-    let nblk = g.valid.div_ceil(BLOCK);
+    // Dense scratch: `[column block][B][cb]`, one segment of `cb` values per (block, request).
+    let cb = g.valid.min(BLOCK);
+    let nblk = g.valid.div_ceil(cb);
     let mut z = if candidates.is_some() {
         Vec::new()
     } else {
-        vec![0f32; nblk * b_n * BLOCK]
+        vec![0f32; nblk * b_n * cb]
+    };
+    // Segments per parallel task: a whole column block (W2 read once per slot) when there are
+    // enough blocks to share out, else fewer requests per task (small vocabularies).
+    let tasks = 4 * rayon::current_num_threads();
+    let group = if nblk >= tasks {
+        b_n
+    } else {
+        (nblk * b_n).div_ceil(tasks).max(1)
     };
     let mut prev: Vec<u32> = anchors.to_vec();
     let mut e = vec![0f32; b_n * r];
@@ -252,17 +282,34 @@ pub fn sample_block_slices(
         let picks: Vec<u32> = match &candidates {
             Some(c) => ctx.slot_top_k(&base, &w2, &e, c, &mut out.draft_logits)?,
             None => {
-                z.par_chunks_mut(b_n * BLOCK)
+                z.par_chunks_mut(cb * group)
                     .enumerate()
-                    .for_each(|(jb, zc)| {
-                        let d0 = jb * BLOCK;
-                        let len = BLOCK.min(g.valid - d0);
-                        for b in 0..b_n {
-                            base.row(b, k)
-                                .sub(d0, len)
-                                .read_into(0, &mut zc[b * BLOCK..b * BLOCK + len]);
+                    .for_each(|(c, zc)| {
+                        let first = c * group;
+                        let segs = zc.len() / cb;
+                        let mut s0 = 0;
+                        // Runs of segments that share a column block.
+                        while s0 < segs {
+                            let (jb, b0) = ((first + s0) / b_n, (first + s0) % b_n);
+                            let nb = (b_n - b0).min(segs - s0);
+                            let (d0, len) = (jb * cb, cb.min(g.valid - jb * cb));
+                            let zr = &mut zc[s0 * cb..(s0 + nb) * cb];
+                            for (i, seg) in zr.chunks_mut(cb).enumerate() {
+                                base.row(b0 + i, k)
+                                    .sub(d0, len)
+                                    .read_into(0, &mut seg[..len]);
+                            }
+                            bias_block(
+                                w2,
+                                d0..d0 + len,
+                                &e[b0 * r..(b0 + nb) * r],
+                                nb,
+                                mult,
+                                zr,
+                                cb,
+                            );
+                            s0 += nb;
                         }
-                        bias_block(w2, d0, len, &e, b_n, mult, zc);
                     });
                 ctx.slot_dense(&z, &mut out.draft_logits)?
             }
@@ -310,9 +357,10 @@ impl SlotCtx<'_> {
             .map(|(b, rows)| {
                 let orow = &mut rows[self.k * vt..(self.k + 1) * vt];
                 // Gather this request's logits contiguously in draft space.
+                let cb = valid.min(BLOCK);
                 let gather = |lrow: &mut [f32]| {
-                    for (jb, chunk) in lrow.chunks_mut(BLOCK).enumerate() {
-                        let src = (jb * b_n + b) * BLOCK;
+                    for (jb, chunk) in lrow.chunks_mut(cb).enumerate() {
+                        let src = (jb * b_n + b) * cb;
                         chunk.copy_from_slice(&z[src..src + chunk.len()]);
                     }
                 };

@@ -18,7 +18,7 @@ pub fn mask_padded_slice(data: &mut [f32], cols: usize, valid: usize) -> Result<
 }
 
 fn check(len: usize, cols: usize, valid: usize) -> Result<()> {
-    if cols == 0 || len % cols != 0 {
+    if cols == 0 || !len.is_multiple_of(cols) {
         return Err(Error::bad_shape(
             "logits",
             format!("{len} values do not form rows of {cols} columns"),

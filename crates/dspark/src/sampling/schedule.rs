@@ -119,17 +119,16 @@ pub fn schedule_lengths(
     sps: &StepsPerSecond,
 ) -> Vec<usize> {
     let mut lengths = vec![0; batch];
-    let mut tokens = batch;
     let mut tau = batch as f64;
-    let mut theta = tau * sps.sps(tokens);
-    for (a, r, _) in ranked(confidence, batch, slots) {
-        let next = (tau + a) * sps.sps(tokens + 1);
+    let mut theta = tau * sps.sps(batch);
+    // Admitting the n-th slot (n from 1) makes the batch `batch + n` tokens.
+    for (tokens, (a, r, _)) in (batch + 1..).zip(ranked(confidence, batch, slots)) {
+        let next = (tau + a) * sps.sps(tokens);
         if next <= theta {
             break;
         }
         theta = next;
         tau += a;
-        tokens += 1;
         lengths[r] += 1;
     }
     lengths

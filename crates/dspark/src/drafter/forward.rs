@@ -1,0 +1,251 @@
+//! The Qwen3 drafter's forward passes: appending context to a [`DraftState`], the block pass,
+//! and turning block hidden states into a [`Proposal`] through the sampling kernels.
+
+use candle_core::{DType, Device, Tensor};
+
+use super::cache::{DraftState, LayerKv};
+use super::layers::{f32_of, gqa_attention, rms_norm, swiglu};
+use super::qwen3::Qwen3Drafter;
+use super::{Drafter, Proposal, ProposeOptions};
+use crate::error::{Error, Result};
+use crate::sampling::{BlockOptions, Floats, Mat, Rows3, confidence_slices, sample_block_slices};
+
+/// Host copy of a tensor's values (f32).
+fn host_f32(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.flatten_all()?.to_device(&Device::Cpu)?.to_vec1::<f32>()?)
+}
+
+impl Qwen3Drafter {
+    /// `[N, heads, hd]` → normed (per head) and rotated.
+    fn norm_rope(&self, x: &Tensor, norm: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        self.rope
+            .apply(&rms_norm(x, norm, self.spec.rms_norm_eps)?, cos, sin)
+    }
+
+    /// Append context features `[T, L·H_t]` at `start_position` (see [`Drafter::extend`]).
+    pub(crate) fn extend_state(
+        &self,
+        state: &mut DraftState,
+        features: &Tensor,
+        start_position: usize,
+    ) -> Result<()> {
+        let width = self.spec.context_width();
+        let (t, w) = features.dims2().map_err(|_| {
+            Error::bad_shape(
+                "features",
+                format!("shape {:?}, expected [T, L·H_t = {width}]", features.dims()),
+            )
+        })?;
+        if w != width {
+            return Err(Error::bad_shape(
+                "features",
+                format!(
+                    "width {w}, but the drafter fuses {} layers × H_t {} = {width}",
+                    self.spec.target_layer_ids.len(),
+                    self.spec.target_hidden_size
+                ),
+            ));
+        }
+        if state.num_layers() != self.layers.len() {
+            return Err(Error::invalid(
+                "state",
+                format!(
+                    "made for {} draft layers, this drafter has {}",
+                    state.num_layers(),
+                    self.layers.len()
+                ),
+            ));
+        }
+        let skip = state.seek(start_position)?;
+        if t <= skip {
+            return Ok(());
+        }
+        let (start_position, t) = (start_position + skip, t - skip);
+        let x = f32_of(&features.narrow(0, skip, t)?.to_device(&self.device)?)?;
+        let ctx = rms_norm(
+            &self.fc.forward(&x)?,
+            &self.hidden_norm,
+            self.spec.rms_norm_eps,
+        )?;
+        let positions: Vec<usize> = (start_position..start_position + t).collect();
+        let (cos, sin) = self.rope.tables(&positions, &self.device)?;
+        let (kvh, hd) = (self.spec.num_key_value_heads, self.spec.head_dim);
+        let mut kv = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let k = layer.k_proj.forward(&ctx)?.reshape((t, kvh, hd))?;
+            let k = self.norm_rope(&k, &layer.k_norm, &cos, &sin)?;
+            let v = layer.v_proj.forward(&ctx)?.reshape((t, kvh, hd))?;
+            kv.push(LayerKv {
+                k: k.transpose(0, 1)?.contiguous()?,
+                v: v.transpose(0, 1)?.contiguous()?,
+            });
+        }
+        state.append(kv, t)
+    }
+
+    /// The block pass: post-norm hidden states `[B, K, H]` of the prediction slots, for block
+    /// `[anchor_b, M, …, M]` at positions `states[b].end() ..` (`K` slots when sampling from
+    /// the anchor; `K + 1` slots read from slot 1 on in the 1+K layout).
+    pub fn block_hidden(&self, states: &[&DraftState], anchors: &[u32]) -> Result<Tensor> {
+        let b_n = states.len();
+        if anchors.len() != b_n {
+            return Err(Error::bad_shape(
+                "anchors",
+                format!("{} anchors for {b_n} states", anchors.len()),
+            ));
+        }
+        let v_in = self.vocab.input;
+        if let Some(&a) = anchors.iter().find(|&&a| a as usize >= v_in) {
+            return Err(Error::TokenOutOfRange {
+                name: "anchors".into(),
+                id: i64::from(a),
+                vocab_size: v_in,
+            });
+        }
+        let k_n = self.num_draft_tokens();
+        let q_len = if self.spec.sample_from_anchor {
+            k_n
+        } else {
+            k_n + 1
+        };
+        let (heads, kvh, hd) = (
+            self.spec.num_attention_heads,
+            self.spec.num_key_value_heads,
+            self.spec.head_dim,
+        );
+        let noise = self.spec.noise_token.id;
+        let mut ids = Vec::with_capacity(b_n * q_len);
+        let mut positions = Vec::with_capacity(b_n * q_len);
+        for (s, &a) in states.iter().zip(anchors) {
+            if s.num_layers() != self.layers.len() {
+                return Err(Error::invalid(
+                    "states",
+                    format!(
+                        "a state made for {} draft layers, this drafter has {}",
+                        s.num_layers(),
+                        self.layers.len()
+                    ),
+                ));
+            }
+            ids.push(a);
+            ids.extend(std::iter::repeat_n(noise, q_len - 1));
+            positions.extend(s.end()..s.end() + q_len);
+        }
+        let n = b_n * q_len;
+        let ids = Tensor::from_vec(ids, n, &self.device)?;
+        let mut x = self.embed.index_select(&ids, 0)?;
+        let (cos, sin) = self.rope.tables(&positions, &self.device)?;
+        let eps = self.spec.rms_norm_eps;
+        let scale = 1.0 / (hd as f64).sqrt();
+        for (li, layer) in self.layers.iter().enumerate() {
+            let h = rms_norm(&x, &layer.input_layernorm, eps)?;
+            let q = layer.q_proj.forward(&h)?.reshape((n, heads, hd))?;
+            let q = self.norm_rope(&q, &layer.q_norm, &cos, &sin)?;
+            let k = layer.k_proj.forward(&h)?.reshape((n, kvh, hd))?;
+            let k = self.norm_rope(&k, &layer.k_norm, &cos, &sin)?;
+            let v = layer.v_proj.forward(&h)?.reshape((n, kvh, hd))?;
+            let mut outs = Vec::with_capacity(b_n);
+            for (b, s) in states.iter().enumerate() {
+                let kb = k.narrow(0, b * q_len, q_len)?.transpose(0, 1)?;
+                let vb = v.narrow(0, b * q_len, q_len)?.transpose(0, 1)?;
+                let (kb, vb) = match s.layer(li) {
+                    Some(c) => (Tensor::cat(&[&c.k, &kb], 1)?, Tensor::cat(&[&c.v, &vb], 1)?),
+                    None => (kb.contiguous()?, vb.contiguous()?),
+                };
+                let qb = q.narrow(0, b * q_len, q_len)?;
+                outs.push(gqa_attention(&qb, &kb, &vb, scale)?);
+            }
+            let attn = Tensor::cat(&outs, 0)?;
+            x = (x + layer.o_proj.forward(&attn)?)?;
+            let h = rms_norm(&x, &layer.post_attention_layernorm, eps)?;
+            x = (&x + swiglu(&h, &layer.gate_proj, &layer.up_proj, &layer.down_proj)?)?;
+        }
+        let x = rms_norm(&x, &self.norm, eps)?;
+        let offset = q_len - k_n;
+        Ok(x.reshape((b_n, q_len, self.spec.hidden_size))?
+            .narrow(1, offset, k_n)?
+            .contiguous()?)
+    }
+
+    /// Base logits `[B, K, V_d]` = `lm_head(h)` (soft-capped when the config says so; the
+    /// `logit_scale` is applied by the Markov kernel together with the bias).
+    pub fn base_logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let (b, k, h) = hidden.dims3()?;
+        let logits = hidden
+            .reshape((b * k, h))?
+            .matmul(&self.lm_head.t()?)?
+            .reshape((b, k, self.vocab.draft))?;
+        Ok(match self.spec.final_logit_softcapping {
+            Some(c) if c > 0.0 => ((logits / c)?.tanh()? * c)?,
+            _ => logits,
+        })
+    }
+
+    /// [`Drafter::propose_cached`].
+    pub(crate) fn propose_states(
+        &self,
+        states: &[&DraftState],
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        let k_n = self.num_draft_tokens();
+        if states.is_empty() && anchors.is_empty() {
+            return Ok(Proposal::empty(
+                k_n,
+                self.vocab.target,
+                self.confidence.is_some(),
+            ));
+        }
+        let hidden = self.block_hidden(states, anchors)?;
+        let base = host_f32(&self.base_logits(&hidden)?.to_dtype(DType::F32)?)?;
+        let b_n = states.len();
+        let r = self.spec.markov_rank;
+        let block = sample_block_slices(
+            Rows3 {
+                data: Floats::F32(&base),
+                dims: [b_n, k_n, self.vocab.draft],
+            },
+            Mat {
+                data: Floats::F32(&self.markov_w1),
+                dims: [self.vocab.input, r],
+            },
+            Mat {
+                data: Floats::F32(&self.markov_w2),
+                dims: [self.vocab.draft, r],
+            },
+            anchors,
+            &BlockOptions {
+                temperature: opts.temperature,
+                seeds: opts.seeds.clone(),
+                id_map: &self.id_map,
+                top_k: opts.top_k,
+                logit_scale: self.spec.logit_scale,
+            },
+        )?;
+        let confidence = match &self.confidence {
+            None => None,
+            Some(head) => {
+                let h = host_f32(&hidden)?;
+                let with_markov = self.spec.confidence_head_with_markov && r > 0;
+                Some(confidence_slices(
+                    Rows3 {
+                        data: Floats::F32(&h),
+                        dims: [b_n, k_n, self.spec.hidden_size],
+                    },
+                    with_markov.then_some(block.prev_embeddings.as_slice()),
+                    Floats::F32(&head.weight),
+                    head.bias,
+                    None,
+                )?)
+            }
+        };
+        Ok(Proposal {
+            batch: b_n,
+            slots: k_n,
+            target_vocab: self.vocab.target,
+            tokens: block.tokens,
+            draft_logits: block.draft_logits,
+            confidence,
+        })
+    }
+}

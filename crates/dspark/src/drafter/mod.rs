@@ -1,0 +1,179 @@
+//! Drafters: the contract every drafter backend implements, and the Qwen3-shaped DSpark
+//! drafter in candle.
+//!
+//! [`Drafter`] is the engine-side contract. A backend that leaves out a member does not compile:
+//! block size, noise token, vocabulary sizes, the draft-to-target [`IdMap`] (identity included),
+//! where embed and lm_head come from, target layers in both semantics, whether it samples from
+//! the anchor, whether it has a confidence head, and the two ways to draft a block: stateless
+//! [`Drafter::propose`] over a whole context, and the cached path
+//! ([`Drafter::new_state`], [`Drafter::extend`], [`Drafter::propose_cached`],
+//! [`DraftState::truncate`]) that a speculator uses so that each round costs one pass over the
+//! block, not over the context.
+//!
+//! Submodules: [`layers`] (RMSNorm, RoPE, attention, MLP), [`cache`] ([`DraftState`]),
+//! [`weights`] (safetensors → `f32` tensors, [`SharedWeights`]), [`qwen3`] ([`Qwen3Drafter`]).
+
+pub mod cache;
+mod forward;
+pub mod layers;
+pub mod qwen3;
+pub mod weights;
+
+use candle_core::{Device, Tensor};
+
+pub use cache::DraftState;
+pub use qwen3::Qwen3Drafter;
+pub use weights::SharedWeights;
+
+use crate::checkpoint::WeightSource;
+use crate::error::Result;
+use crate::idmap::IdMap;
+use crate::sampling::Seeds;
+use crate::vocab::VocabSizes;
+
+/// Sampling options of one drafting call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProposeOptions {
+    /// Draft temperature; `0` = greedy (argmax, ties → lowest id).
+    pub temperature: f32,
+    /// Random seeds: one for the call (row `b` draws from stream `(seed, b)`) or one per request.
+    pub seeds: Seeds,
+    /// Top-k candidate walk (`None` = dense): only each slot's base top-k get the Markov bias.
+    pub top_k: Option<usize>,
+}
+
+impl Default for ProposeOptions {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            seeds: Seeds::Scalar(0),
+            top_k: None,
+        }
+    }
+}
+
+/// A drafted block for `B` requests of `K` tokens each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposal {
+    /// `B`.
+    pub batch: usize,
+    /// `K`: draft tokens per request.
+    pub slots: usize,
+    /// `V_t`.
+    pub target_vocab: usize,
+    /// `[B·K]` drafted TARGET ids, row-major.
+    pub tokens: Vec<u32>,
+    /// `[B·K·V_t]`: `softmax(row)` is exactly the distribution slot `k` was drawn from, in
+    /// target space (`-inf` outside the draft's support; one-hot `0 / -inf` at `T = 0`).
+    pub draft_logits: Vec<f32>,
+    /// `[B·K]` confidences `sigmoid(w·[h_k ; W1[x_{k-1}]] + b)`, when the drafter has the head.
+    pub confidence: Option<Vec<f32>>,
+}
+
+impl Proposal {
+    /// An empty block (no requests).
+    pub(crate) fn empty(slots: usize, target_vocab: usize, confidence: bool) -> Self {
+        Self {
+            batch: 0,
+            slots,
+            target_vocab,
+            tokens: Vec::new(),
+            draft_logits: Vec::new(),
+            confidence: confidence.then(Vec::new),
+        }
+    }
+
+    /// Tokens as a `[B, K]` `u32` tensor.
+    pub fn tokens_tensor(&self, device: &Device) -> Result<Tensor> {
+        Ok(Tensor::from_slice(
+            &self.tokens,
+            (self.batch, self.slots),
+            device,
+        )?)
+    }
+
+    /// Draft logits as a `[B, K, V_t]` `f32` tensor.
+    pub fn draft_logits_tensor(&self, device: &Device) -> Result<Tensor> {
+        Ok(Tensor::from_slice(
+            &self.draft_logits,
+            (self.batch, self.slots, self.target_vocab),
+            device,
+        )?)
+    }
+
+    /// Confidences as a `[B, K]` `f32` tensor, when present.
+    pub fn confidence_tensor(&self, device: &Device) -> Result<Option<Tensor>> {
+        match &self.confidence {
+            None => Ok(None),
+            Some(c) => Ok(Some(Tensor::from_slice(
+                c,
+                (self.batch, self.slots),
+                device,
+            )?)),
+        }
+    }
+}
+
+/// The drafter contract. Every backend exposes all of it.
+///
+/// Positions: a context of `T` feature rows covers absolute positions `start .. start+T−1` and
+/// the anchor (the last committed token) sits at `start+T`. Feature rows are the target's hidden
+/// states at [`Drafter::target_layer_ids`] concatenated along the last dimension
+/// (`[.., L·H_t]`).
+pub trait Drafter {
+    /// Trained block width `K`: draft tokens per request and round.
+    fn block_size(&self) -> usize;
+    /// `K`, the number of draft tokens one proposal holds (= `block_size` in both layouts;
+    /// the 1+K layout feeds `K + 1` input slots).
+    fn num_draft_tokens(&self) -> usize;
+    /// The noise (mask) token id filling the block after the anchor.
+    fn noise_token(&self) -> u32;
+    /// `V_in`, `V_d`, `V_t`.
+    fn vocab(&self) -> VocabSizes;
+    /// The draft-to-target id map (identity for full and padded vocabularies).
+    fn id_map(&self) -> &IdMap;
+    /// Whether `embed_tokens` is the drafter's own or the target's.
+    fn embed_source(&self) -> WeightSource;
+    /// Whether `lm_head` is the drafter's own or the target's.
+    fn lm_head_source(&self) -> WeightSource;
+    /// Feature layers in DeepSpec semantics: id `i` = output of target layer `i` (HF
+    /// `hidden_states[i+1]`), `-1` = the embedding output.
+    fn target_layer_ids(&self) -> &[i64];
+    /// The same layers in capture semantics (input of layer `j` = `i + 1`).
+    fn capture_layer_ids(&self) -> &[usize];
+    /// `true`: slot `k` of `[anchor, M, …]` predicts position `n+k+1`; `false`: the 1+K layout
+    /// (`[anchor, M×K]`, predictions read from slots `1..K`).
+    fn sample_from_anchor(&self) -> bool;
+    /// Whether proposals carry confidences.
+    fn has_confidence_head(&self) -> bool;
+    /// Width of one context feature row, `L·H_t`.
+    fn context_width(&self) -> usize;
+    /// An empty per-request state.
+    fn new_state(&self) -> DraftState;
+    /// Append context features `[T_new, L·H_t]` at absolute positions `start_position ..` to
+    /// `state`. Only new positions are computed: rows of positions the state already holds are
+    /// skipped (roll back with [`DraftState::truncate`] to replace them); a gap is an error.
+    fn extend(
+        &self,
+        state: &mut DraftState,
+        features: &Tensor,
+        start_position: usize,
+    ) -> Result<()>;
+    /// Draft one block per state: request `b`'s anchor `anchors[b]` sits at `states[b].end()`.
+    /// One pass over the block; the states are not modified.
+    fn propose_cached(
+        &self,
+        states: &[&DraftState],
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal>;
+    /// Stateless drafting: `context` is `[B, T, L·H_t]`, request `b`'s context covers positions
+    /// `start_positions[b] ..` (one value broadcasts) and its anchor sits right after it.
+    fn propose(
+        &self,
+        context: &Tensor,
+        anchors: &[u32],
+        start_positions: &[usize],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal>;
+}

@@ -1,0 +1,375 @@
+//! The Qwen3-shaped DSpark drafter (DeepSpec `Qwen3DSparkModel`) in candle.
+//!
+//! Forward (DeepSpec semantics, f32 math): the context features are fused once,
+//! `ctx = hidden_norm(fc(features))` (the context does NOT pass through a layer's
+//! `input_layernorm`); every decoder layer projects `ctx` with its own `k_proj`/`v_proj` (keys
+//! through `k_norm` and RoPE at the context positions) and the block queries attend
+//! non-causally over `[ctx keys ; block keys]`; final `norm`; `lm_head` (own or the target's);
+//! the Markov head, padded-row mask, sampling and id mapping in the kernels'
+//! [`sample_block_slices`](crate::sampling::sample_block_slices); the confidence head in
+//! [`confidence_slices`](crate::sampling::confidence_slices). DFlash drafters
+//! (`markov_rank = 0`) run the same path with a rank-0 Markov head (no bias).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+
+use super::cache::DraftState;
+use super::layers::{Linear, Rope};
+use super::weights::{SharedWeights, load_planned, shared_weight};
+use super::{Drafter, Proposal, ProposeOptions};
+use crate::Warning;
+use crate::checkpoint::{Inventory, LoadPlan, WeightSource, shapes};
+use crate::config::{ConfigFormat, DraftSpec, MarkovHeadType, TargetSpec};
+use crate::error::{Error, Result};
+use crate::idmap::IdMap;
+use crate::vocab::VocabSizes;
+
+/// One draft decoder layer.
+#[derive(Debug, Clone)]
+pub(crate) struct Layer {
+    pub(crate) q_proj: Linear,
+    pub(crate) k_proj: Linear,
+    pub(crate) v_proj: Linear,
+    pub(crate) o_proj: Linear,
+    pub(crate) q_norm: Tensor,
+    pub(crate) k_norm: Tensor,
+    pub(crate) gate_proj: Linear,
+    pub(crate) up_proj: Linear,
+    pub(crate) down_proj: Linear,
+    pub(crate) input_layernorm: Tensor,
+    pub(crate) post_attention_layernorm: Tensor,
+}
+
+/// The confidence head: `sigmoid(w·[h ; e] + b)`.
+#[derive(Debug, Clone)]
+pub(crate) struct ConfidenceHead {
+    pub(crate) weight: Vec<f32>,
+    pub(crate) bias: f32,
+}
+
+/// A loaded Qwen3-shaped DSpark (or DFlash) drafter.
+#[derive(Debug, Clone)]
+pub struct Qwen3Drafter {
+    pub(crate) spec: DraftSpec,
+    pub(crate) vocab: VocabSizes,
+    pub(crate) id_map: IdMap,
+    pub(crate) embed_source: WeightSource,
+    pub(crate) lm_head_source: WeightSource,
+    pub(crate) device: Device,
+    /// `[V_in, H]`.
+    pub(crate) embed: Tensor,
+    pub(crate) fc: Linear,
+    pub(crate) hidden_norm: Tensor,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) norm: Tensor,
+    /// `[V_d, H]`.
+    pub(crate) lm_head: Tensor,
+    /// `[V_in · r]` on the host (the Markov kernel reads host memory).
+    pub(crate) markov_w1: Vec<f32>,
+    /// `[V_d · r]` on the host.
+    pub(crate) markov_w2: Vec<f32>,
+    pub(crate) confidence: Option<ConfidenceHead>,
+    pub(crate) rope: Rope,
+    pub(crate) warnings: Vec<Warning>,
+}
+
+/// Reject configs this backend cannot run, naming the key.
+fn check_supported(spec: &DraftSpec) -> Result<()> {
+    let bad = |key: &str, msg: String| Err(Error::bad_config(&spec.source, key, msg));
+    if spec.format == ConfigFormat::DeepSeekV4 {
+        return bad(
+            "architectures",
+            "a DeepSeek-V4 in-checkpoint drafter is not Qwen3-shaped".into(),
+        );
+    }
+    if spec.markov_rank > 0 && spec.markov_head_type != MarkovHeadType::Vanilla {
+        return bad(
+            "markov_head_type",
+            format!(
+                "`{}`: the candle drafter implements the vanilla Markov head only",
+                spec.markov_head_type.as_str()
+            ),
+        );
+    }
+    if !matches!(spec.hidden_act.as_str(), "silu" | "swish") {
+        return bad(
+            "hidden_act",
+            format!("`{}`: the Qwen3 MLP needs silu", spec.hidden_act),
+        );
+    }
+    let (h, kv) = (spec.num_attention_heads, spec.num_key_value_heads);
+    if h == 0 || kv == 0 || !h.is_multiple_of(kv) {
+        return bad(
+            "num_key_value_heads",
+            format!("{kv} does not divide num_attention_heads {h}"),
+        );
+    }
+    Ok(())
+}
+
+/// Takes planned tensors by canonical name.
+struct Take(BTreeMap<String, Tensor>);
+
+impl Take {
+    fn get(&mut self, name: &str) -> Result<Tensor> {
+        self.0.remove(name).ok_or_else(|| Error::MissingTensor {
+            tensor: name.strip_prefix("model.").unwrap_or(name).to_string(),
+            reason: "not in the load plan".into(),
+        })
+    }
+
+    fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
+        Ok(Linear {
+            weight: self.get(&format!("{prefix}.weight"))?,
+            bias: if bias {
+                Some(self.get(&format!("{prefix}.bias"))?)
+            } else {
+                None
+            },
+        })
+    }
+}
+
+impl Qwen3Drafter {
+    /// Load a drafter directory (`config.json` + safetensors) on the CPU. `shared` supplies the
+    /// target's embed / lm_head where the checkpoint has none.
+    pub fn load(dir: &Path, target: &TargetSpec, shared: SharedWeights) -> Result<Self> {
+        Self::load_on(dir, target, shared, &Device::Cpu)
+    }
+
+    /// [`Qwen3Drafter::load`] onto `device`.
+    pub fn load_on(
+        dir: &Path,
+        target: &TargetSpec,
+        shared: SharedWeights,
+        device: &Device,
+    ) -> Result<Self> {
+        let spec = DraftSpec::from_path(dir)?;
+        let inventory = Inventory::open(dir)?;
+        Self::from_checkpoint(spec, target, &inventory, shared, device)
+    }
+
+    /// Build from a parsed config and an opened checkpoint. Checks the pair against the target
+    /// (layers, hidden size), applies the load plan (vocabulary rules, shapes, `d2t`), takes
+    /// shared weights from `shared` (shape-checked; absent when needed → `missing-tensor`).
+    pub fn from_checkpoint(
+        spec: DraftSpec,
+        target: &TargetSpec,
+        inventory: &Inventory,
+        shared: SharedWeights,
+        device: &Device,
+    ) -> Result<Self> {
+        check_supported(&spec)?;
+        Error::collect(spec.check_target(target))?;
+        let plan = LoadPlan::build(&spec, target, inventory)?;
+        let rope = Rope::new(&spec.rope, spec.head_dim, &spec.source)?;
+        let vocab = plan.vocab;
+        let h = spec.hidden_size;
+        let mut t = Take(load_planned(&plan, inventory, device)?);
+        let embed = match shared_weight(
+            shapes::EMBED,
+            shared.embed.as_ref(),
+            plan.embed_tokens,
+            [vocab.input, vocab.input, h],
+            device,
+        )? {
+            Some(w) => w,
+            None => t.get(shapes::EMBED)?,
+        };
+        let lm_head = match shared_weight(
+            shapes::LM_HEAD,
+            shared.lm_head.as_ref(),
+            plan.lm_head,
+            [vocab.draft.min(vocab.target), vocab.draft, h],
+            device,
+        )? {
+            Some(w) => w,
+            None => t.get(shapes::LM_HEAD)?,
+        };
+        let bias = spec.attention_bias;
+        let mut layers = Vec::with_capacity(spec.num_hidden_layers);
+        for i in 0..spec.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            layers.push(Layer {
+                q_proj: t.linear(&format!("{p}.self_attn.q_proj"), bias)?,
+                k_proj: t.linear(&format!("{p}.self_attn.k_proj"), bias)?,
+                v_proj: t.linear(&format!("{p}.self_attn.v_proj"), bias)?,
+                o_proj: t.linear(&format!("{p}.self_attn.o_proj"), bias)?,
+                q_norm: t.get(&format!("{p}.self_attn.q_norm.weight"))?,
+                k_norm: t.get(&format!("{p}.self_attn.k_norm.weight"))?,
+                gate_proj: t.linear(&format!("{p}.mlp.gate_proj"), false)?,
+                up_proj: t.linear(&format!("{p}.mlp.up_proj"), false)?,
+                down_proj: t.linear(&format!("{p}.mlp.down_proj"), false)?,
+                input_layernorm: t.get(&format!("{p}.input_layernorm.weight"))?,
+                post_attention_layernorm: t.get(&format!("{p}.post_attention_layernorm.weight"))?,
+            });
+        }
+        let host = |x: Tensor| -> Result<Vec<f32>> { Ok(x.flatten_all()?.to_vec1::<f32>()?) };
+        let (markov_w1, markov_w2) = if spec.markov_rank > 0 {
+            (
+                host(t.get("model.markov_head.markov_w1.weight")?)?,
+                host(t.get("model.markov_head.markov_w2.weight")?)?,
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let confidence = if plan.confidence_head {
+            let weight = host(t.get(shapes::CONFIDENCE_WEIGHT)?)?;
+            let bias = match t.0.remove(shapes::CONFIDENCE_BIAS) {
+                Some(b) => host(b)?.first().copied().unwrap_or(0.0),
+                None => 0.0,
+            };
+            Some(ConfidenceHead { weight, bias })
+        } else {
+            None
+        };
+        let mut warnings = spec.warnings.clone();
+        warnings.extend(plan.warnings.iter().cloned());
+        Ok(Self {
+            fc: t.linear("model.fc", false)?,
+            hidden_norm: t.get("model.hidden_norm.weight")?,
+            norm: t.get("model.norm.weight")?,
+            vocab,
+            id_map: plan.id_map.clone(),
+            embed_source: plan.embed_tokens,
+            lm_head_source: plan.lm_head,
+            device: device.clone(),
+            embed,
+            layers,
+            lm_head,
+            markov_w1,
+            markov_w2,
+            confidence,
+            rope,
+            warnings,
+            spec,
+        })
+    }
+
+    /// The normalized config.
+    pub fn spec(&self) -> &DraftSpec {
+        &self.spec
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Non-fatal findings from the config and the load plan.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// Markov rank `r` (0 = DFlash).
+    pub fn markov_rank(&self) -> usize {
+        self.spec.markov_rank
+    }
+}
+
+impl Drafter for Qwen3Drafter {
+    fn block_size(&self) -> usize {
+        self.spec.block_size
+    }
+
+    fn num_draft_tokens(&self) -> usize {
+        self.spec.block_size
+    }
+
+    fn noise_token(&self) -> u32 {
+        self.spec.noise_token.id
+    }
+
+    fn vocab(&self) -> VocabSizes {
+        self.vocab
+    }
+
+    fn id_map(&self) -> &IdMap {
+        &self.id_map
+    }
+
+    fn embed_source(&self) -> WeightSource {
+        self.embed_source
+    }
+
+    fn lm_head_source(&self) -> WeightSource {
+        self.lm_head_source
+    }
+
+    fn target_layer_ids(&self) -> &[i64] {
+        &self.spec.target_layer_ids
+    }
+
+    fn capture_layer_ids(&self) -> &[usize] {
+        &self.spec.capture_layer_ids
+    }
+
+    fn sample_from_anchor(&self) -> bool {
+        self.spec.sample_from_anchor
+    }
+
+    fn has_confidence_head(&self) -> bool {
+        self.confidence.is_some()
+    }
+
+    fn context_width(&self) -> usize {
+        self.spec.context_width()
+    }
+
+    fn new_state(&self) -> DraftState {
+        DraftState::new(self.layers.len())
+    }
+
+    fn extend(
+        &self,
+        state: &mut DraftState,
+        features: &Tensor,
+        start_position: usize,
+    ) -> Result<()> {
+        self.extend_state(state, features, start_position)
+    }
+
+    fn propose_cached(
+        &self,
+        states: &[&DraftState],
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        self.propose_states(states, anchors, opts)
+    }
+
+    fn propose(
+        &self,
+        context: &Tensor,
+        anchors: &[u32],
+        start_positions: &[usize],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        let (b, _t, _w) = context.dims3().map_err(|_| {
+            Error::bad_shape(
+                "context",
+                format!("shape {:?}, expected [B, T, L·H_t]", context.dims()),
+            )
+        })?;
+        if start_positions.len() != 1 && start_positions.len() != b {
+            return Err(Error::bad_shape(
+                "start_positions",
+                format!(
+                    "{} values for a batch of {b} (give 1 or B)",
+                    start_positions.len()
+                ),
+            ));
+        }
+        let mut states = Vec::with_capacity(b);
+        for i in 0..b {
+            let mut s = self.new_state();
+            let start = start_positions[if start_positions.len() == 1 { 0 } else { i }];
+            self.extend_state(&mut s, &context.get(i)?, start)?;
+            states.push(s);
+        }
+        let refs: Vec<&DraftState> = states.iter().collect();
+        self.propose_states(&refs, anchors, opts)
+    }
+}

@@ -1,0 +1,149 @@
+//! Verify-length scheduling: the paper's Appendix A counterexample (early stop is lossless, a
+//! global search on current confidences is not), the pipelined variant, and basic properties.
+
+#![allow(clippy::unwrap_used)]
+
+mod sampling_support;
+
+use dspark::IdMap;
+use dspark::sampling::{
+    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, StepsPerSecond, VerifyOptions,
+    sample_block_slices, schedule_lengths, schedule_pipelined, threshold_lengths, verify_slices,
+};
+use sampling_support::{assert_differs, assert_follows, histogram};
+
+const TRIALS: usize = 50_000;
+
+/// Appendix A: two tokens, target p = (0.7, 0.3), draft q = (0.5, 0.5), c_1 = 0.8, and
+/// c_2 = 0.9 after drafting token 0 but 0 after token 1. SPS(1) = 1, SPS(2) = 0.5, SPS(3) = 0.45.
+///
+/// Early stop: Θ(ℓ=0) = 1 > Θ(ℓ=1) = 1.8·0.5 = 0.9, so it never drafts → output ~ p.
+/// Global search: Θ(ℓ=2) = (1 + 0.8 + 0.72)·0.45 = 1.134 > 1 after token 0 (verify 2; token 0
+/// is always accepted since p(0) > q(0)), but Θ(ℓ=2) = 0.81 after token 1 (verify none) →
+/// P(first = 0) = 0.5·1 + 0.5·0.7 = 0.85.
+fn appendix_a(policy: impl Fn(&[f32], usize) -> usize, seed: u64) -> Vec<u64> {
+    let map = IdMap::identity(2);
+    let base = vec![0f32; TRIALS * 2 * 2];
+    let w = vec![0f32; 2];
+    let block = sample_block_slices(
+        Rows3::new(Floats::F32(&base), [TRIALS, 2, 2]).unwrap(),
+        Mat::new(Floats::F32(&w), [2, 1]).unwrap(),
+        Mat::new(Floats::F32(&w), [2, 1]).unwrap(),
+        &vec![0; TRIALS],
+        &BlockOptions {
+            temperature: 1.0,
+            seeds: Seeds::Scalar(seed),
+            id_map: &map,
+            top_k: None,
+            logit_scale: 1.0,
+        },
+    )
+    .unwrap();
+    let lengths: Vec<usize> = (0..TRIALS)
+        .map(|i| {
+            let c2 = if block.tokens[i * 2] == 0 { 0.9 } else { 0.0 };
+            policy(&[0.8, c2], i)
+        })
+        .collect();
+    let p = [0.7f32.ln(), 0.3f32.ln()];
+    let target: Vec<f32> = p.iter().cycle().take(TRIALS * 3 * 2).cloned().collect();
+    let drafts: Vec<i64> = block.tokens.iter().map(|&t| i64::from(t)).collect();
+    let v = verify_slices(
+        Rows3::new(Floats::F32(&target), [TRIALS, 3, 2]).unwrap(),
+        &drafts,
+        Some(Rows3::new(Floats::F32(&block.draft_logits), [TRIALS, 2, 2]).unwrap()),
+        &VerifyOptions {
+            temperature: PerRequest::All(1.0),
+            seeds: Seeds::Scalar(seed),
+            num_draft: Some(lengths),
+            ..VerifyOptions::default()
+        },
+    )
+    .unwrap();
+    histogram((0..TRIALS).map(|i| v.tokens[i * 3] as usize), 2)
+}
+
+fn sps() -> StepsPerSecond {
+    StepsPerSecond::step(vec![(1, 1.0), (2, 0.5), (3, 0.45)]).unwrap()
+}
+
+#[test]
+fn appendix_a_early_stop_is_lossless() {
+    let counts = appendix_a(|c, _| schedule_lengths(c, 1, 2, &sps())[0], 1);
+    assert_follows(&counts, &[0.7, 0.3], "early stop");
+}
+
+#[test]
+fn appendix_a_global_search_on_current_confidences_is_biased() {
+    // The pipelined scheduler fed the CURRENT confidences as "stale" is exactly the global
+    // search without early stop.
+    let counts = appendix_a(|c, _| schedule_pipelined(c, c, 1, 2, &sps())[0], 2);
+    assert_follows(&counts, &[0.85, 0.15], "global search");
+    assert_differs(&counts, &[0.7, 0.3], "global search");
+}
+
+#[test]
+fn appendix_a_pipelined_with_truly_stale_confidences_is_lossless() {
+    // Capacity from an earlier, independent round's confidences: it cannot anticipate the
+    // current draws, so the output follows p.
+    let counts = appendix_a(
+        |c, i| {
+            let stale = [0.8, if i % 2 == 0 { 0.9 } else { 0.0 }];
+            schedule_pipelined(&stale, c, 1, 2, &sps())[0]
+        },
+        3,
+    );
+    assert_follows(&counts, &[0.7, 0.3], "pipelined");
+}
+
+#[test]
+fn the_paper_scheduler_admits_by_survival_and_stops_early() {
+    // Constant SPS: every slot with positive survival strictly improves Θ.
+    let flat = StepsPerSecond::step(vec![(1, 1.0)]).unwrap();
+    let c = [0.9, 0.9, 0.0, 0.5, 0.5, 0.5];
+    // Past the table SPS falls as 1/tokens, so Θ = τ/B: admit while survival beats the mean.
+    let lengths = schedule_lengths(&c, 2, 3, &flat);
+    let survival = [0.9, 0.81, 0.5, 0.25];
+    let mut tau = 2.0;
+    let mut b = 2.0;
+    let mut admitted = 0;
+    for a in survival {
+        if (tau + a) / (b + 1.0) > tau / b {
+            tau += a;
+            b += 1.0;
+            admitted += 1;
+        } else {
+            break;
+        }
+    }
+    assert_eq!(lengths.iter().sum::<usize>(), admitted);
+    let cheap = StepsPerSecond::step(vec![(1, 1.0), (100, 1.0)]).unwrap();
+    assert_eq!(schedule_lengths(&c, 2, 3, &cheap), vec![2, 3]);
+    // Prefix property: survival never increases along a request, so lengths are prefixes.
+    let costly = StepsPerSecond::step(vec![(2, 1.0), (3, 0.1), (100, 0.1)]).unwrap();
+    assert_eq!(schedule_lengths(&c, 2, 3, &costly), vec![0, 0]);
+    // A jagged table: the early stop halts at the cliff, the global search crosses it.
+    let jagged = StepsPerSecond::step(vec![(2, 1.0), (3, 0.6), (6, 0.6)]).unwrap();
+    let c = [0.95, 0.95, 0.95, 0.95];
+    assert_eq!(schedule_lengths(&c, 2, 2, &jagged), vec![0, 0]);
+    assert_eq!(schedule_pipelined(&c, &c, 2, 2, &jagged), vec![2, 2]);
+}
+
+#[test]
+fn pipelined_allocates_capacity_by_current_survival() {
+    let cheap = StepsPerSecond::step(vec![(1, 1.0), (5, 1.0), (6, 0.1), (100, 0.1)]).unwrap();
+    // Stale: capacity 3 (B = 2 + 3 = 5 tokens is the last cheap size).
+    let stale = [0.9, 0.9, 0.9, 0.9, 0.9, 0.9];
+    let current = [0.2, 0.2, 0.2, 0.99, 0.99, 0.99];
+    assert_eq!(
+        schedule_pipelined(&stale, &current, 2, 3, &cheap),
+        vec![0, 3]
+    );
+}
+
+#[test]
+fn threshold_truncates_before_the_first_low_confidence() {
+    let c = [0.9, 0.6, 0.4, 0.9, 0.1, 0.9];
+    assert_eq!(threshold_lengths(&c, 2, 3, 0.5), vec![2, 1]);
+    assert_eq!(threshold_lengths(&c, 2, 3, 0.0), vec![3, 3]);
+}

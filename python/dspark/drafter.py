@@ -1,0 +1,349 @@
+"""The candle DSpark drafter: ``dspark.Drafter`` (Python front over ``dspark._native.Drafter``).
+
+Contract (the same member names on every drafter class, see also ``TargetModel`` users)::
+
+    drafter = dspark.Drafter.from_pretrained(path, target)  # an HF model, or a dict
+    drafter = dspark.Drafter.from_pretrained(
+        path, {"config": dict, "embed_tokens": t, "lm_head": t})
+
+    drafter.block_size            # K: draft tokens per proposal (the 1+K layout feeds K + 1 slots)
+    drafter.num_draft_tokens      # K as well (explicit alias)
+    drafter.noise_token_id
+    drafter.vocab_size            # V_in
+    drafter.draft_vocab_size      # V_d
+    drafter.target_vocab_size     # V_t
+    drafter.draft_id_to_target_id # None (identity) or int64 offsets [V_d] (torch, else numpy)
+    drafter.has_own_embed_tokens, drafter.has_own_lm_head
+    drafter.target_layer_ids      # DeepSpec semantics: HF hidden_states[i + 1]
+    drafter.capture_layer_ids     # input of layer j (= i + 1)
+    drafter.sample_from_anchor, drafter.has_confidence_head
+
+    # stateless: context covers positions start..start+T-1, the anchor sits at start+T
+    block = drafter.propose(context_hidden_states,  # [B, T, L*H_t]; returns a DraftProposal
+                            anchors,                # [B] target ids
+                            start_positions=0, temperature=0.0, seed=0)
+    block.tokens        # [B, K] int64 target ids
+    block.draft_logits  # [B, K, V_t] float32: softmax(row) is exactly the drafted distribution q
+    block.confidence    # [B, K] float32 or None
+
+    # cached path (what the speculator uses): one pass over the block per round
+    state = drafter.new_state()
+    state.extend(features, start_position)   # features [T, L*H_t]; held positions are skipped
+    block = drafter.propose_states([state, ...], anchors, temperature=0.0, seed=0)
+    state.truncate(n)                        # roll back to the accepted prefix
+    state.length, state.start, state.end     # anchor of the next round sits at state.end
+
+The context features are the target's hidden states at ``target_layer_ids`` (HF
+``hidden_states[i + 1]``, ``-1`` = ``hidden_states[0]``) concatenated on the last dimension.
+Tensors may be torch (CPU or CUDA; moved to CPU float32 here) or numpy; outputs are torch
+tensors when torch is importable and the input was a torch tensor, numpy arrays otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dspark import _native
+from dspark.protocols import DraftProposal
+
+__all__ = ["DraftState", "Drafter"]
+
+
+def _is_torch(x: object) -> bool:
+    return type(x).__module__.split(".", 1)[0] == "torch"
+
+
+def _cpu(x: Any) -> Any:
+    """A CPU, C-contiguous view (torch: detached; bf16/f16 kept, the engine widens)."""
+    if _is_torch(x):
+        x = x.detach()
+        if x.device.type != "cpu":
+            x = x.cpu()
+        return x.contiguous()
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x)
+    return x
+
+
+def _ids(x: Any) -> Any:
+    if _is_torch(x) or isinstance(x, np.ndarray):
+        return _cpu(x).reshape(-1)
+    if isinstance(x, int):
+        return [x]
+    return list(x)
+
+
+def _seed(seed: Any) -> Any:
+    if seed is None or isinstance(seed, int):
+        return seed
+    if _is_torch(seed) or isinstance(seed, np.ndarray):
+        return [int(s) for s in np.asarray(_cpu(seed)).reshape(-1)]
+    return [int(s) for s in seed]
+
+
+def _out(torch_out: bool, arr: np.ndarray | None) -> Any:
+    if arr is None or not torch_out:
+        return arr
+    import torch
+
+    return torch.from_numpy(arr)
+
+
+def _target_parts(target: Any) -> tuple[dict[str, Any], Any, Any]:
+    """``(config dict, embed getter, lm_head getter)`` of an HF model or a weights dict."""
+    if isinstance(target, dict):
+        config = target.get("config")
+        if hasattr(config, "to_dict"):
+            config = config.to_dict()
+        if not isinstance(config, dict):
+            raise _native.InputError("target dict needs a 'config' dict")
+        return config, lambda: target.get("embed_tokens"), lambda: target.get("lm_head")
+    config = getattr(target, "config", None)
+    if config is None or not hasattr(config, "to_dict"):
+        raise _native.InputError(
+            "target must be an HF transformers model (with .config) or a dict "
+            "{'config': dict, 'embed_tokens': tensor, 'lm_head': tensor}"
+        )
+
+    def weight(getter: str) -> Any:
+        module = getattr(target, getter)()
+        return None if module is None else module.weight
+
+    return (
+        config.to_dict(),
+        lambda: weight("get_input_embeddings"),
+        lambda: weight("get_output_embeddings"),
+    )
+
+
+class DraftState:
+    """One request's drafter context KV cache. Make it with :meth:`Drafter.new_state`."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: _native.DraftState) -> None:
+        self._native = native
+
+    def extend(self, features: Any, start_position: int) -> None:
+        """Append target features ``[T, L*H_t]`` at absolute positions ``start_position..``.
+
+        Only new positions are computed: rows of positions already held are skipped (use
+        :meth:`truncate` first to replace them); a gap after the cache raises ``InputError``.
+        """
+        if _is_torch(features) or isinstance(features, np.ndarray):
+            if features.ndim == 3 and features.shape[0] == 1:
+                features = features[0]
+        self._native.extend(_cpu(features), int(start_position))
+
+    def truncate(self, n: int) -> None:
+        """Keep only the first ``n`` cached positions (roll back to the accepted prefix)."""
+        self._native.truncate(int(n))
+
+    def clear(self) -> None:
+        """Drop everything."""
+        self._native.clear()
+
+    @property
+    def length(self) -> int:
+        """Number of cached context positions."""
+        return self._native.length
+
+    @property
+    def start(self) -> int:
+        """Absolute position of the first cached row."""
+        return self._native.start
+
+    @property
+    def end(self) -> int:
+        """One past the last cached position: the next anchor's position."""
+        return self._native.end
+
+    def __len__(self) -> int:
+        return self._native.length
+
+
+class Drafter:
+    """The Qwen3-shaped DSpark (or DFlash) drafter, run by the Rust engine on candle (CPU)."""
+
+    def __init__(self, native: _native.Drafter) -> None:
+        self._native = native
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike[str], target: Any) -> Drafter:
+        """Load the drafter at ``path`` (``config.json`` + safetensors) for ``target``.
+
+        ``target`` is an HF transformers causal LM or a dict ``{"config": dict,
+        "embed_tokens": tensor, "lm_head": tensor}``. The target's embedding / lm_head are read
+        only when the checkpoint lacks its own (the load plan says shared).
+        """
+        config, embed, lm_head = _target_parts(target)
+        text = json.dumps(config, default=str)
+        path = os.fspath(path)
+        share_embed, share_head = _native.Drafter.plan_sharing(path, text)
+        e = _cpu(embed()) if share_embed else None
+        h = _cpu(lm_head()) if share_head else None
+        return cls(_native.Drafter.load(path, text, e, h))
+
+    # -- contract members ------------------------------------------------------------------
+
+    @property
+    def block_size(self) -> int:
+        """``K``: draft tokens per proposal (the 1+K layout feeds ``K + 1`` input slots)."""
+        return self._native.block_size
+
+    @property
+    def num_draft_tokens(self) -> int:
+        """``K`` (same as :attr:`block_size`)."""
+        return self._native.num_draft_tokens
+
+    @property
+    def noise_token_id(self) -> int:
+        """The noise (mask) token."""
+        return self._native.noise_token_id
+
+    @property
+    def vocab_size(self) -> int:
+        """``V_in``: draft input vocabulary."""
+        return self._native.vocab_size
+
+    @property
+    def draft_vocab_size(self) -> int:
+        """``V_d``: draft output vocabulary."""
+        return self._native.draft_vocab_size
+
+    @property
+    def target_vocab_size(self) -> int:
+        """``V_t``: target vocabulary."""
+        return self._native.target_vocab_size
+
+    @property
+    def draft_id_to_target_id(self) -> Any:
+        """``None`` for the identity map, else int64 offsets ``[V_d]`` (torch if available)."""
+        offsets = self._native.draft_id_to_target_id
+        if offsets is None:
+            return None
+        try:
+            import torch
+        except ImportError:
+            return offsets
+        return torch.from_numpy(offsets)
+
+    @property
+    def has_own_embed_tokens(self) -> bool:
+        """Whether the checkpoint ships ``embed_tokens`` (else the target's is used)."""
+        return self._native.has_own_embed_tokens
+
+    @property
+    def has_own_lm_head(self) -> bool:
+        """Whether the checkpoint ships ``lm_head`` (else the target's is used)."""
+        return self._native.has_own_lm_head
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        """Feature layers, DeepSpec semantics (HF ``hidden_states[i + 1]``)."""
+        return self._native.target_layer_ids
+
+    @property
+    def capture_layer_ids(self) -> list[int]:
+        """Feature layers, capture semantics (input of layer ``j``)."""
+        return self._native.capture_layer_ids
+
+    @property
+    def sample_from_anchor(self) -> bool:
+        """DeepSpec layout (``True``) or the 1+K layout."""
+        return self._native.sample_from_anchor
+
+    @property
+    def has_confidence_head(self) -> bool:
+        """Whether proposals carry confidences."""
+        return self._native.has_confidence_head
+
+    @property
+    def markov_rank(self) -> int:
+        """Markov head rank (0 = DFlash)."""
+        return self._native.markov_rank
+
+    @property
+    def context_width(self) -> int:
+        """Width of one feature row, ``L * H_t``."""
+        return self._native.context_width
+
+    @property
+    def warnings(self) -> list[tuple[str, str]]:
+        """``(code, message)`` of non-fatal findings from the config and the load plan."""
+        return self._native.warnings
+
+    # -- drafting --------------------------------------------------------------------------
+
+    def propose(
+        self,
+        context_hidden_states: Any,
+        anchors: Any,
+        *,
+        start_positions: int | Sequence[int] = 0,
+        temperature: float = 0.0,
+        seed: int | Sequence[int] | None = 0,
+        top_k: int | None = None,
+    ) -> DraftProposal:
+        """Stateless drafting over a whole context ``[B, T, L*H_t]`` (see the module doc)."""
+        torch_out = _is_torch(context_hidden_states)
+        starts = (
+            [int(s) for s in start_positions]
+            if not isinstance(start_positions, int)
+            else int(start_positions)
+        )
+        t, d, c = self._native.propose(
+            _cpu(context_hidden_states),
+            _ids(anchors),
+            start_positions=starts,
+            temperature=float(temperature),
+            seed=_seed(seed),
+            top_k=top_k,
+        )
+        return DraftProposal(_out(torch_out, t), _out(torch_out, d), _out(torch_out, c))
+
+    def new_state(self) -> DraftState:
+        """An empty per-request context cache."""
+        return DraftState(self._native.new_state())
+
+    def propose_states(
+        self,
+        states: Sequence[DraftState],
+        anchors: Any,
+        *,
+        temperature: float = 0.0,
+        seed: int | Sequence[int] | None = 0,
+        top_k: int | None = None,
+        torch_output: bool | None = None,
+    ) -> DraftProposal:
+        """Draft one block per state; request ``b``'s anchor sits at ``states[b].end``.
+
+        ``torch_output`` defaults to ``True`` when torch is importable.
+        """
+        if torch_output is None:
+            try:
+                import torch  # noqa: F401
+
+                torch_output = True
+            except ImportError:
+                torch_output = False
+        t, d, c = self._native.propose_states(
+            [s._native for s in states],
+            _ids(anchors),
+            temperature=float(temperature),
+            seed=_seed(seed),
+            top_k=top_k,
+        )
+        return DraftProposal(_out(torch_output, t), _out(torch_output, d), _out(torch_output, c))
+
+    def __repr__(self) -> str:
+        return (
+            f"Drafter(block_size={self.block_size}, vocab=({self.vocab_size}, "
+            f"{self.draft_vocab_size}, {self.target_vocab_size}), markov_rank={self.markov_rank}, "
+            f"confidence={self.has_confidence_head})"
+        )
