@@ -1,4 +1,4 @@
-"""Speculator and drafter benchmarks (plain script; every number is a ratio measured in the same run).
+"""Speculator and drafter benchmarks (a plain script; every number is a same-run ratio).
 
 1. End-to-end tokens/s of ``dspark.Speculator.generate`` vs target-only greedy decoding (own HF
    ``DynamicCache`` loop, and HF ``generate``) on the tiny random Qwen3 target of the tests. The
@@ -27,9 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import dspark  # noqa: E402
-from dspark._safetensors import save_file  # noqa: E402
-from tiny_models import greedy_reference, make_target, write_drafter  # noqa: E402
+from tiny_models import greedy_reference, make_target, write_drafter
+
+import dspark
+from dspark._safetensors import save_file
 
 
 def best_of(fn: Callable[[], Any], repeats: int) -> float:
@@ -58,8 +59,11 @@ def bench_end_to_end(tmp: Path, new_tokens: int, repeats: int) -> None:
     def hf_generate() -> None:
         for p in prompts:
             target.generate(
-                torch.tensor([p]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                do_sample=False, pad_token_id=0,
+                torch.tensor([p]),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
             )
 
     base = best_of(target_only, repeats)
@@ -88,8 +92,20 @@ def bench_end_to_end(tmp: Path, new_tokens: int, repeats: int) -> None:
             print(f"{label:<34}{total / t:>10.1f}{base / t:>16.2f}{tau:>7.2f}")
 
 
-def write_stack(root: Path, *, hidden: int, heads: int, kv: int, head_dim: int, inter: int,
-                layers: int, vocab: int, rank: int, n_ctx: int, seed: int = 0) -> dict[str, Any]:
+def write_stack(
+    root: Path,
+    *,
+    hidden: int,
+    heads: int,
+    kv: int,
+    head_dim: int,
+    inter: int,
+    layers: int,
+    vocab: int,
+    rank: int,
+    n_ctx: int,
+    seed: int = 0,
+) -> dict[str, Any]:
     """A shared-vocab drafter checkpoint of the given shape (f16 on disk); returns the target."""
     rng = np.random.default_rng(seed)
 
@@ -117,22 +133,43 @@ def write_stack(root: Path, *, hidden: int, heads: int, kv: int, head_dim: int, 
             "mlp.down_proj.weight": (hidden, inter),
         }.items():
             t[p + name] = w(*shape)
-        for name, n in {"self_attn.q_norm.weight": head_dim, "self_attn.k_norm.weight": head_dim,
-                        "input_layernorm.weight": hidden,
-                        "post_attention_layernorm.weight": hidden}.items():
+        for name, n in {
+            "self_attn.q_norm.weight": head_dim,
+            "self_attn.k_norm.weight": head_dim,
+            "input_layernorm.weight": hidden,
+            "post_attention_layernorm.weight": hidden,
+        }.items():
             t[p + name] = np.ones(n, np.float16)
     target_cfg = {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": vocab,
-        "hidden_size": hidden, "num_hidden_layers": 28, "num_attention_heads": heads,
-        "num_key_value_heads": kv, "head_dim": head_dim, "intermediate_size": inter,
-        "rms_norm_eps": 1e-6, "rope_theta": 1e6, "max_position_embeddings": 40960,
-        "tie_word_embeddings": False, "hidden_act": "silu",
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "num_hidden_layers": 28,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "intermediate_size": inter,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6,
+        "max_position_embeddings": 40960,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
     }
-    cfg = {**target_cfg, "architectures": ["Qwen3DSparkModel"], "num_hidden_layers": layers,
-           "num_target_layers": 28, "block_size": 7, "mask_token_id": vocab - 1,
-           "target_layer_ids": [1, 9, 17, 25, 26][:n_ctx], "markov_rank": rank,
-           "markov_head_type": "vanilla", "enable_confidence_head": True,
-           "confidence_head_with_markov": True, "layer_types": ["full_attention"] * layers}
+    cfg = {
+        **target_cfg,
+        "architectures": ["Qwen3DSparkModel"],
+        "num_hidden_layers": layers,
+        "num_target_layers": 28,
+        "block_size": 7,
+        "mask_token_id": vocab - 1,
+        "target_layer_ids": [1, 9, 17, 25, 26][:n_ctx],
+        "markov_rank": rank,
+        "markov_head_type": "vanilla",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+        "layer_types": ["full_attention"] * layers,
+    }
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(__import__("json").dumps(cfg))
     save_file(t, root / "model.safetensors")
@@ -145,11 +182,15 @@ def write_stack(root: Path, *, hidden: int, heads: int, kv: int, head_dim: int, 
 
 
 def bench_propose(tmp: Path, quick: bool, repeats: int) -> None:
-    shapes = {"tiny (H=64, V=256, r=8, 2 layers)": dict(hidden=64, heads=4, kv=2, head_dim=16,
-                                                          inter=128, layers=2, vocab=256, rank=8)}
+    shapes = {
+        "tiny (H=64, V=256, r=8, 2 layers)": dict(
+            hidden=64, heads=4, kv=2, head_dim=16, inter=128, layers=2, vocab=256, rank=8
+        )
+    }
     if not quick:
         shapes["Qwen3-0.6B-shaped (H=1024, V=151936, r=256, 2 layers)"] = dict(
-            hidden=1024, heads=16, kv=8, head_dim=128, inter=3072, layers=2, vocab=151936, rank=256)
+            hidden=1024, heads=16, kv=8, head_dim=128, inter=3072, layers=2, vocab=151936, rank=256
+        )
     print("\n## drafter propose (stateless, greedy, K=7): candle vs torch, same weights and inputs")
     print(f"{'shape':<56}{'B':>3}{'T':>5}{'torch ms':>10}{'candle ms':>11}{'torch/candle':>14}")
     for label, shape in shapes.items():
@@ -157,14 +198,18 @@ def bench_propose(tmp: Path, quick: bool, repeats: int) -> None:
         target = write_stack(tmp / label.split()[0], n_ctx=n_ctx, **shape)
         path = tmp / label.split()[0]
         torch_d = dspark.TorchDrafter.from_pretrained(path, target)
-        candle_d = dspark.Drafter.from_pretrained(path, target) if hasattr(dspark, "Drafter") else None
+        candle_d = (
+            dspark.Drafter.from_pretrained(path, target) if hasattr(dspark, "Drafter") else None
+        )
         for b, t in [(1, 64), (8, 64)]:
-            ctx = torch.randn(b, t, n_ctx * shape["hidden"], generator=torch.Generator().manual_seed(1))
+            ctx = torch.randn(
+                b, t, n_ctx * shape["hidden"], generator=torch.Generator().manual_seed(1)
+            )
             anchors = torch.arange(b) + 1
-            tt = best_of(lambda ctx=ctx, a=anchors: torch_d.propose(ctx, a), repeats)
+            tt = best_of(lambda ctx=ctx, a=anchors, d=torch_d: d.propose(ctx, a), repeats)
             tc = float("nan")
             if candle_d is not None:
-                tc = best_of(lambda ctx=ctx, a=anchors: candle_d.propose(ctx, a), repeats)
+                tc = best_of(lambda ctx=ctx, a=anchors, d=candle_d: d.propose(ctx, a), repeats)
             print(f"{label:<56}{b:>3}{t:>5}{tt * 1e3:>10.2f}{tc * 1e3:>11.2f}{tt / tc:>14.2f}")
 
 

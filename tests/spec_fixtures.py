@@ -12,8 +12,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-import dspark  # noqa: E402
 from tiny_models import LAYOUTS, make_target, write_drafter  # noqa: E402
+
+import dspark  # noqa: E402
 
 #: Every drafter checkpoint variant the tests build: name -> write_drafter keyword arguments.
 VARIANTS: dict[str, dict[str, Any]] = {

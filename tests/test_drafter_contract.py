@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from spec_fixtures import VARIANTS, checkpoint, drafter_classes, load_drafter, target, single_thread, torch  # noqa: F401
+from spec_fixtures import (  # noqa: F401
+    VARIANTS,
+    checkpoint,
+    drafter_classes,
+    load_drafter,
+    single_thread,
+    target,
+    torch,
+)
 from tiny_models import BLOCK, LAYOUTS, TARGET_LAYER_IDS, VOCAB, draft_tensors
 
 from dspark.protocols import DRAFTER_MEMBERS, DrafterProtocol
@@ -16,11 +24,13 @@ from dspark.protocols import DRAFTER_MEMBERS, DrafterProtocol
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("single_thread")]
 
 
-def _np(x):  # noqa: ANN001, ANN202
+def _np(x):
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-@pytest.fixture(params=[(c, v) for c in drafter_classes() for v in VARIANTS], ids=lambda p: "-".join(p))
+@pytest.fixture(
+    params=[(c, v) for c in drafter_classes() for v in VARIANTS], ids=lambda p: "-".join(p)
+)
 def case(request, target, checkpoint):  # noqa: F811
     cls_name, variant = request.param
     return variant, load_drafter(cls_name, checkpoint(variant), target)
@@ -44,7 +54,12 @@ def test_member_values(case):
     assert list(d.capture_layer_ids) == [i + 1 for i in TARGET_LAYER_IDS]
     assert d.sample_from_anchor is True
     assert d.has_confidence_head is kw.get("confidence", True)
-    for name in ("has_own_embed_tokens", "has_own_lm_head", "sample_from_anchor", "has_confidence_head"):
+    for name in (
+        "has_own_embed_tokens",
+        "has_own_lm_head",
+        "sample_from_anchor",
+        "has_confidence_head",
+    ):
         assert isinstance(getattr(d, name), bool), name
     m = d.draft_id_to_target_id
     if reduced:
@@ -56,7 +71,7 @@ def test_member_values(case):
 
 
 def test_propose_semantics(case):
-    variant, d = case
+    _, d = case
     width = len(d.capture_layer_ids) * 64
     gen = torch.Generator().manual_seed(0)
     ctx = torch.randn(3, 6, width, generator=gen)

@@ -27,7 +27,9 @@ def test_layer_ids_beyond_target_layers(target, checkpoint, tmp_path):  # noqa: 
     assert _code(e) == "bad-config" and "target_layer_ids" in str(e.value)
     # Same ids, config trained on a deeper target: the target fit check rejects it.
     deep = write_drafter(
-        tmp_path / "e", target, config_overrides={"target_layer_ids": [0, 5], "num_target_layers": 8}
+        tmp_path / "e",
+        target,
+        config_overrides={"target_layer_ids": [0, 5], "num_target_layers": 8},
     )
     with pytest.raises(dspark.CheckpointError) as e:
         dspark.TorchDrafter.from_pretrained(deep, target)

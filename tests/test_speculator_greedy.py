@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from spec_fixtures import VARIANTS, checkpoint, drafter_classes, load_drafter, target, single_thread, torch  # noqa: F401
+from spec_fixtures import (  # noqa: F401
+    VARIANTS,
+    checkpoint,
+    drafter_classes,
+    load_drafter,
+    single_thread,
+    target,
+    torch,
+)
 from tiny_models import OracleDrafter, greedy_reference
 
 import dspark

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from spec_fixtures import checkpoint, load_drafter, target, single_thread, torch  # noqa: F401
+from spec_fixtures import checkpoint, load_drafter, single_thread, target, torch  # noqa: F401
 from tiny_models import OracleDrafter
 
 import dspark
@@ -95,7 +95,9 @@ def test_rollback_matches_fresh_prefix(target, checkpoint):  # noqa: F811
         out = spec.target.forward(run.cache, ids, num, capture)
         spec.target.crop(run.cache, run.lengths)
         torch.testing.assert_close(out.logits[i], want.logits[0], rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(out.hidden_states[i], want.hidden_states[0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            out.hidden_states[i], want.hidden_states[0], rtol=1e-4, atol=1e-4
+        )
 
 
 def test_truncate_then_extend_equals_fresh(target, checkpoint):  # noqa: F811

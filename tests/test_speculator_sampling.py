@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import check_distribution
-from spec_fixtures import checkpoint, load_drafter, target, single_thread, torch  # noqa: F401
+from spec_fixtures import checkpoint, load_drafter, single_thread, target, torch  # noqa: F401
 
 import dspark
 
@@ -56,7 +56,11 @@ def test_same_seed_same_output_different_seed_differs(target, checkpoint):  # no
     prompts = [PROMPT, PROMPT[:2]]
 
     def run(seed: int) -> list[list[int]]:
-        return dspark.Speculator(target, drafter, temperature=1.0, seed=seed).generate(prompts, 10).tokens
+        return (
+            dspark.Speculator(target, drafter, temperature=1.0, seed=seed)
+            .generate(prompts, 10)
+            .tokens
+        )
 
     assert run(7) == run(7)
     assert run(7) != run(8)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -171,7 +171,9 @@ def write_drafter(
         overrides.setdefault("enable_confidence_head", False)
     cfg = draft_config(target, layout, **overrides)
     (root / "config.json").write_text(json.dumps(cfg, default=str))
-    save_file(draft_tensors(layout, seed, rank=rank, confidence=confidence), root / "model.safetensors")
+    save_file(
+        draft_tensors(layout, seed, rank=rank, confidence=confidence), root / "model.safetensors"
+    )
     return root
 
 
@@ -218,7 +220,9 @@ class OracleDrafter:
     far the state's length advanced.
     """
 
-    def __init__(self, target: Any, prompts: Sequence[Sequence[int]], corrupt: float, seed: int = 0):
+    def __init__(
+        self, target: Any, prompts: Sequence[Sequence[int]], corrupt: float, seed: int = 0
+    ):
         self.target = target
         self.corrupt = corrupt
         self.rng = np.random.default_rng(seed)
@@ -234,8 +238,8 @@ class OracleDrafter:
     draft_id_to_target_id = None
     has_own_embed_tokens = False
     has_own_lm_head = False
-    target_layer_ids = list(TARGET_LAYER_IDS)
-    capture_layer_ids = [i + 1 for i in TARGET_LAYER_IDS]
+    target_layer_ids: ClassVar[list[int]] = list(TARGET_LAYER_IDS)
+    capture_layer_ids: ClassVar[list[int]] = [i + 1 for i in TARGET_LAYER_IDS]
     sample_from_anchor = True
     has_confidence_head = False
 
@@ -249,7 +253,12 @@ class OracleDrafter:
         raise NotImplementedError("the oracle drafter is stateful only")
 
     def propose_states(
-        self, states: Sequence[_OracleState], anchors: Any, *, temperature: float = 0.0, seed: Any = 0
+        self,
+        states: Sequence[_OracleState],
+        anchors: Any,
+        *,
+        temperature: float = 0.0,
+        seed: Any = 0,
     ) -> DraftProposal:
         tokens = torch.zeros(len(states), BLOCK, dtype=torch.long)
         for j, (s, a) in enumerate(zip(states, torch.as_tensor(anchors).tolist(), strict=True)):

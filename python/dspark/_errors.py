@@ -49,6 +49,8 @@ def raise_report_errors(errors: list[dict[str, str]]) -> None:
         raise_error(error_class(errors[0]["code"]), errors[0]["code"], errors[0]["message"])
     problems = [(e["code"], e["message"]) for e in errors]
     text = "; ".join(f"[{c}] {m}" for c, m in problems)
-    err = make_error(error_class(errors[0]["code"]), "multiple", f"{len(problems)} problems: {text}")
+    err = make_error(
+        error_class(errors[0]["code"]), "multiple", f"{len(problems)} problems: {text}"
+    )
     err.problems = problems
     raise err

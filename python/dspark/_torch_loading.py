@@ -145,7 +145,9 @@ def _shared(weight: Any, rows: int, what: str, code: str) -> torch.Tensor:
     return t[:rows]
 
 
-def load_weights(path: str | os.PathLike[str], target: Any, *, dtype: torch.dtype) -> DrafterWeights:
+def load_weights(
+    path: str | os.PathLike[str], target: Any, *, dtype: torch.dtype
+) -> DrafterWeights:
     """Load ``path`` (a checkpoint directory) against ``target`` (see ``TorchDrafter``)."""
     root = Path(path)
     spec = DraftSpec.from_pretrained(root).to_dict()

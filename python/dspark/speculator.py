@@ -30,11 +30,13 @@ __all__ = ["GenerationResult", "SpeculationStats", "Speculator", "derive_seeds"]
 _MASK63 = (1 << 63) - 1
 
 
-def derive_seeds(seed: int, requests: Sequence[int], positions: Sequence[int], salt: int) -> list[int]:
+def derive_seeds(
+    seed: int, requests: Sequence[int], positions: Sequence[int], salt: int
+) -> list[int]:
     """One 63-bit seed per (request, position, salt): independent streams for every draw."""
     out = []
     for r, p in zip(requests, positions, strict=True):
-        z = (seed * 0x9E3779B97F4A7C15 + r * 0xBF58476D1CE4E5B9 + p * 0x94D049BB133111EB + salt)
+        z = seed * 0x9E3779B97F4A7C15 + r * 0xBF58476D1CE4E5B9 + p * 0x94D049BB133111EB + salt
         z &= (1 << 64) - 1
         z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
@@ -79,7 +81,10 @@ class SpeculationStats:
     @property
     def per_position_acceptance(self) -> list[float]:
         """Conditional acceptance rate of draft position k given positions < k were accepted."""
-        return [a / n if n else float("nan") for a, n in zip(self.position_accepts, self.position_attempts, strict=True)]
+        return [
+            a / n if n else float("nan")
+            for a, n in zip(self.position_accepts, self.position_attempts, strict=True)
+        ]
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,9 @@ def _prompts(input_ids: Any) -> list[list[int]]:
     elif isinstance(input_ids, Sequence):
         rows = [[int(x) for x in torch.as_tensor(r).reshape(-1).tolist()] for r in input_ids]
     else:
-        raise_error(InputError, "invalid-argument", "input_ids: a [B,S] tensor or a list of prompts")
+        raise_error(
+            InputError, "invalid-argument", "input_ids: a [B,S] tensor or a list of prompts"
+        )
     if not rows or any(len(r) == 0 for r in rows):
         raise_error(InputError, "bad-shape", "input_ids: every prompt needs at least one token")
     return rows
@@ -156,7 +163,9 @@ class Speculator:
         k = int(drafter.block_size)
         n = k if num_speculative_tokens is None else int(num_speculative_tokens)
         if not 0 <= n <= k:
-            raise_error(InputError, "invalid-argument", f"num_speculative_tokens {n}: must be in [0, {k}]")
+            raise_error(
+                InputError, "invalid-argument", f"num_speculative_tokens {n}: must be in [0, {k}]"
+            )
         if not float(temperature) >= 0.0:
             raise_error(InputError, "invalid-argument", f"temperature {temperature}: must be >= 0")
         if top_k is not None and int(top_k) < 1:
@@ -179,7 +188,9 @@ class Speculator:
             raise_error(ConfigError, "bad-config", f"verify={verify!r} needs a confidence head")
         if verify == "scheduled":
             if not table:
-                raise_error(InputError, "invalid-argument", "verify='scheduled' needs steps_per_second")
+                raise_error(
+                    InputError, "invalid-argument", "verify='scheduled' needs steps_per_second"
+                )
             return
         if isinstance(verify, bool) or not isinstance(verify, (int, float)) or not 0 <= verify <= 1:
             raise_error(
@@ -249,7 +260,9 @@ class _Run:
         v_t = tgt.vocab_size
         logits = out.logits[torch.arange(self.b), last, :v_t].float().contiguous()[:, None, :]
         seeds = derive_seeds(sp.seed, range(self.b), self.lengths, 0)
-        v = kernels.verify(logits, torch.zeros(self.b, 0, dtype=torch.long), seed=seeds, **self._sample_kwargs())
+        v = kernels.verify(
+            logits, torch.zeros(self.b, 0, dtype=torch.long), seed=seeds, **self._sample_kwargs()
+        )
         t2 = time.perf_counter()
         feats = out.hidden_states.float()
         for i in range(self.b):
@@ -270,11 +283,16 @@ class _Run:
         if sp.verify == "full" or conf is None:
             lens = [n] * len(act)
         elif sp.verify == "scheduled":
-            lens = kernels.schedule_lengths(conf[:, :n].float().contiguous(), sp.steps_per_second or [])
+            lens = kernels.schedule_lengths(
+                conf[:, :n].float().contiguous(), sp.steps_per_second or []
+            )
         else:
             lens = kernels.schedule_threshold(conf[:, :n].float().contiguous(), float(sp.verify))
         # A round commits at most drafts + 1 tokens: never verify past the token budget.
-        return [min(int(l), self.budget - len(self.out[i]) - 1) for l, i in zip(lens, act, strict=True)]
+        return [
+            min(int(n_i), self.budget - len(self.out[i]) - 1)
+            for n_i, i in zip(lens, act, strict=True)
+        ]
 
     def round(self) -> None:
         sp, tgt, st = self.sp, self.sp.target, self.stats

@@ -376,8 +376,10 @@ class TorchDrafter:
                 live = to_target >= 0
                 q[:, k, to_target[live]] = scaled[:, live]
             if conf is not None and w.conf_w is not None:
-                feat = hidden[:, k] if e is None or not w.conf_with_markov else torch.cat(
-                    [hidden[:, k], e], dim=-1
+                feat = (
+                    hidden[:, k]
+                    if e is None or not w.conf_with_markov
+                    else torch.cat([hidden[:, k], e], dim=-1)
                 )
                 conf[:, k] = torch.sigmoid(feat.to(torch.float32) @ w.conf_w + w.conf_b)
             tokens[:, k] = x
