@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -238,8 +238,8 @@ class OracleDrafter:
     draft_id_to_target_id = None
     has_own_embed_tokens = False
     has_own_lm_head = False
-    target_layer_ids = list(TARGET_LAYER_IDS)
-    capture_layer_ids = [i + 1 for i in TARGET_LAYER_IDS]
+    target_layer_ids: ClassVar[list[int]] = list(TARGET_LAYER_IDS)
+    capture_layer_ids: ClassVar[list[int]] = [i + 1 for i in TARGET_LAYER_IDS]
     sample_from_anchor = True
     has_confidence_head = False
 

@@ -290,7 +290,8 @@ class _Run:
             lens = kernels.schedule_threshold(conf[:, :n].float().contiguous(), float(sp.verify))
         # A round commits at most drafts + 1 tokens: never verify past the token budget.
         return [
-            min(int(l), self.budget - len(self.out[i]) - 1) for l, i in zip(lens, act, strict=True)
+            min(int(n_i), self.budget - len(self.out[i]) - 1)
+            for n_i, i in zip(lens, act, strict=True)
         ]
 
     def round(self) -> None:

@@ -49,7 +49,7 @@ class HFTarget:
     """A transformers ``*ForCausalLM`` implementing :class:`dspark.protocols.TargetModel`."""
 
     def __init__(self, model: Any) -> None:
-        """Wrap ``model`` (put in eval mode). Its config must give layers, hidden and vocab sizes."""
+        """Wrap ``model`` (eval mode); its config must give layers, hidden and vocab sizes."""
         config = getattr(model, "config", None)
         if config is None or not callable(model):
             raise_error(InputError, "invalid-argument", "target: expected an HF causal LM")

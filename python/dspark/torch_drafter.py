@@ -39,7 +39,11 @@ def _per_request(value: int | Sequence[int] | Any, b: int, name: str) -> torch.T
 
 
 class TorchDraftState:
-    """Per-request context KV cache of a :class:`TorchDrafter` (post k_norm, post RoPE)."""
+    """Per-request context KV cache of a :class:`TorchDrafter` (post k_norm, post RoPE).
+
+    ``extend`` only queues features; the drafter turns the queued features of every state into
+    keys and values in one batched pass when it next proposes (or on :meth:`context_kv`).
+    """
 
     def __init__(self, drafter: TorchDrafter) -> None:
         """An empty context for ``drafter``."""
@@ -48,11 +52,16 @@ class TorchDraftState:
         empty = torch.zeros(0, w.num_kv_heads, w.head_dim, dtype=w.dtype)
         self._k: list[torch.Tensor] = [empty for _ in w.layers]
         self._v: list[torch.Tensor] = [empty for _ in w.layers]
+        self._pending: list[torch.Tensor] = []
+
+    @property
+    def _computed(self) -> int:
+        return int(self._k[0].shape[0]) if self._k else 0
 
     @property
     def length(self) -> int:
         """Number of context positions held; the anchor sits at this position."""
-        return int(self._k[0].shape[0]) if self._k else 0
+        return self._computed + sum(int(p.shape[0]) for p in self._pending)
 
     def extend(self, features: Any, start_position: int) -> None:
         """Add features ``[T, L*H_t]`` of positions ``start_position..``; held ones are skipped."""
@@ -65,21 +74,28 @@ class TorchDraftState:
                 "(no gaps allowed)",
             )
         new = feats[self.length - int(start_position) :]
-        if new.shape[0] == 0:
-            return
-        pos = torch.arange(self.length, self.length + new.shape[0])
-        ks, vs = self._drafter._context_kv(new[None], pos[None])
-        self._k = [torch.cat([a, k[0]]) for a, k in zip(self._k, ks, strict=True)]
-        self._v = [torch.cat([a, v[0]]) for a, v in zip(self._v, vs, strict=True)]
+        if new.shape[0] > 0:
+            self._pending.append(new)
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` positions."""
-        if not 0 <= int(length) <= self.length:
+        n = int(length)
+        if not 0 <= n <= self.length:
             raise_error(
                 InputError, "invalid-argument", f"truncate({length}): holds {self.length} positions"
             )
-        self._k = [k[: int(length)] for k in self._k]
-        self._v = [v[: int(length)] for v in self._v]
+        if n >= self._computed:
+            queued = torch.cat(self._pending)[: n - self._computed] if self._pending else None
+            self._pending = [queued] if queued is not None and queued.shape[0] else []
+            return
+        self._k = [k[:n] for k in self._k]
+        self._v = [v[:n] for v in self._v]
+        self._pending = []
+
+    def context_kv(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per-layer context keys and values ``[length, KVH, D]`` (computes queued features)."""
+        self._drafter._flush([self])
+        return list(self._k), list(self._v)
 
 
 class TorchDrafter:
@@ -202,6 +218,7 @@ class TorchDrafter:
         if b == 0 or not all(isinstance(s, TorchDraftState) for s in states):
             raise_error(InputError, "invalid-argument", "states: TorchDraftState objects needed")
         a = _per_request(anchors, b, "anchors")
+        self._flush(states)
         lens = torch.tensor([s.length for s in states])
         t = int(lens.max())
         mask = torch.arange(t)[None, :] < lens[:, None]
@@ -237,6 +254,24 @@ class TorchDrafter:
         ks, vs = self._context_kv(ctx, pos)
         hidden = self._block(ks, vs, None, a, starts + t)
         return hidden, hidden @ self.weights.lm_head.T
+
+    def _flush(self, states: Sequence[TorchDraftState]) -> None:
+        """Compute the queued context features of ``states`` in one batched pass."""
+        todo = [s for s in states if s._pending]
+        if not todo:
+            return
+        feats = [torch.cat(s._pending) for s in todo]
+        t = max(int(f.shape[0]) for f in feats)
+        batch = torch.zeros(len(todo), t, feats[0].shape[1], dtype=self.weights.dtype)
+        for i, f in enumerate(feats):
+            batch[i, : f.shape[0]] = f
+        starts = torch.tensor([s._computed for s in todo])
+        ks, vs = self._context_kv(batch, starts[:, None] + torch.arange(t)[None, :])
+        for i, (s, f) in enumerate(zip(todo, feats, strict=True)):
+            n = int(f.shape[0])
+            s._k = [torch.cat([old, k[i, :n]]) for old, k in zip(s._k, ks, strict=True)]
+            s._v = [torch.cat([old, v[i, :n]]) for old, v in zip(s._v, vs, strict=True)]
+            s._pending = []
 
     def _features(self, x: Any, ndim: int, name: str) -> torch.Tensor:
         t = torch.as_tensor(x).to(self.weights.dtype)
@@ -276,6 +311,9 @@ class TorchDrafter:
     ) -> torch.Tensor:
         """Run the block at ``anchor_pos..``; returns the K prediction slots' hidden states."""
         w = self.weights
+        v_t = w.target_vocab_size
+        if bool(((anchors < 0) | (anchors >= v_t)).any()):
+            raise_error(InputError, "token-out-of-range", f"anchors: ids must be in [0, {v_t})")
         k_out = w.block_size
         q_len = k_out if w.sample_from_anchor else k_out + 1
         b = anchors.numel()
@@ -314,8 +352,6 @@ class TorchDrafter:
             raise_error(InputError, "invalid-argument", f"temperature {temperature}: must be >= 0")
         b, k_out, v_d = base.shape
         v_t = w.target_vocab_size
-        if bool(((anchors < 0) | (anchors >= v_t)).any()):
-            raise_error(InputError, "token-out-of-range", f"anchors: ids must be in [0, {v_t})")
         to_target = w.draft_to_target  # [V_d] target id of each draft id, -1 when masked
         tokens = torch.empty(b, k_out, dtype=torch.int64)
         q = torch.full((b, k_out, v_t), float("-inf"))

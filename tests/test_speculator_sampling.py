@@ -1,0 +1,66 @@
+"""At T > 0 the speculator's output follows the target's distribution (chi-square, seeded)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import check_distribution
+from spec_fixtures import checkpoint, load_drafter, single_thread, target, torch  # noqa: F401
+
+import dspark
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("single_thread")]
+
+PROMPT = [5, 17, 42, 99, 3]
+TRIALS = 20_000
+
+
+def _probs(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
+    z = logits.double() / temperature
+    if top_k is not None:
+        kth = z.topk(top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    return torch.softmax(z, dim=-1)
+
+
+@torch.inference_mode()
+def _second_token_distribution(model, temperature: float, top_k: int | None) -> np.ndarray:
+    """Exact law of the 2nd generated token: sum_a p(a | prompt) p(x | prompt, a)."""
+    logits = model(input_ids=torch.tensor([PROMPT])).logits[0, -1]
+    p_anchor = _probs(logits, temperature, top_k)
+    v = p_anchor.numel()
+    batch = torch.cat([torch.tensor([PROMPT]).expand(v, -1), torch.arange(v)[:, None]], dim=1)
+    p_next = _probs(model(input_ids=batch).logits[:, -1], temperature, top_k)
+    return (p_anchor[:, None] * p_next).sum(0).numpy()
+
+
+@pytest.mark.parametrize(
+    ("variant", "temperature", "top_k"),
+    [("own", 1.0, None), ("reduced", 1.0, None), ("padded", 0.7, 20)],
+)
+def test_second_token_follows_target(variant, temperature, top_k, target, checkpoint):  # noqa: F811
+    """The 1st token comes from the prefill, the 2nd from the first speculative round (drafts
+    sampled at T and verified by rejection sampling): its law must be the target's."""
+    drafter = load_drafter("TorchDrafter", checkpoint(variant), target)
+    spec = dspark.Speculator(target, drafter, temperature=temperature, top_k=top_k, seed=1234)
+    result = spec.generate([PROMPT] * TRIALS, max_new_tokens=drafter.block_size)
+    second = np.array([t[1] for t in result.tokens])
+    check_distribution(second, _second_token_distribution(target, temperature, top_k), what="2nd")
+    st = result.stats
+    # The round really speculated: drafts were verified and some accepted, some rejected.
+    assert st.drafted_tokens > TRIALS and 0 < st.accepted_tokens < st.drafted_tokens
+
+
+def test_same_seed_same_output_different_seed_differs(target, checkpoint):  # noqa: F811
+    drafter = load_drafter("TorchDrafter", checkpoint("own"), target)
+    prompts = [PROMPT, PROMPT[:2]]
+
+    def run(seed: int) -> list[list[int]]:
+        return (
+            dspark.Speculator(target, drafter, temperature=1.0, seed=seed)
+            .generate(prompts, 10)
+            .tokens
+        )
+
+    assert run(7) == run(7)
+    assert run(7) != run(8)
