@@ -45,11 +45,19 @@ def _load(run: Path):  # type: ignore[no-untyped-def]
 
 
 def test_pipeline_writes_a_loadable_pair(smoke_run: Path) -> None:
-    for name in ("target/config.json", "target/tokenizer.json", "target/model.safetensors",
-                 "drafter/config.json", "drafter/model.safetensors", "heldout_prompts.json"):
+    for name in (
+        "target/config.json",
+        "target/tokenizer.json",
+        "target/model.safetensors",
+        "drafter/config.json",
+        "drafter/model.safetensors",
+        "heldout_prompts.json",
+    ):
         assert (smoke_run / name).is_file(), name
-    assert cli_main(["inspect", str(smoke_run / "drafter"), "--target",
-                     str(smoke_run / "target")]) == 0
+    assert (
+        cli_main(["inspect", str(smoke_run / "drafter"), "--target", str(smoke_run / "target")])
+        == 0
+    )
     report = dspark.inspect(smoke_run / "drafter", smoke_run / "target").to_dict()
     v = report["vocab"]
     assert int(v["draft"]) > int(v["target"]) and int(v["draft"]) % 64 == 0  # padded path

@@ -71,5 +71,7 @@ def load_corpus(
             train.append(text)
             train_files.append(path.name)
     if not train or not heldout:
-        raise ValueError(f"{base}: corpus split is empty (train {len(train)}, held-out {len(heldout)})")
+        raise ValueError(
+            f"{base}: corpus split is empty (train {len(train)}, held-out {len(heldout)})"
+        )
     return Corpus(train, heldout, train_files, heldout_files)

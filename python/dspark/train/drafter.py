@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -36,8 +35,8 @@ class DrafterTrainConfig:
     markov_rank: int = 32
     seq_len: int = 256
     batch_size: int = 8
-    num_anchors: int = 24
-    steps: int = 600
+    num_anchors: int = 32
+    steps: int = 300
     lr: float = 2e-3
     warmup: int = 30
     seed: int = 0
@@ -47,7 +46,9 @@ def feature_layers(num_target_layers: int) -> tuple[int, int, int]:
     """Three DeepSpec layer ids spread over ``[0, L-2]`` (never the last layer)."""
     last = num_target_layers - 2
     if last < 2:
-        raise ValueError(f"target needs at least 4 layers for 3 feature layers, has {num_target_layers}")
+        raise ValueError(
+            f"target needs at least 4 layers for 3 feature layers, has {num_target_layers}"
+        )
     return (0, max(1, last // 2), last)
 
 
@@ -140,7 +141,6 @@ def train_drafter(
     weights: LossWeights | None = None,
 ) -> TrainableDrafter:
     """Train and save ``out/config.json`` + ``out/model.safetensors`` (DeepSpec names)."""
-    from safetensors.torch import save_file
 
     w = weights or LossWeights()
     torch.manual_seed(cfg.seed)
@@ -174,7 +174,10 @@ def train_drafter(
 
 
 def evaluate(
-    model: TrainableDrafter, target: torch.nn.Module, ids: np.ndarray, cfg: DrafterTrainConfig,
+    model: TrainableDrafter,
+    target: torch.nn.Module,
+    ids: np.ndarray,
+    cfg: DrafterTrainConfig,
     w: LossWeights,
 ) -> dict[str, float]:
     """Teacher-forced loss parts on fixed held-out windows."""
@@ -187,7 +190,9 @@ def evaluate(
     return {k: round(v, 3) for k, v in parts.items()}
 
 
-def save_drafter(model: TrainableDrafter, target: torch.nn.Module, cfg: DrafterTrainConfig, out: Path) -> None:
+def save_drafter(
+    model: TrainableDrafter, target: torch.nn.Module, cfg: DrafterTrainConfig, out: Path
+) -> None:
     """Write the DeepSpec-format checkpoint directory."""
     from safetensors.torch import save_file
 
@@ -199,7 +204,10 @@ def save_drafter(model: TrainableDrafter, target: torch.nn.Module, cfg: DrafterT
 
 
 def run_drafter_stage(
-    args: argparse.Namespace, train_ids: np.ndarray, heldout_ids: np.ndarray, vocab: int,
+    args: argparse.Namespace,
+    train_ids: np.ndarray,
+    heldout_ids: np.ndarray,
+    vocab: int,
     log: Callable[[str], None],
 ) -> None:
     """Load ``OUT/target``, train, save ``OUT/drafter``."""

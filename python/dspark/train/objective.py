@@ -36,7 +36,7 @@ class LossWeights:
 
 @dataclass(frozen=True)
 class BlockBatch:
-    """Flattened blocks of a batch: ids / positions / Markov inputs / label positions ``[B, A*K]``."""
+    """Flattened blocks of a batch: ids, positions, Markov inputs ``[B, A*K]`` and the mask."""
 
     block_ids: torch.Tensor
     block_pos: torch.Tensor

@@ -85,8 +85,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         cfg = TargetTrainConfig(seed=args.seed)
         if args.smoke:
-            cfg = replace(cfg, hidden_size=64, num_layers=4, num_heads=2, head_dim=32,
-                          intermediate_size=128, seq_len=64, batch_size=4, steps=3, warmup=1)
+            cfg = replace(
+                cfg,
+                hidden_size=64,
+                num_layers=4,
+                num_heads=2,
+                head_dim=32,
+                intermediate_size=128,
+                seq_len=64,
+                batch_size=4,
+                steps=3,
+                warmup=1,
+            )
         if args.target_steps is not None:
             cfg = replace(cfg, steps=args.target_steps)
         train_target(train_ids, heldout_ids, vocab, eos, cfg, args.out / "target", log)

@@ -1,4 +1,4 @@
-"""The bundled target: a small Qwen3 causal LM trained from scratch with next-token cross-entropy."""
+"""The bundled target: a small Qwen3 causal LM trained from scratch (next-token cross-entropy)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,10 @@ def train_target(
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0}],
+        [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0},
+        ],
         lr=cfg.lr,
         betas=(0.9, 0.95),
     )
