@@ -20,6 +20,7 @@ import torch
 
 from dspark.train.drafter_model import DrafterShape, TrainableDrafter
 from dspark.train.objective import LossWeights, dspark_loss, make_blocks
+from dspark.train.selfgen import generate_sequences
 from dspark.train.target import lr_at, sample_windows
 from dspark.train.tokenizer import padded_vocab_size
 
@@ -40,6 +41,8 @@ class DrafterTrainConfig:
     lr: float = 2e-3
     warmup: int = 30
     seed: int = 0
+    generated: int = 256  # target-generated sequences (see selfgen)
+    prompt_len: int = 64  # corpus prefix of each generated sequence
 
 
 def feature_layers(num_target_layers: int) -> tuple[int, int, int]:
@@ -153,10 +156,20 @@ def train_drafter(
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     t0 = time.time()
+    selfgen = None
+    if cfg.generated > 0:
+        selfgen = generate_sequences(
+            target, train_ids, cfg.generated, cfg.prompt_len, cfg.seq_len, seed=cfg.seed
+        )
+        log(f"drafter: {selfgen.shape[0]} target-generated sequences ({time.time() - t0:.0f}s)")
     for step in range(cfg.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg.steps, cfg.warmup, cfg.lr)
         ids = sample_windows(train_ids, cfg.batch_size, cfg.seq_len, gen)
+        if selfgen is not None:  # half of every batch: the target's own continuations
+            half = cfg.batch_size // 2
+            pick = torch.randint(0, selfgen.shape[0], (half,), generator=gen)
+            ids[:half] = selfgen[pick]
         feats, logits = target_features(target, ids, s.target_layer_ids)
         batch = make_blocks(ids, s.block_size, s.mask_token_id, cfg.num_anchors, gen)
         loss, parts = dspark_loss(model, feats, logits, batch, w)
@@ -218,7 +231,17 @@ def run_drafter_stage(
         raise ValueError(f"target vocab {target.config.vocab_size} != tokenizer vocab {vocab}")
     cfg = DrafterTrainConfig(seed=args.seed)
     if args.smoke:
-        cfg = replace(cfg, seq_len=64, batch_size=2, num_anchors=4, steps=3, warmup=1, block_size=4)
+        cfg = replace(
+            cfg,
+            seq_len=64,
+            batch_size=2,
+            num_anchors=4,
+            steps=3,
+            warmup=1,
+            block_size=4,
+            generated=4,
+            prompt_len=16,
+        )
     if args.drafter_steps is not None:
         cfg = replace(cfg, steps=args.drafter_steps)
     log(f"drafter config {asdict(cfg)}")

@@ -100,9 +100,9 @@ def dspark_loss(
     total = ((w.ce * ce + w.tv * tv + w.conf * bce) * pw).mean()
     agree = (logits.argmax(-1) == label).float()
     parts = {
-        "ce": float(ce.mean()),
-        "tv": float(tv.mean()),
-        "bce": float(bce.mean()),
+        "ce": float(ce.detach().mean()),
+        "tv": float(tv.detach().mean()),
+        "bce": float(bce.detach().mean()),
         "agree0": float(agree[:, slot == 0].mean()),
         "agree_last": float(agree[:, slot == k - 1].mean()),
     }
