@@ -75,8 +75,8 @@ def run_hf(pair: Any, prompts: list[list[int]], n: int, **kw: Any) -> dict[str, 
 def run_spec(pair: Any, prompts: list[list[int]], n: int, **kw: Any) -> dict[str, Any]:
     sp = Speculator(pair.target, pair.drafter, seed=0, **kw)
     toks, secs, committed, rounds = 0, 0.0, 0, 0
-    att: list[int] = []
-    acc: list[int] = []
+    att = [0] * pair.drafter.block_size
+    acc = [0] * pair.drafter.block_size
     outs = []
     for p in prompts:
         o, st, s = speculative(sp, p, n, None, lambda _new: None)
@@ -85,16 +85,9 @@ def run_spec(pair: Any, prompts: list[list[int]], n: int, **kw: Any) -> dict[str
         secs += s
         committed += st.committed_tokens
         rounds += st.request_rounds
-        att = [
-            a + b
-            for a, b in zip(
-                att or [0] * len(st.position_attempts), st.position_attempts, strict=True
-            )
-        ]
-        acc = [
-            a + b
-            for a, b in zip(acc or [0] * len(st.position_accepts), st.position_accepts, strict=True)
-        ]
+        for pos, (a, b) in enumerate(zip(st.position_attempts, st.position_accepts, strict=True)):
+            att[pos] += a
+            acc[pos] += b
     return {
         "tokens": toks,
         "seconds": secs,

@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--vocab-size", type=int, default=3000, help="BPE vocabulary (logical)")
     p.add_argument("--target-steps", type=int, default=None)
+    p.add_argument("--target-layers", type=int, default=None, help="target decoder layers")
     p.add_argument("--drafter-steps", type=int, default=None)
     p.add_argument("--stdlib", type=Path, default=None, help="corpus root (default: stdlib)")
     return p
@@ -99,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.target_steps is not None:
             cfg = replace(cfg, steps=args.target_steps)
+        if args.target_layers is not None:
+            cfg = replace(cfg, num_layers=args.target_layers)
         train_target(train_ids, heldout_ids, vocab, eos, cfg, args.out / "target", log)
     if args.stage in ("all", "drafter"):
         from dspark.train.drafter import run_drafter_stage
