@@ -179,9 +179,8 @@ def train_drafter(
         opt.step()
         if step % 25 == 0 or step == cfg.steps - 1:
             msg = " ".join(f"{k} {v:.3f}" for k, v in parts.items())
-            log(
-                f"drafter step {step} loss {float(loss.detach()):.3f} {msg} ({time.time() - t0:.0f}s)"
-            )
+            took = time.time() - t0
+            log(f"drafter step {step} loss {float(loss.detach()):.3f} {msg} ({took:.0f}s)")
         if step % 100 == 0 or step == cfg.steps - 1:
             log(f"drafter held-out {evaluate(model, target, heldout_ids, cfg, w)}")
             save_drafter(model, target, cfg, out)  # a usable checkpoint at every evaluation
