@@ -186,7 +186,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="full",
         help="verify the whole block, a confident prefix, or the paper's scheduler",
     )
-    p.add_argument("--threshold", type=float, default=0.5, help="confidence for --verify threshold")
+    p.add_argument("--threshold", type=float, default=0.3, help="confidence for --verify threshold")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--model-dir", type=Path, default=None, help="a pair laid out like the bundle")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
