@@ -61,6 +61,15 @@ def _build_parser() -> argparse.ArgumentParser:
         help="draft vocabulary layout (default: padded)",
     )
     e.add_argument("--seed", type=int, default=0, help="weight seed")
+    from dspark.demo import add_arguments as add_demo_arguments
+
+    d = sub.add_parser(
+        "demo",
+        help="speculative decoding with the bundled tiny model pair (needs torch, transformers)",
+        description="Streams speculative generation with the bundled target + DSpark drafter, "
+        "then reports acceptance and tokens/s against target-only decoding in the same run.",
+    )
+    add_demo_arguments(d)
     return parser
 
 
@@ -155,6 +164,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             root = write_example(args.dir, args.layout, args.seed)
             print(f"wrote {root / 'drafter'} and {root / 'target'} ({args.layout} vocabulary)")
             return EXIT_OK
+        if args.command == "demo":
+            from dspark.demo import run
+
+            run(args)
+            return EXIT_OK
+    except ImportError as exc:
+        sys.stderr.write(f"dspark: error: {exc} (dspark demo needs torch, transformers)\n")
+        return EXIT_FAIL
+    except ValueError as exc:
+        sys.stderr.write(f"dspark: error: {exc}\n")
+        return EXIT_USAGE
     except DSparkError as exc:
         sys.stderr.write(f"dspark: error [{getattr(exc, 'code', '?')}]: {exc}\n")
         return EXIT_FAIL
