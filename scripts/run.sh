@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The main job: install dspark, generate a small drafter checkpoint, inspect it against its target.
-# (Speculative decoding on the bundled default models replaces this once they ship.)
+# The main job: install dspark (with torch), then speculative decoding on the bundled default
+# models (a trained tiny Qwen3 target + DSpark drafter shipped in the wheel): streams the text,
+# then reports acceptance length, per-position acceptance and the speedup over target-only
+# decoding measured in the same run. Extra arguments go to `dspark demo` (see --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
-out="${DSPARK_EXAMPLE_DIR:-$(mktemp -d)/dspark-example}"
-dspark make-example "$out"
-dspark inspect "$out/drafter" --target "$out/target"
+bash scripts/install.sh --torch
+dspark demo "$@"
