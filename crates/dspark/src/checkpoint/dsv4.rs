@@ -26,12 +26,7 @@ pub(super) fn plan_dsv4(b: &mut Builder<'_>) {
     // Stages beyond the configured count: one warning per stage, tensors not loaded.
     let mut extra_stages = std::collections::BTreeMap::<usize, usize>::new();
     let mut stage_has_layers = vec![false; stages];
-    let leftovers: Vec<String> = b
-        .found
-        .keys()
-        .filter(|k| !b.consumed.contains(*k))
-        .cloned()
-        .collect();
+    let leftovers = b.leftovers();
     for key in leftovers {
         let info = b.found[&key];
         let stage = super::names::dsv4_stage(&info.name).map_or(0, |(s, _)| s);

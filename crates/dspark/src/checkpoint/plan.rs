@@ -75,6 +75,15 @@ pub(super) struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
+    /// Canonical keys found in the checkpoint that no rule has consumed yet.
+    pub(super) fn leftovers(&self) -> Vec<String> {
+        self.found
+            .keys()
+            .filter(|k| !self.consumed.contains(*k))
+            .cloned()
+            .collect()
+    }
+
     fn new(spec: &'a DraftSpec, target: &TargetSpec, inventory: &'a Inventory) -> Self {
         let vocab = spec.vocab(target.vocab_size);
         Self {
@@ -292,12 +301,7 @@ fn build_qwen3(b: &mut Builder<'_>) {
     }
     b.confidence(&expected, true);
     super::d2t::plan_id_map(b);
-    let leftovers: Vec<String> = b
-        .found
-        .keys()
-        .filter(|k| !b.consumed.contains(*k))
-        .cloned()
-        .collect();
+    let leftovers = b.leftovers();
     for key in leftovers {
         let name = b.found[&key].name.clone();
         b.warn(
