@@ -133,29 +133,43 @@ pub(crate) fn has_avx2() -> bool {
 /// detect NaNs separately). Branch-free and free of float→int casts (which do not vectorize).
 #[inline(always)]
 pub(crate) fn exp_with<M: MulAdd>(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-    let xc = if x > -87.3 { x } else { -87.3 };
-    let xc = if xc < 88.7 { xc } else { 88.7 };
-    let t = M::mul_add(xc, LOG2E, ROUND);
-    let n = t - ROUND;
-    let r = M::mul_add(n, -LN2_LO, M::mul_add(n, -LN2_HI, xc));
-    let mut p = 1.987_569_1e-4f32;
-    p = M::mul_add(p, r, 1.398_199_9e-3);
-    p = M::mul_add(p, r, 8.333_452e-3);
-    p = M::mul_add(p, r, 4.166_579_6e-2);
-    p = M::mul_add(p, r, 1.666_666_5e-1);
-    p = M::mul_add(p, r, 0.5);
+    let [lo, hi, log2e, ln2_hi, ln2_lo, round, p0, p1, p2, p3, p4, p5] = EXP_CONSTS;
+    let xc = if x > lo { x } else { lo };
+    let xc = if xc < hi { xc } else { hi };
+    let t = M::mul_add(xc, log2e, round);
+    let n = t - round;
+    let r = M::mul_add(n, -ln2_lo, M::mul_add(n, -ln2_hi, xc));
+    let mut p = p0;
+    p = M::mul_add(p, r, p1);
+    p = M::mul_add(p, r, p2);
+    p = M::mul_add(p, r, p3);
+    p = M::mul_add(p, r, p4);
+    p = M::mul_add(p, r, p5);
     let y = M::mul_add(p, r * r, r) + 1.0;
     // 2^n from the integer held in t's low mantissa bits (n is within [-126, 128]; 128 gives
     // +inf, the right answer above ln(f32::MAX)).
-    let n_int = t.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
+    let n_int = t.to_bits().wrapping_sub(round.to_bits()) as i32;
     let e = f32::from_bits((n_int.wrapping_add(127) as u32) << 23);
     let v = y * e;
-    if x < -87.3 { 0.0 } else { v }
+    if x < lo { 0.0 } else { v }
 }
+
+/// Constants of [`exp_with`] (shared with the SIMD version): clamp bounds, `log2 e`, `ln 2`
+/// split hi/lo, the rounding constant `1.5·2^23`, and the polynomial coefficients.
+pub(crate) const EXP_CONSTS: [f32; 12] = [
+    -87.3,
+    88.7,
+    std::f32::consts::LOG2_E,
+    0.693_359_4,
+    -2.121_944_4e-4,
+    12_582_912.0,
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
 
 /// [`exp_with`] without FMA (for code outside [`multiversion!`] functions).
 #[inline(always)]
@@ -166,6 +180,17 @@ pub(crate) fn exp(x: f32) -> f32 {
 /// Maximum of a block (NaN-ignoring) and the number of NaNs in it.
 #[inline(always)]
 pub(crate) fn max_and_nans(x: &[f32]) -> (f32, u32) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and FMA are available (checked at run time).
+        return unsafe { super::simd::max_and_nans(x) };
+    }
+    max_and_nans_portable(x)
+}
+
+/// Portable [`max_and_nans`].
+#[inline(always)]
+pub(crate) fn max_and_nans_portable(x: &[f32]) -> (f32, u32) {
     let mut m = [f32::NEG_INFINITY; LANES];
     let mut nan = [0u32; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -188,9 +213,21 @@ pub(crate) fn max_and_nans(x: &[f32]) -> (f32, u32) {
     (best, nans)
 }
 
-/// `Σ exp((x - m) · s)` over a block, in f32 lanes.
+/// `Σ exp((x - m) · s)` over a block, in f32 lanes (AVX2 when the CPU has it: on such a CPU
+/// every caller gets the same bits, whichever `M` it was compiled with).
 #[inline(always)]
 pub(crate) fn sum_exp<M: MulAdd>(x: &[f32], m: f32, s: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and FMA are available (checked at run time).
+        return unsafe { super::simd::sum_exp(x, m, s) };
+    }
+    sum_exp_portable::<M>(x, m, s)
+}
+
+/// Portable [`sum_exp`].
+#[inline(always)]
+pub(crate) fn sum_exp_portable<M: MulAdd>(x: &[f32], m: f32, s: f32) -> f32 {
     let mut acc = [0f32; LANES];
     let chunks = x.chunks_exact(LANES);
     let tail = chunks.remainder();

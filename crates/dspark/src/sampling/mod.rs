@@ -24,6 +24,7 @@ mod mask;
 mod residual;
 pub mod rng;
 mod schedule;
+mod simd;
 mod sts;
 mod tensor;
 mod verify;
