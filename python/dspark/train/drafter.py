@@ -37,7 +37,7 @@ class DrafterTrainConfig:
     seq_len: int = 256
     batch_size: int = 8
     num_anchors: int = 32
-    steps: int = 300
+    steps: int = 700
     lr: float = 2e-3
     warmup: int = 30
     seed: int = 0
