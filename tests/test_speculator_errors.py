@@ -125,6 +125,9 @@ def test_bad_generate_inputs(target, checkpoint):  # noqa: F811
     with pytest.raises(dspark.InputError):
         spec.generate([[1, 2]], -1)
     with pytest.raises(dspark.InputError) as e:
+        spec.generate([[1, 2]], 4, on_round="print")
+    assert _code(e) == "invalid-argument"
+    with pytest.raises(dspark.InputError) as e:
         drafter.propose(torch.zeros(1, 3, 5), [1])
     assert _code(e) == "bad-shape"
     with pytest.raises(dspark.InputError) as e:

@@ -69,6 +69,19 @@ def test_stop_tokens_end_requests(target, checkpoint, reference):  # noqa: F811
         assert got == want
 
 
+def test_on_round_streams_every_committed_token_once(target, reference):  # noqa: F811
+    oracle = OracleDrafter(target, PROMPTS, 0.3, seed=3)
+    calls: list[list[list[int]]] = []
+    result = dspark.Speculator(target, oracle).generate(PROMPTS, NEW, on_round=calls.append)
+    assert result.tokens == reference
+    # one call after the prefill, then one per round
+    assert len(calls) == result.stats.rounds + 1
+    assert all(len(c) == len(PROMPTS) for c in calls)
+    streamed = [sum((c[i] for c in calls), []) for i in range(len(PROMPTS))]
+    assert streamed == reference
+    assert [len(c[0]) for c in calls][0] == 1  # the prefill commits one token per request
+
+
 def test_threshold_and_scheduled_verify_stay_exact(target, checkpoint, reference):  # noqa: F811
     drafter = load_drafter("TorchDrafter", checkpoint("own"), target)
     for verify, table in [(0.5, None), ("scheduled", [(1, 100.0), (8, 90.0), (64, 20.0)])]:

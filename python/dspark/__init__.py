@@ -18,6 +18,7 @@ from dspark._native import (
     __version__,
     inspect,
 )
+from dspark._threads import ensure_rayon_threads
 from dspark.drafter import Drafter, DraftState
 from dspark.kernels import (
     DraftBlock,
@@ -29,6 +30,9 @@ from dspark.kernels import (
     schedule_threshold,
     verify,
 )
+
+# Before the engine's first parallel op or matmul (see dspark._threads).
+ensure_rayon_threads()
 
 # The torch-facing front imports torch: loaded on first use so numpy-only installs still work.
 _TORCH_EXPORTS = {

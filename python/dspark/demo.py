@@ -144,33 +144,11 @@ def speculative(
 ) -> tuple[list[int], Any, float]:
     """Run ``sp`` on one prompt, calling ``emit(new_tokens)`` after every round.
 
-    Returns (tokens, stats, seconds spent in decoding, excluding ``emit``). Uses the speculator's
-    round loop directly so that text can be shown while it is generated; falls back to one
-    ``generate`` call (no streaming) if that loop is not available.
+    Returns (tokens, stats, seconds spent in decoding, excluding ``emit``).
     """
-    stops = set() if stop is None else {stop}
-    try:
-        from dspark.speculator import _Run  # the round loop behind Speculator.generate
-    except ImportError:  # pragma: no cover - depends on the speculator's internals
-        res = sp.generate([prompt], max_new_tokens, stop_token_ids=sorted(stops))
-        emit(res.tokens[0])
-        return res.tokens[0], res.stats, res.stats.total_seconds
-    run = _Run(sp, [prompt], max_new_tokens, stops)
-    shown = 0
-    spent = 0.0
-    t0 = time.perf_counter()
-    if max_new_tokens > 0:
-        run.prefill()
-        while True:
-            spent += time.perf_counter() - t0
-            emit(run.out[0][shown:])
-            shown = len(run.out[0])
-            t0 = time.perf_counter()
-            if not run.active():
-                break
-            run.round()
-    run.stats.total_seconds = spent
-    return run.out[0], run.stats, spent
+    stops = [] if stop is None else [stop]
+    res = sp.generate([prompt], max_new_tokens, stops, on_round=lambda new: emit(new[0]))
+    return res.tokens[0], res.stats, res.stats.total_seconds
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

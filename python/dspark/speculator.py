@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,21 +201,48 @@ class Speculator:
 
     # ------------------------------------------------------------------------------------
     def generate(
-        self, input_ids: Any, max_new_tokens: int, stop_token_ids: Sequence[int] | None = None
+        self,
+        input_ids: Any,
+        max_new_tokens: int,
+        stop_token_ids: Sequence[int] | None = None,
+        *,
+        on_round: Callable[[list[list[int]]], None] | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` per prompt (a ``[B,S]`` tensor or a list of prompts
-        of any lengths), stopping a request after it emits a stop token."""
+        of any lengths), stopping a request after it emits a stop token.
+
+        ``on_round``, if given, is called after the prefill and after every round with the
+        tokens each request committed since the previous call (one list per request, possibly
+        empty): the hook for streaming. Time spent inside it is not counted in the stats.
+        """
         if int(max_new_tokens) < 0:
             raise_error(InputError, "invalid-argument", "max_new_tokens must be >= 0")
+        if on_round is not None and not callable(on_round):
+            raise_error(InputError, "invalid-argument", "on_round must be callable")
         prompts = _prompts(input_ids)
         stops = set(int(s) for s in (stop_token_ids or []))
         run = _Run(self, prompts, int(max_new_tokens), stops)
+        shown = [0] * run.b
+        in_hook = 0.0
+
+        def report() -> None:
+            nonlocal in_hook
+            if on_round is None:
+                return
+            t = time.perf_counter()
+            new = [run.out[i][shown[i] :] for i in range(run.b)]
+            shown[:] = [len(o) for o in run.out]
+            on_round(new)
+            in_hook += time.perf_counter() - t
+
         t0 = time.perf_counter()
         if max_new_tokens > 0:
             run.prefill()
+            report()
             while run.active():
                 run.round()
-        run.stats.total_seconds = time.perf_counter() - t0
+                report()
+        run.stats.total_seconds = time.perf_counter() - t0 - in_hook
         return GenerationResult(tokens=run.out, stats=run.stats)
 
 

@@ -129,13 +129,19 @@ class HFTarget:
         valid = torch.cat([cache.valid, new_valid], dim=1)
         # A row with no committed token yet attends to its first (padding) column rather than
         # to nothing, so padded queries never produce NaN; real tokens never see it.
-        mask = valid.clone()
-        empty = ~mask.any(dim=1)
-        if bool(empty.any()):
-            mask[empty, cache.valid.shape[1]] = True
+        if bool(valid.all()):
+            # No holes anywhere: the model's own causal mask is exact, and its fast path
+            # (no 4D mask materialized per layer) is what target-only decoding uses too.
+            mask = None
+        else:
+            mask = valid.clone()
+            empty = ~mask.any(dim=1)
+            if bool(empty.any()):
+                mask[empty, cache.valid.shape[1]] = True
+            mask = mask.long()
         out = self.model(
             input_ids=ids,
-            attention_mask=mask.long(),
+            attention_mask=mask,
             position_ids=positions,
             use_cache=True,
             output_hidden_states=True,
