@@ -77,9 +77,9 @@ def test_on_round_streams_every_committed_token_once(target, reference):  # noqa
     # one call after the prefill, then one per round
     assert len(calls) == result.stats.rounds + 1
     assert all(len(c) == len(PROMPTS) for c in calls)
-    streamed = [sum((c[i] for c in calls), []) for i in range(len(PROMPTS))]
+    streamed = [[t for c in calls for t in c[i]] for i in range(len(PROMPTS))]
     assert streamed == reference
-    assert [len(c[0]) for c in calls][0] == 1  # the prefill commits one token per request
+    assert all(len(new) == 1 for new in calls[0])  # the prefill commits one token per request
 
 
 def test_threshold_and_scheduled_verify_stay_exact(target, checkpoint, reference):  # noqa: F811

@@ -1,4 +1,4 @@
-"""``RAYON_NUM_THREADS`` is fixed at import (candle re-reads /proc/cpuinfo on every matmul otherwise)."""
+"""``RAYON_NUM_THREADS`` is fixed at import: candle re-reads /proc/cpuinfo per matmul otherwise."""
 
 from __future__ import annotations
 

@@ -52,6 +52,8 @@ def test_pipeline_writes_a_loadable_pair(smoke_run: Path) -> None:
         "drafter/config.json",
         "drafter/model.safetensors",
         "heldout_prompts.json",
+        "assistant/config.json",
+        "assistant/model.safetensors",
     ):
         assert (smoke_run / name).is_file(), name
     assert (
@@ -66,7 +68,12 @@ def test_pipeline_writes_a_loadable_pair(smoke_run: Path) -> None:
     n_layers = json.loads((smoke_run / "target" / "config.json").read_text())["num_hidden_layers"]
     assert len(cfg["target_layer_ids"]) == 3 and max(cfg["target_layer_ids"]) < n_layers - 1
     log = (smoke_run / "train.log").read_text()
-    assert "target step 2" in log and "drafter step 2" in log
+    assert "target step 2" in log and "drafter step 2" in log and "assistant step 1" in log
+    # the assisted-generation baseline shares the target's vocabulary and is smaller
+    asst = json.loads((smoke_run / "assistant" / "config.json").read_text())
+    tcfg = json.loads((smoke_run / "target" / "config.json").read_text())
+    assert asst["vocab_size"] == tcfg["vocab_size"]
+    assert asst["hidden_size"] < tcfg["hidden_size"]
 
 
 def test_train_blocks_see_context_before_anchor_and_own_block() -> None:

@@ -32,7 +32,12 @@ def _log_to(path: Path | None):  # type: ignore[no-untyped-def]
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dspark.train", description=__doc__)
     p.add_argument("out", type=Path, help="output directory")
-    p.add_argument("--stage", choices=["all", "target", "drafter"], default="all")
+    p.add_argument(
+        "--stage",
+        choices=["all", "target", "drafter", "assistant"],
+        default="all",
+        help="all = target, drafter, then the assistant (HF assisted-generation baseline)",
+    )
     p.add_argument("--smoke", action="store_true", help="a few steps on a tiny slice")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
@@ -40,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target-steps", type=int, default=None)
     p.add_argument("--target-layers", type=int, default=None, help="target decoder layers")
     p.add_argument("--drafter-steps", type=int, default=None)
+    p.add_argument("--assistant-steps", type=int, default=None)
     p.add_argument("--stdlib", type=Path, default=None, help="corpus root (default: stdlib)")
     return p
 
@@ -107,6 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dspark.train.drafter import run_drafter_stage
 
         run_drafter_stage(args, train_ids, heldout_ids, vocab, log)
+    if args.stage in ("all", "assistant"):
+        from dspark.train.target import assistant_config, train_target
+
+        cfg = assistant_config(args.seed, smoke=args.smoke)
+        if args.assistant_steps is not None:
+            cfg = replace(cfg, steps=args.assistant_steps)
+        out = args.out / "assistant"
+        train_target(train_ids, heldout_ids, vocab, eos, cfg, out, log, "assistant")
     return 0
 
 

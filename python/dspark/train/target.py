@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["TargetTrainConfig", "make_target_config", "sample_windows", "train_target"]
+__all__ = [
+    "TargetTrainConfig",
+    "assistant_config",
+    "make_target_config",
+    "sample_windows",
+    "train_target",
+]
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,27 @@ class TargetTrainConfig:
     warmup: int = 30
     weight_decay: float = 0.1
     seed: int = 0
+
+
+def assistant_config(seed: int = 0, *, smoke: bool = False) -> TargetTrainConfig:
+    """The small draft LM of the HF assisted-generation baseline: trained exactly like the
+    target (same corpus, tokenizer and objective), 2 layers of width 128 (≈ 0.8 M params)."""
+    if smoke:
+        return TargetTrainConfig(
+            hidden_size=32,
+            num_layers=1,
+            num_heads=1,
+            head_dim=32,
+            intermediate_size=64,
+            seq_len=64,
+            batch_size=4,
+            steps=2,
+            warmup=1,
+            seed=seed,
+        )
+    return TargetTrainConfig(
+        hidden_size=128, num_layers=2, num_heads=2, intermediate_size=384, steps=600, seed=seed
+    )
 
 
 def make_target_config(vocab_size: int, cfg: TargetTrainConfig, eos_id: int) -> object:
@@ -94,14 +121,17 @@ def train_target(
     cfg: TargetTrainConfig,
     out: Path,
     log: Callable[[str], None] = print,
+    name: str = "target",
 ) -> torch.nn.Module:
-    """Train from scratch; saves ``out`` with ``save_pretrained`` (safetensors) and returns it."""
+    """Train from scratch; saves ``out`` with ``save_pretrained`` (safetensors) and returns it.
+
+    ``name`` labels the log lines (``target`` or ``assistant``)."""
     from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(cfg.seed)
     model = Qwen3ForCausalLM(make_target_config(vocab_size, cfg, eos_id))
     params = sum(p.numel() for p in model.parameters())
-    log(f"target: {params / 1e6:.2f}M params, {cfg.steps} steps of {cfg.batch_size}x{cfg.seq_len}")
+    log(f"{name}: {params / 1e6:.2f}M params, {cfg.steps} steps of {cfg.batch_size}x{cfg.seq_len}")
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
@@ -125,7 +155,7 @@ def train_target(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 50 == 0 or step == cfg.steps - 1:
-            msg = f"target step {step} loss {float(loss.detach()):.3f} ({time.time() - t0:.0f}s)"
+            msg = f"{name} step {step} loss {float(loss.detach()):.3f} ({time.time() - t0:.0f}s)"
             if step % 250 == 0 or step == cfg.steps - 1:
                 msg += f" held-out {heldout_loss(model, heldout_ids, cfg.seq_len):.3f}"
             log(msg)
