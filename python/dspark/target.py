@@ -4,7 +4,9 @@ One batched ``DynamicCache`` holds every request. Requests advance by different 
 tokens per round, so each row keeps a validity mask over the cache columns: a column a row did
 not fill (padding) or rolled back (a rejected draft) becomes a *hole* that the 2D attention mask
 hides, and the row's positions continue from its own committed length. Trailing columns that no
-row uses any more are dropped with ``DynamicCache.crop``.
+row uses any more are dropped with ``DynamicCache.crop``; when holes make up a quarter of the
+columns, :meth:`HFTarget.compact` gathers every row's committed columns to the right end of a
+narrower cache (keys keep the RoPE of their own positions, so moving a column changes nothing).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class HFTarget:
             )
         self.model = model.eval()
         params = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "past_key_values" if "past_key_values" in params else "cache"
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
 
     @property
     def num_hidden_layers(self) -> int:
@@ -188,6 +190,60 @@ class HFTarget:
             cache.kv.crop(cols - cache.valid.shape[1])
             cache.valid = cache.valid[:, :cols]
             cache.token_pos = cache.token_pos[:, :cols]
+        width = cache.valid.shape[1]
+        if width >= _COMPACT_MIN_COLUMNS and int(cache.valid.sum(dim=1).max()) * 4 <= 3 * width:
+            self.compact(cache)
+
+    def compact(self, cache: HFCache) -> bool:
+        """Drop the holes: each row's committed columns, in order, right-aligned in a cache as
+        wide as the fullest row. Returns False (cache untouched) when the transformers cache
+        keeps its tensors somewhere this version does not know."""
+        refs = _kv_refs(cache.kv)
+        if refs is None:
+            return False
+        count = cache.valid.sum(dim=1)
+        width = int(count.max()) if count.numel() else 0
+        # Column order per row: holes first (stable), then the committed columns in order.
+        order = torch.argsort(cache.valid.to(torch.int8), dim=1, stable=True)
+        keep = order[:, order.shape[1] - width :]
+        for ref in refs:
+            t = _get(ref)
+            idx = keep[:, None, :, None].expand(t.shape[0], t.shape[1], width, t.shape[3])
+            _put(ref, torch.gather(t, 2, idx.to(t.device)))
+        cache.valid = torch.gather(cache.valid, 1, keep)
+        cache.token_pos = torch.gather(cache.token_pos, 1, keep)
+        return True
+
+
+_COMPACT_MIN_COLUMNS = 32
+
+
+def _kv_refs(kv: Any) -> list[tuple[Any, str | int]] | None:
+    """``(container, attribute or index)`` of every ``[B, H, C, D]`` key / value tensor of an HF
+    cache, or None when this transformers version keeps them elsewhere."""
+    layers = getattr(kv, "layers", None)
+    if layers is not None:  # transformers >= 4.56: one object per layer
+        refs: list[tuple[Any, str | int]] = [(ly, n) for ly in layers for n in ("keys", "values")]
+    else:
+        keys, values = getattr(kv, "key_cache", None), getattr(kv, "value_cache", None)
+        if keys is None or values is None:
+            return None
+        refs = [(store, i) for store in (keys, values) for i in range(len(store))]
+    ok = all(isinstance(t, torch.Tensor) and t.ndim == 4 for t in map(_get, refs))
+    return refs if ok else None
+
+
+def _get(ref: tuple[Any, str | int]) -> Any:
+    obj, key = ref
+    return getattr(obj, key, None) if isinstance(key, str) else obj[key]
+
+
+def _put(ref: tuple[Any, str | int], value: torch.Tensor) -> None:
+    obj, key = ref
+    if isinstance(key, str):
+        setattr(obj, key, value)
+    else:
+        obj[key] = value
 
 
 def as_target(target: Any) -> Any:
