@@ -4,10 +4,13 @@ Rows, each over the same held-out standard-library prompts (files the pair never
 target-only greedy decoding (one KV-cached forward per token, the baseline of every ratio); HF
 ``generate`` greedy; ``dspark.Speculator`` greedy and T = 0.7, full verification and the paper's
 confidence scheduler (steps/s table measured here); HF transformers' assisted generation with
-prompt-lookup drafting (``prompt_lookup_num_tokens``, its draft-model-free path) and, with
-``--assistant DIR``, with a small draft model (``assistant_model``). Reports τ (tokens per
-target forward), tokens/s, the ratio to target-only, and writes a PNG of acceptance by position
-when matplotlib is installed.
+prompt-lookup drafting (``prompt_lookup_num_tokens``, its draft-model-free path), with a small
+draft model (``assistant_model``: ``--assistant DIR``, else ``<model dir>/assistant`` when it
+exists, trained by ``python -m dspark.train OUT --stage assistant``), and its DFlash path
+(``speculation_type="dflash"``) running the bundled drafter's backbone without the Markov head
+(:func:`dspark.hf_dflash.to_hf_dflash`). Reports τ (tokens per target forward; for the HF
+assisted rows counted from the target's forward calls after prefill), tokens/s, the ratio to
+target-only, and writes a PNG of acceptance by position when matplotlib is installed.
 
     nice -n 19 python benches/bench_e2e.py [--prompts 8] [--new-tokens 64] [--threads 2]
 """
@@ -25,6 +28,7 @@ from typing import Any
 import torch
 
 from dspark.demo import load_pair, speculative, steps_per_second, target_only
+from dspark.hf_dflash import to_hf_dflash
 from dspark.speculator import Speculator
 
 
@@ -51,8 +55,11 @@ def run_target_only(pair: Any, prompts: list[list[int]], n: int) -> dict[str, An
 
 
 def run_hf(pair: Any, prompts: list[list[int]], n: int, **kw: Any) -> dict[str, Any]:
-    toks, secs, outs = 0, 0.0, []
+    toks, secs, outs, rounds = 0, 0.0, [], 0
+    calls = [0]
+    hook = pair.target.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     for p in prompts:
+        calls[0] = 0
         ids = torch.tensor([p])
         t0 = time.perf_counter()
         with torch.inference_mode():
@@ -69,7 +76,11 @@ def run_hf(pair: Any, prompts: list[list[int]], n: int, **kw: Any) -> dict[str, 
         o = res[0, len(p) :].tolist()
         outs.append(o)
         toks += len(o)
-    return {"tokens": toks, "seconds": secs, "tau": float("nan"), "outputs": outs}
+        rounds += calls[0] - 1  # the prefill forward commits the first token
+    hook.remove()
+    # Assisted rows: tokens after the first per verification forward (as dspark's τ counts).
+    tau = (toks - len(prompts)) / rounds if kw and rounds > 0 else float("nan")
+    return {"tokens": toks, "seconds": secs, "tau": tau, "outputs": outs}
 
 
 def run_spec(pair: Any, prompts: list[list[int]], n: int, **kw: Any) -> dict[str, Any]:
@@ -125,7 +136,12 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model-dir", type=Path, default=None)
-    ap.add_argument("--assistant", type=Path, default=None, help="HF draft model for assisted gen")
+    ap.add_argument(
+        "--assistant",
+        type=Path,
+        default=None,
+        help="HF draft model for assisted gen (default: <model dir>/assistant if present)",
+    )
     ap.add_argument("--out", type=Path, default=Path("bench_e2e"), help="output prefix")
     args = ap.parse_args()
     pair = load_pair(args.model_dir, args.threads)
@@ -141,11 +157,21 @@ def main() -> int:
     rows["target-only greedy"] = run_target_only(pair, prompts, n)
     rows["HF generate greedy"] = run_hf(pair, prompts, n)
     rows["HF assisted, prompt lookup"] = run_hf(pair, prompts, n, prompt_lookup_num_tokens=k)
-    if args.assistant is not None:
+    asst_dir = args.assistant or (root / "assistant")
+    if (asst_dir / "config.json").is_file():
         from transformers import AutoModelForCausalLM
 
-        asst = AutoModelForCausalLM.from_pretrained(args.assistant).eval()
+        asst = AutoModelForCausalLM.from_pretrained(asst_dir).eval()
         rows["HF assisted, draft model"] = run_hf(pair, prompts, n, assistant_model=asst)
+    else:
+        print(
+            f"HF assisted, draft model: skipped, no draft model at {asst_dir} (pass --assistant "
+            "DIR or train one: python -m dspark.train OUT --stage assistant)"
+        )
+    dflash = to_hf_dflash(root / "drafter", pair.target)
+    rows["HF DFlash path (dspark backbone, no Markov)"] = run_hf(
+        pair, prompts, n, assistant_model=dflash, speculation_type="dflash"
+    )
     rows["dspark greedy, full"] = run_spec(pair, prompts, n)
     rows["dspark greedy, scheduled"] = run_spec(
         pair, prompts, n, verify="scheduled", steps_per_second=table
@@ -160,13 +186,13 @@ def main() -> int:
         f"{len(prompts)} held-out prompts x {n} new tokens, block size {k}, "
         f"{torch.get_num_threads()} torch threads"
     )
-    print(f"{'row':30s} {'tau':>6s} {'tok/s':>8s} {'vs target-only':>15s}  greedy==target")
+    print(f"{'row':44s} {'tau':>6s} {'tok/s':>8s} {'vs target-only':>15s}  greedy==target")
     summary = {}
     for name, r in rows.items():
         tps = r["tokens"] / r["seconds"]
         same = "-" if "T=0.7" in name else str(r["outputs"] == base["outputs"])
         tau = "-" if math.isnan(r["tau"]) else f"{r['tau']:.2f}"
-        print(f"{name:30s} {tau:>6s} {tps:8.1f} {tps / base_tps:14.2f}x  {same}")
+        print(f"{name:44s} {tau:>6s} {tps:8.1f} {tps / base_tps:14.2f}x  {same}")
         summary[name] = {
             "tau": None if math.isnan(r["tau"]) else r["tau"],
             "tokens_per_second": tps,
@@ -176,7 +202,7 @@ def main() -> int:
         }
     for name, r in rows.items():
         if "per_position" in r:
-            print(f"{name:30s} per position: " + " ".join(f"{a:.2f}" for a in r["per_position"]))
+            print(f"{name:44s} per position: " + " ".join(f"{a:.2f}" for a in r["per_position"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{args.out}.json").write_text(json.dumps(summary, indent=1))
     print(plot({k_: v for k_, v in rows.items()}, Path(f"{args.out}_acceptance.png")))
