@@ -18,7 +18,7 @@ const ROWS: usize = 2;
 /// Requests per register tile (`ROWS·REQS` accumulators).
 const REQS: usize = 4;
 /// How far ahead `W2` is prefetched, in rows.
-const PREFETCH_ROWS: usize = 8;
+const PREFETCH_ROWS: usize = 4;
 
 /// `dst[b][i] = mult·(dst[b][i] + W2[d0+i]·e_b)` for `b < dst.len()`, `i < dst[b].len()`.
 ///

@@ -411,3 +411,103 @@ fn top_k_candidates(base: &Rows3<'_>, g: &Geometry, top_k: usize) -> Result<Vec<
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fastmath::{Fused, dots_portable};
+    use super::*;
+
+    fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
+                scale * ((h % 20_011) as f32 / 20_011.0 - 0.5)
+            })
+            .collect()
+    }
+
+    /// `mult·(base + W2[d]·e)` in the kernel's exact accumulation order (fused multiply-add
+    /// where the CPU has AVX2+FMA, as the dispatched kernel).
+    fn exact_row(base: &[f32], w2: &[f32], e: &[f32], r: usize, mult: f32) -> Vec<f32> {
+        base.iter()
+            .enumerate()
+            .map(|(d, &x)| {
+                let mut o = [0f32; 1];
+                let w = &w2[d * r..(d + 1) * r];
+                #[cfg(target_arch = "x86_64")]
+                if super::super::fastmath::has_avx2() {
+                    dots_portable::<Fused, 1>(w, e, &mut o);
+                    return mult * (x + o[0]);
+                }
+                dots_portable::<Unfused, 1>(w, e, &mut o);
+                mult * (x + o[0])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dense_rows_are_bit_exact_on_odd_shapes() {
+        // V_d = 700 (not a multiple of the block), r with and without a tail, B = 1, 3, 8, 9
+        // (every register tile), identity and table maps, greedy and sampled.
+        let (vd, k_n) = (700usize, 3usize);
+        for (b_n, r, table) in [(1, 37, false), (3, 8, true), (8, 256, false), (9, 37, true)] {
+            let vt = if table { 1000 } else { vd };
+            let map = if table {
+                let offsets: Vec<i64> = (0..vd as i64).map(|d| d * 7 % 1000 - d).collect();
+                IdMap::from_offsets(&offsets, vd, vt).unwrap()
+            } else {
+                IdMap::identity(vt)
+            };
+            let base = values(b_n * k_n * vd, 1, 6.0);
+            let (w1, w2) = (values(vt * r, 2, 1.0), values(vd * r, 3, 1.0));
+            let anchors: Vec<u32> = (0..b_n as u32).map(|b| b * 97 % vt as u32).collect();
+            for t in [0.0f32, 0.8] {
+                let opts = BlockOptions {
+                    temperature: t,
+                    seeds: Seeds::Scalar(9),
+                    id_map: &map,
+                    top_k: None,
+                    logit_scale: 1.25,
+                };
+                let out = sample_block_slices(
+                    Rows3::new(Floats::F32(&base), [b_n, k_n, vd]).unwrap(),
+                    Mat::new(Floats::F32(&w1), [vt, r]).unwrap(),
+                    Mat::new(Floats::F32(&w2), [vd, r]).unwrap(),
+                    &anchors,
+                    &opts,
+                )
+                .unwrap();
+                let mult = if t == 0.0 { 1.25 } else { 1.25 / t };
+                for b in 0..b_n {
+                    let mut prev = anchors[b] as usize;
+                    for k in 0..k_n {
+                        let e = &w1[prev * r..(prev + 1) * r];
+                        let i = b * k_n + k;
+                        let want = exact_row(&base[i * vd..(i + 1) * vd], &w2, e, r, mult);
+                        let row = &out.draft_logits[i * vt..(i + 1) * vt];
+                        let tok = out.tokens[i] as usize;
+                        let target = |d: usize| map.to_target(d).unwrap() as usize;
+                        if t == 0.0 {
+                            let d = (0..vd).fold(0, |m, d| if want[d] > want[m] { d } else { m });
+                            assert_eq!(tok, target(d), "B {b_n} r {r} b {b} k {k}");
+                            let hot = row.iter().filter(|&&v| v == 0.0).count();
+                            assert_eq!((hot, row[tok]), (1, 0.0));
+                        } else {
+                            let mut mapped = vec![f32::NEG_INFINITY; vt];
+                            for (d, &v) in want.iter().enumerate() {
+                                mapped[target(d)] = v;
+                            }
+                            let same = row
+                                .iter()
+                                .zip(&mapped)
+                                .all(|(a, b)| a.to_bits() == b.to_bits());
+                            assert!(same, "B {b_n} r {r} table {table} b {b} k {k}");
+                            assert!(row[tok].is_finite());
+                        }
+                        prev = tok;
+                    }
+                }
+            }
+        }
+    }
+}
