@@ -478,8 +478,8 @@ mod tests {
                 )
                 .unwrap();
                 let mult = if t == 0.0 { 1.25 } else { 1.25 / t };
-                for b in 0..b_n {
-                    let mut prev = anchors[b] as usize;
+                for (b, &anchor) in anchors.iter().enumerate() {
+                    let mut prev = anchor as usize;
                     for k in 0..k_n {
                         let e = &w1[prev * r..(prev + 1) * r];
                         let i = b * k_n + k;
