@@ -7,7 +7,9 @@
 //! is recorded in target space.
 //!
 //! Cost: per slot, `W2` is read once for the whole batch (a `[V_d, r] × [r, B]` product split over
-//! column blocks across threads), then each row is walked once.
+//! column blocks across threads, see `bias.rs`); each column block is biased straight into its
+//! destination and its statistics (max, argmax, sum-exp) are taken while it is hot, so a
+//! sampled row is only touched again in the one block the draw lands in.
 
 use super::bias::bias_block;
 use super::categorical::{
