@@ -6,7 +6,7 @@
 //! max. Sampling first walks the block sums (a few hundred numbers) and then only one block, so a
 //! draw costs one pass over the row in total, with no sort and no random number per token.
 
-use super::fastmath::{exp, max_and_nans, multiversion, sum_exp};
+use super::fastmath::{MulAdd, exp, max_and_nans, multiversion, sum_exp};
 use super::filter::Cut;
 use super::view::{BLOCK, Floats, for_each_block, for_each_block_inline};
 
@@ -49,34 +49,117 @@ fn block_argmax(start: usize, block: &[f32], bm: f32) -> usize {
     start + block.iter().position(|&v| v == bm).unwrap_or(0)
 }
 
-multiversion! {
-    /// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled).
-    pub(crate) fn row_stats<M>(row: Floats<'_>, s: f32, blocks: &mut Vec<BlockSum>) -> RowStats {
-        blocks.clear();
-        let (mut best, mut argmax, mut nans) = (f32::NEG_INFINITY, 0usize, 0u32);
-        for_each_block_inline!(row, |start, block| {
-            let (bm, n) = max_and_nans(block);
-            nans += n;
-            if bm > best {
-                best = bm;
-                argmax = block_argmax(start, block, bm);
-            }
-            let sum = if bm > f32::NEG_INFINITY && bm < f32::INFINITY {
-                sum_exp::<M>(block, bm, s)
-            } else {
-                0.0
-            };
-            blocks.push(BlockSum { max: bm, sum });
-        });
+/// Statistics of one block of a row, computed where the block is hot (the Markov sampler
+/// computes them while it writes the block) and merged in order by [`RowMerge`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockStat {
+    /// Largest raw value (NaN-ignoring; `-inf` when the block has no finite value).
+    pub max: f32,
+    /// Row index of the first value equal to `max`.
+    pub argmax: usize,
+    /// Number of NaNs.
+    pub nans: u32,
+    /// `Σ exp((x - max)·s)` (`0` when `max` is not finite or no sum was asked for).
+    pub sum: f32,
+}
+
+impl Default for BlockStat {
+    fn default() -> Self {
+        BlockStat {
+            max: f32::NEG_INFINITY,
+            argmax: 0,
+            nans: 0,
+            sum: 0.0,
+        }
+    }
+}
+
+/// [`BlockStat`] of `block`, which starts at row index `start`; the sum at scale `s` if given.
+/// The argmax is only searched when the block's max exceeds `above` (else it is `start`): pass
+/// the running row max to skip blocks that cannot win, `-inf` to always search.
+#[inline(always)]
+pub(crate) fn block_stat<M: MulAdd>(
+    start: usize,
+    block: &[f32],
+    s: Option<f32>,
+    above: f32,
+) -> BlockStat {
+    let (max, nans) = max_and_nans(block);
+    let sum = match s {
+        Some(s) if max > f32::NEG_INFINITY && max < f32::INFINITY => sum_exp::<M>(block, max, s),
+        _ => 0.0,
+    };
+    BlockStat {
+        max,
+        argmax: if max > above {
+            block_argmax(start, block, max)
+        } else {
+            start
+        },
+        nans,
+        sum,
+    }
+}
+
+/// Merges [`BlockStat`]s, in row order, into [`RowStats`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowMerge {
+    best: f32,
+    argmax: usize,
+    nans: u32,
+}
+
+impl RowMerge {
+    /// An empty row.
+    pub fn new() -> Self {
+        RowMerge {
+            best: f32::NEG_INFINITY,
+            argmax: 0,
+            nans: 0,
+        }
+    }
+
+    /// Add the next block (the first maximum wins ties).
+    #[inline(always)]
+    pub fn push(&mut self, b: &BlockStat) {
+        self.nans += b.nans;
+        if b.max > self.best {
+            self.best = b.max;
+            self.argmax = b.argmax;
+        }
+    }
+
+    /// The row's statistics; `total` sums `blocks` at scale `s` (pass `&[]` for argmax only).
+    pub fn finish(&self, blocks: &[BlockSum], s: f32) -> RowStats {
+        let best = self.best;
         let mut total = 0f64;
         if best > f32::NEG_INFINITY && best < f32::INFINITY {
-            for b in blocks.iter() {
+            for b in blocks {
                 if b.sum > 0.0 {
                     total += f64::from(b.sum) * (f64::from(b.max - best) * f64::from(s)).exp();
                 }
             }
         }
-        RowStats { max: best, argmax, total, nans }
+        RowStats {
+            max: best,
+            argmax: self.argmax,
+            total,
+            nans: self.nans,
+        }
+    }
+}
+
+multiversion! {
+    /// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled).
+    pub(crate) fn row_stats<M>(row: Floats<'_>, s: f32, blocks: &mut Vec<BlockSum>) -> RowStats {
+        blocks.clear();
+        let mut merge = RowMerge::new();
+        for_each_block_inline!(row, |start, block| {
+            let st = block_stat::<M>(start, block, Some(s), merge.best);
+            merge.push(&st);
+            blocks.push(BlockSum { max: st.max, sum: st.sum });
+        });
+        merge.finish(blocks, s)
     }
 }
 

@@ -38,15 +38,6 @@ pub(crate) use multiversion;
 pub(crate) trait MulAdd {
     /// `a·b + c`.
     fn mul_add(a: f32, b: f32, c: f32) -> f32;
-
-    /// `out[b] = w · e_b` for `N` vectors `e_b = e[b·r..(b+1)·r]`, `r = w.len()`.
-    #[inline(always)]
-    fn dots<const N: usize>(w: &[f32], e: &[f32], out: &mut [f32; N])
-    where
-        Self: Sized,
-    {
-        dots_portable::<Self, N>(w, e, out);
-    }
 }
 
 /// Fused multiply-add (one rounding).
@@ -59,58 +50,6 @@ impl MulAdd for Fused {
     #[inline(always)]
     fn mul_add(a: f32, b: f32, c: f32) -> f32 {
         a.mul_add(b, c)
-    }
-
-    /// Explicit AVX2+FMA: the lane loops of [`dots_portable`] do not auto-vectorize (measured
-    /// ~10x slower). Same per-lane accumulation and reduction order, so results are identical.
-    #[inline(always)]
-    fn dots<const N: usize>(w: &[f32], e: &[f32], out: &mut [f32; N]) {
-        #[cfg(target_arch = "x86_64")]
-        if has_avx2() && e.len() >= N * w.len() {
-            // SAFETY: AVX2 and FMA are available (checked at run time), and `e` holds at least
-            // `N·r` values, which is every index `dots_avx2` reads.
-            unsafe { dots_avx2::<N>(w, e, out) };
-            return;
-        }
-        dots_portable::<Self, N>(w, e, out);
-    }
-}
-
-/// [`MulAdd::dots`] with AVX2+FMA intrinsics: one `W` load per 8 lanes shared by `N`
-/// accumulators.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA, and `e.len() >= N * w.len()`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dots_avx2<const N: usize>(w: &[f32], e: &[f32], out: &mut [f32; N]) {
-    use std::arch::x86_64::{
-        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-    };
-    let r = w.len();
-    let full = r / 8 * 8;
-    let mut acc = [_mm256_setzero_ps(); N];
-    let mut c = 0;
-    while c < full {
-        // SAFETY: `c + 8 <= full <= r` bounds `w`; `b·r + c + 8 <= N·r <= e.len()` bounds `e`.
-        unsafe {
-            let wv = _mm256_loadu_ps(w.as_ptr().add(c));
-            for (b, a) in acc.iter_mut().enumerate() {
-                let ev = _mm256_loadu_ps(e.as_ptr().add(b * r + c));
-                *a = _mm256_fmadd_ps(wv, ev, *a);
-            }
-        }
-        c += 8;
-    }
-    for (b, o) in out.iter_mut().enumerate() {
-        let mut a = [0f32; 8];
-        // SAFETY: `a` has room for 8 lanes.
-        unsafe { _mm256_storeu_ps(a.as_mut_ptr(), acc[b]) };
-        let mut t = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-        for k in full..r {
-            t = w[k].mul_add(e[b * r + k], t);
-        }
-        *o = t;
     }
 }
 
@@ -270,14 +209,9 @@ pub(crate) fn dot_with<M: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
     t
 }
 
-/// `out[b] = w · e_b` for `N` vectors `e_b = e[b·r..(b+1)·r]` at once: each chunk of `w` is
-/// loaded once for all `N`, with `N` independent 8-lane accumulators (register-blocked GEMV).
-#[inline(always)]
-pub(crate) fn dots<M: MulAdd, const N: usize>(w: &[f32], e: &[f32], out: &mut [f32; N]) {
-    M::dots::<N>(w, e, out);
-}
-
-/// Portable [`dots`]: fixed-width lane arrays (used where AVX2 is absent).
+/// `out[b] = w · e_b` for `N` vectors `e_b = e[b·r..(b+1)·r]`, `r = w.len()`: 8 lanes over the
+/// chunks of 8, reduced as `((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7))`, then the tail in order. The
+/// reference for the AVX2 kernel in `bias.rs`, which computes the same bits.
 #[inline(always)]
 pub(crate) fn dots_portable<M: MulAdd, const N: usize>(w: &[f32], e: &[f32], out: &mut [f32; N]) {
     let r = w.len();
@@ -347,7 +281,7 @@ mod tests {
         let want: f64 = x.iter().map(|&v| (f64::from(v - m) * 0.5).exp()).sum();
         assert!((f64::from(s) - want).abs() / want < 1e-5);
         let mut out = [0f32; 3];
-        dots::<Unfused, 3>(&x[..37], &x[..111], &mut out);
+        dots_portable::<Unfused, 3>(&x[..37], &x[..111], &mut out);
         for (b, o) in out.iter().enumerate() {
             let want: f64 = (0..37).map(|j| f64::from(x[j] * x[b * 37 + j])).sum();
             assert!((f64::from(*o) - want).abs() < 1e-3 * want.abs().max(1.0));

@@ -7,11 +7,16 @@
 //! is recorded in target space.
 //!
 //! Cost: per slot, `W2` is read once for the whole batch (a `[V_d, r] × [r, B]` product split over
-//! column blocks across threads), then each row is walked once.
+//! column blocks across threads, see `bias.rs`); each column block is biased straight into its
+//! destination and its statistics (max, argmax, sum-exp) are taken while it is hot, so a
+//! sampled row is only touched again in the one block the draw lands in.
 
-use super::categorical::{BlockSum, row_argmax, row_stats, sample_blocks};
+use super::bias::bias_block;
+use super::categorical::{
+    BlockStat, BlockSum, RowMerge, RowStats, block_stat, row_argmax, sample_blocks,
+};
 use super::dist::non_finite;
-use super::fastmath::{MulAdd, dot, dots, multiversion};
+use super::fastmath::{Unfused, dot};
 use super::filter::top_k_members;
 use super::markov_check::{Geometry, validate};
 use super::rng::{Stream, Tag};
@@ -57,64 +62,6 @@ pub struct DraftBlock {
     pub prev_embeddings: Vec<f32>,
 }
 
-multiversion! {
-    /// `z[b][i] = mult·(z[b][i] + W2[cols.start+i]·e_b)` for one column block (`z` holds the
-    /// base logits on entry, laid out `[batch][stride]`).
-    fn bias_block<M>(
-        w2: Mat<'_>,
-        cols: std::ops::Range<usize>,
-        e: &[f32],
-        batch: usize,
-        mult: f32,
-        z: &mut [f32],
-        stride: usize,
-    ) {
-        let r = w2.dims[1];
-        let (d0, len) = (cols.start, cols.len());
-        let mut wbuf = vec![0f32; if matches!(w2.data, Floats::F32(_)) { 0 } else { r }];
-        for i in 0..len {
-            let w: &[f32] = match w2.data {
-                Floats::F32(s) => &s[(d0 + i) * r..(d0 + i + 1) * r],
-                other => {
-                    other.read_into((d0 + i) * r, &mut wbuf);
-                    &wbuf
-                }
-            };
-            let mut b = 0;
-            while b < batch {
-                let eb = &e[b * r..batch * r];
-                let n = match batch - b {
-                    n if n >= 8 => group::<M, 8>(w, eb, z, b, stride, i, mult),
-                    n if n >= 4 => group::<M, 4>(w, eb, z, b, stride, i, mult),
-                    n if n >= 2 => group::<M, 2>(w, eb, z, b, stride, i, mult),
-                    _ => group::<M, 1>(w, eb, z, b, stride, i, mult),
-                };
-                b += n;
-            }
-        }
-    }
-}
-
-/// Bias `N` requests starting at `b` for column `i` of the block; returns `N`.
-#[inline(always)]
-fn group<M: MulAdd, const N: usize>(
-    w: &[f32],
-    e: &[f32],
-    z: &mut [f32],
-    b: usize,
-    stride: usize,
-    i: usize,
-    mult: f32,
-) -> usize {
-    let mut out = [0f32; N];
-    dots::<M, N>(w, e, &mut out);
-    for (j, o) in out.iter().enumerate() {
-        let zi = &mut z[(b + j) * stride + i];
-        *zi = mult * (*zi + o);
-    }
-    N
-}
-
 /// Draw a block of `K` tokens per request.
 ///
 /// `base` is `[B, K, V_d]`, `w1` is `[V_in, r]` (rows indexed by target id), `w2` is `[V_d, r]`,
@@ -147,35 +94,36 @@ pub fn sample_block_slices(
     } else {
         opts.logit_scale / opts.temperature
     };
+    let candidates = match opts.top_k.filter(|&k| k < g.valid) {
+        Some(k) => Some(top_k_candidates(&base, &g, k)?),
+        None => None,
+    };
+    // The dense path writes every entry of every row (a zeroed allocation is mapped lazily, so
+    // the rows are first touched by the parallel kernel); the top-k path writes only candidates.
+    let fill = if candidates.is_some() {
+        f32::NEG_INFINITY
+    } else {
+        0.0
+    };
     let mut out = DraftBlock {
         batch: b_n,
         slots: k_n,
         target_vocab: vt,
         rank: r,
         tokens: vec![0; b_n * k_n],
-        draft_logits: vec![f32::NEG_INFINITY; b_n * k_n * vt],
+        draft_logits: vec![fill; b_n * k_n * vt],
         prev_embeddings: vec![0.0; b_n * k_n * r],
     };
-    let candidates = match opts.top_k.filter(|&k| k < g.valid) {
-        Some(k) => Some(top_k_candidates(&base, &g, k)?),
-        None => None,
+    let mut dense = Dense {
+        stats: Vec::new(),
+        lrows: Vec::new(),
     };
-    // Dense scratch: `[column block][B][cb]`, one segment of `cb` values per (block, request).
-    let cb = g.valid.min(BLOCK);
-    let nblk = g.valid.div_ceil(cb);
-    let mut z = if candidates.is_some() {
-        Vec::new()
-    } else {
-        vec![0f32; nblk * b_n * cb]
-    };
-    // Segments per parallel task: a whole column block (W2 read once per slot) when there are
-    // enough blocks to share out, else fewer requests per task (small vocabularies).
-    let tasks = 4 * rayon::current_num_threads();
-    let group = if nblk >= tasks {
-        b_n
-    } else {
-        (nblk * b_n).div_ceil(tasks).max(1)
-    };
+    if candidates.is_none() {
+        dense.stats = vec![BlockStat::default(); g.valid.div_ceil(BLOCK) * b_n];
+        if opts.id_map.table().is_some() && !greedy {
+            dense.lrows = vec![0f32; b_n * g.valid];
+        }
+    }
     let mut prev: Vec<u32> = anchors.to_vec();
     let mut e = vec![0f32; b_n * r];
     for k in 0..k_n {
@@ -194,38 +142,7 @@ pub fn sample_block_slices(
         };
         let picks: Vec<u32> = match &candidates {
             Some(c) => ctx.slot_top_k(&base, &w2, &e, c, &mut out.draft_logits)?,
-            None => {
-                z.par_chunks_mut(cb * group)
-                    .enumerate()
-                    .for_each(|(c, zc)| {
-                        let first = c * group;
-                        let segs = zc.len() / cb;
-                        let mut s0 = 0;
-                        // Runs of segments that share a column block.
-                        while s0 < segs {
-                            let (jb, b0) = ((first + s0) / b_n, (first + s0) % b_n);
-                            let nb = (b_n - b0).min(segs - s0);
-                            let (d0, len) = (jb * cb, cb.min(g.valid - jb * cb));
-                            let zr = &mut zc[s0 * cb..(s0 + nb) * cb];
-                            for (i, seg) in zr.chunks_mut(cb).enumerate() {
-                                base.row(b0 + i, k)
-                                    .sub(d0, len)
-                                    .read_into(0, &mut seg[..len]);
-                            }
-                            bias_block(
-                                w2,
-                                d0..d0 + len,
-                                &e[b0 * r..(b0 + nb) * r],
-                                nb,
-                                mult,
-                                zr,
-                                cb,
-                            );
-                            s0 += nb;
-                        }
-                    });
-                ctx.slot_dense(&z, &mut out.draft_logits)?
-            }
+            None => ctx.slot_dense(&base, w2, &e, &mut dense, &mut out.draft_logits)?,
         };
         for (b, &t) in picks.iter().enumerate() {
             out.tokens[b * k_n + k] = t;
@@ -233,6 +150,14 @@ pub fn sample_block_slices(
         }
     }
     Ok(out)
+}
+
+/// Buffers of the dense path, reused across slots.
+struct Dense {
+    /// `[block][B]` statistics of the current slot.
+    stats: Vec<BlockStat>,
+    /// `[B][valid]` draft-space rows (sampling with an id table only).
+    lrows: Vec<f32>,
 }
 
 /// Per-slot context shared by the dense and top-k paths.
@@ -255,48 +180,107 @@ impl SlotCtx<'_> {
         self.id_map.to_target(d).unwrap_or(0)
     }
 
-    /// Dense path: `z` holds the final logits in `[block][B][BLOCK]` layout.
-    fn slot_dense(&self, z: &[f32], draft_logits: &mut [f32]) -> Result<Vec<u32>> {
+    /// Dense path: per column block of [`BLOCK`] draft ids (in parallel), read the base logits of
+    /// every request, add the bias (`W2` read once per slot), and take the block statistics
+    /// while the block is hot; then per request, merge the statistics and pick. Greedy rows
+    /// are biased in a small scratch (only the argmax is kept); sampled rows are biased in
+    /// place in `draft_logits` (identity map) or in `dense.lrows` (then scattered by the map).
+    fn slot_dense(
+        &self,
+        base: &Rows3<'_>,
+        w2: Mat<'_>,
+        e: &[f32],
+        dense: &mut Dense,
+        draft_logits: &mut [f32],
+    ) -> Result<Vec<u32>> {
         let (b_n, k_n, vt, valid) = (
             self.g.batch,
             self.g.slots,
             self.g.target_vocab,
             self.g.valid,
         );
+        let (k, mult) = (self.k, self.mult);
+        let nblk = valid.div_ceil(BLOCK);
         let table = self.id_map.table();
+        let scale = (!self.greedy).then_some(1.0);
+        let fill = |jb: usize, dst: &mut [&mut [f32]], st: &mut [BlockStat]| {
+            let d0 = jb * BLOCK;
+            for (b, seg) in dst.iter_mut().enumerate() {
+                base.row(b, k).sub(d0, seg.len()).read_into(0, seg);
+            }
+            bias_block(w2, d0, e, dst, mult);
+            for (seg, o) in dst.iter().zip(st.iter_mut()) {
+                *o = block_stat::<Unfused>(d0, seg, scale, f32::NEG_INFINITY);
+            }
+        };
+        let stats = &mut dense.stats[..nblk * b_n];
+        if self.greedy {
+            stats.par_chunks_mut(b_n).enumerate().for_each_init(
+                || vec![0f32; b_n * BLOCK],
+                |buf, (jb, st)| {
+                    let len = BLOCK.min(valid - jb * BLOCK);
+                    let mut dst: Vec<&mut [f32]> =
+                        buf.chunks_mut(BLOCK).map(|c| &mut c[..len]).collect();
+                    fill(jb, &mut dst, st);
+                },
+            );
+        } else {
+            let rows: Vec<&mut [f32]> = match table {
+                None => draft_logits
+                    .chunks_mut(k_n * vt)
+                    .map(|x| &mut x[k * vt..k * vt + valid])
+                    .collect(),
+                Some(_) => dense.lrows.chunks_mut(valid).collect(),
+            };
+            // Segments in `[block][request]` order.
+            let mut iters: Vec<_> = rows.into_iter().map(|x| x.chunks_mut(BLOCK)).collect();
+            let mut segs: Vec<&mut [f32]> = Vec::with_capacity(nblk * b_n);
+            for _ in 0..nblk {
+                segs.extend(iters.iter_mut().filter_map(Iterator::next));
+            }
+            segs.par_chunks_mut(b_n)
+                .zip(stats.par_chunks_mut(b_n))
+                .enumerate()
+                .for_each(|(jb, (dst, st))| fill(jb, dst, st));
+        }
+        let (stats, lrows) = (&dense.stats[..nblk * b_n], &dense.lrows);
         draft_logits
             .par_chunks_mut(k_n * vt)
             .enumerate()
             .map(|(b, rows)| {
-                let orow = &mut rows[self.k * vt..(self.k + 1) * vt];
-                // Gather this request's logits contiguously in draft space.
-                let cb = valid.min(BLOCK);
-                let gather = |lrow: &mut [f32]| {
-                    for (jb, chunk) in lrow.chunks_mut(cb).enumerate() {
-                        let src = (jb * b_n + b) * cb;
-                        chunk.copy_from_slice(&z[src..src + chunk.len()]);
+                let orow = &mut rows[k * vt..(k + 1) * vt];
+                let mut merge = RowMerge::new();
+                let mut blocks = Vec::with_capacity(if self.greedy { 0 } else { nblk });
+                for st in stats.iter().skip(b).step_by(b_n) {
+                    merge.push(st);
+                    if !self.greedy {
+                        blocks.push(BlockSum {
+                            max: st.max,
+                            sum: st.sum,
+                        });
                     }
-                };
+                }
+                let st = merge.finish(&blocks, 1.0);
+                self.check_row(b, &st)?;
+                if self.greedy {
+                    let d = st.argmax;
+                    orow.fill(f32::NEG_INFINITY);
+                    orow[table.map_or(d, |t| t[d] as usize)] = 0.0;
+                    return Ok(self.map(d));
+                }
+                let u = self.streams[b].uniform(Tag::Draft, k as u64, 0);
                 let d = match table {
                     None => {
-                        gather(&mut orow[..valid]);
-                        let d = self.pick_row(b, &orow[..valid])?;
-                        if self.greedy {
-                            orow.fill(f32::NEG_INFINITY);
-                            orow[d] = 0.0;
-                        }
+                        let d = sample_blocks(Floats::F32(&orow[..valid]), &st, 1.0, &blocks, u);
+                        orow[valid..].fill(f32::NEG_INFINITY);
                         d
                     }
                     Some(t) => {
-                        let mut lrow = vec![0f32; valid];
-                        gather(&mut lrow);
-                        let d = self.pick_row(b, &lrow)?;
-                        if self.greedy {
-                            orow[t[d] as usize] = 0.0;
-                        } else {
-                            for (di, &l) in lrow.iter().enumerate() {
-                                orow[t[di] as usize] = l;
-                            }
+                        let lrow = &lrows[b * valid..(b + 1) * valid];
+                        let d = sample_blocks(Floats::F32(lrow), &st, 1.0, &blocks, u);
+                        orow.fill(f32::NEG_INFINITY);
+                        for (di, &l) in lrow.iter().enumerate() {
+                            orow[t[di] as usize] = l;
                         }
                         d
                     }
@@ -306,14 +290,8 @@ impl SlotCtx<'_> {
             .collect()
     }
 
-    /// Greedy argmax or one draw from `softmax(lrow)`, with the row checks.
-    fn pick_row(&self, b: usize, lrow: &[f32]) -> Result<usize> {
-        let mut blocks: Vec<BlockSum> = Vec::new();
-        let st = if self.greedy {
-            row_argmax(Floats::F32(lrow))
-        } else {
-            row_stats(Floats::F32(lrow), 1.0, &mut blocks)
-        };
+    /// The row checks: no NaN or `+inf`, at least one finite value.
+    fn check_row(&self, b: usize, st: &RowStats) -> Result<()> {
         if st.non_finite() {
             return Err(non_finite(
                 "base_logits",
@@ -329,12 +307,7 @@ impl SlotCtx<'_> {
                 ),
             ));
         }
-        Ok(if self.greedy {
-            st.argmax
-        } else {
-            let u = self.streams[b].uniform(Tag::Draft, self.k as u64, 0);
-            sample_blocks(Floats::F32(lrow), &st, 1.0, &blocks, u)
-        })
+        Ok(())
     }
 
     /// Top-k path: only the candidates get the bias.
@@ -439,4 +412,104 @@ fn top_k_candidates(base: &Rows3<'_>, g: &Geometry, top_k: usize) -> Result<Vec<
             Ok(ids)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fastmath::{Fused, dots_portable};
+    use super::*;
+
+    fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
+                scale * ((h % 20_011) as f32 / 20_011.0 - 0.5)
+            })
+            .collect()
+    }
+
+    /// `mult·(base + W2[d]·e)` in the kernel's exact accumulation order (fused multiply-add
+    /// where the CPU has AVX2+FMA, as the dispatched kernel).
+    fn exact_row(base: &[f32], w2: &[f32], e: &[f32], r: usize, mult: f32) -> Vec<f32> {
+        base.iter()
+            .enumerate()
+            .map(|(d, &x)| {
+                let mut o = [0f32; 1];
+                let w = &w2[d * r..(d + 1) * r];
+                #[cfg(target_arch = "x86_64")]
+                if super::super::fastmath::has_avx2() {
+                    dots_portable::<Fused, 1>(w, e, &mut o);
+                    return mult * (x + o[0]);
+                }
+                dots_portable::<Unfused, 1>(w, e, &mut o);
+                mult * (x + o[0])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dense_rows_are_bit_exact_on_odd_shapes() {
+        // V_d = 700 (not a multiple of the block), r with and without a tail, B = 1, 3, 8, 9
+        // (every register tile), identity and table maps, greedy and sampled.
+        let (vd, k_n) = (700usize, 3usize);
+        for (b_n, r, table) in [(1, 37, false), (3, 8, true), (8, 256, false), (9, 37, true)] {
+            let vt = if table { 1000 } else { vd };
+            let map = if table {
+                let offsets: Vec<i64> = (0..vd as i64).map(|d| d * 7 % 1000 - d).collect();
+                IdMap::from_offsets(&offsets, vd, vt).unwrap()
+            } else {
+                IdMap::identity(vt)
+            };
+            let base = values(b_n * k_n * vd, 1, 6.0);
+            let (w1, w2) = (values(vt * r, 2, 1.0), values(vd * r, 3, 1.0));
+            let anchors: Vec<u32> = (0..b_n as u32).map(|b| b * 97 % vt as u32).collect();
+            for t in [0.0f32, 0.8] {
+                let opts = BlockOptions {
+                    temperature: t,
+                    seeds: Seeds::Scalar(9),
+                    id_map: &map,
+                    top_k: None,
+                    logit_scale: 1.25,
+                };
+                let out = sample_block_slices(
+                    Rows3::new(Floats::F32(&base), [b_n, k_n, vd]).unwrap(),
+                    Mat::new(Floats::F32(&w1), [vt, r]).unwrap(),
+                    Mat::new(Floats::F32(&w2), [vd, r]).unwrap(),
+                    &anchors,
+                    &opts,
+                )
+                .unwrap();
+                let mult = if t == 0.0 { 1.25 } else { 1.25 / t };
+                for (b, &anchor) in anchors.iter().enumerate() {
+                    let mut prev = anchor as usize;
+                    for k in 0..k_n {
+                        let e = &w1[prev * r..(prev + 1) * r];
+                        let i = b * k_n + k;
+                        let want = exact_row(&base[i * vd..(i + 1) * vd], &w2, e, r, mult);
+                        let row = &out.draft_logits[i * vt..(i + 1) * vt];
+                        let tok = out.tokens[i] as usize;
+                        let target = |d: usize| map.to_target(d).unwrap() as usize;
+                        if t == 0.0 {
+                            let d = (0..vd).fold(0, |m, d| if want[d] > want[m] { d } else { m });
+                            assert_eq!(tok, target(d), "B {b_n} r {r} b {b} k {k}");
+                            let hot = row.iter().filter(|&&v| v == 0.0).count();
+                            assert_eq!((hot, row[tok]), (1, 0.0));
+                        } else {
+                            let mut mapped = vec![f32::NEG_INFINITY; vt];
+                            for (d, &v) in want.iter().enumerate() {
+                                mapped[target(d)] = v;
+                            }
+                            let same = row
+                                .iter()
+                                .zip(&mapped)
+                                .all(|(a, b)| a.to_bits() == b.to_bits());
+                            assert!(same, "B {b_n} r {r} table {table} b {b} k {k}");
+                            assert!(row[tok].is_finite());
+                        }
+                        prev = tok;
+                    }
+                }
+            }
+        }
+    }
 }

@@ -13,6 +13,7 @@
 //!   [`StsCalibration`].
 //! - [`threshold_lengths`], [`schedule_lengths`], [`schedule_pipelined`]: verify-length policies.
 
+mod bias;
 mod categorical;
 mod confidence;
 mod dist;
