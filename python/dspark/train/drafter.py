@@ -37,11 +37,12 @@ class DrafterTrainConfig:
     seq_len: int = 256
     batch_size: int = 8
     num_anchors: int = 32
-    steps: int = 700
+    steps: int = 4000
     lr: float = 2e-3
     warmup: int = 30
     seed: int = 0
-    generated: int = 256  # target-generated sequences (see selfgen)
+    generated: int = 1024  # target-generated sequences (see selfgen)
+    generated_share: float = 0.75  # fraction of every batch drawn from them
     prompt_len: int = 64  # corpus prefix of each generated sequence
 
 
@@ -166,10 +167,10 @@ def train_drafter(
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg.steps, cfg.warmup, cfg.lr)
         ids = sample_windows(train_ids, cfg.batch_size, cfg.seq_len, gen)
-        if selfgen is not None:  # half of every batch: the target's own continuations
-            half = cfg.batch_size // 2
-            pick = torch.randint(0, selfgen.shape[0], (half,), generator=gen)
-            ids[:half] = selfgen[pick]
+        if selfgen is not None:  # part of every batch: the target's own continuations
+            n_gen = round(cfg.batch_size * cfg.generated_share)
+            pick = torch.randint(0, selfgen.shape[0], (n_gen,), generator=gen)
+            ids[:n_gen] = selfgen[pick]
         feats, logits = target_features(target, ids, s.target_layer_ids)
         batch = make_blocks(ids, s.block_size, s.mask_token_id, cfg.num_anchors, gen)
         loss, parts = dspark_loss(model, feats, logits, batch, w)

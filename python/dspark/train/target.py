@@ -25,14 +25,14 @@ class TargetTrainConfig:
     """Shape and schedule of the target run."""
 
     hidden_size: int = 192
-    num_layers: int = 4
+    num_layers: int = 8
     num_heads: int = 3
     num_kv_heads: int = 1
     head_dim: int = 64
     intermediate_size: int = 512
     seq_len: int = 256
     batch_size: int = 16
-    steps: int = 500
+    steps: int = 800
     lr: float = 3e-3
     warmup: int = 30
     weight_decay: float = 0.1
