@@ -149,17 +149,102 @@ impl RowMerge {
     }
 }
 
+/// Max and NaN count of a row read alongside another pass (enough to validate it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Check {
+    /// Largest value (NaN-ignoring; `-inf` when the row has no finite value).
+    pub max: f32,
+    /// Number of NaNs.
+    pub nans: u32,
+}
+
+impl Check {
+    /// The check of a row from its full statistics.
+    pub fn of(st: &RowStats) -> Self {
+        Check {
+            max: st.max,
+            nans: st.nans,
+        }
+    }
+
+    /// `true` when the row holds NaN or `+inf`.
+    pub fn non_finite(&self) -> bool {
+        self.nans > 0 || self.max == f32::INFINITY
+    }
+
+    /// `true` when the row has at least one finite value.
+    pub fn has_finite(&self) -> bool {
+        self.max > f32::NEG_INFINITY
+    }
+}
+
+/// A row validated block by block inside another pass over a row of the same length.
+pub(crate) struct SideCheck<'a> {
+    row: Floats<'a>,
+    /// The check of the blocks stepped so far.
+    pub check: Check,
+    buf: [f32; BLOCK],
+}
+
+impl<'a> SideCheck<'a> {
+    /// Validate `row` alongside a pass over `len` values (`None` when the lengths differ).
+    pub fn new(row: Floats<'a>, len: usize) -> Option<Self> {
+        (row.len() == len).then_some(SideCheck {
+            row,
+            check: Check {
+                max: f32::NEG_INFINITY,
+                nans: 0,
+            },
+            buf: [0f32; BLOCK],
+        })
+    }
+
+    /// Fold in the values `start..start + n` (`n <= BLOCK`).
+    #[inline(always)]
+    pub fn step(&mut self, start: usize, n: usize) {
+        let b: &[f32] = match self.row {
+            Floats::F32(v) => &v[start..start + n],
+            r => {
+                r.read_into(start, &mut self.buf[..n]);
+                &self.buf[..n]
+            }
+        };
+        let (m, k) = max_and_nans(b);
+        self.check.nans += k;
+        if m > self.check.max {
+            self.check.max = m;
+        }
+    }
+}
+
+/// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled).
+#[cfg(test)]
+pub(crate) fn row_stats(row: Floats<'_>, s: f32, blocks: &mut Vec<BlockSum>) -> RowStats {
+    row_stats_with(row, s, blocks, None).0
+}
+
 multiversion! {
-    /// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled).
-    pub(crate) fn row_stats<M>(row: Floats<'_>, s: f32, blocks: &mut Vec<BlockSum>) -> RowStats {
+    /// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled); with
+    /// `side` (a row of the same length), also its [`Check`], read block by block in the same
+    /// loop so that its memory traffic overlaps the exponentials of `row`.
+    pub(crate) fn row_stats_with<M>(
+        row: Floats<'_>,
+        s: f32,
+        blocks: &mut Vec<BlockSum>,
+        side: Option<Floats<'_>>,
+    ) -> (RowStats, Option<Check>) {
         blocks.clear();
+        let mut side = side.and_then(|r| SideCheck::new(r, row.len()));
         let mut merge = RowMerge::new();
         for_each_block_inline!(row, |start, block| {
             let st = block_stat::<M>(start, block, Some(s), merge.best);
             merge.push(&st);
             blocks.push(BlockSum { max: st.max, sum: st.sum });
+            if let Some(c) = &mut side {
+                c.step(start, block.len());
+            }
         });
-        merge.finish(blocks, s)
+        (merge.finish(blocks, s), side.map(|c| c.check))
     }
 }
 

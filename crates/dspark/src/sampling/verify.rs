@@ -6,11 +6,11 @@
 //! greedy: the argmax). If all `n` are accepted, a bonus token comes from row `n`. An accepted stop
 //! token ends the round without a bonus.
 
-use super::categorical::{BlockSum, RowStats, row_argmax};
+use super::categorical::{BlockSum, Check, row_argmax};
 use super::dist::{Dist, non_finite};
 use super::residual::{Proposal, sample_residual};
 use super::rng::{Stream, Tag};
-use super::view::{PerRequest, Rows3, Seeds};
+use super::view::{Floats, PerRequest, Rows3, Seeds};
 use crate::error::{Error, Result};
 use rayon::prelude::*;
 
@@ -224,6 +224,73 @@ fn resolve(
     Ok(out)
 }
 
+/// A row of one request: `(is_draft, position)`.
+type RowId = (bool, usize);
+
+/// Early validation of the rows a round is least likely to reach, latest first.
+struct Ahead {
+    /// The rows not yet taken, earliest first (so `pop` gives the latest).
+    queue: Vec<RowId>,
+    /// Early checks of target rows `0..=n`.
+    target: Vec<Option<Check>>,
+    /// Early checks of draft rows `0..n`.
+    draft: Vec<Option<Check>>,
+}
+
+impl Ahead {
+    fn new(n: usize, with_draft: bool) -> Self {
+        let mut queue = Vec::with_capacity(2 * n + 1);
+        for i in 0..=n {
+            if with_draft && i < n {
+                queue.push((true, i));
+            }
+            queue.push((false, i));
+        }
+        // Order: ..., T_{n-1}, D_{n-1}, T_n; popped T_n first.
+        queue.sort_by_key(|&(d, i)| (i, !d));
+        Ahead {
+            queue,
+            target: vec![None; n + 1],
+            draft: vec![None; n],
+        }
+    }
+
+    /// The next row to check alongside a pass over position `i` (only rows after `i`).
+    fn next(&mut self, i: usize) -> Option<RowId> {
+        match self.queue.last() {
+            Some(&(d, j)) if j > i => {
+                self.queue.pop();
+                Some((d, j))
+            }
+            _ => None,
+        }
+    }
+
+    /// The logits of row `id` of request `r`.
+    fn row<'a>(
+        &self,
+        (d, j): RowId,
+        r: usize,
+        target: Rows3<'a>,
+        draft: Option<Rows3<'a>>,
+    ) -> Option<Floats<'a>> {
+        if d {
+            draft.map(|x| x.row(r, j))
+        } else {
+            Some(target.row(r, j))
+        }
+    }
+
+    /// Record the check of row `id`.
+    fn store(&mut self, id: Option<RowId>, check: Option<Check>) {
+        match id {
+            Some((true, j)) => self.draft[j] = check,
+            Some((false, j)) => self.target[j] = check,
+            None => {}
+        }
+    }
+}
+
 /// Verify request `r`; returns its `K+1` output ids and the number accepted.
 fn verify_one(
     r: usize,
@@ -243,12 +310,17 @@ fn verify_one(
     let mut ended = false; // round ended before the bonus row
     let mut checked = 0usize; // rows 0..checked of the target were validated
     let mut dchecked = 0usize; // rows 0..dchecked of the draft logits were validated
+    // Rows the round may not reach are validated early, alongside the exponential-heavy passes
+    // over reached rows (their memory traffic then overlaps that arithmetic). The results are
+    // only looked at in the final validation, in the same order as without them, so the error
+    // reported never depends on which rows were read early.
+    let mut ahead = Ahead::new(n, draft_logits.is_some());
     for (i, &x) in drafts.iter().take(n).enumerate() {
         let x = x as usize;
         checked = i + 1;
         let ok = if req.greedy() {
             let st = row_argmax(target.row(r, i));
-            greedy_check(&st, where_t(i))?;
+            greedy_check(&Check::of(&st), where_t(i))?;
             if st.argmax != x {
                 out[i] = st.argmax as i64;
                 ended = true;
@@ -256,27 +328,34 @@ fn verify_one(
             }
             true
         } else {
+            let side = ahead.next(i);
             let p = Dist::new(
                 target.row(r, i),
                 1.0 / req.temperature,
                 req.top_k,
                 req.top_p,
                 &mut blocks,
+                side.and_then(|rw| ahead.row(rw, r, target, draft_logits)),
                 "target_logits",
                 where_t(i),
             )?;
+            ahead.store(side, p.side);
             let q = match draft_logits {
                 Some(d) => Some({
                     dchecked = i + 1;
-                    Dist::new(
+                    let side = ahead.next(i);
+                    let q = Dist::new(
                         d.row(r, i),
                         1.0,
                         None,
                         1.0,
                         &mut dblocks,
+                        side.and_then(|rw| ahead.row(rw, r, target, draft_logits)),
                         "draft_logits",
                         || format!("draft row (request {r}, position {i})"),
-                    )?
+                    )?;
+                    ahead.store(side, q.side);
+                    q
                 }),
                 None => None,
             };
@@ -291,7 +370,11 @@ fn verify_one(
                     None => Proposal::OneHot(x),
                 };
                 let u = req.stream.uniform(Tag::Residual, i as u64, 0);
-                let y = match sample_residual(&p, &proposal, u) {
+                let side = ahead.next(i);
+                let rw = side.and_then(|rw| ahead.row(rw, r, target, draft_logits));
+                let (y, check) = sample_residual(&p, &proposal, u, rw);
+                ahead.store(side, check);
+                let y = match y {
                     Some(y) => y,
                     None => p.sample(&blocks, u),
                 };
@@ -315,7 +398,7 @@ fn verify_one(
         let row = target.row(r, n);
         let y = if req.greedy() {
             let st = row_argmax(row);
-            greedy_check(&st, where_t(n))?;
+            greedy_check(&Check::of(&st), where_t(n))?;
             st.argmax
         } else {
             let p = Dist::new(
@@ -324,6 +407,7 @@ fn verify_one(
                 req.top_k,
                 req.top_p,
                 &mut blocks,
+                None,
                 "target_logits",
                 where_t(n),
             )?;
@@ -333,12 +417,12 @@ fn verify_one(
     }
     // Validate the rows the round did not reach, so errors never depend on the random draws.
     for i in checked..=n {
-        let st = row_argmax(target.row(r, i));
+        let st = ahead.target[i].unwrap_or_else(|| Check::of(&row_argmax(target.row(r, i))));
         greedy_check(&st, where_t(i))?;
     }
     if let Some(d) = draft_logits {
         for i in dchecked..n {
-            let st = row_argmax(d.row(r, i));
+            let st = ahead.draft[i].unwrap_or_else(|| Check::of(&row_argmax(d.row(r, i))));
             if st.non_finite() {
                 return Err(non_finite(
                     "draft_logits",
@@ -350,7 +434,7 @@ fn verify_one(
     Ok((out, accepted as u32))
 }
 
-fn greedy_check(st: &RowStats, where_: impl Fn() -> String) -> Result<()> {
+fn greedy_check(st: &Check, where_: impl Fn() -> String) -> Result<()> {
     if st.non_finite() {
         return Err(non_finite(
             "target_logits",
@@ -364,4 +448,74 @@ fn greedy_check(st: &RowStats, where_: impl Fn() -> String) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Invalid rows anywhere give the same error whatever the draws, also when the rows are
+    /// validated early alongside reached ones (f32 and bf16, with and without draft logits).
+    #[test]
+    fn errors_do_not_depend_on_the_draws() {
+        let (b, k, v) = (2usize, 4usize, 700usize);
+        let target: Vec<f32> = (0..b * (k + 1) * v)
+            .map(|i| ((i * 7919 % 613) as f32) / 97.0 - 3.0)
+            .collect();
+        let draft: Vec<f32> = (0..b * k * v)
+            .map(|i| ((i * 104_729 % 617) as f32) / 101.0 - 3.0)
+            .collect();
+        let drafts: Vec<i64> = (0..b * k).map(|i| (i * 31 % v) as i64).collect();
+        let row = |r: usize, i: usize| (r * (k + 1) + i) * v;
+        let drow = |r: usize, i: usize| (r * k + i) * v;
+        // (target edits, draft edits, expected message fragment)
+        type Edit = (usize, usize, f32);
+        let cases: Vec<(Vec<Edit>, Vec<Edit>, &str)> = vec![
+            (
+                vec![(row(1, 4), v, f32::NEG_INFINITY)],
+                vec![],
+                "position 4) has no finite",
+            ),
+            (
+                vec![(row(0, 3) + 5, 1, f32::NAN)],
+                vec![],
+                "target row (request 0, position 3)",
+            ),
+            (
+                vec![],
+                vec![(drow(1, 3) + 699, 1, f32::INFINITY)],
+                "draft row (request 1, position 3)",
+            ),
+            (
+                vec![(row(1, 2), v, f32::NEG_INFINITY), (row(1, 4), 1, f32::NAN)],
+                vec![],
+                "position 2) has no finite",
+            ),
+        ];
+        for (tedits, dedits, want) in cases {
+            let (mut t, mut d) = (target.clone(), draft.clone());
+            for (at, n, val) in tedits {
+                t[at..at + n].fill(val);
+            }
+            for (at, n, val) in dedits {
+                d[at..at + n].fill(val);
+            }
+            let tb: Vec<half::bf16> = t.iter().map(|&x| half::bf16::from_f32(x)).collect();
+            let mut seen = None;
+            for seed in 0..24u64 {
+                for tf in [Floats::F32(&t), Floats::BF16(&tb)] {
+                    let opts = VerifyOptions {
+                        seeds: Seeds::Scalar(seed),
+                        ..VerifyOptions::default()
+                    };
+                    let tr = Rows3::new(tf, [b, k + 1, v]).unwrap();
+                    let dr = Rows3::new(Floats::F32(&d), [b, k, v]).unwrap();
+                    let e = verify_slices(tr, &drafts, Some(dr), &opts).unwrap_err();
+                    let msg = e.to_string();
+                    assert!(msg.contains(want), "{msg} lacks {want}");
+                    assert_eq!(seen.get_or_insert(msg.clone()), &msg, "seed {seed}");
+                }
+            }
+        }
+    }
 }
