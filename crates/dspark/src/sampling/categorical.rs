@@ -217,34 +217,17 @@ impl<'a> SideCheck<'a> {
     }
 }
 
-/// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled).
-#[cfg(test)]
-pub(crate) fn row_stats(row: Floats<'_>, s: f32, blocks: &mut Vec<BlockSum>) -> RowStats {
-    row_stats_with(row, s, blocks, None).0
-}
-
 multiversion! {
-    /// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled); with
-    /// `side` (a row of the same length), also its [`Check`], read block by block in the same
-    /// loop so that its memory traffic overlaps the exponentials of `row`.
-    pub(crate) fn row_stats_with<M>(
-        row: Floats<'_>,
-        s: f32,
-        blocks: &mut Vec<BlockSum>,
-        side: Option<Floats<'_>>,
-    ) -> (RowStats, Option<Check>) {
+    /// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled).
+    pub(crate) fn row_stats<M>(row: Floats<'_>, s: f32, blocks: &mut Vec<BlockSum>) -> RowStats {
         blocks.clear();
-        let mut side = side.and_then(|r| SideCheck::new(r, row.len()));
         let mut merge = RowMerge::new();
         for_each_block_inline!(row, |start, block| {
             let st = block_stat::<M>(start, block, Some(s), merge.best);
             merge.push(&st);
             blocks.push(BlockSum { max: st.max, sum: st.sum });
-            if let Some(c) = &mut side {
-                c.step(start, block.len());
-            }
         });
-        (merge.finish(blocks, s), side.map(|c| c.check))
+        merge.finish(blocks, s)
     }
 }
 

@@ -3,7 +3,7 @@
 //! `p = softmax(logits / T)`, then top-k, then top-p, renormalized; built with one statistics
 //! pass over the row (plus histogram passes only when a truncation is active).
 
-use super::categorical::{BlockSum, Check, RowStats, row_stats_with, sample_blocks, sample_cut};
+use super::categorical::{BlockSum, RowStats, row_stats, sample_blocks, sample_cut};
 use super::fastmath::exp;
 use super::filter::{Cut, top_k_members, top_p_cut, top_p_of_sorted};
 use super::view::Floats;
@@ -24,8 +24,6 @@ pub(crate) struct Dist<'a> {
     pub z: f64,
     /// With top-k: the kept tokens, value descending (sampling walks only these).
     pub members: Option<Vec<(f32, usize)>>,
-    /// The [`Check`] of the `side` row read along with this one (see [`Dist::new`]).
-    pub side: Option<Check>,
 }
 
 /// Error for a row holding NaN or `+inf`.
@@ -38,20 +36,17 @@ pub(crate) fn non_finite(name: &str, what: String) -> Error {
 
 impl<'a> Dist<'a> {
     /// Build the distribution of `row` at scale `s` with optional top-k / top-p (`1.0` = off).
-    /// `blocks` receives the row's block sums (needed later by [`Dist::sample`]). A `side` row of
-    /// the same length is validated in the same pass (its [`Check`] lands in [`Dist::side`]).
-    #[allow(clippy::too_many_arguments)]
+    /// `blocks` receives the row's block sums (needed later by [`Dist::sample`]).
     pub fn new(
         row: Floats<'a>,
         s: f32,
         top_k: Option<usize>,
         top_p: f32,
         blocks: &mut Vec<BlockSum>,
-        side: Option<Floats<'_>>,
         name: &str,
         where_: impl Fn() -> String,
     ) -> Result<Self> {
-        let (stats, side) = row_stats_with(row, s, blocks, side);
+        let stats = row_stats(row, s, blocks);
         if stats.non_finite() {
             return Err(non_finite(name, format!("NaN or +inf in {}", where_())));
         }
@@ -86,7 +81,6 @@ impl<'a> Dist<'a> {
             cut,
             z,
             members,
-            side,
         })
     }
 

@@ -239,17 +239,7 @@ mod tests {
     use crate::sampling::view::Floats;
 
     fn dist<'a>(row: &'a [f32], blocks: &mut Vec<BlockSum>) -> Dist<'a> {
-        Dist::new(
-            Floats::F32(row),
-            1.0,
-            None,
-            1.0,
-            blocks,
-            None,
-            "x",
-            String::new,
-        )
-        .unwrap()
+        Dist::new(Floats::F32(row), 1.0, None, 1.0, blocks, "x", String::new).unwrap()
     }
 
     /// The sampler's law equals `norm(max(p − q, 0))` computed directly in f64.

@@ -8,11 +8,10 @@
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::{
-    __m256, _CMP_LT_OQ, _CMP_UNORD_Q, _mm256_add_epi32, _mm256_add_ps, _mm256_blendv_ps,
-    _mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-    _mm256_max_ps, _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_set1_epi32,
-    _mm256_set1_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps, _mm256_sub_epi32,
-    _mm256_sub_ps,
+    __m256, _CMP_LT_OQ, _CMP_UNORD_Q, _mm256_add_ps, _mm256_blendv_ps, _mm256_castps_si256,
+    _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_max_ps,
+    _mm256_min_ps, _mm256_movemask_ps, _mm256_mul_ps, _mm256_set1_epi32, _mm256_set1_ps,
+    _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps, _mm256_sub_epi32, _mm256_sub_ps,
 };
 
 use super::fastmath::{EXP_CONSTS, Fused, LANES, exp_with};
@@ -39,14 +38,12 @@ fn exp8(x: __m256) -> __m256 {
         _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
         _mm256_set1_ps(1.0),
     );
-    let n_int = _mm256_sub_epi32(
+    // (t − round) + 127 in one wrapping subtraction: the same integer as the portable code.
+    let biased = _mm256_sub_epi32(
         _mm256_castps_si256(t),
-        _mm256_set1_epi32(round.to_bits() as i32),
+        _mm256_set1_epi32((round.to_bits() as i32).wrapping_sub(127)),
     );
-    let e = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-        n_int,
-        _mm256_set1_epi32(127),
-    )));
+    let e = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(biased));
     let v = _mm256_mul_ps(y, e);
     let below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(lo));
     _mm256_blendv_ps(v, _mm256_setzero_ps(), below)

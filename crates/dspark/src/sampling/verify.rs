@@ -310,10 +310,11 @@ fn verify_one(
     let mut ended = false; // round ended before the bonus row
     let mut checked = 0usize; // rows 0..checked of the target were validated
     let mut dchecked = 0usize; // rows 0..dchecked of the draft logits were validated
-    // Rows the round may not reach are validated early, alongside the exponential-heavy passes
-    // over reached rows (their memory traffic then overlaps that arithmetic). The results are
-    // only looked at in the final validation, in the same order as without them, so the error
-    // reported never depends on which rows were read early.
+    // After a rejection, one row the round did not reach is validated inside the residual pass
+    // (its memory traffic then overlaps that pass's exponentials; doing the same inside the
+    // row-statistics passes, on rows that might still be reached, measured slower). The result
+    // is only looked at in the final validation, in the same order as without it, so the error
+    // reported never depends on which row was read early.
     let mut ahead = Ahead::new(n, draft_logits.is_some());
     for (i, &x) in drafts.iter().take(n).enumerate() {
         let x = x as usize;
@@ -328,34 +329,27 @@ fn verify_one(
             }
             true
         } else {
-            let side = ahead.next(i);
             let p = Dist::new(
                 target.row(r, i),
                 1.0 / req.temperature,
                 req.top_k,
                 req.top_p,
                 &mut blocks,
-                side.and_then(|rw| ahead.row(rw, r, target, draft_logits)),
                 "target_logits",
                 where_t(i),
             )?;
-            ahead.store(side, p.side);
             let q = match draft_logits {
                 Some(d) => Some({
                     dchecked = i + 1;
-                    let side = ahead.next(i);
-                    let q = Dist::new(
+                    Dist::new(
                         d.row(r, i),
                         1.0,
                         None,
                         1.0,
                         &mut dblocks,
-                        side.and_then(|rw| ahead.row(rw, r, target, draft_logits)),
                         "draft_logits",
                         || format!("draft row (request {r}, position {i})"),
-                    )?;
-                    ahead.store(side, q.side);
-                    q
+                    )?
                 }),
                 None => None,
             };
@@ -407,7 +401,6 @@ fn verify_one(
                 req.top_k,
                 req.top_p,
                 &mut blocks,
-                None,
                 "target_logits",
                 where_t(n),
             )?;
