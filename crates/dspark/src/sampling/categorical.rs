@@ -6,7 +6,7 @@
 //! max. Sampling first walks the block sums (a few hundred numbers) and then only one block, so a
 //! draw costs one pass over the row in total, with no sort and no random number per token.
 
-use super::fastmath::{MulAdd, exp, max_and_nans, multiversion, sum_exp};
+use super::fastmath::{MulAdd, exp, max_and_nans, multiversion512, sum_exp};
 use super::filter::Cut;
 use super::view::{BLOCK, Floats, for_each_block, for_each_block_inline};
 
@@ -217,7 +217,7 @@ impl<'a> SideCheck<'a> {
     }
 }
 
-multiversion! {
+multiversion512! {
     /// Max, argmax, NaN count and the per-block sums at scale `s` (cleared and refilled).
     pub(crate) fn row_stats<M>(row: Floats<'_>, s: f32, blocks: &mut Vec<BlockSum>) -> RowStats {
         blocks.clear();
@@ -231,7 +231,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+multiversion512! {
     /// Max, argmax and NaN count only (greedy rows and validation).
     pub(crate) fn row_argmax<M>(row: Floats<'_>) -> RowStats {
         let (mut best, mut argmax, mut nans) = (f32::NEG_INFINITY, 0usize, 0u32);

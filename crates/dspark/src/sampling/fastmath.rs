@@ -33,6 +33,40 @@ macro_rules! multiversion {
 }
 pub(crate) use multiversion;
 
+/// [`multiversion!`] with a third build for CPUs with AVX-512 (F+VL): the same AVX2 code, but
+/// compiled with 32 vector registers (no spills of the `exp` constants) and `popcnt`. Same bits:
+/// only the register allocation and the encodings change, not the operations.
+macro_rules! multiversion512 {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident<$m:ident>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn inner<$m: $crate::sampling::fastmath::MulAdd>($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma,avx512f,avx512vl,popcnt")]
+                fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    inner::<$crate::sampling::fastmath::Fused>($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    inner::<$crate::sampling::fastmath::Fused>($($arg),*)
+                }
+                if $crate::sampling::fastmath::has_avx512() {
+                    // SAFETY: `has_avx512` checked that this CPU supports these features.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if $crate::sampling::fastmath::has_avx2() {
+                    // SAFETY: `has_avx2` checked that this CPU supports AVX2 and FMA.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            inner::<$crate::sampling::fastmath::Unfused>($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion512;
+
 /// `a·b + c`, fused or not. The fused form is only used where FMA instructions are enabled
 /// (elsewhere `f32::mul_add` would be a slow library call).
 pub(crate) trait MulAdd {
@@ -65,6 +99,16 @@ impl MulAdd for Unfused {
 #[inline]
 pub(crate) fn has_avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// `true` when the CPU also supports AVX-512 F+VL and `popcnt` (see [`multiversion512!`]).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn has_avx512() -> bool {
+    has_avx2()
+        && std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("popcnt")
 }
 
 /// `e^x` in f32 with about 1 ulp of error over the normal range; exactly `0.0` for

@@ -82,9 +82,15 @@ multiversion! {
 /// portable code compiled for AVX2+FMA).
 fn block_residual(x: &[f32], y: &[f32], p: Scale, q: Scale) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if super::fastmath::has_avx2() {
-        // SAFETY: AVX2 and FMA are available (checked at run time).
-        return unsafe { super::simd::residual_sum(x, y, p.lanes(), q.lanes()) };
+    {
+        if super::fastmath::has_avx512() {
+            // SAFETY: AVX2, FMA and AVX-512 F/VL are available (checked at run time).
+            return unsafe { super::simd::residual_sum_512(x, y, p.lanes(), q.lanes()) };
+        }
+        if super::fastmath::has_avx2() {
+            // SAFETY: AVX2 and FMA are available (checked at run time).
+            return unsafe { super::simd::residual_sum(x, y, p.lanes(), q.lanes()) };
+        }
     }
     block_residual_portable(x, y, p, q)
 }
@@ -92,9 +98,15 @@ fn block_residual(x: &[f32], y: &[f32], p: Scale, q: Scale) -> f32 {
 /// [`block_residual`] against a proposal that is zero on the whole block.
 fn block_mass(x: &[f32], p: Scale, y: &mut [f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if super::fastmath::has_avx2() {
-        // SAFETY: AVX2 and FMA are available (checked at run time).
-        return unsafe { super::simd::scaled_exp_sum(x, p.lanes()) };
+    {
+        if super::fastmath::has_avx512() {
+            // SAFETY: AVX2, FMA and AVX-512 F/VL are available (checked at run time).
+            return unsafe { super::simd::scaled_exp_sum_512(x, p.lanes()) };
+        }
+        if super::fastmath::has_avx2() {
+            // SAFETY: AVX2 and FMA are available (checked at run time).
+            return unsafe { super::simd::scaled_exp_sum(x, p.lanes()) };
+        }
     }
     let y = &mut y[..x.len()];
     y.fill(f32::NEG_INFINITY);

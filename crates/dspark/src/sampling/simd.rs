@@ -53,6 +53,7 @@ fn exp8(x: __m256) -> __m256 {
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn sum_exp(x: &[f32], m: f32, s: f32) -> f32 {
     let (mv, sv) = (_mm256_set1_ps(m), _mm256_set1_ps(s));
@@ -87,6 +88,7 @@ pub(crate) unsafe fn sum_exp(x: &[f32], m: f32, s: f32) -> f32 {
 ///
 /// # Safety
 /// The CPU must support AVX2.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn max_and_nans(x: &[f32]) -> (f32, u32) {
     let (mut m0, mut m1) = (
@@ -132,6 +134,7 @@ pub(crate) unsafe fn max_and_nans(x: &[f32]) -> (f32, u32) {
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn residual_sum(x: &[f32], y: &[f32], p: [f32; 3], q: [f32; 3]) -> f32 {
     let n = x.len().min(y.len());
@@ -180,6 +183,7 @@ pub(crate) unsafe fn residual_sum(x: &[f32], y: &[f32], p: [f32; 3], q: [f32; 3]
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn scaled_exp_sum(x: &[f32], p: [f32; 3]) -> f32 {
     let (pm, ps, pz) = (
@@ -205,6 +209,26 @@ pub(crate) unsafe fn scaled_exp_sum(x: &[f32], p: [f32; 3]) -> f32 {
         t += exp_with::<Fused>((a - p[0]) * p[1]) * p[2];
     }
     t
+}
+
+/// [`residual_sum`] compiled with AVX-512 F+VL registers available (same bits).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, AVX-512 F and VL, and `popcnt`.
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl,popcnt")]
+pub(crate) unsafe fn residual_sum_512(x: &[f32], y: &[f32], p: [f32; 3], q: [f32; 3]) -> f32 {
+    // SAFETY: the caller checked a superset of `residual_sum`'s features.
+    unsafe { residual_sum(x, y, p, q) }
+}
+
+/// [`scaled_exp_sum`] compiled with AVX-512 F+VL registers available (same bits).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, AVX-512 F and VL, and `popcnt`.
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl,popcnt")]
+pub(crate) unsafe fn scaled_exp_sum_512(x: &[f32], p: [f32; 3]) -> f32 {
+    // SAFETY: the caller checked a superset of `scaled_exp_sum`'s features.
+    unsafe { scaled_exp_sum(x, p) }
 }
 
 /// Sum of the 16 lanes of two registers, in lane order (as `acc.iter().sum()`).
