@@ -128,108 +128,99 @@ pub(crate) unsafe fn max_and_nans(x: &[f32]) -> (f32, u32) {
     (best, nans)
 }
 
-/// `Σ max(p_v − q_v, 0)` with `p_v = exp((x_v − p[0])·p[1])·p[2]` and `q_v` likewise from `y`
-/// and `q`: the residual mass of one block. Same lanes and reduction order as the portable
-/// `block_residual` of `residual.rs` compiled with [`Fused`], hence the same bits.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn residual_sum(x: &[f32], y: &[f32], p: [f32; 3], q: [f32; 3]) -> f32 {
-    let n = x.len().min(y.len());
-    let (x, y) = (&x[..n], &y[..n]);
-    let (pm, ps, pz) = (
-        _mm256_set1_ps(p[0]),
-        _mm256_set1_ps(p[1]),
-        _mm256_set1_ps(p[2]),
-    );
-    let (qm, qs, qz) = (
-        _mm256_set1_ps(q[0]),
-        _mm256_set1_ps(q[1]),
-        _mm256_set1_ps(q[2]),
-    );
-    let zero = _mm256_setzero_ps();
-    let mut acc = [zero, zero];
-    let cx = x.chunks_exact(LANES);
-    let cy = y.chunks_exact(LANES);
-    let (tx, ty) = (cx.remainder(), cy.remainder());
-    for (a, b) in cx.zip(cy) {
-        for (h, lane) in acc.iter_mut().enumerate() {
-            // SAFETY: `a` and `b` hold 16 values each, two loads of 8.
-            let (va, vb) = unsafe {
-                (
-                    _mm256_loadu_ps(a.as_ptr().add(8 * h)),
-                    _mm256_loadu_ps(b.as_ptr().add(8 * h)),
-                )
-            };
-            let pv = _mm256_mul_ps(exp8(_mm256_mul_ps(_mm256_sub_ps(va, pm), ps)), pz);
-            let qv = _mm256_mul_ps(exp8(_mm256_mul_ps(_mm256_sub_ps(vb, qm), qs)), qz);
-            // max(r, 0) returns 0 for r <= 0 and for NaN, as `if r > 0 { r } else { 0 }`.
-            *lane = _mm256_add_ps(*lane, _mm256_max_ps(_mm256_sub_ps(pv, qv), zero));
+/// Defines the two residual kernels for the target features `$features` (the same code is
+/// built for AVX2+FMA and, with 32 registers, for AVX-512 F+VL: same operations, same bits).
+macro_rules! residual_kernels {
+    ($features:literal, $residual:ident, $scaled:ident) => {
+        /// `Σ max(p_v − q_v, 0)` with `p_v = exp((x_v − p[0])·p[1])·p[2]` and `q_v` likewise from `y`
+        /// and `q`: the residual mass of one block. Same lanes and reduction order as the portable
+        /// `block_residual` of `residual.rs` compiled with [`Fused`], hence the same bits.
+        ///
+        /// # Safety
+        /// The CPU must support the features of this build (see the `residual_kernels!` calls).
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $residual(x: &[f32], y: &[f32], p: [f32; 3], q: [f32; 3]) -> f32 {
+            let n = x.len().min(y.len());
+            let (x, y) = (&x[..n], &y[..n]);
+            let (pm, ps, pz) = (
+                _mm256_set1_ps(p[0]),
+                _mm256_set1_ps(p[1]),
+                _mm256_set1_ps(p[2]),
+            );
+            let (qm, qs, qz) = (
+                _mm256_set1_ps(q[0]),
+                _mm256_set1_ps(q[1]),
+                _mm256_set1_ps(q[2]),
+            );
+            let zero = _mm256_setzero_ps();
+            let mut acc = [zero, zero];
+            let cx = x.chunks_exact(LANES);
+            let cy = y.chunks_exact(LANES);
+            let (tx, ty) = (cx.remainder(), cy.remainder());
+            for (a, b) in cx.zip(cy) {
+                for (h, lane) in acc.iter_mut().enumerate() {
+                    // SAFETY: `a` and `b` hold 16 values each, two loads of 8.
+                    let (va, vb) = unsafe {
+                        (
+                            _mm256_loadu_ps(a.as_ptr().add(8 * h)),
+                            _mm256_loadu_ps(b.as_ptr().add(8 * h)),
+                        )
+                    };
+                    let pv = _mm256_mul_ps(exp8(_mm256_mul_ps(_mm256_sub_ps(va, pm), ps)), pz);
+                    let qv = _mm256_mul_ps(exp8(_mm256_mul_ps(_mm256_sub_ps(vb, qm), qs)), qz);
+                    // max(r, 0) returns 0 for r <= 0 and for NaN, as `if r > 0 { r } else { 0 }`.
+                    *lane = _mm256_add_ps(*lane, _mm256_max_ps(_mm256_sub_ps(pv, qv), zero));
+                }
+            }
+            let mut t = reduce16(acc);
+            for (&a, &b) in tx.iter().zip(ty) {
+                let r = exp_with::<Fused>((a - p[0]) * p[1]) * p[2]
+                    - exp_with::<Fused>((b - q[0]) * q[1]) * q[2];
+                t += if r > 0.0 { r } else { 0.0 };
+            }
+            t
         }
-    }
-    let mut t = reduce16(acc);
-    for (&a, &b) in tx.iter().zip(ty) {
-        let r = exp_with::<Fused>((a - p[0]) * p[1]) * p[2]
-            - exp_with::<Fused>((b - q[0]) * q[1]) * q[2];
-        t += if r > 0.0 { r } else { 0.0 };
-    }
-    t
-}
 
-/// [`residual_sum`] for a proposal that is zero on the whole block (`y` all `-inf`):
-/// `Σ exp((x_v − p[0])·p[1])·p[2]`, the same bits without the proposal's exponentials.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn scaled_exp_sum(x: &[f32], p: [f32; 3]) -> f32 {
-    let (pm, ps, pz) = (
-        _mm256_set1_ps(p[0]),
-        _mm256_set1_ps(p[1]),
-        _mm256_set1_ps(p[2]),
-    );
-    let zero = _mm256_setzero_ps();
-    let mut acc = [zero, zero];
-    let cx = x.chunks_exact(LANES);
-    let tx = cx.remainder();
-    for a in cx {
-        for (h, lane) in acc.iter_mut().enumerate() {
-            // SAFETY: `a` holds 16 values, two loads of 8.
-            let va = unsafe { _mm256_loadu_ps(a.as_ptr().add(8 * h)) };
-            // `p_v − 0` is `p_v` and `max(p_v, 0)` is `p_v` (never NaN, never negative).
-            let pv = _mm256_mul_ps(exp8(_mm256_mul_ps(_mm256_sub_ps(va, pm), ps)), pz);
-            *lane = _mm256_add_ps(*lane, pv);
+        /// the residual kernel for a proposal that is zero on the whole block (`y` all `-inf`):
+        /// `Σ exp((x_v − p[0])·p[1])·p[2]`, the same bits without the proposal's exponentials.
+        ///
+        /// # Safety
+        /// The CPU must support the features of this build (see the `residual_kernels!` calls).
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $scaled(x: &[f32], p: [f32; 3]) -> f32 {
+            let (pm, ps, pz) = (
+                _mm256_set1_ps(p[0]),
+                _mm256_set1_ps(p[1]),
+                _mm256_set1_ps(p[2]),
+            );
+            let zero = _mm256_setzero_ps();
+            let mut acc = [zero, zero];
+            let cx = x.chunks_exact(LANES);
+            let tx = cx.remainder();
+            for a in cx {
+                for (h, lane) in acc.iter_mut().enumerate() {
+                    // SAFETY: `a` holds 16 values, two loads of 8.
+                    let va = unsafe { _mm256_loadu_ps(a.as_ptr().add(8 * h)) };
+                    // `p_v − 0` is `p_v` and `max(p_v, 0)` is `p_v` (never NaN, never negative).
+                    let pv = _mm256_mul_ps(exp8(_mm256_mul_ps(_mm256_sub_ps(va, pm), ps)), pz);
+                    *lane = _mm256_add_ps(*lane, pv);
+                }
+            }
+            let mut t = reduce16(acc);
+            for &a in tx {
+                t += exp_with::<Fused>((a - p[0]) * p[1]) * p[2];
+            }
+            t
         }
-    }
-    let mut t = reduce16(acc);
-    for &a in tx {
-        t += exp_with::<Fused>((a - p[0]) * p[1]) * p[2];
-    }
-    t
+    };
 }
 
-/// [`residual_sum`] compiled with AVX-512 F+VL registers available (same bits).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA, AVX-512 F and VL, and `popcnt`.
-#[target_feature(enable = "avx2,fma,avx512f,avx512vl,popcnt")]
-pub(crate) unsafe fn residual_sum_512(x: &[f32], y: &[f32], p: [f32; 3], q: [f32; 3]) -> f32 {
-    // SAFETY: the caller checked a superset of `residual_sum`'s features.
-    unsafe { residual_sum(x, y, p, q) }
-}
-
-/// [`scaled_exp_sum`] compiled with AVX-512 F+VL registers available (same bits).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA, AVX-512 F and VL, and `popcnt`.
-#[target_feature(enable = "avx2,fma,avx512f,avx512vl,popcnt")]
-pub(crate) unsafe fn scaled_exp_sum_512(x: &[f32], p: [f32; 3]) -> f32 {
-    // SAFETY: the caller checked a superset of `scaled_exp_sum`'s features.
-    unsafe { scaled_exp_sum(x, p) }
-}
+residual_kernels!("avx2,fma", residual_sum, scaled_exp_sum);
+residual_kernels!(
+    "avx2,fma,avx512f,avx512vl,popcnt",
+    residual_sum_512,
+    scaled_exp_sum_512
+);
 
 /// Sum of the 16 lanes of two registers, in lane order (as `acc.iter().sum()`).
 #[inline]
