@@ -128,18 +128,18 @@ pub fn verify_slices(
     let requests = resolve(batch, k, vocab, draft_tokens, opts)?;
     let mut stops = opts.stop_token_ids.clone();
     stops.sort_unstable();
+    // Fewer requests than threads: also split each request's target/draft row pair.
+    let split = batch < rayon::current_num_threads();
     let rows: Vec<(Vec<i64>, u32)> = requests
         .par_iter()
         .enumerate()
         .map(|(r, req)| {
-            verify_one(
-                r,
-                req,
-                target,
-                &draft_tokens[r * k..(r + 1) * k],
-                draft_logits,
-                &stops,
-            )
+            let drafts = &draft_tokens[r * k..(r + 1) * k];
+            if split {
+                verify_one::<true>(r, req, target, drafts, draft_logits, &stops)
+            } else {
+                verify_one::<false>(r, req, target, drafts, draft_logits, &stops)
+            }
         })
         .collect::<Result<_>>()?;
     let mut tokens = Vec::with_capacity(batch * width);
@@ -292,12 +292,14 @@ impl Ahead {
 }
 
 /// Verify request `r`; returns its `K+1` output ids and the number accepted.
-fn verify_one(
+/// With `SPLIT`, a request's target and draft row statistics are computed in parallel (a
+/// separate instance, so that the usual path is compiled without the fork).
+fn verify_one<'a, const SPLIT: bool>(
     r: usize,
     req: &Request,
-    target: Rows3<'_>,
+    target: Rows3<'a>,
     drafts: &[i64],
-    draft_logits: Option<Rows3<'_>>,
+    draft_logits: Option<Rows3<'a>>,
     stops: &[u32],
 ) -> Result<(Vec<i64>, u32)> {
     let width = target.dims[1];
@@ -329,29 +331,39 @@ fn verify_one(
             }
             true
         } else {
-            let p = Dist::new(
-                target.row(r, i),
-                1.0 / req.temperature,
-                req.top_k,
-                req.top_p,
-                &mut blocks,
-                "target_logits",
-                where_t(i),
-            )?;
-            let q = match draft_logits {
-                Some(d) => Some({
+            let target_dist = |blocks: &mut Vec<BlockSum>| {
+                Dist::new(
+                    target.row(r, i),
+                    1.0 / req.temperature,
+                    req.top_k,
+                    req.top_p,
+                    blocks,
+                    "target_logits",
+                    where_t(i),
+                )
+            };
+            let draft_dist = |d: Rows3<'a>, blocks: &mut Vec<BlockSum>| {
+                Dist::new(d.row(r, i), 1.0, None, 1.0, blocks, "draft_logits", || {
+                    format!("draft row (request {r}, position {i})")
+                })
+            };
+            let (p, q) = match draft_logits {
+                Some(d) => {
                     dchecked = i + 1;
-                    Dist::new(
-                        d.row(r, i),
-                        1.0,
-                        None,
-                        1.0,
-                        &mut dblocks,
-                        "draft_logits",
-                        || format!("draft row (request {r}, position {i})"),
-                    )?
-                }),
-                None => None,
+                    if SPLIT {
+                        // Few requests for the threads: the two rows' statistics in parallel
+                        // (the target's error, if any, still wins).
+                        let (p, q) = rayon::join(
+                            || target_dist(&mut blocks),
+                            || draft_dist(d, &mut dblocks),
+                        );
+                        (p?, Some(q?))
+                    } else {
+                        let p = target_dist(&mut blocks)?;
+                        (p, Some(draft_dist(d, &mut dblocks)?))
+                    }
+                }
+                None => (target_dist(&mut blocks)?, None),
             };
             let px = p.prob(x);
             let qx = q.as_ref().map_or(1.0, |q| q.prob(x));
