@@ -323,6 +323,18 @@ mod tests {
             let mass = block_mass(a, p, &mut buf);
             let want = block_residual_portable(a, &none[..len], p, ONE_HOT);
             assert_eq!(mass.to_bits(), want.to_bits(), "len {len}");
+            // The AVX2-only builds too (the dispatch above may have taken AVX-512).
+            // SAFETY: AVX2 and FMA checked above.
+            let (r2, m2) = unsafe {
+                (
+                    crate::sampling::simd::residual_sum(a, b, p.lanes(), q.lanes()),
+                    crate::sampling::simd::scaled_exp_sum(a, p.lanes()),
+                )
+            };
+            assert_eq!(
+                (r2.to_bits(), m2.to_bits()),
+                (fast.to_bits(), mass.to_bits())
+            );
             assert!(len < 16 || mass > fast);
         }
     }
