@@ -16,18 +16,7 @@ macro_rules! multiversion {
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
             fn inner<$m: $crate::sampling::fastmath::MulAdd>($($arg: $ty),*) $(-> $ret)? $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) $(-> $ret)? {
-                    inner::<$crate::sampling::fastmath::Fused>($($arg),*)
-                }
-                if $crate::sampling::fastmath::has_avx2() {
-                    // SAFETY: `has_avx2` checked that this CPU supports AVX2 and FMA.
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            inner::<$crate::sampling::fastmath::Unfused>($($arg),*)
+            $crate::sampling::fastmath::dispatch_avx2!(inner($($arg: $ty),*) $(-> $ret)?)
         }
     };
 }
@@ -48,24 +37,36 @@ macro_rules! multiversion512 {
                 fn avx512($($arg: $ty),*) $(-> $ret)? {
                     inner::<$crate::sampling::fastmath::Fused>($($arg),*)
                 }
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) $(-> $ret)? {
-                    inner::<$crate::sampling::fastmath::Fused>($($arg),*)
-                }
                 if $crate::sampling::fastmath::has_avx512() {
                     // SAFETY: `has_avx512` checked that this CPU supports these features.
                     return unsafe { avx512($($arg),*) };
                 }
-                if $crate::sampling::fastmath::has_avx2() {
-                    // SAFETY: `has_avx2` checked that this CPU supports AVX2 and FMA.
-                    return unsafe { avx2($($arg),*) };
-                }
             }
-            inner::<$crate::sampling::fastmath::Unfused>($($arg),*)
+            $crate::sampling::fastmath::dispatch_avx2!(inner($($arg: $ty),*) $(-> $ret)?)
         }
     };
 }
 pub(crate) use multiversion512;
+
+/// The tail both macros share: call `inner::<Fused>` in an AVX2+FMA build when the CPU has it,
+/// else `inner::<Unfused>` (expands to the function's final expression).
+macro_rules! dispatch_avx2 {
+    ($inner:ident($($arg:ident : $ty:ty),*) $(-> $ret:ty)?) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2($($arg: $ty),*) $(-> $ret)? {
+                $inner::<$crate::sampling::fastmath::Fused>($($arg),*)
+            }
+            if $crate::sampling::fastmath::has_avx2() {
+                // SAFETY: `has_avx2` checked that this CPU supports AVX2 and FMA.
+                return unsafe { avx2($($arg),*) };
+            }
+        }
+        $inner::<$crate::sampling::fastmath::Unfused>($($arg),*)
+    }};
+}
+pub(crate) use dispatch_avx2;
 
 /// `a·b + c`, fused or not. The fused form is only used where FMA instructions are enabled
 /// (elsewhere `f32::mul_add` would be a slow library call).
