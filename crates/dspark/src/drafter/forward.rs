@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::cache::{DraftState, LayerKv};
-use super::layers::{f32_of, gqa_attention, rms_norm, swiglu};
+use super::layers::{f32_of, gqa_attention, matmul_t, rms_norm, swiglu};
 use super::qwen3::Qwen3Drafter;
 use super::{Drafter, Proposal, ProposeOptions};
 use crate::error::{Error, Result};
@@ -171,10 +171,11 @@ impl Qwen3Drafter {
     /// `logit_scale` is applied by the Markov kernel together with the bias).
     pub fn base_logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let (b, k, h) = hidden.dims3()?;
-        let logits = hidden
-            .reshape((b * k, h))?
-            .matmul(&self.lm_head.t()?)?
-            .reshape((b, k, self.vocab.draft))?;
+        let logits = matmul_t(&hidden.reshape((b * k, h))?, &self.lm_head, None)?.reshape((
+            b,
+            k,
+            self.vocab.draft,
+        ))?;
         Ok(match self.spec.final_logit_softcapping {
             Some(c) if c > 0.0 => ((logits / c)?.tanh()? * c)?,
             _ => logits,

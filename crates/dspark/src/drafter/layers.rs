@@ -1,14 +1,29 @@
 //! The building blocks of a Qwen3-shaped draft layer, on candle tensors in `f32`: RMSNorm,
 //! linear maps, rotary position embeddings (NeoX rotate-half layout, partial rotary factor,
 //! `default` and `linear` scaling), grouped-query attention without a mask, and the SwiGLU MLP.
+//!
+//! A drafter round multiplies a handful of rows (`B·K` block slots) by each weight. General
+//! GEMM is a poor fit there: it repacks the whole weight on every call and splits a few
+//! microseconds of work over the thread pool. [`matmul_t`] (behind [`Linear::forward`], the
+//! lm_head and attention) therefore runs inputs of at most [`SMALL_ROWS`] rows (f32, CPU)
+//! through the register-blocked dot kernel of the Markov bias: each weight row is read once,
+//! straight from the tensor's storage, on the calling thread.
 
-use candle_core::{D, DType, Device, Tensor};
+use candle_core::{CpuStorage, D, DType, Device, Storage, Tensor};
 
+use super::fused;
 use crate::config::spec::RopeSpec;
 use crate::error::{Error, Result};
+use crate::sampling::{Floats, Mat, bias_block};
+
+/// Input rows up to which [`matmul_t`] uses the dot kernel instead of GEMM.
+pub const SMALL_ROWS: usize = 32;
 
 /// `x · rsqrt(mean(x², last dim) + eps) · weight`, computed in `f32`.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    if let Some(y) = fused::rms_norm(x, weight, eps) {
+        return y;
+    }
     let var = x.sqr()?.mean_keepdim(D::Minus1)?;
     let inv = (var + eps)?.sqrt()?.recip()?;
     Ok(x.broadcast_mul(&inv)?.broadcast_mul(weight)?)
@@ -26,11 +41,7 @@ pub struct Linear {
 impl Linear {
     /// Apply to `x` of shape `[N, in]` (2-D), giving `[N, out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.weight.t()?)?;
-        Ok(match &self.bias {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
+        matmul_t(x, &self.weight, self.bias.as_ref())
     }
 
     /// Output width.
@@ -39,8 +50,62 @@ impl Linear {
     }
 }
 
+/// `x · wᵀ (+ bias)` for `x: [N, in]` and `w: [out, in]`, giving `[N, out]`: the dot kernel when
+/// `N <= SMALL_ROWS` and everything is contiguous f32 on the CPU, candle's matmul otherwise
+/// (any device or dtype, and its shape errors).
+pub fn matmul_t(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    if let Some(y) = matmul_t_small(x, w, bias)? {
+        return Ok(y);
+    }
+    let y = x.matmul(&w.t()?)?;
+    Ok(match bias {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    })
+}
+
+/// The dot-kernel path of [`matmul_t`]; `None` when it does not apply.
+fn matmul_t_small(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Option<Tensor>> {
+    let &[n, d_in] = x.dims() else {
+        return Ok(None);
+    };
+    let cpu_f32 = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+    if n == 0 || n > SMALL_ROWS || !cpu_f32(x) || !cpu_f32(w) || bias.is_some_and(|b| !cpu_f32(b)) {
+        return Ok(None);
+    }
+    let &[out, w_in] = w.dims() else {
+        return Ok(None);
+    };
+    if w_in != d_in || out == 0 || d_in == 0 {
+        return Ok(None);
+    }
+    let mut y = match bias {
+        Some(b) if b.dims() == [out] => b.to_vec1::<f32>()?.repeat(n),
+        Some(_) => return Ok(None),
+        None => vec![0f32; n * out],
+    };
+    let xs = x.flatten_all()?.to_vec1::<f32>()?;
+    let (storage, layout) = w.storage_and_layout();
+    let (Storage::Cpu(CpuStorage::F32(all)), Some((lo, hi))) =
+        (&*storage, layout.contiguous_offsets())
+    else {
+        return Ok(None);
+    };
+    let mat = Mat {
+        data: Floats::F32(&all[lo..hi]),
+        dims: [out, d_in],
+    };
+    let mut rows: Vec<&mut [f32]> = y.chunks_mut(out).collect();
+    bias_block(mat, 0, &xs, &mut rows, 1.0);
+    drop(storage);
+    Ok(Some(Tensor::from_vec(y, (n, out), x.device())?))
+}
+
 /// `softmax` over the last dimension, numerically stable.
 pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
+    if let Some(y) = fused::scaled_softmax(x, 1.0) {
+        return y;
+    }
     let max = x.max_keepdim(D::Minus1)?;
     let e = x.broadcast_sub(&max)?.exp()?;
     let s = e.sum_keepdim(D::Minus1)?;
@@ -49,8 +114,12 @@ pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
 
 /// SwiGLU: `down(silu(gate(x)) ⊙ up(x))`.
 pub fn swiglu(x: &Tensor, gate: &Linear, up: &Linear, down: &Linear) -> Result<Tensor> {
-    let g = gate.forward(x)?.silu()?;
-    down.forward(&(g * up.forward(x)?)?)
+    let (g, u) = (gate.forward(x)?, up.forward(x)?);
+    let h = match fused::silu_mul(&g, &u) {
+        Some(h) => h?,
+        None => (g.silu()? * u)?,
+    };
+    down.forward(&h)
 }
 
 /// Rotary position embedding tables for one head dimension.
@@ -134,6 +203,9 @@ impl Rope {
 
     /// Rotate `x` of shape `[N, heads, head_dim]` with tables for its `N` rows.
     pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        if let Some(y) = fused::rope(x, cos, sin) {
+            return y;
+        }
         let rd = self.rotary_dim;
         let half = rd / 2;
         let cos = cos.unsqueeze(1)?;
@@ -165,9 +237,19 @@ pub fn gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<T
         .transpose(0, 1)?
         .contiguous()?
         .reshape((kv_heads, groups * q_len, hd))?;
-    let scores = (q.matmul(&k.t()?)? * scale)?;
-    let probs = softmax_last(&scores)?;
-    let out = probs.matmul(v)?; // [kv, groups·Q, hd]
+    let mut outs = Vec::with_capacity(kv_heads);
+    for h in 0..kv_heads {
+        // [groups·Q, hd] · [S, hd]ᵀ, then [groups·Q, S] · ([S, hd]ᵀ as [hd, S])ᵀ.
+        let (qh, kh) = (q.get(h)?, k.get(h)?);
+        let scores = matmul_t(&qh, &kh, None)?;
+        let probs = match fused::scaled_softmax(&scores, scale) {
+            Some(p) => p?,
+            None => softmax_last(&(scores * scale)?)?,
+        };
+        let vt = v.get(h)?.t()?.contiguous()?;
+        outs.push(matmul_t(&probs, &vt, None)?);
+    }
+    let out = Tensor::stack(&outs, 0)?; // [kv, groups·Q, hd]
     Ok(out
         .reshape((heads, q_len, hd))?
         .transpose(0, 1)?

@@ -10,11 +10,12 @@
 //! [`DraftState::truncate`]) that a speculator uses so that each round costs one pass over the
 //! block, not over the context.
 //!
-//! Submodules: [`layers`] (RMSNorm, RoPE, attention, MLP), [`cache`] ([`DraftState`]),
+//! Submodules: [`layers`] (RMSNorm, RoPE, attention, MLP; single-pass CPU versions in `fused`), [`cache`] ([`DraftState`]),
 //! [`weights`] (safetensors → `f32` tensors, [`SharedWeights`]), [`qwen3`] ([`Qwen3Drafter`]).
 
 pub mod cache;
 mod forward;
+mod fused;
 pub mod layers;
 pub mod qwen3;
 pub mod weights;

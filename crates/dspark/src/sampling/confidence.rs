@@ -7,6 +7,8 @@ use super::view::{Floats, Rows3};
 use crate::error::{Error, Result};
 use rayon::prelude::*;
 
+use super::par::worth_parallel;
+
 /// Confidences `[B·K]` from hidden states `[B, K, H]`, optional previous-token Markov embeddings
 /// `[B·K·r]` (as in [`super::DraftBlock::prev_embeddings`]), a weight of `H` (+ `r`) values and a
 /// bias.
@@ -65,19 +67,22 @@ pub fn confidence_slices(
     let mut w = vec![0f32; h + r];
     weight.read_into(0, &mut w);
     let (wh, we) = w.split_at(h);
-    Ok((0..rows)
-        .into_par_iter()
-        .map_init(
-            || vec![0f32; h],
-            |buf, i| {
-                hidden.data.read_into(i * h, buf);
-                let mut z = dot(wh, buf);
-                if let Some(e) = prev_embeddings {
-                    z += dot(we, &e[i * r..(i + 1) * r]);
-                }
-                let z = (z + bias) / temps[i % k_n];
-                1.0 / (1.0 + (-z).exp())
-            },
-        )
-        .collect())
+    let score = |buf: &mut Vec<f32>, i: usize| {
+        hidden.data.read_into(i * h, buf);
+        let mut z = dot(wh, buf);
+        if let Some(e) = prev_embeddings {
+            z += dot(we, &e[i * r..(i + 1) * r]);
+        }
+        let z = (z + bias) / temps[i % k_n];
+        1.0 / (1.0 + (-z).exp())
+    };
+    Ok(if worth_parallel(rows * (h + r)) {
+        (0..rows)
+            .into_par_iter()
+            .map_init(|| vec![0f32; h], score)
+            .collect()
+    } else {
+        let mut buf = vec![0f32; h];
+        (0..rows).map(|i| score(&mut buf, i)).collect()
+    })
 }

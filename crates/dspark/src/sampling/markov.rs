@@ -25,6 +25,8 @@ use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use rayon::prelude::*;
 
+use super::par::{for_each_chunk_init, map_chunks_mut, map_range, worth_parallel};
+
 /// Options of [`sample_block_slices`].
 #[derive(Debug, Clone)]
 pub struct BlockOptions<'a> {
@@ -124,6 +126,8 @@ pub fn sample_block_slices(
             dense.lrows = vec![0f32; b_n * g.valid];
         }
     }
+    // Per slot: every request's valid row, biased (`r` multiply-adds) and scanned.
+    let par = worth_parallel(b_n * g.valid * (r + 16));
     let mut prev: Vec<u32> = anchors.to_vec();
     let mut e = vec![0f32; b_n * r];
     for k in 0..k_n {
@@ -139,6 +143,7 @@ pub fn sample_block_slices(
             mult,
             streams: &streams,
             id_map: opts.id_map,
+            par,
         };
         let picks: Vec<u32> = match &candidates {
             Some(c) => ctx.slot_top_k(&base, &w2, &e, c, &mut out.draft_logits)?,
@@ -168,6 +173,8 @@ struct SlotCtx<'a> {
     mult: f32,
     streams: &'a [Stream],
     id_map: &'a IdMap,
+    /// Whether this slot's work is worth the thread pool (see `par`).
+    par: bool,
 }
 
 impl SlotCtx<'_> {
@@ -215,9 +222,12 @@ impl SlotCtx<'_> {
         };
         let stats = &mut dense.stats[..nblk * b_n];
         if self.greedy {
-            stats.par_chunks_mut(b_n).enumerate().for_each_init(
+            for_each_chunk_init(
+                self.par,
+                stats,
+                b_n,
                 || vec![0f32; b_n * BLOCK],
-                |buf, (jb, st)| {
+                |buf, jb, st| {
                     let len = BLOCK.min(valid - jb * BLOCK);
                     let mut dst: Vec<&mut [f32]> =
                         buf.chunks_mut(BLOCK).map(|c| &mut c[..len]).collect();
@@ -238,56 +248,58 @@ impl SlotCtx<'_> {
             for _ in 0..nblk {
                 segs.extend(iters.iter_mut().filter_map(Iterator::next));
             }
-            segs.par_chunks_mut(b_n)
-                .zip(stats.par_chunks_mut(b_n))
-                .enumerate()
-                .for_each(|(jb, (dst, st))| fill(jb, dst, st));
+            if self.par {
+                segs.par_chunks_mut(b_n)
+                    .zip(stats.par_chunks_mut(b_n))
+                    .enumerate()
+                    .for_each(|(jb, (dst, st))| fill(jb, dst, st));
+            } else {
+                for (jb, (dst, st)) in segs.chunks_mut(b_n).zip(stats.chunks_mut(b_n)).enumerate() {
+                    fill(jb, dst, st);
+                }
+            }
         }
         let (stats, lrows) = (&dense.stats[..nblk * b_n], &dense.lrows);
-        draft_logits
-            .par_chunks_mut(k_n * vt)
-            .enumerate()
-            .map(|(b, rows)| {
-                let orow = &mut rows[k * vt..(k + 1) * vt];
-                let mut merge = RowMerge::new();
-                let mut blocks = Vec::with_capacity(if self.greedy { 0 } else { nblk });
-                for st in stats.iter().skip(b).step_by(b_n) {
-                    merge.push(st);
-                    if !self.greedy {
-                        blocks.push(BlockSum {
-                            max: st.max,
-                            sum: st.sum,
-                        });
-                    }
+        map_chunks_mut(self.par, draft_logits, k_n * vt, |b, rows| {
+            let orow = &mut rows[k * vt..(k + 1) * vt];
+            let mut merge = RowMerge::new();
+            let mut blocks = Vec::with_capacity(if self.greedy { 0 } else { nblk });
+            for st in stats.iter().skip(b).step_by(b_n) {
+                merge.push(st);
+                if !self.greedy {
+                    blocks.push(BlockSum {
+                        max: st.max,
+                        sum: st.sum,
+                    });
                 }
-                let st = merge.finish(&blocks, 1.0);
-                self.check_row(b, &st)?;
-                if self.greedy {
-                    let d = st.argmax;
+            }
+            let st = merge.finish(&blocks, 1.0);
+            self.check_row(b, &st)?;
+            if self.greedy {
+                let d = st.argmax;
+                orow.fill(f32::NEG_INFINITY);
+                orow[table.map_or(d, |t| t[d] as usize)] = 0.0;
+                return Ok(self.map(d));
+            }
+            let u = self.streams[b].uniform(Tag::Draft, k as u64, 0);
+            let d = match table {
+                None => {
+                    let d = sample_blocks(Floats::F32(&orow[..valid]), &st, 1.0, &blocks, u);
+                    orow[valid..].fill(f32::NEG_INFINITY);
+                    d
+                }
+                Some(t) => {
+                    let lrow = &lrows[b * valid..(b + 1) * valid];
+                    let d = sample_blocks(Floats::F32(lrow), &st, 1.0, &blocks, u);
                     orow.fill(f32::NEG_INFINITY);
-                    orow[table.map_or(d, |t| t[d] as usize)] = 0.0;
-                    return Ok(self.map(d));
+                    for (di, &l) in lrow.iter().enumerate() {
+                        orow[t[di] as usize] = l;
+                    }
+                    d
                 }
-                let u = self.streams[b].uniform(Tag::Draft, k as u64, 0);
-                let d = match table {
-                    None => {
-                        let d = sample_blocks(Floats::F32(&orow[..valid]), &st, 1.0, &blocks, u);
-                        orow[valid..].fill(f32::NEG_INFINITY);
-                        d
-                    }
-                    Some(t) => {
-                        let lrow = &lrows[b * valid..(b + 1) * valid];
-                        let d = sample_blocks(Floats::F32(lrow), &st, 1.0, &blocks, u);
-                        orow.fill(f32::NEG_INFINITY);
-                        for (di, &l) in lrow.iter().enumerate() {
-                            orow[t[di] as usize] = l;
-                        }
-                        d
-                    }
-                };
-                Ok(self.map(d))
-            })
-            .collect()
+            };
+            Ok(self.map(d))
+        })
     }
 
     /// The row checks: no NaN or `+inf`, at least one finite value.
@@ -320,44 +332,40 @@ impl SlotCtx<'_> {
         draft_logits: &mut [f32],
     ) -> Result<Vec<u32>> {
         let (k_n, vt, r) = (self.g.slots, self.g.target_vocab, self.g.rank);
-        draft_logits
-            .par_chunks_mut(k_n * vt)
-            .enumerate()
-            .map(|(b, rows)| {
-                let orow = &mut rows[self.k * vt..(self.k + 1) * vt];
-                let ids = &cands[b * k_n + self.k];
-                let brow = base.row(b, self.k);
-                let eb = &e[b * r..(b + 1) * r];
-                let mut w = vec![0f32; r];
-                let mut l = Vec::with_capacity(ids.len());
-                for &d in ids {
-                    w2.row(d).read_into(0, &mut w);
-                    l.push(self.mult * (brow.get(d) + dot(&w, eb)));
-                }
-                let st = row_argmax(Floats::F32(&l));
-                if st.non_finite() {
-                    return Err(non_finite(
-                        "base_logits",
-                        format!("NaN or +inf in {}", self.where_(b)),
-                    ));
-                }
-                let j = if self.greedy {
-                    st.argmax
+        map_chunks_mut(self.par, draft_logits, k_n * vt, |b, rows| {
+            let orow = &mut rows[self.k * vt..(self.k + 1) * vt];
+            let ids = &cands[b * k_n + self.k];
+            let brow = base.row(b, self.k);
+            let eb = &e[b * r..(b + 1) * r];
+            let mut w = vec![0f32; r];
+            let mut l = Vec::with_capacity(ids.len());
+            for &d in ids {
+                w2.row(d).read_into(0, &mut w);
+                l.push(self.mult * (brow.get(d) + dot(&w, eb)));
+            }
+            let st = row_argmax(Floats::F32(&l));
+            if st.non_finite() {
+                return Err(non_finite(
+                    "base_logits",
+                    format!("NaN or +inf in {}", self.where_(b)),
+                ));
+            }
+            let j = if self.greedy {
+                st.argmax
+            } else {
+                let u = self.streams[b].uniform(Tag::Draft, self.k as u64, 0);
+                pick(&l, st.max, u).unwrap_or(st.argmax)
+            };
+            for (i, &d) in ids.iter().enumerate() {
+                let t = self.map(d) as usize;
+                orow[t] = if self.greedy {
+                    if i == j { 0.0 } else { f32::NEG_INFINITY }
                 } else {
-                    let u = self.streams[b].uniform(Tag::Draft, self.k as u64, 0);
-                    pick(&l, st.max, u).unwrap_or(st.argmax)
+                    l[i]
                 };
-                for (i, &d) in ids.iter().enumerate() {
-                    let t = self.map(d) as usize;
-                    orow[t] = if self.greedy {
-                        if i == j { 0.0 } else { f32::NEG_INFINITY }
-                    } else {
-                        l[i]
-                    };
-                }
-                Ok(self.map(ids[j]))
-            })
-            .collect()
+            }
+            Ok(self.map(ids[j]))
+        })
     }
 }
 
@@ -385,33 +393,31 @@ fn pick(l: &[f32], max: f32, u: f64) -> Option<usize> {
 
 /// Base top-k candidates of every `(b, k)` row over the valid columns, in id order.
 fn top_k_candidates(base: &Rows3<'_>, g: &Geometry, top_k: usize) -> Result<Vec<Vec<usize>>> {
-    (0..g.batch * g.slots)
-        .into_par_iter()
-        .map(|i| {
-            let (b, k) = (i / g.slots, i % g.slots);
-            let row = base.row(b, k).sub(0, g.valid);
-            let st = row_argmax(row);
-            let where_ = || format!("base logits (request {b}, slot {k})");
-            if st.non_finite() {
-                return Err(non_finite(
-                    "base_logits",
-                    format!("NaN or +inf in {}", where_()),
-                ));
-            }
-            if !st.has_finite() {
-                return Err(Error::invalid(
-                    "base_logits",
-                    format!("{} has no finite entry in the valid vocabulary", where_()),
-                ));
-            }
-            let mut ids: Vec<usize> = top_k_members(row, top_k)
-                .into_iter()
-                .map(|(_, id)| id)
-                .collect();
-            ids.sort_unstable();
-            Ok(ids)
-        })
-        .collect()
+    let par = worth_parallel(g.batch * g.slots * g.valid);
+    map_range(par, g.batch * g.slots, |i| {
+        let (b, k) = (i / g.slots, i % g.slots);
+        let row = base.row(b, k).sub(0, g.valid);
+        let st = row_argmax(row);
+        let where_ = || format!("base logits (request {b}, slot {k})");
+        if st.non_finite() {
+            return Err(non_finite(
+                "base_logits",
+                format!("NaN or +inf in {}", where_()),
+            ));
+        }
+        if !st.has_finite() {
+            return Err(Error::invalid(
+                "base_logits",
+                format!("{} has no finite entry in the valid vocabulary", where_()),
+            ));
+        }
+        let mut ids: Vec<usize> = top_k_members(row, top_k)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    })
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod filter;
 mod markov;
 mod markov_check;
 mod mask;
+mod par;
 mod residual;
 pub mod rng;
 mod schedule;
@@ -31,6 +32,7 @@ mod tensor;
 mod verify;
 mod view;
 
+pub(crate) use bias::bias_block;
 pub use confidence::confidence_slices;
 pub use markov::{BlockOptions, DraftBlock, sample_block_slices};
 pub use mask::{MaskPadded, mask_padded_rows, mask_padded_slice};

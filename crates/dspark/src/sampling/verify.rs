@@ -8,11 +8,11 @@
 
 use super::categorical::{BlockSum, Check, row_argmax};
 use super::dist::{Dist, non_finite};
+use super::par::{map_range, worth_parallel};
 use super::residual::{Proposal, sample_residual};
 use super::rng::{Stream, Tag};
 use super::view::{Floats, PerRequest, Rows3, Seeds};
 use crate::error::{Error, Result};
-use rayon::prelude::*;
 
 /// Options of [`verify_slices`].
 #[derive(Debug, Clone, PartialEq)]
@@ -128,20 +128,19 @@ pub fn verify_slices(
     let requests = resolve(batch, k, vocab, draft_tokens, opts)?;
     let mut stops = opts.stop_token_ids.clone();
     stops.sort_unstable();
-    // Fewer requests than threads: also split each request's target/draft row pair.
-    let split = batch < rayon::current_num_threads();
-    let rows: Vec<(Vec<i64>, u32)> = requests
-        .par_iter()
-        .enumerate()
-        .map(|(r, req)| {
-            let drafts = &draft_tokens[r * k..(r + 1) * k];
-            if split {
-                verify_one::<true>(r, req, target, drafts, draft_logits, &stops)
-            } else {
-                verify_one::<false>(r, req, target, drafts, draft_logits, &stops)
-            }
-        })
-        .collect::<Result<_>>()?;
+    // Small calls stay on this thread (see `par`). Fewer requests than threads: also split each
+    // request's target/draft row pair.
+    let rows_read = 1 + usize::from(draft_logits.is_some());
+    let par = worth_parallel(batch * width * vocab * rows_read);
+    let split = par && batch < rayon::current_num_threads();
+    let rows: Vec<(Vec<i64>, u32)> = map_range::<_, Result<_>, _>(par, batch, |r| {
+        let (req, drafts) = (&requests[r], &draft_tokens[r * k..(r + 1) * k]);
+        if split {
+            verify_one::<true>(r, req, target, drafts, draft_logits, &stops)
+        } else {
+            verify_one::<false>(r, req, target, drafts, draft_logits, &stops)
+        }
+    })?;
     let mut tokens = Vec::with_capacity(batch * width);
     let mut num_accepted = Vec::with_capacity(batch);
     for (t, a) in rows {
