@@ -80,3 +80,38 @@ def test_batched_greedy_with_compaction_equals_target(target, monkeypatch) -> No
     result = dspark.Speculator(target, oracle).generate(prompts, new)
     assert result.tokens == ref
     assert calls, "a half-rejecting batch must trigger compaction"
+
+
+def test_dense_rows_skip_the_masks_and_match_the_explicit_path(target) -> None:  # noqa: F811
+    """Rows advancing together stay dense (no valid/position tensors); the same history run
+    through the explicit-mask path (materialized up front; a crop that leaves every row on
+    columns 0..C-1 makes it dense again) gives the same logits, and diverging rows leave the fast
+    path with the right masks."""
+    tgt = HFTarget(target)
+    gen = torch.Generator().manual_seed(3)
+    prompt = torch.randint(0, 250, (2, 6), generator=gen)
+    blocks = [torch.randint(0, 250, (2, 5), generator=gen) for _ in range(3)]
+    fast, slow = tgt.new_cache(2), tgt.new_cache(2)
+    slow.valid = slow.valid  # materialize: the explicit path from the start
+    assert fast.dense and not slow.dense
+    outs = []
+    for cache in (fast, slow):
+        tgt.forward(cache, prompt, [6, 6], LAYERS)
+        got = []
+        for r, block in enumerate(blocks):
+            got.append(tgt.forward(cache, block, [5, 5], LAYERS).logits)
+            tgt.crop(cache, [cache.lengths.tolist()[0] - 5 + 1 + r] * 2)
+        outs.append(got)
+    assert fast.dense and fast.width == 6 + 1 + 2 + 3
+    assert slow.dense and slow.width == fast.width  # restored by its first crop
+    assert fast.valid.all() and fast.token_pos[1].tolist() == list(range(fast.width))
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # rows part ways: row 0 keeps two tokens of the next block, row 1 keeps one
+    w = fast.width
+    tgt.forward(fast, blocks[0], [5, 5], LAYERS)
+    tgt.crop(fast, [w + 2, w + 1])
+    assert not fast.dense
+    assert fast.valid.sum(dim=1).tolist() == [w + 2, w + 1]
+    assert fast.token_pos[1, : w + 1].tolist() == list(range(w + 1))
+    assert fast.lengths.tolist() == [w + 2, w + 1]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,7 +24,6 @@ from dspark.protocols import TargetOutput
 __all__ = ["HFTarget", "as_target", "check_capture_layers"]
 
 
-@dataclass
 class HFCache:
     """Batched KV cache with per-row holes.
 
@@ -34,12 +32,52 @@ class HFCache:
         valid: ``[B, C]`` bool: column ``c`` of row ``b`` holds a committed token.
         token_pos: ``[B, C]`` int64 position of the token in each column (``-1`` for holes).
         lengths: ``[B]`` int64 number of tokens each row holds (its next position).
+
+    While every row holds exactly the columns ``0..C-1`` (one request, or equal-length rows that
+    advanced together) the cache is *dense*: ``valid`` and ``token_pos`` are implied (all true,
+    ``0..C-1``) and only built when read or when the rows part ways, so the common single-request
+    round does no mask bookkeeping at all.
     """
 
-    kv: Any
-    valid: torch.Tensor
-    token_pos: torch.Tensor
-    lengths: torch.Tensor
+    def __init__(self, kv: Any, batch: int, device: Any) -> None:
+        self.kv = kv
+        self.batch = batch
+        self.device = device
+        self.width = 0  # columns C
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        self._valid: torch.Tensor | None = None  # None while dense
+        self._token_pos: torch.Tensor | None = None
+
+    @property
+    def dense(self) -> bool:
+        """Every row holds exactly columns ``0..C-1``."""
+        return self._valid is None
+
+    @property
+    def valid(self) -> torch.Tensor:
+        if self._valid is None:
+            return torch.ones(self.batch, self.width, dtype=torch.bool, device=self.device)
+        return self._valid
+
+    @valid.setter
+    def valid(self, value: torch.Tensor) -> None:
+        if self._valid is None:
+            self._token_pos = self.token_pos
+        self._valid = value
+        self.width = int(value.shape[1])
+
+    @property
+    def token_pos(self) -> torch.Tensor:
+        if self._token_pos is None:
+            cols = torch.arange(self.width, device=self.device)
+            return cols[None, :].expand(self.batch, -1).clone()
+        return self._token_pos
+
+    @token_pos.setter
+    def token_pos(self, value: torch.Tensor) -> None:
+        if self._valid is None:
+            self._valid = self.valid
+        self._token_pos = value
 
 
 def _text_config(config: Any) -> Any:
@@ -100,13 +138,7 @@ class HFTarget:
             kv = DynamicCache(config=self.model.config)
         except TypeError:
             kv = DynamicCache()
-        dev = self._device()
-        return HFCache(
-            kv=kv,
-            valid=torch.zeros(batch_size, 0, dtype=torch.bool, device=dev),
-            token_pos=torch.zeros(batch_size, 0, dtype=torch.long, device=dev),
-            lengths=torch.zeros(batch_size, dtype=torch.long, device=dev),
-        )
+        return HFCache(kv, batch_size, self._device())
 
     @torch.inference_mode()
     def forward(
@@ -120,11 +152,19 @@ class HFTarget:
         dev = self._device()
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=dev)
         b, s = ids.shape
-        if b != cache.valid.shape[0] or len(num_tokens) != b:
+        counts = [int(x) for x in num_tokens]
+        if b != cache.batch or len(counts) != b:
             raise_error(InputError, "bad-shape", f"input_ids: batch {b} does not match the cache")
-        n = torch.as_tensor(list(num_tokens), dtype=torch.long, device=dev)
-        if bool((n < 0).any()) or bool((n > s).any()):
+        if any(c < 0 or c > s for c in counts):
             raise_error(InputError, "invalid-argument", f"num_tokens: each must be in [0, {s}]")
+        if cache.dense and all(c == s for c in counts):
+            # Every row holds columns 0..C-1 and appends all s tokens: the model's own positions
+            # (C..C+s-1) and causal mask are exact, and the cache stays dense.
+            out = self._run(ids, None, None, cache)
+            cache.width += s
+            cache.lengths = cache.lengths + s
+            return self._output(out, capture_layer_ids)
+        n = torch.as_tensor(counts, dtype=torch.long, device=dev)
         offs = torch.arange(s, device=dev)
         new_valid = offs[None, :] < n[:, None]
         positions = cache.lengths[:, None] + offs[None, :]
@@ -141,7 +181,17 @@ class HFTarget:
             if bool(empty.any()):
                 mask[empty, cache.valid.shape[1]] = True
             mask = mask.long()
-        out = self.model(
+        out = self._run(ids, mask, positions, cache)
+        cache.valid = valid
+        cache.token_pos = torch.cat(
+            [cache.token_pos, torch.where(new_valid, positions, torch.full_like(positions, -1))],
+            dim=1,
+        )
+        cache.lengths = cache.lengths + n
+        return self._output(out, capture_layer_ids)
+
+    def _run(self, ids: torch.Tensor, mask: Any, positions: Any, cache: HFCache) -> Any:
+        return self.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
@@ -149,6 +199,8 @@ class HFTarget:
             output_hidden_states=True,
             **{self._cache_kwarg: cache.kv},
         )
+
+    def _output(self, out: Any, capture_layer_ids: Sequence[int]) -> TargetOutput:
         hidden = getattr(out, "hidden_states", None)
         if hidden is None:
             raise_error(
@@ -164,19 +216,24 @@ class HFTarget:
                 f"{len(hidden)} hidden states",
             )
         feats = torch.cat([hidden[c] for c in capture_layer_ids], dim=-1)
-        cache.valid = valid
-        cache.token_pos = torch.cat(
-            [cache.token_pos, torch.where(new_valid, positions, torch.full_like(positions, -1))],
-            dim=1,
-        )
-        cache.lengths = cache.lengths + n
         return TargetOutput(logits=out.logits, hidden_states=feats)
 
     def crop(self, cache: HFCache, lengths: Sequence[int]) -> None:
         """Roll row ``i`` back to its first ``lengths[i]`` tokens (later columns become holes)."""
-        keep = torch.as_tensor(list(lengths), dtype=torch.long, device=cache.lengths.device)
-        if keep.shape != cache.lengths.shape or bool((keep < 0).any()):
+        wanted = [int(x) for x in lengths]
+        if len(wanted) != cache.batch or any(x < 0 for x in wanted):
             raise_error(InputError, "invalid-argument", "lengths: one non-negative value per row")
+        if cache.dense:
+            # Dense rows all hold `width` tokens: cropping them alike keeps the cache dense.
+            if any(x > cache.width for x in wanted):
+                raise_error(InputError, "invalid-argument", "lengths: cannot crop a row forward")
+            if all(x == wanted[0] for x in wanted):
+                if wanted[0] < cache.width:
+                    cache.kv.crop(wanted[0] - cache.width)
+                cache.width = wanted[0]
+                cache.lengths = torch.full_like(cache.lengths, wanted[0])
+                return
+        keep = torch.as_tensor(wanted, dtype=torch.long, device=cache.lengths.device)
         if bool((keep > cache.lengths).any()):
             raise_error(InputError, "invalid-argument", "lengths: cannot crop a row forward")
         cache.valid = cache.valid & (cache.token_pos < keep[:, None])
@@ -193,6 +250,7 @@ class HFTarget:
         width = cache.valid.shape[1]
         if width >= _COMPACT_MIN_COLUMNS and int(cache.valid.sum(dim=1).max()) * 4 <= 3 * width:
             self.compact(cache)
+        _restore_dense(cache)
 
     def compact(self, cache: HFCache) -> bool:
         """Drop the holes: each row's committed columns, in order, right-aligned in a cache as
@@ -216,6 +274,16 @@ class HFTarget:
 
 
 _COMPACT_MIN_COLUMNS = 32
+
+
+def _restore_dense(cache: HFCache) -> None:
+    """Drop the explicit masks once every row holds exactly columns ``0..C-1`` again."""
+    if cache.dense:
+        return
+    cols = torch.arange(cache.width, device=cache.device)
+    if bool(cache.valid.all()) and bool((cache.token_pos == cols).all()):
+        cache._valid = None
+        cache._token_pos = None
 
 
 def _kv_refs(kv: Any) -> list[tuple[Any, str | int]] | None:
