@@ -7,7 +7,7 @@
 use candle_core::{D, DType, Device, IndexOp, Tensor};
 use dspark::config::spec::RopeSpec;
 use dspark::drafter::layers::{
-    Linear, Rope, SMALL_ROWS, gqa_attention, matmul_t, rms_norm, softmax_last, swiglu,
+    Linear, PAR_MIN_MACS, Rope, SMALL_ROWS, gqa_attention, matmul_t, rms_norm, softmax_last, swiglu,
 };
 
 fn randn(seed: u64, shape: &[usize]) -> Tensor {
@@ -49,7 +49,8 @@ fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
 
 #[test]
 fn small_rows_match_gemm_around_the_cutover() {
-    for &(d_in, out) in &[(192, 512), (37, 5), (8, 3008), (64, 1)] {
+    // (1024, 512) at 32 rows crosses PAR_MIN_MACS: the column-chunked parallel path.
+    for &(d_in, out) in &[(192, 512), (37, 5), (8, 3008), (64, 1), (1024, 512)] {
         let w = randn(1, &[out, d_in]);
         let b = randn(2, &[out]);
         for n in [
@@ -76,6 +77,9 @@ fn small_rows_match_gemm_around_the_cutover() {
         }
     }
 }
+
+// The test shapes reach both sides of the parallel cut-over.
+const _: () = assert!(SMALL_ROWS * 1024 * 512 >= PAR_MIN_MACS && 8 * 3008 * 192 < PAR_MIN_MACS);
 
 #[test]
 fn linear_uses_the_same_product() {

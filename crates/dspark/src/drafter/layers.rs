@@ -7,9 +7,11 @@
 //! microseconds of work over the thread pool. [`matmul_t`] (behind [`Linear::forward`], the
 //! lm_head and attention) therefore runs inputs of at most [`SMALL_ROWS`] rows (f32, CPU)
 //! through the register-blocked dot kernel of the Markov bias: each weight row is read once,
-//! straight from the tensor's storage, on the calling thread.
+//! straight from the tensor's storage, on the calling thread (split over the pool by column
+//! chunks only for large weights, from [`PAR_MIN_MACS`]).
 
 use candle_core::{CpuStorage, D, DType, Device, Storage, Tensor};
+use rayon::prelude::*;
 
 use super::fused;
 use crate::config::spec::RopeSpec;
@@ -18,6 +20,10 @@ use crate::sampling::{Floats, Mat, bias_block};
 
 /// Input rows up to which [`matmul_t`] uses the dot kernel instead of GEMM.
 pub const SMALL_ROWS: usize = 32;
+
+/// Multiply-adds from which a small-row product is split over the thread pool (below, about
+/// 0.2 ms of work on one core: less than a pool handoff costs on a busy machine).
+pub const PAR_MIN_MACS: usize = 1 << 23;
 
 /// `x · rsqrt(mean(x², last dim) + eps) · weight`, computed in `f32`.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
@@ -95,8 +101,26 @@ fn matmul_t_small(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Optio
         data: Floats::F32(&all[lo..hi]),
         dims: [out, d_in],
     };
-    let mut rows: Vec<&mut [f32]> = y.chunks_mut(out).collect();
-    bias_block(mat, 0, &xs, &mut rows, 1.0);
+    if n * out * d_in >= PAR_MIN_MACS && rayon::current_num_threads() > 1 {
+        // A large weight: column chunks of every row in parallel (each weight row still read
+        // once, by one worker).
+        let chunk = out.div_ceil(rayon::current_num_threads() * 4).max(16);
+        let mut parts: Vec<Vec<&mut [f32]>> = (0..out.div_ceil(chunk))
+            .map(|_| Vec::with_capacity(n))
+            .collect();
+        for row in y.chunks_mut(out) {
+            for (c, part) in row.chunks_mut(chunk).enumerate() {
+                parts[c].push(part);
+            }
+        }
+        parts
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(c, mut dst)| bias_block(mat, c * chunk, &xs, &mut dst, 1.0));
+    } else {
+        let mut rows: Vec<&mut [f32]> = y.chunks_mut(out).collect();
+        bias_block(mat, 0, &xs, &mut rows, 1.0);
+    }
     drop(storage);
     Ok(Some(Tensor::from_vec(y, (n, out), x.device())?))
 }
