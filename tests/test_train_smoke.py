@@ -17,7 +17,7 @@ pytest.importorskip("safetensors")
 import dspark  # noqa: E402
 from dspark.cli import main as cli_main  # noqa: E402
 from dspark.train.drafter_model import TrainableDrafter  # noqa: E402
-from dspark.train.objective import make_blocks  # noqa: E402
+from dspark.train.objective import anchor_hardness, make_blocks  # noqa: E402
 from dspark.train.pipeline import main as train_main  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -91,6 +91,32 @@ def test_train_blocks_see_context_before_anchor_and_own_block() -> None:
             assert ctx[:anchor].all() and not ctx[anchor:].any()
             own = b.mask[r, i, 20:]
             assert own[i - i % 4 : i - i % 4 + 4].all() and int(own.sum()) == 4
+
+
+def test_hard_anchors_follow_target_uncertainty() -> None:
+    # hardness of position a = 1 - the target's top probability at a-1
+    logits = torch.full((1, 6, 4), -30.0)
+    logits[0, :, 0] = 30.0  # confident everywhere ...
+    logits[0, 2] = 0.0  # ... but uniform at position 2
+    h = anchor_hardness(logits)
+    assert h.shape == (1, 6) and float(h[0, 0]) == 0.0
+    assert abs(float(h[0, 3]) - 0.75) < 1e-6 and float(h[0, 1:3].max()) < 1e-6
+    # all-hard sampling draws only anchors with hardness; a mixture also reaches the others
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.arange(60).reshape(2, 30)
+    hard = torch.zeros(2, 30)
+    hard[:, 5:9] = 1.0
+    seen_mixed: set[int] = set()
+    for _ in range(20):
+        b = make_blocks(tokens, 4, 99, 3, gen, hard, 1.0)
+        anchors = b.block_pos[:, ::4]
+        assert bool(((anchors >= 5) & (anchors <= 8)).all())
+        assert all(len(set(row.tolist())) == 3 for row in anchors)  # distinct per sequence
+        m = make_blocks(tokens, 4, 99, 3, gen, hard, 0.5)
+        seen_mixed.update(m.block_pos[:, ::4].flatten().tolist())
+    assert any(a < 5 or a > 8 for a in seen_mixed) and any(5 <= a <= 8 for a in seen_mixed)
+    with pytest.raises(ValueError, match="hard_share"):
+        make_blocks(tokens, 4, 99, 3, gen, hard, 1.5)
 
 
 def _greedy(model: TrainableDrafter, feats, anchor: int):  # type: ignore[no-untyped-def]

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from dspark.train.drafter_model import DrafterShape, TrainableDrafter
-from dspark.train.objective import LossWeights, dspark_loss, make_blocks
+from dspark.train.objective import LossWeights, anchor_hardness, dspark_loss, make_blocks
 from dspark.train.selfgen import generate_sequences
 from dspark.train.target import lr_at, sample_windows
 from dspark.train.tokenizer import padded_vocab_size
@@ -32,18 +32,19 @@ class DrafterTrainConfig:
     """Shape and schedule of the drafter run."""
 
     num_layers: int = 2
-    block_size: int = 6
+    block_size: int = 8
     markov_rank: int = 32
     seq_len: int = 256
     batch_size: int = 8
     num_anchors: int = 32
-    steps: int = 4000
+    steps: int = 7000
     lr: float = 2e-3
     warmup: int = 30
     seed: int = 0
-    generated: int = 1024  # target-generated sequences (see selfgen)
+    generated: int = 3072  # target-generated sequences (see selfgen)
     generated_share: float = 0.75  # fraction of every batch drawn from them
     prompt_len: int = 64  # corpus prefix of each generated sequence
+    hard_anchor_share: float = 0.5  # anchors drawn by target uncertainty (see anchor_hardness)
 
 
 def feature_layers(num_target_layers: int) -> tuple[int, int, int]:
@@ -172,7 +173,15 @@ def train_drafter(
             pick = torch.randint(0, selfgen.shape[0], (n_gen,), generator=gen)
             ids[:n_gen] = selfgen[pick]
         feats, logits = target_features(target, ids, s.target_layer_ids)
-        batch = make_blocks(ids, s.block_size, s.mask_token_id, cfg.num_anchors, gen)
+        batch = make_blocks(
+            ids,
+            s.block_size,
+            s.mask_token_id,
+            cfg.num_anchors,
+            gen,
+            anchor_hardness(logits),
+            cfg.hard_anchor_share,
+        )
         loss, parts = dspark_loss(model, feats, logits, batch, w)
         opt.zero_grad(set_to_none=True)
         loss.backward()
