@@ -15,7 +15,7 @@ case "${1:-}" in
         pip_install "torch>=2.4" "transformers>=4.50" "tokenizers>=0.15" "safetensors>=0.4"
         ;;&
     --test)
-        pip_install "pytest>=8" "pytest-benchmark>=4" "scipy>=1.10" "ruff>=0.6"
+        pip_install "pytest>=8" "pytest-benchmark>=4" "scipy>=1.10" "ruff>=0.6" "hypothesis>=6.100"
         ;;
 esac
 rm -rf target/wheels

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dspark::IdMap;
 use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, VerifyOptions, mask_padded_rows,
+    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions, mask_padded_rows,
     sample_block, sample_block_slices, verify, verify_slices,
 };
 use std::hint::black_box;
@@ -94,7 +94,7 @@ fn block(c: &mut Criterion) {
         .to_dtype(DType::BF16)
         .unwrap();
     let anchors: Vec<u32> = (0..b as u32).map(|i| i * 1000).collect();
-    let map = IdMap::identity(v);
+    let map = IdMap::identity(v).unwrap();
     let mut g = c.benchmark_group("block");
     g.sample_size(10);
     for (t, top_k) in [(1.0f32, None), (0.0, None), (1.0, Some(64))] {
@@ -178,7 +178,7 @@ fn verify_bench(c: &mut Criterion) {
                         black_box(
                             verify_slices(
                                 Rows3::new(Floats::F32(&target), dims).unwrap(),
-                                &drafts,
+                                Tokens::new(&drafts, [b, k]).unwrap(),
                                 None,
                                 &opts,
                             )
@@ -193,7 +193,7 @@ fn verify_bench(c: &mut Criterion) {
                     black_box(
                         verify_slices(
                             Rows3::new(Floats::F32(&target), dims).unwrap(),
-                            &drafts,
+                            Tokens::new(&drafts, [b, k]).unwrap(),
                             Some(Rows3::new(Floats::F32(&q), [b, k, v]).unwrap()),
                             &opts,
                         )
@@ -213,7 +213,7 @@ fn verify_bench(c: &mut Criterion) {
                         black_box(
                             verify_slices(
                                 Rows3::new(Floats::F32(&target), dims).unwrap(),
-                                &drafts,
+                                Tokens::new(&drafts, [b, k]).unwrap(),
                                 Some(Rows3::new(Floats::F32(&q), [b, k, v]).unwrap()),
                                 &sampled,
                             )
@@ -249,7 +249,7 @@ fn verify_bench(c: &mut Criterion) {
             black_box(
                 verify_slices(
                     Rows3::new(Floats::F32(&target), [b, k + 1, v]).unwrap(),
-                    &drafts,
+                    Tokens::new(&drafts, [b, k]).unwrap(),
                     None,
                     &topk,
                 )

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use dspark::checkpoint::header::{dtype_bits, parse_file_bytes, parse_header};
 use dspark::TensorInfo;
+use dspark::checkpoint::header::{dtype_bits, parse_file_bytes, parse_header};
 use libfuzzer_sys::fuzz_target;
 
 fn check(tensors: &[TensorInfo], data_len: u64) {

@@ -4,13 +4,28 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from dspark._native import CheckpointError, ConfigError, DSparkError, InputError, VocabError
+from dspark._native import (
+    BackendError,
+    CheckpointError,
+    ConfigError,
+    DSparkError,
+    InputError,
+    InternalError,
+    VocabError,
+)
 
 __all__ = ["error_class", "raise_error", "raise_report_errors"]
 
 _CONFIG = {"bad-config", "no-noise-token", "noise-token-out-of-range"}
 _VOCAB = {"missing-d2t", "d2t-wrong-length", "d2t-out-of-range", "d2t-duplicate"}
-_INPUT = {"bad-shape", "unsupported-dtype", "non-finite", "token-out-of-range", "invalid-argument"}
+_INPUT = {
+    "bad-shape",
+    "unsupported-dtype",
+    "non-finite",
+    "token-out-of-range",
+    "invalid-argument",
+    "too-large",
+}
 
 
 def error_class(code: str) -> type[DSparkError]:
@@ -21,6 +36,10 @@ def error_class(code: str) -> type[DSparkError]:
         return VocabError
     if code in _INPUT:
         return InputError
+    if code == "internal":
+        return InternalError
+    if code == "backend":
+        return BackendError
     return CheckpointError
 
 

@@ -8,6 +8,9 @@ import numpy.typing as npt
 
 __version__: str
 
+# 1-D integer ids: a list/tuple of ints or an int32/int64/uint32 array or tensor (copied once).
+_Ids: TypeAlias = Any
+
 class DSparkError(Exception):
     """Base class of every dspark error."""
 
@@ -19,6 +22,9 @@ class CheckpointError(DSparkError): ...
 class VocabError(DSparkError): ...
 class InputError(DSparkError): ...
 class BackendError(DSparkError): ...
+
+class InternalError(DSparkError):
+    """A bug in dspark (a caught panic); code ``internal``."""
 
 @final
 class DraftSpec:
@@ -58,7 +64,8 @@ class DraftSpec:
 class VocabLayout:
     """Vocabulary layout of a drafter/target pair: ``full``, ``padded`` or ``reduced``."""
 
-    def __init__(self, input_vocab: int, draft_vocab: int, target_vocab: int) -> None: ...
+    def __init__(self, input_vocab: int, draft_vocab: int, target_vocab: int) -> None:
+        """Each size a non-negative int up to ``2**22`` (``too-large`` above)."""
     @property
     def kind(self) -> str: ...
     @property
@@ -81,7 +88,7 @@ class IdMap:
     @staticmethod
     def identity(target_vocab: int) -> IdMap: ...
     @staticmethod
-    def from_offsets(d2t: npt.NDArray[np.int64], target_vocab: int) -> IdMap: ...
+    def from_offsets(d2t: _Ids, target_vocab: int) -> IdMap: ...
     @property
     def kind(self) -> str: ...
     @property
@@ -89,7 +96,7 @@ class IdMap:
     @property
     def target_vocab(self) -> int: ...
     def offsets(self) -> npt.NDArray[np.int64] | None: ...
-    def to_target(self, draft_ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...
+    def to_target(self, draft_ids: _Ids) -> npt.NDArray[np.int64]: ...
 
 @final
 class Report:
@@ -118,12 +125,12 @@ def sample_block(
     markov_w2: _Tensor,
     anchors: _Tensor,
     *,
-    temperature: float = 0.0,
+    temperature: float | None = None,
     seed: _PerRequestInt | None = None,
     target_vocab_size: int | None = None,
     d2t: _Tensor | None = None,
     top_k: int | None = None,
-    logit_scale: float = 1.0,
+    logit_scale: float | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
 def verify(
     target_logits: _Tensor,
@@ -134,29 +141,33 @@ def verify(
     top_k: int | list[int | None] | None = None,
     top_p: _PerRequestFloat | None = None,
     seed: _PerRequestInt | None = None,
-    num_draft: list[int] | None = None,
-    stop_token_ids: list[int] | None = None,
+    num_draft: _Ids | None = None,
+    stop_token_ids: _Ids | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
 def confidence(
     hidden: _Tensor,
     prev_embeddings: _Tensor | None,
     weight: _Tensor,
-    bias: float = 0.0,
+    bias: float | None = None,
     *,
-    sts: str | list[float] | None = None,
+    sts: str | os.PathLike[str] | list[float] | None = None,
 ) -> npt.NDArray[np.float32]: ...
 def schedule_threshold(confidence: _Tensor, threshold: float) -> list[int]: ...
 def schedule_lengths(
-    confidence: _Tensor, steps_per_second: list[tuple[int, float]], interpolation: str = "step"
+    confidence: _Tensor,
+    steps_per_second: list[tuple[int, float]] | list[list[float]],
+    interpolation: str | None = None,
 ) -> list[int]: ...
 def schedule_pipelined(
     stale: _Tensor,
     current: _Tensor,
-    steps_per_second: list[tuple[int, float]],
-    interpolation: str = "step",
+    steps_per_second: list[tuple[int, float]] | list[list[float]],
+    interpolation: str | None = None,
 ) -> list[int]: ...
 def _dlpack_describe(obj: _Tensor) -> tuple[str, list[int], str, int]: ...
 def _dlpack_sum(obj: _Tensor) -> float: ...
+def _test_panic(message: str) -> None:
+    """Panics inside the panic boundary: raises ``InternalError`` (tests only)."""
 
 @final
 class Drafter:
@@ -211,7 +222,7 @@ class Drafter:
         anchors: Any,
         *,
         start_positions: int | list[int] | None = None,
-        temperature: float = 0.0,
+        temperature: float | None = None,
         seed: int | list[int] | None = None,
         top_k: int | None = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
@@ -225,7 +236,7 @@ class Drafter:
         states: list[DraftState],
         anchors: Any,
         *,
-        temperature: float = 0.0,
+        temperature: float | None = None,
         seed: int | list[int] | None = None,
         top_k: int | None = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:

@@ -49,19 +49,23 @@ from typing import Any
 import numpy as np
 
 from dspark import _native
+from dspark._args import is_torch, torch_view
+from dspark._errors import raise_error
+from dspark._native import ConfigError, InputError
 from dspark.protocols import DraftProposal
 
 __all__ = ["DraftState", "Drafter"]
 
 
 def _is_torch(x: object) -> bool:
-    return type(x).__module__.split(".", 1)[0] == "torch"
+    return is_torch(x)
 
 
-def _cpu(x: Any) -> Any:
-    """A CPU, C-contiguous view (torch: detached; bf16/f16 kept, the engine widens)."""
+def _cpu(x: Any, name: str) -> Any:
+    """A CPU, C-contiguous view (torch: detached, lazy neg/conj bits resolved, moved to the CPU;
+    bf16/f16 kept, the engine widens). Meta, sparse and nested tensors raise ``InputError``."""
     if _is_torch(x):
-        x = x.detach()
+        x = torch_view(x, name)
         if x.device.type != "cpu":
             x = x.cpu()
         return x.contiguous()
@@ -70,20 +74,25 @@ def _cpu(x: Any) -> Any:
     return x
 
 
-def _ids(x: Any) -> Any:
+def _ids(x: Any, name: str) -> Any:
     if _is_torch(x) or isinstance(x, np.ndarray):
-        return _cpu(x).reshape(-1)
-    if isinstance(x, int):
-        return [x]
-    return list(x)
+        return _cpu(x, name).reshape(-1)
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    return [x]  # one id; the native layer refuses anything that is not an int
 
 
 def _seed(seed: Any) -> Any:
+    """``None``, an int, or one seed per request as a list (values checked natively)."""
     if seed is None or isinstance(seed, int):
         return seed
+    if isinstance(seed, np.integer):
+        return seed.item()
     if _is_torch(seed) or isinstance(seed, np.ndarray):
-        return [int(s) for s in np.asarray(_cpu(seed)).reshape(-1)]
-    return [int(s) for s in seed]
+        return np.asarray(_cpu(seed, "seed")).reshape(-1).tolist()
+    if isinstance(seed, (list, tuple)):
+        return list(seed)
+    return seed
 
 
 def _out(torch_out: bool, arr: np.ndarray | None) -> Any:
@@ -101,13 +110,15 @@ def _target_parts(target: Any) -> tuple[dict[str, Any], Any, Any]:
         if hasattr(config, "to_dict"):
             config = config.to_dict()
         if not isinstance(config, dict):
-            raise _native.InputError("target dict needs a 'config' dict")
+            raise_error(InputError, "invalid-argument", "target dict needs a 'config' dict")
         return config, lambda: target.get("embed_tokens"), lambda: target.get("lm_head")
     config = getattr(target, "config", None)
     if config is None or not hasattr(config, "to_dict"):
-        raise _native.InputError(
+        raise_error(
+            InputError,
+            "invalid-argument",
             "target must be an HF transformers model (with .config) or a dict "
-            "{'config': dict, 'embed_tokens': tensor, 'lm_head': tensor}"
+            "{'config': dict, 'embed_tokens': tensor, 'lm_head': tensor}",
         )
 
     def weight(getter: str) -> Any:
@@ -138,11 +149,11 @@ class DraftState:
         if _is_torch(features) or isinstance(features, np.ndarray):
             if features.ndim == 3 and features.shape[0] == 1:
                 features = features[0]
-        self._native.extend(_cpu(features), int(start_position))
+        self._native.extend(_cpu(features, "features"), start_position)
 
     def truncate(self, n: int) -> None:
         """Keep only the first ``n`` cached positions (roll back to the accepted prefix)."""
-        self._native.truncate(int(n))
+        self._native.truncate(n)
 
     def clear(self) -> None:
         """Drop everything."""
@@ -182,11 +193,20 @@ class Drafter:
         only when the checkpoint lacks its own (the load plan says shared).
         """
         config, embed, lm_head = _target_parts(target)
-        text = json.dumps(config, default=str)
+        try:
+            text = json.dumps(config, default=str, allow_nan=False)
+        except ValueError as e:  # NaN / infinity, or a cycle
+            raise_error(ConfigError, "bad-config", f"<target config>: not plain JSON ({e})")
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise_error(
+                InputError,
+                "invalid-argument",
+                f"path: expected a path (str or os.PathLike), got {type(path).__name__}",
+            )
         path = os.fspath(path)
         share_embed, share_head = _native.Drafter.plan_sharing(path, text)
-        e = _cpu(embed()) if share_embed else None
-        h = _cpu(lm_head()) if share_head else None
+        e = _cpu(embed(), "embed_tokens") if share_embed else None
+        h = _cpu(lm_head(), "lm_head") if share_head else None
         return cls(_native.Drafter.load(path, text, e, h))
 
     # -- contract members ------------------------------------------------------------------
@@ -292,16 +312,11 @@ class Drafter:
     ) -> DraftProposal:
         """Stateless drafting over a whole context ``[B, T, L*H_t]`` (see the module doc)."""
         torch_out = _is_torch(context_hidden_states)
-        starts = (
-            [int(s) for s in start_positions]
-            if not isinstance(start_positions, int)
-            else int(start_positions)
-        )
         t, d, c = self._native.propose(
-            _cpu(context_hidden_states),
-            _ids(anchors),
-            start_positions=starts,
-            temperature=float(temperature),
+            _cpu(context_hidden_states, "context_hidden_states"),
+            _ids(anchors, "anchors"),
+            start_positions=_seed(start_positions),
+            temperature=temperature,
             seed=_seed(seed),
             top_k=top_k,
         )
@@ -332,10 +347,16 @@ class Drafter:
                 torch_output = True
             except ImportError:
                 torch_output = False
+        if not isinstance(states, (list, tuple)):
+            raise_error(
+                InputError,
+                "invalid-argument",
+                f"states: expected a list of DraftState, got {type(states).__name__}",
+            )
         t, d, c = self._native.propose_states(
-            [s._native for s in states],
-            _ids(anchors),
-            temperature=float(temperature),
+            [s._native if isinstance(s, DraftState) else s for s in states],
+            _ids(anchors, "anchors"),
+            temperature=temperature,
             seed=_seed(seed),
             top_k=top_k,
         )

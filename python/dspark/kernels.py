@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 
 from dspark import _native
+from dspark._args import is_torch, torch_view
+from dspark._errors import raise_error
+from dspark._native import DSparkError, InputError
 
 __all__ = [
     "DraftBlock",
@@ -60,16 +63,28 @@ class Verification:
 
 
 def _is_torch(x: object) -> bool:
-    return type(x).__module__.split(".", 1)[0] == "torch"
+    return is_torch(x)
 
 
-def _tensor(x: object) -> object:
-    """Pass DLPack producers through untouched; turn plain sequences into numpy arrays."""
+def _tensor(x: object, name: str) -> object:
+    """Pass DLPack producers through untouched; turn plain sequences into numpy arrays.
+
+    Torch tensors are detached (zero-copy), with the lazy negative/conjugate bits resolved;
+    meta, sparse and nested tensors and anything that is not array-like raise ``InputError``
+    naming the argument.
+    """
+    if x is None:
+        raise_error(InputError, "invalid-argument", f"{name}: expected a tensor, got None")
     if _is_torch(x):
-        return x.detach()  # type: ignore[attr-defined]  # zero-copy; DLPack refuses grad tensors
+        return torch_view(x, name)
     if hasattr(x, "__dlpack__"):
         return x
-    return np.asarray(x)
+    try:
+        return np.asarray(x)
+    except Exception as e:
+        raise_error(
+            InputError, "invalid-argument", f"{name}: not array-like ({type(e).__name__}: {e})"
+        )
 
 
 def _out(like: object, arr: np.ndarray) -> Any:
@@ -80,24 +95,35 @@ def _out(like: object, arr: np.ndarray) -> Any:
     return arr
 
 
-def _param(x: object) -> object:
-    """A scalar stays a scalar; an array or sequence becomes a list (one value per request)."""
-    if x is None or isinstance(x, (int, float, np.integer, np.floating)):
-        return x.item() if isinstance(x, (np.integer, np.floating)) else x
-    if hasattr(x, "tolist"):
-        return x.tolist()  # type: ignore[attr-defined]  # a 0-d array gives a scalar
+def _param(x: object, name: str) -> object:
+    """A scalar stays a scalar; an array or tensor becomes a list (one value per request).
+
+    Values are not converted here: the native layer reads them with typed errors.
+    """
+    if x is None or isinstance(x, (int, float)):
+        return x
+    if isinstance(x, (np.integer, np.floating, np.bool_)):
+        return x.item()
+    if _is_torch(x) or isinstance(x, np.ndarray):
+        try:
+            if _is_torch(x):
+                x = torch_view(x, name).cpu()
+            return x.tolist()  # type: ignore[attr-defined]  # a 0-d array gives a scalar
+        except DSparkError:
+            raise
+        except Exception as e:
+            raise_error(InputError, "invalid-argument", f"{name}: {type(e).__name__}: {e}")
     if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
-        return list(x)
+        return [_param(v, name) if not isinstance(v, (int, float)) else v for v in x]
     return x
 
 
-def _ids(x: object) -> list[int] | None:
+def _ids(x: object, name: str) -> object:
+    """Ids as a list (arrays and tensors too); a scalar becomes a one-element list."""
     if x is None:
         return None
-    if hasattr(x, "tolist"):
-        v = x.tolist()  # type: ignore[attr-defined]
-        return [int(i) for i in (v if isinstance(v, list) else [v])]
-    return [int(i) for i in x]  # type: ignore[attr-defined]
+    v = _param(x, name)
+    return v if isinstance(v, list) else [v]
 
 
 def sample_block(
@@ -129,16 +155,16 @@ def sample_block(
         seed: one seed (row r uses stream (seed, r)) or one per request (order independent).
     """
     out = _native.sample_block(
-        _tensor(base_logits),
-        _tensor(markov_w1),
-        _tensor(markov_w2),
-        _tensor(anchors),
-        temperature=float(temperature),
-        seed=_param(seed),
-        target_vocab_size=target_vocab_size,
-        d2t=None if d2t is None else _tensor(d2t),
-        top_k=top_k,
-        logit_scale=float(logit_scale),
+        _tensor(base_logits, "base_logits"),
+        _tensor(markov_w1, "markov_w1"),
+        _tensor(markov_w2, "markov_w2"),
+        _tensor(anchors, "anchors"),
+        temperature=_param(temperature, "temperature"),
+        seed=_param(seed, "seed"),
+        target_vocab_size=_param(target_vocab_size, "target_vocab_size"),
+        d2t=None if d2t is None else _tensor(d2t, "d2t"),
+        top_k=_param(top_k, "top_k"),
+        logit_scale=_param(logit_scale, "logit_scale"),
     )
     tokens, q, prev = (_out(base_logits, a) for a in out)
     return DraftBlock(tokens, q, prev)
@@ -172,28 +198,38 @@ def verify(
         stop_token_ids: an accepted stop token ends the round (no bonus).
     """
     tokens, accepted = _native.verify(
-        _tensor(target_logits),
-        _tensor(draft_tokens),
-        None if draft_logits is None else _tensor(draft_logits),
-        temperature=_param(temperature),
-        top_k=_param(top_k),
-        top_p=_param(top_p),
-        seed=_param(seed),
-        num_draft=_ids(num_draft),
-        stop_token_ids=_ids(stop_token_ids),
+        _tensor(target_logits, "target_logits"),
+        _tensor(draft_tokens, "draft_tokens"),
+        None if draft_logits is None else _tensor(draft_logits, "draft_logits"),
+        temperature=_param(temperature, "temperature"),
+        top_k=_param(top_k, "top_k"),
+        top_p=_param(top_p, "top_p"),
+        seed=_param(seed, "seed"),
+        num_draft=_ids(num_draft, "num_draft"),
+        stop_token_ids=_ids(stop_token_ids, "stop_token_ids"),
     )
     return Verification(_out(target_logits, tokens), _out(target_logits, accepted))
 
 
-def _bias(bias: Any) -> float:
+def _bias(bias: Any) -> object:
+    """A scalar bias; a one-element array or tensor is read as its value."""
     if bias is None:
         return 0.0
-    if hasattr(bias, "reshape") and hasattr(bias, "tolist"):
-        flat = np.asarray(bias.detach().cpu() if _is_torch(bias) else bias, dtype=np.float64)
+    if _is_torch(bias) or isinstance(bias, np.ndarray):
+        try:
+            flat = np.asarray(
+                torch_view(bias, "bias").cpu() if _is_torch(bias) else bias, dtype=np.float64
+            )
+        except DSparkError:
+            raise
+        except Exception as e:
+            raise_error(InputError, "invalid-argument", f"bias: {type(e).__name__}: {e}")
         if flat.size != 1:
-            raise _native.InputError(f"bias must hold one value, got shape {tuple(flat.shape)}")
+            raise_error(
+                InputError, "bad-shape", f"bias: must hold one value, got shape {flat.shape}"
+            )
         return float(flat.reshape(()))
-    return float(bias)
+    return _param(bias, "bias")
 
 
 def confidence(
@@ -207,21 +243,19 @@ def confidence(
     """Per-slot confidence ``sigmoid(w . [h ; prev] + b)`` in float32, ``[B, K]``.
 
     ``prev_embeddings=None`` scores ``w . h + b``. ``weight`` is ``[H (+ r)]`` (a ``[1, N]``
-    linear weight is accepted). ``sts`` is a calibration JSON path or a list of per-position
-    temperatures (``sigmoid(z / T_k)``).
+    linear weight is accepted; any other shape is ``bad-shape``). ``sts`` is a calibration
+    JSON path or a list of per-position temperatures (``sigmoid(z / T_k)``).
     """
-    w = _tensor(weight)
-    shape = tuple(getattr(w, "shape", ()))
-    if len(shape) == 2 and shape[0] == 1:
-        w = w.reshape(-1)  # type: ignore[attr-defined]  # a view of a contiguous [1, N]
     if isinstance(sts, os.PathLike):
         sts = os.fspath(sts)
-    elif sts is not None and not isinstance(sts, str):
-        sts = [float(t) for t in sts]
+    elif sts is not None and not isinstance(sts, (str, bytes)):
+        sts = _param(sts, "sts")
+        if isinstance(sts, tuple):
+            sts = list(sts)
     out = _native.confidence(
-        _tensor(hidden),
-        None if prev_embeddings is None else _tensor(prev_embeddings),
-        w,
+        _tensor(hidden, "hidden"),
+        None if prev_embeddings is None else _tensor(prev_embeddings, "prev_embeddings"),
+        _tensor(weight, "weight"),
         _bias(bias),
         sts=sts,
     )
@@ -230,11 +264,19 @@ def confidence(
 
 def schedule_threshold(confidence: Any, threshold: float) -> list[int]:
     """Verify lengths: each request stops before its first slot with confidence < threshold."""
-    return list(_native.schedule_threshold(_tensor(confidence), float(threshold)))
+    return list(
+        _native.schedule_threshold(
+            _tensor(confidence, "confidence"), _param(threshold, "threshold")
+        )
+    )
 
 
-def _table(steps_per_second: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
-    return [(int(n), float(s)) for n, s in steps_per_second]
+def _table(steps_per_second: Any) -> Any:
+    """The table as a list of pairs (arrays and tensors become lists); checked natively."""
+    table = _param(steps_per_second, "steps_per_second")
+    if isinstance(table, list):
+        return [_param(p, "steps_per_second") for p in table]
+    return table
 
 
 def schedule_lengths(
@@ -249,7 +291,7 @@ def schedule_lengths(
     interpolated (``"linear"``); past the last point tokens/s is held constant.
     """
     table = _table(steps_per_second)
-    return list(_native.schedule_lengths(_tensor(confidence), table, interpolation))
+    return list(_native.schedule_lengths(_tensor(confidence, "confidence"), table, interpolation))
 
 
 def schedule_pipelined(
@@ -260,4 +302,8 @@ def schedule_pipelined(
 ) -> list[int]:
     """Pipelined scheduler: capacity from ``stale`` confidences, slots by ``current`` survival."""
     table = _table(steps_per_second)
-    return list(_native.schedule_pipelined(_tensor(stale), _tensor(current), table, interpolation))
+    return list(
+        _native.schedule_pipelined(
+            _tensor(stale, "stale"), _tensor(current, "current"), table, interpolation
+        )
+    )

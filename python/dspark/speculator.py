@@ -17,9 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from dspark import kernels
+from dspark._args import as_float, as_int, id_list, id_rows
 from dspark._errors import raise_error
 from dspark._native import CheckpointError, ConfigError, InputError
 from dspark.protocols import DRAFTER_MEMBERS
@@ -95,21 +97,9 @@ class GenerationResult:
     stats: SpeculationStats
 
 
-def _prompts(input_ids: Any) -> list[list[int]]:
-    if isinstance(input_ids, torch.Tensor):
-        t = input_ids if input_ids.ndim == 2 else input_ids.reshape(1, -1)
-        rows = [[int(x) for x in row] for row in t.tolist()]
-    elif isinstance(input_ids, Sequence) and input_ids and isinstance(input_ids[0], int):
-        rows = [[int(x) for x in input_ids]]
-    elif isinstance(input_ids, Sequence):
-        rows = [[int(x) for x in torch.as_tensor(r).reshape(-1).tolist()] for r in input_ids]
-    else:
-        raise_error(
-            InputError, "invalid-argument", "input_ids: a [B,S] tensor or a list of prompts"
-        )
-    if not rows or any(len(r) == 0 for r in rows):
-        raise_error(InputError, "bad-shape", "input_ids: every prompt needs at least one token")
-    return rows
+def _prompts(input_ids: Any, vocab: int) -> list[list[int]]:
+    """Prompts as lists of ids in ``[0, vocab)`` (typed errors, see ``_args.id_rows``)."""
+    return id_rows(input_ids, "input_ids", vocab)
 
 
 class Speculator:
@@ -161,36 +151,58 @@ class Speculator:
                 f"{self.target.vocab_size}",
             )
         k = int(drafter.block_size)
-        n = k if num_speculative_tokens is None else int(num_speculative_tokens)
+        n = (
+            k
+            if num_speculative_tokens is None
+            else as_int(num_speculative_tokens, "num_speculative_tokens")
+        )
         if not 0 <= n <= k:
             raise_error(
                 InputError, "invalid-argument", f"num_speculative_tokens {n}: must be in [0, {k}]"
             )
-        if not float(temperature) >= 0.0:
+        temperature = as_float(temperature, "temperature")
+        if not temperature >= 0.0:
             raise_error(InputError, "invalid-argument", f"temperature {temperature}: must be >= 0")
-        if top_k is not None and int(top_k) < 1:
-            raise_error(InputError, "invalid-argument", f"top_k {top_k}: must be >= 1")
-        if top_p is not None and not 0.0 < float(top_p) <= 1.0:
-            raise_error(InputError, "invalid-argument", f"top_p {top_p}: must be in (0, 1]")
+        if top_k is not None:
+            top_k = as_int(top_k, "top_k", lo=None, hi=2**64 - 1)
+            if top_k < 1:
+                raise_error(InputError, "invalid-argument", f"top_k {top_k}: must be >= 1")
+        if top_p is not None:
+            top_p = as_float(top_p, "top_p")
+            if not 0.0 < top_p <= 1.0:
+                raise_error(InputError, "invalid-argument", f"top_p {top_p}: must be in (0, 1]")
         self._check_verify(verify, steps_per_second)
         self.num_speculative_tokens = n
-        self.temperature = float(temperature)
+        self.temperature = temperature
         self.top_k = top_k
         self.top_p = top_p
-        self.seed = secrets.randbits(62) if seed is None else int(seed)
+        self.seed = secrets.randbits(62) if seed is None else as_int(seed, "seed", lo=None)
         self.verify = verify
-        self.steps_per_second = None if steps_per_second is None else list(steps_per_second)
+        self.steps_per_second = (
+            list(steps_per_second)
+            if isinstance(steps_per_second, (list, tuple))
+            else steps_per_second
+        )
 
     def _check_verify(self, verify: Any, table: Any) -> None:
-        if verify == "full":
+        if isinstance(verify, str) and verify == "full":
             return
+        is_threshold = isinstance(verify, (int, float)) and not isinstance(verify, bool)
+        if not (is_threshold or (isinstance(verify, str) and verify == "scheduled")):
+            raise_error(
+                InputError,
+                "invalid-argument",
+                f"verify {verify!r}: 'full', 'scheduled' or a threshold in [0, 1]",
+            )
         if not self.drafter.has_confidence_head:
             raise_error(ConfigError, "bad-config", f"verify={verify!r} needs a confidence head")
-        if verify == "scheduled":
-            if not table:
+        if isinstance(verify, str) and verify == "scheduled":
+            if table is None or (hasattr(table, "__len__") and len(table) == 0):
                 raise_error(
                     InputError, "invalid-argument", "verify='scheduled' needs steps_per_second"
                 )
+            # The table's own checks (typed errors) now, not in the middle of a generation.
+            kernels.schedule_lengths(np.ones((1, 1), np.float32), table)
             return
         if isinstance(verify, bool) or not isinstance(verify, (int, float)) or not 0 <= verify <= 1:
             raise_error(
@@ -215,13 +227,17 @@ class Speculator:
         tokens each request committed since the previous call (one list per request, possibly
         empty): the hook for streaming. Time spent inside it is not counted in the stats.
         """
-        if int(max_new_tokens) < 0:
-            raise_error(InputError, "invalid-argument", "max_new_tokens must be >= 0")
+        max_new_tokens = as_int(max_new_tokens, "max_new_tokens")
         if on_round is not None and not callable(on_round):
             raise_error(InputError, "invalid-argument", "on_round must be callable")
-        prompts = _prompts(input_ids)
-        stops = set(int(s) for s in (stop_token_ids or []))
-        run = _Run(self, prompts, int(max_new_tokens), stops)
+        vocab = self.target.vocab_size
+        prompts = _prompts(input_ids, vocab)
+        stops = (
+            set()
+            if stop_token_ids is None
+            else set(id_list(stop_token_ids, "stop_token_ids", vocab))
+        )
+        run = _Run(self, prompts, max_new_tokens, stops)
         shown = [0] * run.b
         in_hook = 0.0
 

@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from dspark._args import as_float, as_int, is_torch, torch_view
 from dspark._errors import raise_error
-from dspark._native import InputError
+from dspark._native import DSparkError, InputError
 from dspark._torch_loading import DrafterWeights, load_weights
 from dspark._torch_ops import attend, counter_uniforms, mlp, rms_norm
 from dspark.protocols import DraftProposal
@@ -29,8 +30,23 @@ from dspark.protocols import DraftProposal
 __all__ = ["TorchDraftState", "TorchDrafter"]
 
 
+def _as_tensor(value: Any, name: str) -> torch.Tensor:
+    """``torch.as_tensor`` with typed errors (meta/sparse/nested refused, neg/conj resolved)."""
+    try:
+        if is_torch(value):
+            return torch_view(value, name).cpu()
+        return torch.as_tensor(value)
+    except DSparkError:
+        raise
+    except Exception as e:
+        raise_error(InputError, "invalid-argument", f"{name}: {type(e).__name__}: {e}")
+
+
 def _per_request(value: int | Sequence[int] | Any, b: int, name: str) -> torch.Tensor:
-    t = torch.as_tensor(value, dtype=torch.int64).reshape(-1)
+    t = _as_tensor(value, name)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise_error(InputError, "unsupported-dtype", f"{name}: expected integers, got {t.dtype}")
+    t = t.to(torch.int64).reshape(-1)
     if t.numel() == 1:
         t = t.expand(b)
     if t.numel() != b:
@@ -66,20 +82,21 @@ class TorchDraftState:
     def extend(self, features: Any, start_position: int) -> None:
         """Add features ``[T, L*H_t]`` of positions ``start_position..``; held ones are skipped."""
         feats = self._drafter._features(features, 2, "features")
-        if not 0 <= int(start_position) <= self.length:
+        start_position = as_int(start_position, "start_position")
+        if not 0 <= start_position <= self.length:
             raise_error(
                 InputError,
                 "invalid-argument",
                 f"start_position {start_position}: the context holds {self.length} positions "
                 "(no gaps allowed)",
             )
-        new = feats[self.length - int(start_position) :]
+        new = feats[self.length - start_position :]
         if new.shape[0] > 0:
             self._pending.append(new)
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` positions."""
-        n = int(length)
+        n = as_int(length, "length")
         if not 0 <= n <= self.length:
             raise_error(
                 InputError, "invalid-argument", f"truncate({length}): holds {self.length} positions"
@@ -274,7 +291,10 @@ class TorchDrafter:
             s._pending = []
 
     def _features(self, x: Any, ndim: int, name: str) -> torch.Tensor:
-        t = torch.as_tensor(x).to(self.weights.dtype)
+        t = _as_tensor(x, name)
+        if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
+            raise_error(InputError, "unsupported-dtype", f"{name}: {t.dtype} is not supported")
+        t = t.to(self.weights.dtype)
         width = len(self.weights.target_layer_ids) * self.weights.target_hidden_size
         if t.ndim != ndim or t.shape[-1] != width:
             raise_error(
@@ -348,6 +368,7 @@ class TorchDrafter:
         seeds: torch.Tensor,
     ) -> DraftProposal:
         w = self.weights
+        temperature = as_float(temperature, "temperature")
         if not temperature >= 0.0:
             raise_error(InputError, "invalid-argument", f"temperature {temperature}: must be >= 0")
         b, k_out, v_d = base.shape

@@ -20,7 +20,7 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict};
 
 use dspark::Error;
 
-use crate::errors::PyDSparkError;
+use crate::errors::{PyDSparkError, guard, retype};
 
 /// `DLDevice`.
 #[repr(C)]
@@ -250,11 +250,67 @@ fn device_error(name: &str, device_type: i32) -> PyErr {
     input_error(Error::invalid(name, what))
 }
 
+/// Refuse torch tensor kinds whose DLPack export would be wrong or impossible: the meta device
+/// (no data), sparse or nested layouts, and the lazy conjugate / negative bits (DLPack has no
+/// flag for them, so the buffer would be read as if the bit were clear). The Python front
+/// resolves the bits (`resolve_neg()` / `resolve_conj()`) before calling the native kernels.
+fn check_torch_kind(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<()> {
+    let module = obj
+        .get_type()
+        .module()
+        .map(|m| m.to_string())
+        .unwrap_or_default();
+    if module.split('.').next() != Some("torch") {
+        return Ok(());
+    }
+    let flag = |attr: &str, call: bool| -> bool {
+        let Ok(v) = obj.getattr(attr) else {
+            return false;
+        };
+        let v = if call { v.call0() } else { Ok(v) };
+        v.and_then(|v| v.is_truthy()).unwrap_or(false)
+    };
+    let refuse = |what: &str| Err(input_error(Error::invalid(name, what.to_string())));
+    if flag("is_meta", false) {
+        return refuse("a tensor on the `meta` device has no data");
+    }
+    if flag("is_sparse", false) || flag("is_sparse_csr", false) {
+        return refuse("sparse tensors are not supported; call .to_dense() first");
+    }
+    if flag("is_nested", false) {
+        return refuse("nested tensors are not supported");
+    }
+    if flag("is_neg", true) {
+        return refuse(
+            "the tensor carries the lazy negative bit (torch._neg_view); call .resolve_neg() first",
+        );
+    }
+    if flag("is_conj", true) {
+        return refuse("the tensor carries the lazy conjugate bit; call .resolve_conj() first");
+    }
+    if let Ok(layout) = obj.getattr("layout")
+        && let Ok(text) = layout.str()
+        && text != "torch.strided"
+    {
+        return refuse(&format!(
+            "layout {text} is not supported (need torch.strided)"
+        ));
+    }
+    Ok(())
+}
+
 impl DlTensor {
     /// Borrow `obj` (anything with `__dlpack__`) as a CPU, C-contiguous tensor.
     ///
-    /// `name` is the argument name used in error messages.
+    /// `name` is the argument name used in error messages. Every failure is an `InputError`
+    /// naming it, including exceptions raised by the producer's own `__dlpack__`.
     pub fn from_py(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Self> {
+        let py = obj.py();
+        Self::from_py_inner(obj, name)
+            .map_err(|e| retype(py, e, name, "could not be exported through DLPack"))
+    }
+
+    fn from_py_inner(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Self> {
         let py = obj.py();
         if !obj.hasattr("__dlpack__")? {
             return Err(input_error(Error::UnsupportedDtype {
@@ -265,6 +321,7 @@ impl DlTensor {
                 ),
             }));
         }
+        check_torch_kind(obj, name)?;
         if let Some((kind, _)) = dlpack_device(obj)?
             && kind != DL_CPU
             && kind != DL_CUDA_HOST
@@ -398,6 +455,11 @@ impl DlTensor {
         &self.shape
     }
 
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.numel
+    }
+
     /// The argument name used in error messages.
     pub fn name(&self) -> &str {
         &self.name
@@ -485,19 +547,25 @@ fn rename(capsule: &Bound<'_, PyCapsule>, new: &'static CStr) -> PyResult<()> {
 /// Kept for tests of the DLPack layer (zero-copy: `data_ptr` equals the producer's pointer).
 #[pyfunction]
 pub fn _dlpack_describe(obj: &Bound<'_, PyAny>) -> PyResult<(String, Vec<usize>, String, usize)> {
-    let t = DlTensor::from_py(obj, "obj")?;
-    Ok((
-        t.dtype().name().to_string(),
-        t.shape().to_vec(),
-        "cpu".to_string(),
-        t.data_ptr(),
-    ))
+    guard(|| {
+        let t = DlTensor::from_py(obj, "obj")?;
+        Ok((
+            t.dtype().name().to_string(),
+            t.shape().to_vec(),
+            "cpu".to_string(),
+            t.data_ptr(),
+        ))
+    })
 }
 
 /// `_dlpack_sum(obj) -> float`: sum of a float tensor read through the borrowed slice (f32
 /// accumulation), with the GIL released. Kept for tests of the DLPack layer.
 #[pyfunction]
 pub fn _dlpack_sum(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    guard(|| dlpack_sum(py, obj))
+}
+
+fn dlpack_sum(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
     let t = DlTensor::from_py(obj, "obj")?;
     let total = if let Some(s) = t.slice::<f32>() {
         py.detach(|| s.iter().map(|&x| f64::from(x)).sum())

@@ -5,27 +5,22 @@
 //! Results are fresh numpy arrays; `python/dspark/drafter.py` wraps them (torch when available)
 //! and does the HF-model unpacking.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
 
 use dspark::checkpoint::{Inventory, LoadPlan};
-use dspark::sampling::Seeds;
+use dspark::sampling::{PerRequest, Seeds};
 use dspark::{
     DraftSpec, DraftState, Drafter, Error, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights,
-    TargetSpec, WeightSource,
+    TargetSpec, WeightSource, limits,
 };
 
+use crate::args;
 use crate::dlpack::DlTensor;
-use crate::errors::PyDSparkError;
-
-fn err(e: Error) -> PyErr {
-    PyDSparkError(e).into()
-}
+use crate::errors::{err, guard};
 
 /// Copy a float DLPack tensor into an `f32` candle tensor on the CPU.
 fn tensor_f32(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
@@ -49,81 +44,58 @@ fn tensor_f32(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
     Tensor::from_vec(values, shape, &Device::Cpu).map_err(|e| err(e.into()))
 }
 
-/// Token ids (a DLPack tensor or a Python sequence of ints) as `u32`.
-fn ids_u32(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u32>> {
-    let wide: Vec<i64> = if obj.hasattr("__dlpack__")? {
-        let t = DlTensor::from_py(obj, name)?;
-        if t.shape().len() > 1 {
-            return Err(err(Error::bad_shape(
-                name,
-                format!("expected one id per request, got shape {:?}", t.shape()),
-            )));
-        }
-        if let Some(s) = t.slice::<i64>() {
-            s.to_vec()
-        } else if let Some(s) = t.slice::<i32>() {
-            s.iter().map(|&x| i64::from(x)).collect()
-        } else if let Some(s) = t.slice::<u32>() {
-            s.iter().map(|&x| i64::from(x)).collect()
-        } else {
-            return Err(err(Error::UnsupportedDtype {
-                name: name.to_string(),
-                message: format!("{} (expected int32, int64 or uint32)", t.dtype().name()),
-            }));
-        }
-    } else {
-        obj.extract::<Vec<i64>>().map_err(|_| {
-            err(Error::invalid(
-                name,
-                "expected a 1-D int tensor or list of ints",
-            ))
-        })?
-    };
-    wide.into_iter()
-        .map(|x| {
-            u32::try_from(x).map_err(|_| {
-                err(Error::TokenOutOfRange {
-                    name: name.to_string(),
-                    id: x,
-                    vocab_size: u32::MAX as usize,
-                })
-            })
-        })
-        .collect()
+/// Token ids (a DLPack tensor of at most one dimension, or a list of ints), copied once and
+/// checked against `vocab` (`token-out-of-range`).
+fn ids_u32(obj: &Bound<'_, PyAny>, name: &str, vocab: usize) -> PyResult<Vec<u32>> {
+    let (values, shape) = args::ids(obj, name)?;
+    if shape.len() > 1 {
+        return Err(err(Error::bad_shape(
+            name,
+            format!("expected one id per request, got shape {shape:?}"),
+        )));
+    }
+    args::ids_in_vocab(&values, name, vocab)
 }
 
-/// An int or a list/tuple of ints.
+/// An int or a list/tuple of ints, each a non-negative integer.
 fn one_or_many(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<u64>> {
-    if obj.cast::<PyList>().is_ok() || obj.cast::<PyTuple>().is_ok() {
-        obj.extract::<Vec<u64>>()
-    } else {
-        obj.extract::<u64>().map(|x| vec![x])
-    }
-    .map_err(|_| {
-        err(Error::invalid(
-            name,
-            "expected a non-negative int or one per request",
-        ))
-    })
+    Ok(
+        match args::per_request(obj, |v| args::uint(v, name, u64::MAX))? {
+            PerRequest::All(v) => vec![v],
+            PerRequest::Each(v) => v,
+        },
+    )
 }
 
 fn options(
-    temperature: f32,
-    seed: &Bound<'_, PyAny>,
-    top_k: Option<usize>,
+    temperature: Option<&Bound<'_, PyAny>>,
+    seed: Option<&Bound<'_, PyAny>>,
+    top_k: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<ProposeOptions> {
-    let seeds = if seed.is_none() {
-        Seeds::Scalar(0)
-    } else if seed.cast::<PyList>().is_ok() || seed.cast::<PyTuple>().is_ok() {
-        Seeds::PerRequest(one_or_many(seed, "seed")?)
-    } else {
-        Seeds::Scalar(one_or_many(seed, "seed")?[0])
+    let temperature = args::opt_float32(temperature, "temperature", 0.0)?;
+    let top_k = args::opt_usize(top_k, "top_k", u64::MAX)?;
+    let seeds = match seed.filter(|s| !s.is_none()) {
+        None => Seeds::Scalar(0),
+        Some(s) if args::is_sequence(s) => Seeds::PerRequest(one_or_many(s, "seed")?),
+        Some(s) => Seeds::Scalar(args::uint(s, "seed", u64::MAX)?),
     };
     Ok(ProposeOptions {
         temperature,
         seeds,
         top_k,
     })
+}
+
+/// Refuse a proposal whose outputs (`[B, K, V_t]` logits) would exceed the output limit, before
+/// the engine allocates them.
+fn check_output(inner: &Qwen3Drafter, batch: usize) -> PyResult<()> {
+    let dims = [
+        batch as u64,
+        inner.num_draft_tokens() as u64,
+        inner.vocab().target as u64,
+    ];
+    limits::output_elements("anchors", &dims).map_err(err)?;
+    Ok(())
 }
 
 /// `(tokens [B,K] int64, draft_logits [B,K,V_t] float32, confidence [B,K] float32 | None)`.
@@ -180,9 +152,16 @@ impl PyDrafter {
     /// `(embed_shared, lm_head_shared)`: which weights the drafter at `path` takes from the
     /// target described by `target_config` (JSON text).
     #[staticmethod]
-    fn plan_sharing(py: Python<'_>, path: PathBuf, target_config: &str) -> PyResult<(bool, bool)> {
-        let target = target_spec(target_config)?;
-        py.detach(|| plan_sharing(&path, &target)).map_err(err)
+    fn plan_sharing(
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        target_config: &Bound<'_, PyAny>,
+    ) -> PyResult<(bool, bool)> {
+        guard(|| {
+            let path = args::path(path, "path")?;
+            let target = target_spec(&args::string(target_config, "target_config")?)?;
+            py.detach(|| plan_sharing(&path, &target)).map_err(err)
+        })
     }
 
     /// Load the drafter at `path` for the target described by `target_config` (JSON text);
@@ -191,134 +170,147 @@ impl PyDrafter {
     #[pyo3(signature = (path, target_config, embed_tokens = None, lm_head = None))]
     fn load(
         py: Python<'_>,
-        path: PathBuf,
-        target_config: &str,
+        path: &Bound<'_, PyAny>,
+        target_config: &Bound<'_, PyAny>,
         embed_tokens: Option<&Bound<'_, PyAny>>,
         lm_head: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let target = target_spec(target_config)?;
-        let (share_embed, share_head) = py.detach(|| plan_sharing(&path, &target)).map_err(err)?;
-        let take = |obj: Option<&Bound<'_, PyAny>>, needed: bool, name: &str| match obj {
-            Some(o) if needed && !o.is_none() => tensor_f32(o, name).map(Some),
-            _ => Ok(None),
-        };
-        let shared = SharedWeights {
-            embed: take(embed_tokens, share_embed, "embed_tokens")?,
-            lm_head: take(lm_head, share_head, "lm_head")?,
-        };
-        let inner = py
-            .detach(|| Qwen3Drafter::load(&path, &target, shared))
-            .map_err(err)?;
-        Ok(Self {
-            inner: Arc::new(inner),
+        guard(|| {
+            let path = args::path(path, "path")?;
+            let target = target_spec(&args::string(target_config, "target_config")?)?;
+            let (share_embed, share_head) =
+                py.detach(|| plan_sharing(&path, &target)).map_err(err)?;
+            let take = |obj: Option<&Bound<'_, PyAny>>, needed: bool, name: &str| match obj {
+                Some(o) if needed && !o.is_none() => tensor_f32(o, name).map(Some),
+                _ => Ok(None),
+            };
+            let shared = SharedWeights {
+                embed: take(embed_tokens, share_embed, "embed_tokens")?,
+                lm_head: take(lm_head, share_head, "lm_head")?,
+            };
+            let inner = py
+                .detach(|| Qwen3Drafter::load(&path, &target, shared))
+                .map_err(err)?;
+            Ok(Self {
+                inner: Arc::new(inner),
+            })
         })
     }
 
     /// `K`: draft tokens per proposal.
     #[getter]
-    fn block_size(&self) -> usize {
-        self.inner.block_size()
+    fn block_size(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.block_size()))
     }
 
     /// `K` (same as `block_size`).
     #[getter]
-    fn num_draft_tokens(&self) -> usize {
-        self.inner.num_draft_tokens()
+    fn num_draft_tokens(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.num_draft_tokens()))
     }
 
     /// The noise (mask) token id.
     #[getter]
-    fn noise_token_id(&self) -> u32 {
-        self.inner.noise_token()
+    fn noise_token_id(&self) -> PyResult<u32> {
+        guard(|| Ok(self.inner.noise_token()))
     }
 
     /// `V_in`.
     #[getter]
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab().input
+    fn vocab_size(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.vocab().input))
     }
 
     /// `V_d`.
     #[getter]
-    fn draft_vocab_size(&self) -> usize {
-        self.inner.vocab().draft
+    fn draft_vocab_size(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.vocab().draft))
     }
 
     /// `V_t`.
     #[getter]
-    fn target_vocab_size(&self) -> usize {
-        self.inner.vocab().target
+    fn target_vocab_size(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.vocab().target))
     }
 
     /// The `d2t` offset table as int64 numpy (`None` for the identity map).
     #[getter]
-    fn draft_id_to_target_id<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray1<i64>>> {
-        self.inner
-            .id_map()
-            .offsets()
-            .map(|o| PyArray1::from_vec(py, o))
+    fn draft_id_to_target_id<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<Bound<'py, PyArray1<i64>>>> {
+        guard(|| {
+            Ok(self
+                .inner
+                .id_map()
+                .offsets()
+                .map(|o| PyArray1::from_vec(py, o)))
+        })
     }
 
     /// Whether the checkpoint ships its own `embed_tokens`.
     #[getter]
-    fn has_own_embed_tokens(&self) -> bool {
-        self.inner.embed_source() == WeightSource::Own
+    fn has_own_embed_tokens(&self) -> PyResult<bool> {
+        guard(|| Ok(self.inner.embed_source() == WeightSource::Own))
     }
 
     /// Whether the checkpoint ships its own `lm_head`.
     #[getter]
-    fn has_own_lm_head(&self) -> bool {
-        self.inner.lm_head_source() == WeightSource::Own
+    fn has_own_lm_head(&self) -> PyResult<bool> {
+        guard(|| Ok(self.inner.lm_head_source() == WeightSource::Own))
     }
 
     /// DeepSpec semantics (HF `hidden_states[i+1]`).
     #[getter]
-    fn target_layer_ids(&self) -> Vec<i64> {
-        self.inner.target_layer_ids().to_vec()
+    fn target_layer_ids(&self) -> PyResult<Vec<i64>> {
+        guard(|| Ok(self.inner.target_layer_ids().to_vec()))
     }
 
     /// Capture semantics (input of layer `j`).
     #[getter]
-    fn capture_layer_ids(&self) -> Vec<usize> {
-        self.inner.capture_layer_ids().to_vec()
+    fn capture_layer_ids(&self) -> PyResult<Vec<usize>> {
+        guard(|| Ok(self.inner.capture_layer_ids().to_vec()))
     }
 
     /// DeepSpec layout (`True`) or the 1+K layout.
     #[getter]
-    fn sample_from_anchor(&self) -> bool {
-        self.inner.sample_from_anchor()
+    fn sample_from_anchor(&self) -> PyResult<bool> {
+        guard(|| Ok(self.inner.sample_from_anchor()))
     }
 
     /// Whether proposals carry confidences.
     #[getter]
-    fn has_confidence_head(&self) -> bool {
-        self.inner.has_confidence_head()
+    fn has_confidence_head(&self) -> PyResult<bool> {
+        guard(|| Ok(self.inner.has_confidence_head()))
     }
 
     /// Width of one context feature row, `L·H_t`.
     #[getter]
-    fn context_width(&self) -> usize {
-        self.inner.context_width()
+    fn context_width(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.context_width()))
     }
 
     /// Markov rank (0 = DFlash).
     #[getter]
-    fn markov_rank(&self) -> usize {
-        self.inner.markov_rank()
+    fn markov_rank(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.markov_rank()))
     }
 
     /// `(code, message)` of every non-fatal finding from config and load plan.
     #[getter]
-    fn warnings(&self) -> Vec<(String, String)> {
-        self.inner
-            .warnings()
-            .iter()
-            .map(|w| (w.code.to_string(), w.message.clone()))
-            .collect()
+    fn warnings(&self) -> PyResult<Vec<(String, String)>> {
+        guard(|| {
+            Ok(self
+                .inner
+                .warnings()
+                .iter()
+                .map(|w| (w.code.to_string(), w.message.clone()))
+                .collect())
+        })
     }
 
     /// Stateless drafting over `context` `[B, T, L·H_t]`.
-    #[pyo3(signature = (context, anchors, *, start_positions = None, temperature = 0.0, seed = None, top_k = None))]
+    #[pyo3(signature = (context, anchors, *, start_positions = None, temperature = None, seed = None, top_k = None))]
     #[allow(clippy::too_many_arguments)]
     fn propose<'py>(
         &self,
@@ -326,65 +318,100 @@ impl PyDrafter {
         context: &Bound<'py, PyAny>,
         anchors: &Bound<'py, PyAny>,
         start_positions: Option<&Bound<'py, PyAny>>,
-        temperature: f32,
+        temperature: Option<&Bound<'py, PyAny>>,
         seed: Option<&Bound<'py, PyAny>>,
-        top_k: Option<usize>,
+        top_k: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<ProposalArrays<'py>> {
-        let ctx = tensor_f32(context, "context_hidden_states")?;
-        let anchors = ids_u32(anchors, "anchors")?;
-        let starts: Vec<usize> = match start_positions {
-            None => vec![0],
-            Some(s) => one_or_many(s, "start_positions")?
-                .into_iter()
-                .map(|x| x as usize)
-                .collect(),
-        };
-        let none = py.None().into_bound(py);
-        let opts = options(temperature, seed.unwrap_or(&none), top_k)?;
-        let inner = &self.inner;
-        let p = py
-            .detach(|| inner.propose(&ctx, &anchors, &starts, &opts))
-            .map_err(err)?;
-        arrays(py, p)
+        guard(|| {
+            let opts = options(temperature, seed, top_k)?;
+            let starts: Vec<usize> = match start_positions.filter(|s| !s.is_none()) {
+                None => vec![0],
+                Some(s) => one_or_many(s, "start_positions")?
+                    .into_iter()
+                    .map(|x| {
+                        usize::try_from(x).map_err(|_| {
+                            err(Error::too_large("start_positions", x, usize::MAX, ""))
+                        })
+                    })
+                    .collect::<PyResult<_>>()?,
+            };
+            let inner = &self.inner;
+            let anchors = ids_u32(anchors, "anchors", inner.vocab().target)?;
+            check_output(inner, anchors.len())?;
+            let ctx = tensor_f32(context, "context_hidden_states")?;
+            let p = py
+                .detach(|| inner.propose(&ctx, &anchors, &starts, &opts))
+                .map_err(err)?;
+            arrays(py, p)
+        })
     }
 
     /// A fresh, empty per-request state.
-    fn new_state(&self) -> PyDraftState {
-        PyDraftState {
-            drafter: Arc::clone(&self.inner),
-            state: self.inner.new_state(),
-        }
+    fn new_state(&self) -> PyResult<PyDraftState> {
+        guard(|| {
+            Ok(PyDraftState {
+                drafter: Arc::clone(&self.inner),
+                state: self.inner.new_state(),
+            })
+        })
     }
 
     /// Draft one block per state (anchor `b` at `states[b].length + states[b].start`).
-    #[pyo3(signature = (states, anchors, *, temperature = 0.0, seed = None, top_k = None))]
+    #[pyo3(signature = (states, anchors, *, temperature = None, seed = None, top_k = None))]
     fn propose_states<'py>(
         &self,
         py: Python<'py>,
-        states: Vec<PyRef<'py, PyDraftState>>,
+        states: &Bound<'py, PyAny>,
         anchors: &Bound<'py, PyAny>,
-        temperature: f32,
+        temperature: Option<&Bound<'py, PyAny>>,
         seed: Option<&Bound<'py, PyAny>>,
-        top_k: Option<usize>,
+        top_k: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<ProposalArrays<'py>> {
-        if let Some(i) = states
-            .iter()
-            .position(|s| !Arc::ptr_eq(&s.drafter, &self.inner))
-        {
-            return Err(err(Error::invalid(
-                "states",
-                format!("state {i} was made by another drafter"),
-            )));
-        }
-        let anchors = ids_u32(anchors, "anchors")?;
-        let none = py.None().into_bound(py);
-        let opts = options(temperature, seed.unwrap_or(&none), top_k)?;
-        let refs: Vec<&DraftState> = states.iter().map(|s| &s.state).collect();
-        let inner = &self.inner;
-        let p = py
-            .detach(|| inner.propose_cached(&refs, &anchors, &opts))
-            .map_err(err)?;
-        arrays(py, p)
+        guard(|| {
+            let opts = options(temperature, seed, top_k)?;
+            if !args::is_sequence(states) {
+                return Err(err(Error::invalid(
+                    "states",
+                    format!(
+                        "expected a list of DraftState, got {}",
+                        args::type_name(states)
+                    ),
+                )));
+            }
+            let mut held = Vec::new();
+            for (i, item) in states.try_iter()?.enumerate() {
+                let item = item?;
+                let state = item.cast::<PyDraftState>().map_err(|_| {
+                    err(Error::invalid(
+                        "states",
+                        format!("item {i} is a {}, not a DraftState", args::type_name(&item)),
+                    ))
+                })?;
+                let state = state.try_borrow().map_err(|_| {
+                    err(Error::invalid(
+                        "states",
+                        format!("state {i} is being changed by another thread"),
+                    ))
+                })?;
+                if !Arc::ptr_eq(&state.drafter, &self.inner) {
+                    return Err(err(Error::invalid(
+                        "states",
+                        format!("state {i} was made by another drafter"),
+                    )));
+                }
+                held.push(state);
+            }
+            let inner = &self.inner;
+            let anchors = ids_u32(anchors, "anchors", inner.vocab().target)?;
+            check_output(inner, anchors.len())?;
+            let refs: Vec<&DraftState> = held.iter().map(|s| &s.state).collect();
+            let p = py
+                .detach(|| inner.propose_cached(&refs, &anchors, &opts))
+                .map_err(err)?;
+            drop(refs);
+            drop(held);
+            arrays(py, p)
+        })
     }
 }
 
@@ -395,51 +422,81 @@ pub struct PyDraftState {
     state: DraftState,
 }
 
+/// Borrow a state mutably, refusing (typed) while another thread uses it.
+fn state_mut<'py>(slf: &Bound<'py, PyDraftState>) -> PyResult<PyRefMut<'py, PyDraftState>> {
+    slf.try_borrow_mut().map_err(|_| {
+        err(Error::invalid(
+            "state",
+            "this DraftState is in use by another thread",
+        ))
+    })
+}
+
+fn state_ref<'py>(slf: &Bound<'py, PyDraftState>) -> PyResult<PyRef<'py, PyDraftState>> {
+    slf.try_borrow().map_err(|_| {
+        err(Error::invalid(
+            "state",
+            "this DraftState is being changed by another thread",
+        ))
+    })
+}
+
 #[pymethods]
 impl PyDraftState {
     /// Append features `[T, L·H_t]` at absolute positions `start_position ..`.
     fn extend(
-        &mut self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         features: &Bound<'_, PyAny>,
-        start_position: usize,
+        start_position: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let f = tensor_f32(features, "features")?;
-        let (drafter, state) = (&self.drafter, &mut self.state);
-        py.detach(|| drafter.extend(state, &f, start_position))
-            .map_err(err)
+        guard(|| {
+            let py = slf.py();
+            let start_position = args::usize_at_most(start_position, "start_position", u64::MAX)?;
+            let f = tensor_f32(features, "features")?;
+            let mut this = state_mut(slf)?;
+            let this = &mut *this;
+            let (drafter, state) = (&this.drafter, &mut this.state);
+            py.detach(|| drafter.extend(state, &f, start_position))
+                .map_err(err)
+        })
     }
 
     /// Keep the first `n` cached positions.
-    fn truncate(&mut self, n: usize) -> PyResult<()> {
-        self.state.truncate(n).map_err(err)
+    fn truncate(slf: &Bound<'_, Self>, n: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(|| {
+            let n = args::usize_at_most(n, "n", u64::MAX)?;
+            state_mut(slf)?.state.truncate(n).map_err(err)
+        })
     }
 
     /// Drop everything.
-    fn clear(&mut self) {
-        self.state.clear();
+    fn clear(slf: &Bound<'_, Self>) -> PyResult<()> {
+        guard(|| {
+            state_mut(slf)?.state.clear();
+            Ok(())
+        })
     }
 
     /// Number of cached context positions.
     #[getter]
-    fn length(&self) -> usize {
-        self.state.len()
+    fn length(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        guard(|| Ok(state_ref(slf)?.state.len()))
     }
 
     /// Absolute position of the first cached row.
     #[getter]
-    fn start(&self) -> usize {
-        self.state.start()
+    fn start(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        guard(|| Ok(state_ref(slf)?.state.start()))
     }
 
     /// One past the last cached position (where the next anchor sits).
     #[getter]
-    fn end(&self) -> usize {
-        self.state.end()
+    fn end(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        guard(|| Ok(state_ref(slf)?.state.end()))
     }
 
-    fn __len__(&self) -> usize {
-        self.state.len()
+    fn __len__(slf: &Bound<'_, Self>) -> PyResult<usize> {
+        guard(|| Ok(state_ref(slf)?.state.len()))
     }
 }
 

@@ -4,7 +4,10 @@
 //! `.code` (the engine's stable code) and `.problems` (a list of `(code, message)` pairs, one per
 //! problem, so `Error::Multiple` loses nothing).
 
-use pyo3::exceptions::{PyException, PyValueError};
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -46,6 +49,12 @@ pyo3::create_exception!(
     DSparkError,
     "The tensor backend failed."
 );
+pyo3::create_exception!(
+    dspark._native,
+    InternalError,
+    DSparkError,
+    "A bug in dspark (a caught panic); code `internal`. Never the caller's fault."
+);
 
 /// Newtype so `?` converts engine errors into Python exceptions (orphan rule).
 #[derive(Debug)]
@@ -72,6 +81,7 @@ pub fn to_pyerr(e: &Error) -> PyErr {
         ErrorKind::Vocab => VocabError::new_err(message),
         ErrorKind::Input => InputError::new_err(message),
         ErrorKind::Backend => BackendError::new_err(message),
+        ErrorKind::Internal => InternalError::new_err(message),
     };
     Python::attach(|py| {
         let value = err.value(py);
@@ -90,9 +100,61 @@ pub fn to_pyerr(e: &Error) -> PyErr {
     err
 }
 
-/// A plain `ValueError` for binding-level argument problems that never reach the engine.
-pub fn value_error(msg: impl Into<String>) -> PyErr {
-    PyValueError::new_err(msg.into())
+/// An engine error as a Python exception (the `?`-free spelling of [`PyDSparkError`]).
+pub fn err(e: Error) -> PyErr {
+    to_pyerr(&e)
+}
+
+/// Run the body of a Python entry point, turning a panic into `InternalError` (code `internal`).
+///
+/// Every `#[pyfunction]` and `#[pymethods]` body goes through here, so no `PanicException` (a
+/// `BaseException` that `except Exception` does not catch) ever reaches a user. Panics inside
+/// `py.detach` unwind through it too: PyO3 re-attaches the thread on the way out.
+pub fn guard<T>(body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(result) => result,
+        Err(payload) => Err(err(Error::Internal {
+            message: panic_message(payload.as_ref()),
+        })),
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&'static str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// Whether `e` is already one of dspark's own exceptions.
+pub fn is_dspark(py: Python<'_>, e: &PyErr) -> bool {
+    e.is_instance_of::<DSparkError>(py)
+}
+
+/// Re-type a Python exception raised while reading argument `name` (an `__dlpack__`, `__index__`
+/// or `__float__` that failed) as `InputError` (`invalid-argument`), keeping dspark's own
+/// exceptions and anything that is not an `Exception` (`KeyboardInterrupt`, `SystemExit`) as is.
+pub fn retype(py: Python<'_>, e: PyErr, name: &str, what: &str) -> PyErr {
+    if is_dspark(py, &e) || !e.is_instance_of::<PyException>(py) {
+        return e;
+    }
+    let kind = e
+        .get_type(py)
+        .name()
+        .map_or_else(|_| "error".to_string(), |n| n.to_string());
+    err(Error::invalid(
+        name,
+        format!("{what} ({kind}: {})", e.value(py)),
+    ))
+}
+
+/// `_test_panic(message)`: panics inside the guard. Kept for the tests of the panic boundary.
+#[pyfunction]
+pub fn _test_panic(message: &str) -> PyResult<()> {
+    guard(|| panic!("{message}"))
 }
 
 /// Register the exception classes on the module.
@@ -104,5 +166,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VocabError", py.get_type::<VocabError>())?;
     m.add("InputError", py.get_type::<InputError>())?;
     m.add("BackendError", py.get_type::<BackendError>())?;
+    m.add("InternalError", py.get_type::<InternalError>())?;
     Ok(())
 }

@@ -1,10 +1,9 @@
 //! `dspark.inspect` and its report.
 
-use std::path::PathBuf;
-
 use pyo3::prelude::*;
 
-use crate::json;
+use crate::errors::guard;
+use crate::{args, json};
 
 /// What `inspect` found: `.ok`, `.to_dict()` (the stable JSON form).
 #[pyclass(name = "Report", module = "dspark", frozen)]
@@ -17,37 +16,53 @@ pub struct PyReport {
 impl PyReport {
     /// True when the drafter will load.
     #[getter]
-    fn ok(&self) -> bool {
-        self.ok
+    fn ok(&self) -> PyResult<bool> {
+        guard(|| Ok(self.ok))
     }
 
     /// The stable JSON form as a dict.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        json::to_py(py, &self.json)
+        guard(|| json::to_py(py, &self.json))
     }
 
     /// The stable JSON form as a string.
-    fn to_json(&self) -> String {
-        self.json.to_string()
+    fn to_json(&self) -> PyResult<String> {
+        guard(|| Ok(self.json.to_string()))
     }
 
-    fn __repr__(&self) -> String {
-        let errors = self
-            .json
-            .get("errors")
-            .and_then(|e| e.as_array())
-            .map_or(0, Vec::len);
-        format!("Report(ok={}, errors={errors})", self.ok)
+    fn __repr__(&self) -> PyResult<String> {
+        guard(|| {
+            let errors = self
+                .json
+                .get("errors")
+                .and_then(|e| e.as_array())
+                .map_or(0, Vec::len);
+            Ok(format!("Report(ok={}, errors={errors})", self.ok))
+        })
     }
 }
 
 /// Inspect a drafter checkpoint against a target config without loading tensor data.
+///
+/// `draft` and `target` are paths (`str` or `os.PathLike`); anything else is an `InputError`
+/// (`invalid-argument`). Problems with the files themselves are in the report, not raised.
 #[pyfunction]
 #[pyo3(signature = (draft, target = None))]
-pub fn inspect(py: Python<'_>, draft: PathBuf, target: Option<PathBuf>) -> PyReport {
-    let report = py.detach(|| dspark::inspect(&draft, target.as_deref()));
-    PyReport {
-        ok: report.ok(),
-        json: report.to_json(),
-    }
+pub fn inspect(
+    py: Python<'_>,
+    draft: &Bound<'_, PyAny>,
+    target: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyReport> {
+    guard(|| {
+        let draft = args::path(draft, "draft")?;
+        let target = match target.filter(|t| !t.is_none()) {
+            Some(t) => Some(args::path(t, "target")?),
+            None => None,
+        };
+        let report = py.detach(|| dspark::inspect(&draft, target.as_deref()));
+        Ok(PyReport {
+            ok: report.ok(),
+            json: report.to_json(),
+        })
+    })
 }

@@ -4,25 +4,24 @@
 //! never copied, and the GIL is released around the Rust work while the guards keep the memory
 //! alive. Outputs are fresh numpy arrays; `python/dspark/kernels.py` turns them into torch
 //! tensors (zero-copy) when the main input was a torch tensor, and wraps them in dataclasses.
-
-use std::borrow::Cow;
+//!
+//! The boundary rule: every body runs inside [`crate::errors::guard`] (a panic is
+//! `InternalError`); scalar arguments are read with typed errors by [`crate::args`] before any
+//! tensor is exported; output sizes are checked against [`dspark::limits`] before the engine
+//! allocates; token ids (small) are copied once, then validated and used, with their real shape.
 
 use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
 
-use dspark::Error;
 use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, StepsPerSecond, StsCalibration,
+    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, StepsPerSecond, StsCalibration, Tokens,
     VerifyOptions,
 };
+use dspark::{Error, limits};
 
+use crate::args;
 use crate::dlpack::DlTensor;
-use crate::errors::PyDSparkError;
-
-fn err(e: Error) -> PyErr {
-    PyDSparkError(e).into()
-}
+use crate::errors::{err, guard};
 
 /// View a float tensor (f32/f16/bf16) as engine [`Floats`].
 fn floats(t: &DlTensor) -> PyResult<Floats<'_>> {
@@ -54,110 +53,51 @@ fn dims<const N: usize>(t: &DlTensor) -> PyResult<[usize; N]> {
     })
 }
 
-fn not_ids(t: &DlTensor) -> PyErr {
-    err(Error::UnsupportedDtype {
-        name: t.name().to_string(),
-        message: format!(
-            "{} is not supported for token ids (expected int32, int64 or uint32)",
-            t.dtype().name()
-        ),
-    })
-}
-
-/// Token ids as `i64` (borrowed when already int64).
-fn ids_i64(t: &DlTensor) -> PyResult<Cow<'_, [i64]>> {
-    if let Some(s) = t.slice::<i64>() {
-        return Ok(Cow::Borrowed(s));
-    }
-    if let Some(s) = t.slice::<i32>() {
-        return Ok(Cow::Owned(s.iter().map(|&x| i64::from(x)).collect()));
-    }
-    if let Some(s) = t.slice::<u32>() {
-        return Ok(Cow::Owned(s.iter().map(|&x| i64::from(x)).collect()));
-    }
-    Err(not_ids(t))
-}
-
-/// Token ids as `u32` (borrowed when already uint32); negative or huge ids are
-/// `token-out-of-range` against `vocab`.
-fn ids_u32(t: &DlTensor, vocab: usize) -> PyResult<Cow<'_, [u32]>> {
-    if let Some(s) = t.slice::<u32>() {
-        return Ok(Cow::Borrowed(s));
-    }
-    let wide = ids_i64(t)?;
-    wide.iter()
-        .map(|&x| {
-            u32::try_from(x).map_err(|_| {
-                err(Error::TokenOutOfRange {
-                    name: t.name().to_string(),
-                    id: x,
-                    vocab_size: vocab,
-                })
-            })
-        })
-        .collect::<PyResult<Vec<u32>>>()
-        .map(Cow::Owned)
-}
-
-/// A count or size argument that must not be negative (`invalid-argument` otherwise).
-fn non_negative(v: i64, name: &str) -> PyResult<usize> {
-    usize::try_from(v).map_err(|_| err(Error::invalid(name, format!("{v} (must be >= 0)"))))
-}
-
-/// A scalar or a per-request sequence (list/tuple; the Python front converts arrays).
-fn scalar_or_list<'py, T>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<PerRequest<T>>
-where
-    T: for<'a> FromPyObject<'a, 'py>,
-{
-    let bad = |what: &str| err(Error::invalid(name, what.to_string()));
-    if obj.cast::<PyList>().is_ok() || obj.cast::<PyTuple>().is_ok() {
-        let mut out = Vec::new();
-        for item in obj.try_iter()? {
-            out.push(
-                item?
-                    .extract::<T>()
-                    .map_err(|_| bad("bad per-request value"))?,
-            );
-        }
-        Ok(PerRequest::Each(out))
-    } else {
-        Ok(PerRequest::All(obj.extract::<T>().map_err(|_| {
-            bad("expected a number or one number per request")
-        })?))
-    }
-}
-
-fn seeds(obj: &Bound<'_, PyAny>) -> PyResult<Seeds> {
-    let bad = || {
-        err(Error::invalid(
-            "seed",
-            "expected a non-negative integer below 2**64, or one per request",
-        ))
+fn seeds(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Seeds> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(Seeds::Scalar(0));
     };
-    match scalar_or_list::<u64>(obj, "seed").map_err(|_| bad())? {
-        PerRequest::All(s) => Ok(Seeds::Scalar(s)),
-        PerRequest::Each(v) => Ok(Seeds::PerRequest(v)),
+    Ok(
+        match args::per_request(obj, |v| args::uint(v, "seed", u64::MAX))? {
+            PerRequest::All(s) => Seeds::Scalar(s),
+            PerRequest::Each(v) => Seeds::PerRequest(v),
+        },
+    )
+}
+
+/// One `top_k` value of `verify`: `None` or a negative value = off; beyond u64 is `too-large`.
+fn top_k_one(v: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    if v.is_none() || args::int_saturating(v, "top_k")? < 0 {
+        return Ok(None);
     }
+    args::usize_at_most(v, "top_k", u64::MAX).map(Some)
 }
 
 /// `top_k`: `None` = off; a per-request list may hold `None` or negative values for "off".
 fn top_k(obj: Option<&Bound<'_, PyAny>>) -> PyResult<PerRequest<Option<usize>>> {
-    let Some(obj) = obj else {
-        return Ok(PerRequest::All(None));
-    };
-    let one = |v: Option<i64>| -> PyResult<Option<usize>> {
-        match v {
-            None => Ok(None),
-            Some(k) if k < 0 => Ok(None),
-            Some(k) => usize::try_from(k)
-                .map(Some)
-                .map_err(|_| err(Error::invalid("top_k", "out of range"))),
-        }
-    };
-    Ok(match scalar_or_list::<Option<i64>>(obj, "top_k")? {
-        PerRequest::All(v) => PerRequest::All(one(v)?),
-        PerRequest::Each(vs) => PerRequest::Each(vs.into_iter().map(one).collect::<PyResult<_>>()?),
-    })
+    match obj {
+        None => Ok(PerRequest::All(None)),
+        Some(o) => args::per_request(o, top_k_one),
+    }
+}
+
+/// A per-request float option (`None`: `default` for every request).
+fn floats_per_request(
+    obj: Option<&Bound<'_, PyAny>>,
+    name: &str,
+    default: f32,
+) -> PyResult<PerRequest<f32>> {
+    match obj {
+        Some(o) if !o.is_none() => args::per_request(o, |v| args::float32(v, name)),
+        _ => Ok(PerRequest::All(default)),
+    }
+}
+
+/// `output_elements` for the glue: refuse an output above the documented limit before the
+/// engine allocates it, naming the argument the size comes from.
+fn output(name: &str, dims: &[usize]) -> PyResult<usize> {
+    let dims: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+    limits::output_elements(name, &dims).map_err(err)
 }
 
 fn to_numpy2<'py, T: numpy::Element>(
@@ -185,8 +125,8 @@ type BlockArrays<'py> = (
 
 /// Draft one block with the Markov head. See `dspark.sample_block`.
 #[pyfunction]
-#[pyo3(signature = (base_logits, markov_w1, markov_w2, anchors, *, temperature = 0.0, seed = None,
-                    target_vocab_size = None, d2t = None, top_k = None, logit_scale = 1.0))]
+#[pyo3(signature = (base_logits, markov_w1, markov_w2, anchors, *, temperature = None, seed = None,
+                    target_vocab_size = None, d2t = None, top_k = None, logit_scale = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn sample_block<'py>(
     py: Python<'py>,
@@ -194,80 +134,93 @@ pub fn sample_block<'py>(
     markov_w1: &Bound<'py, PyAny>,
     markov_w2: &Bound<'py, PyAny>,
     anchors: &Bound<'py, PyAny>,
-    temperature: f32,
+    temperature: Option<&Bound<'py, PyAny>>,
     seed: Option<&Bound<'py, PyAny>>,
-    target_vocab_size: Option<i64>,
+    target_vocab_size: Option<&Bound<'py, PyAny>>,
     d2t: Option<&Bound<'py, PyAny>>,
-    top_k: Option<i64>,
-    logit_scale: f32,
+    top_k: Option<&Bound<'py, PyAny>>,
+    logit_scale: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<BlockArrays<'py>> {
-    let base_t = DlTensor::from_py(base_logits, "base_logits")?;
-    let w1_t = DlTensor::from_py(markov_w1, "markov_w1")?;
-    let w2_t = DlTensor::from_py(markov_w2, "markov_w2")?;
-    let anchors_t = DlTensor::from_py(anchors, "anchors")?;
-    let base = Rows3 {
-        data: floats(&base_t)?,
-        dims: dims::<3>(&base_t)?,
-    };
-    let w1 = Mat {
-        data: floats(&w1_t)?,
-        dims: dims::<2>(&w1_t)?,
-    };
-    let w2 = Mat {
-        data: floats(&w2_t)?,
-        dims: dims::<2>(&w2_t)?,
-    };
-    dims::<1>(&anchors_t)?;
-    let anchor_ids = ids_u32(&anchors_t, w1.dims[0])?;
-    let draft_vocab = base.dims[2];
-    let target_vocab_size = target_vocab_size
-        .map(|v| non_negative(v, "target_vocab_size"))
-        .transpose()?;
-    let top_k = top_k.map(|k| non_negative(k, "top_k")).transpose()?;
-    let id_map = match (d2t, target_vocab_size) {
-        (Some(d2t), tv) => {
-            let d2t_t = DlTensor::from_py(d2t, "d2t")?;
-            dims::<1>(&d2t_t)?;
-            let offsets = ids_i64(&d2t_t)?;
-            let Some(tv) = tv else {
-                return Err(err(Error::invalid(
-                    "target_vocab_size",
-                    "required when d2t is given",
-                )));
-            };
-            dspark::IdMap::from_offsets(&offsets, draft_vocab, tv).map_err(err)?
-        }
-        (None, Some(tv)) if tv > draft_vocab => {
-            return Err(err(Error::MissingD2t {
-                draft: draft_vocab,
-                target: tv,
-            }));
-        }
-        (None, tv) => dspark::IdMap::identity(tv.unwrap_or(draft_vocab)),
-    };
-    let seeds = match seed {
-        Some(s) => seeds(s)?,
-        None => Seeds::Scalar(0),
-    };
-    let opts = BlockOptions {
-        temperature,
-        seeds,
-        id_map: &id_map,
-        top_k,
-        logit_scale,
-    };
-    let anchor_ids: &[u32] = &anchor_ids;
-    let block = py
-        .detach(|| dspark::sampling::sample_block_slices(base, w1, w2, anchor_ids, &opts))
-        .map_err(err)?;
-    drop((base_t, w1_t, w2_t, anchors_t));
-    let (b, k) = (block.batch, block.slots);
-    let tokens = block.tokens.iter().map(|&t| i64::from(t)).collect();
-    Ok((
-        to_numpy2(py, tokens, [b, k])?,
-        to_numpy3(py, block.draft_logits, [b, k, block.target_vocab])?,
-        to_numpy3(py, block.prev_embeddings, [b, k, block.rank])?,
-    ))
+    guard(|| {
+        // Scalars first: nothing is exported or allocated for a call with a bad argument.
+        let temperature = args::opt_float32(temperature, "temperature", 0.0)?;
+        let logit_scale = args::opt_float32(logit_scale, "logit_scale", 1.0)?;
+        let target_vocab_size =
+            args::opt_usize(target_vocab_size, "target_vocab_size", limits::MAX_VOCAB)?;
+        let top_k = args::opt_usize(top_k, "top_k", u64::MAX)?;
+        let seeds = seeds(seed)?;
+        let base_t = DlTensor::from_py(base_logits, "base_logits")?;
+        let w1_t = DlTensor::from_py(markov_w1, "markov_w1")?;
+        let w2_t = DlTensor::from_py(markov_w2, "markov_w2")?;
+        let base = Rows3 {
+            data: floats(&base_t)?,
+            dims: dims::<3>(&base_t)?,
+        };
+        let w1 = Mat {
+            data: floats(&w1_t)?,
+            dims: dims::<2>(&w1_t)?,
+        };
+        let w2 = Mat {
+            data: floats(&w2_t)?,
+            dims: dims::<2>(&w2_t)?,
+        };
+        let [b, k, draft_vocab] = base.dims;
+        // Every output size is checked before anything is allocated (a zero-size input can
+        // carry one huge dimension).
+        let vt_name = if target_vocab_size.is_some() {
+            "target_vocab_size"
+        } else {
+            "base_logits"
+        };
+        let vt = match target_vocab_size {
+            Some(v) => v,
+            None => limits::at_most("base_logits", draft_vocab as u64, limits::MAX_VOCAB)
+                .map_err(err)?,
+        };
+        output(vt_name, &[b, k, vt])?;
+        output("markov_w1", &[b, k, w1.dims[1]])?;
+        // Ids are copied once, then validated and used.
+        let anchor_ids = args::ids_1d(anchors, "anchors")?;
+        let anchor_ids = args::ids_in_vocab(&anchor_ids, "anchors", w1.dims[0])?;
+        let id_map = match (d2t.filter(|d| !d.is_none()), target_vocab_size) {
+            (Some(d2t), tv) => {
+                let offsets = args::ids_1d(d2t, "d2t")?;
+                let Some(tv) = tv else {
+                    return Err(err(Error::invalid(
+                        "target_vocab_size",
+                        "required when d2t is given",
+                    )));
+                };
+                dspark::IdMap::from_offsets(&offsets, draft_vocab, tv).map_err(err)?
+            }
+            (None, Some(tv)) if tv > draft_vocab => {
+                return Err(err(Error::MissingD2t {
+                    draft: draft_vocab,
+                    target: tv,
+                }));
+            }
+            (None, _) => dspark::IdMap::identity(vt).map_err(err)?,
+        };
+        let opts = BlockOptions {
+            temperature,
+            seeds,
+            id_map: &id_map,
+            top_k,
+            logit_scale,
+        };
+        let anchor_ids: &[u32] = &anchor_ids;
+        let block = py
+            .detach(|| dspark::sampling::sample_block_slices(base, w1, w2, anchor_ids, &opts))
+            .map_err(err)?;
+        drop((base_t, w1_t, w2_t));
+        let (b, k) = (block.batch, block.slots);
+        let tokens = block.tokens.iter().map(|&t| i64::from(t)).collect();
+        Ok((
+            to_numpy2(py, tokens, [b, k])?,
+            to_numpy3(py, block.draft_logits, [b, k, block.target_vocab])?,
+            to_numpy3(py, block.prev_embeddings, [b, k, block.rank])?,
+        ))
+    })
 }
 
 /// Arrays of a verification: `(tokens [B,K+1] int64, num_accepted [B] int64)`.
@@ -288,144 +241,184 @@ pub fn verify<'py>(
     top_k: Option<&Bound<'py, PyAny>>,
     top_p: Option<&Bound<'py, PyAny>>,
     seed: Option<&Bound<'py, PyAny>>,
-    num_draft: Option<Vec<i64>>,
-    stop_token_ids: Option<Vec<i64>>,
+    num_draft: Option<&Bound<'py, PyAny>>,
+    stop_token_ids: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<VerifyArrays<'py>> {
-    let target_t = DlTensor::from_py(target_logits, "target_logits")?;
-    let tokens_t = DlTensor::from_py(draft_tokens, "draft_tokens")?;
-    let q_t = draft_logits
-        .map(|d| DlTensor::from_py(d, "draft_logits"))
-        .transpose()?;
-    let target = Rows3 {
-        data: floats(&target_t)?,
-        dims: dims::<3>(&target_t)?,
-    };
-    dims::<2>(&tokens_t)?;
-    let tokens = ids_i64(&tokens_t)?;
-    let q = match &q_t {
-        Some(t) => Some(Rows3 {
-            data: floats(t)?,
-            dims: dims::<3>(t)?,
-        }),
-        None => None,
-    };
-    let opts = VerifyOptions {
-        temperature: match temperature {
-            Some(t) => scalar_or_list::<f32>(t, "temperature")?,
-            None => PerRequest::All(0.0),
-        },
-        top_k: self::top_k(top_k)?,
-        top_p: match top_p {
-            Some(p) if !p.is_none() => scalar_or_list::<f32>(p, "top_p")?,
-            _ => PerRequest::All(1.0),
-        },
-        seeds: match seed {
-            Some(s) => seeds(s)?,
-            None => Seeds::Scalar(0),
-        },
-        num_draft: num_draft
-            .map(|v| {
-                v.into_iter()
-                    .map(|n| non_negative(n, "num_draft"))
-                    .collect()
-            })
-            .transpose()?,
-        stop_token_ids: stop_token_ids
-            .unwrap_or_default()
-            .into_iter()
-            .map(|t| {
-                u32::try_from(t).map_err(|_| {
-                    err(Error::TokenOutOfRange {
-                        name: "stop_token_ids".into(),
-                        id: t,
-                        vocab_size: target.dims[2],
+    guard(|| {
+        let temperature = floats_per_request(temperature, "temperature", 0.0)?;
+        let top_k = self::top_k(top_k)?;
+        let top_p = floats_per_request(top_p, "top_p", 1.0)?;
+        let seeds = seeds(seed)?;
+        let num_draft = match num_draft.filter(|n| !n.is_none()) {
+            Some(n) => Some(
+                args::ids_1d(n, "num_draft")?
+                    .into_iter()
+                    .map(|v| {
+                        usize::try_from(v).map_err(|_| {
+                            err(Error::invalid("num_draft", format!("{v} (must be >= 0)")))
+                        })
                     })
-                })
-            })
-            .collect::<PyResult<_>>()?,
-    };
-    let tokens: &[i64] = &tokens;
-    let out = py
-        .detach(|| dspark::sampling::verify_slices(target, tokens, q, &opts))
-        .map_err(err)?;
-    drop((target_t, tokens_t, q_t));
-    let accepted = out.num_accepted.iter().map(|&n| i64::from(n)).collect();
-    Ok((
-        to_numpy2(py, out.tokens, [out.batch, out.width])?,
-        PyArray1::from_vec(py, accepted),
-    ))
+                    .collect::<PyResult<Vec<usize>>>()?,
+            ),
+            None => None,
+        };
+        let stops = match stop_token_ids.filter(|s| !s.is_none()) {
+            Some(s) => args::ids_1d(s, "stop_token_ids")?,
+            None => Vec::new(),
+        };
+        let target_t = DlTensor::from_py(target_logits, "target_logits")?;
+        let target = Rows3 {
+            data: floats(&target_t)?,
+            dims: dims::<3>(&target_t)?,
+        };
+        let [batch, width, vocab] = target.dims;
+        // The ids are copied once (a concurrent change of the caller's buffer is never read
+        // after validation), with their real shape: `[B, K]`, never a transposed `[K, B]`.
+        let (tokens, token_shape) = if draft_tokens.is_none() {
+            return Err(err(Error::invalid(
+                "draft_tokens",
+                "expected a [B, K] integer tensor, got None",
+            )));
+        } else {
+            args::ids(draft_tokens, "draft_tokens")?
+        };
+        if token_shape.len() != 2 {
+            return Err(err(Error::bad_shape(
+                "draft_tokens",
+                format!("expected 2 dimensions [B, K], got shape {token_shape:?}"),
+            )));
+        }
+        if width > 0 && token_shape != [batch, width - 1] {
+            return Err(err(Error::bad_shape(
+                "draft_tokens",
+                format!(
+                    "shape {token_shape:?}, expected [B, K] = [{batch}, {}] (target_logits is \
+                     [B, K+1, V] = {:?})",
+                    width - 1,
+                    target.dims
+                ),
+            )));
+        }
+        let stop_token_ids = args::ids_in_vocab(&stops, "stop_token_ids", vocab)?;
+        let q_t = draft_logits
+            .filter(|d| !d.is_none())
+            .map(|d| DlTensor::from_py(d, "draft_logits"))
+            .transpose()?;
+        let q = match &q_t {
+            Some(t) => Some(Rows3 {
+                data: floats(t)?,
+                dims: dims::<3>(t)?,
+            }),
+            None => None,
+        };
+        let opts = VerifyOptions {
+            temperature,
+            top_k,
+            top_p,
+            seeds,
+            num_draft,
+            stop_token_ids,
+        };
+        let tokens = Tokens::new(&tokens, [token_shape[0], token_shape[1]]).map_err(err)?;
+        let out = py
+            .detach(|| dspark::sampling::verify_slices(target, tokens, q, &opts))
+            .map_err(err)?;
+        drop((target_t, q_t));
+        let accepted = out.num_accepted.iter().map(|&n| i64::from(n)).collect();
+        Ok((
+            to_numpy2(py, out.tokens, [out.batch, out.width])?,
+            PyArray1::from_vec(py, accepted),
+        ))
+    })
 }
 
 /// Build an STS calibration from a path (JSON) or a list of temperatures.
 fn sts(obj: &Bound<'_, PyAny>) -> PyResult<StsCalibration> {
-    if let Ok(temps) = obj.extract::<Vec<f32>>() {
+    if args::is_sequence(obj) {
+        let mut temps = Vec::new();
+        for item in obj.try_iter()? {
+            temps.push(args::float32(&item?, "sts")?);
+        }
         return StsCalibration::new(temps).map_err(err);
     }
-    let path: std::path::PathBuf = obj.extract().map_err(|_| {
-        err(Error::invalid(
-            "sts",
-            "expected a path to a JSON file or a list of temperatures",
-        ))
-    })?;
+    let path = args::path(obj, "sts")?;
     StsCalibration::from_json_path(&path).map_err(err)
 }
 
 /// Confidence per slot: `sigmoid(w · [h ; prev] + b)`, optionally STS-calibrated. See `dspark.confidence`.
 #[pyfunction]
-#[pyo3(signature = (hidden, prev_embeddings, weight, bias = 0.0, *, sts = None))]
+#[pyo3(signature = (hidden, prev_embeddings, weight, bias = None, *, sts = None))]
 pub fn confidence<'py>(
     py: Python<'py>,
     hidden: &Bound<'py, PyAny>,
     prev_embeddings: Option<&Bound<'py, PyAny>>,
     weight: &Bound<'py, PyAny>,
-    bias: f32,
+    bias: Option<&Bound<'py, PyAny>>,
     sts: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let hidden_t = DlTensor::from_py(hidden, "hidden")?;
-    let weight_t = DlTensor::from_py(weight, "weight")?;
-    let prev_t = prev_embeddings
-        .map(|p| DlTensor::from_py(p, "prev_embeddings"))
-        .transpose()?;
-    let h = Rows3 {
-        data: floats(&hidden_t)?,
-        dims: dims::<3>(&hidden_t)?,
-    };
-    let w = floats(&weight_t)?;
-    let prev: Option<&[f32]> = match &prev_t {
-        Some(t) => {
-            let d = dims::<3>(t)?;
-            if d[0] != h.dims[0] || d[1] != h.dims[1] {
-                return Err(err(Error::bad_shape(
-                    "prev_embeddings",
-                    format!(
-                        "shape {:?} does not match hidden's [B, K] = {:?}",
-                        t.shape(),
-                        &h.dims[..2]
-                    ),
-                )));
+    guard(|| {
+        let bias = args::opt_float32(bias, "bias", 0.0)?;
+        let cal = sts.filter(|s| !s.is_none()).map(self::sts).transpose()?;
+        let hidden_t = DlTensor::from_py(hidden, "hidden")?;
+        let weight_t = DlTensor::from_py(weight, "weight")?;
+        let prev_t = prev_embeddings
+            .filter(|p| !p.is_none())
+            .map(|p| DlTensor::from_py(p, "prev_embeddings"))
+            .transpose()?;
+        let h = Rows3 {
+            data: floats(&hidden_t)?,
+            dims: dims::<3>(&hidden_t)?,
+        };
+        let [b, k, hidden_size] = h.dims;
+        output("hidden", &[b, k])?;
+        // The real shapes: a weight `[H (+ r)]` (or `[1, H (+ r)]`; the engine checks the
+        // shape, not only the count), prev `[B, K, r]` with the same r.
+        let weight_shape = weight_t.shape().to_vec();
+        let w_len = weight_t.numel();
+        let w = floats(&weight_t)?;
+        let prev: Option<&[f32]> = match &prev_t {
+            Some(t) => {
+                let d = dims::<3>(t)?;
+                if d[0] != b || d[1] != k || hidden_size.checked_add(d[2]) != Some(w_len) {
+                    return Err(err(Error::bad_shape(
+                        "prev_embeddings",
+                        format!(
+                            "shape {:?}, expected [B, K, r] = [{b}, {k}, weight len − H] with \
+                             hidden [B, K, H] = {:?} and weight [{w_len}]",
+                            t.shape(),
+                            h.dims
+                        ),
+                    )));
+                }
+                Some(t.slice::<f32>().ok_or_else(|| {
+                    err(Error::UnsupportedDtype {
+                        name: "prev_embeddings".into(),
+                        message: format!(
+                            "{} is not supported (expected float32)",
+                            t.dtype().name()
+                        ),
+                    })
+                })?)
             }
-            Some(t.slice::<f32>().ok_or_else(|| {
-                err(Error::UnsupportedDtype {
-                    name: "prev_embeddings".into(),
-                    message: format!("{} is not supported (expected float32)", t.dtype().name()),
-                })
-            })?)
-        }
-        None => None,
-    };
-    let cal = sts.filter(|s| !s.is_none()).map(self::sts).transpose()?;
-    let out = py
-        .detach(|| dspark::sampling::confidence_slices(h, prev, w, bias, cal.as_ref()))
-        .map_err(err)?;
-    let [b, k, _] = h.dims;
-    drop((hidden_t, weight_t, prev_t));
-    to_numpy2(py, out, [b, k])
+            None => None,
+        };
+        let out = py
+            .detach(|| {
+                dspark::sampling::confidence_slices(h, prev, w, &weight_shape, bias, cal.as_ref())
+            })
+            .map_err(err)?;
+        drop((hidden_t, weight_t, prev_t));
+        to_numpy2(py, out, [b, k])
+    })
 }
 
-/// Read a `[B, K]` float32 confidence tensor into an owned vector (small: B·K values).
+/// Read a `[B, K]` float confidence tensor into an owned f32 vector (small: B·K values),
+/// refusing sizes above the output limit before copying.
 fn conf_matrix(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<(Vec<f32>, usize, usize)> {
     let t = DlTensor::from_py(obj, name)?;
     let [b, k] = dims::<2>(&t)?;
+    output(name, &[b, k])?;
+    output(name, &[b])?;
     let data = match floats(&t)? {
         Floats::F32(s) => s.to_vec(),
         Floats::F16(s) => s.iter().map(|x| x.to_f32()).collect(),
@@ -436,16 +429,56 @@ fn conf_matrix(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<(Vec<f32>, usize,
 
 /// Static threshold: each request's verify length is its slots before the first `c < threshold`.
 #[pyfunction]
-pub fn schedule_threshold(confidence: &Bound<'_, PyAny>, threshold: f32) -> PyResult<Vec<usize>> {
-    let (c, b, k) = conf_matrix(confidence, "confidence")?;
-    Ok(dspark::sampling::threshold_lengths(&c, b, k, threshold))
+pub fn schedule_threshold(
+    confidence: &Bound<'_, PyAny>,
+    threshold: &Bound<'_, PyAny>,
+) -> PyResult<Vec<usize>> {
+    guard(|| {
+        let threshold = args::float32(threshold, "threshold")?;
+        if threshold.is_nan() {
+            return Err(err(Error::NonFinite {
+                name: "threshold".into(),
+                message: "NaN".into(),
+            }));
+        }
+        let (c, b, k) = conf_matrix(confidence, "confidence")?;
+        dspark::sampling::threshold_lengths(&c, b, k, threshold).map_err(err)
+    })
 }
 
-/// A steps-per-second table: `"step"` (value at the smallest profiled size `>= n`) or `"linear"`.
-fn sps_table(table: Vec<(usize, f64)>, interpolation: &str) -> PyResult<StepsPerSecond> {
-    match interpolation {
-        "step" => StepsPerSecond::step(table),
-        "linear" => StepsPerSecond::linear(table),
+/// A steps-per-second table (a list of `(tokens, steps/s)` pairs) with its interpolation:
+/// `"step"` (value at the smallest profiled size `>= n`) or `"linear"`.
+fn sps_table(
+    table: &Bound<'_, PyAny>,
+    interpolation: Option<&Bound<'_, PyAny>>,
+) -> PyResult<StepsPerSecond> {
+    let name = "steps_per_second";
+    let bad = || {
+        err(Error::invalid(
+            name,
+            "expected a list of (tokens, steps per second) pairs",
+        ))
+    };
+    if !args::is_sequence(table) {
+        return Err(bad());
+    }
+    let mut points = Vec::new();
+    for pair in table.try_iter()? {
+        let pair = pair?;
+        if !args::is_sequence(&pair) || pair.len()? != 2 {
+            return Err(bad());
+        }
+        let n = args::usize_at_most(&pair.get_item(0)?, name, u64::MAX)?;
+        let sps = args::float(&pair.get_item(1)?, name)?;
+        points.push((n, sps));
+    }
+    let interpolation = match interpolation.filter(|i| !i.is_none()) {
+        Some(i) => args::string(i, "interpolation")?,
+        None => "step".to_string(),
+    };
+    match interpolation.as_str() {
+        "step" => StepsPerSecond::step(points),
+        "linear" => StepsPerSecond::linear(points),
         other => Err(Error::invalid(
             "interpolation",
             format!("{other:?} (expected \"step\" or \"linear\")"),
@@ -456,36 +489,40 @@ fn sps_table(table: Vec<(usize, f64)>, interpolation: &str) -> PyResult<StepsPer
 
 /// The paper's scheduler (admit by survival while expected tokens × SPS strictly improves).
 #[pyfunction]
-#[pyo3(signature = (confidence, steps_per_second, interpolation = "step"))]
+#[pyo3(signature = (confidence, steps_per_second, interpolation = None))]
 pub fn schedule_lengths(
     confidence: &Bound<'_, PyAny>,
-    steps_per_second: Vec<(usize, f64)>,
-    interpolation: &str,
+    steps_per_second: &Bound<'_, PyAny>,
+    interpolation: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Vec<usize>> {
-    let (c, b, k) = conf_matrix(confidence, "confidence")?;
-    let sps = sps_table(steps_per_second, interpolation)?;
-    Ok(dspark::sampling::schedule_lengths(&c, b, k, &sps))
+    guard(|| {
+        let sps = sps_table(steps_per_second, interpolation)?;
+        let (c, b, k) = conf_matrix(confidence, "confidence")?;
+        dspark::sampling::schedule_lengths(&c, b, k, &sps).map_err(err)
+    })
 }
 
 /// Pipelined scheduler: capacity from the stale confidences, then the top slots by current survival.
 #[pyfunction]
-#[pyo3(signature = (stale, current, steps_per_second, interpolation = "step"))]
+#[pyo3(signature = (stale, current, steps_per_second, interpolation = None))]
 pub fn schedule_pipelined(
     stale: &Bound<'_, PyAny>,
     current: &Bound<'_, PyAny>,
-    steps_per_second: Vec<(usize, f64)>,
-    interpolation: &str,
+    steps_per_second: &Bound<'_, PyAny>,
+    interpolation: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Vec<usize>> {
-    let (s, b, k) = conf_matrix(stale, "stale")?;
-    let (c, b2, k2) = conf_matrix(current, "current")?;
-    if (b, k) != (b2, k2) {
-        return Err(err(Error::bad_shape(
-            "current",
-            format!("shape [{b2}, {k2}] differs from stale [{b}, {k}]"),
-        )));
-    }
-    let sps = sps_table(steps_per_second, interpolation)?;
-    Ok(dspark::sampling::schedule_pipelined(&s, &c, b, k, &sps))
+    guard(|| {
+        let sps = sps_table(steps_per_second, interpolation)?;
+        let (s, b, k) = conf_matrix(stale, "stale")?;
+        let (c, b2, k2) = conf_matrix(current, "current")?;
+        if (b, k) != (b2, k2) {
+            return Err(err(Error::bad_shape(
+                "current",
+                format!("shape [{b2}, {k2}] differs from stale [{b}, {k}]"),
+            )));
+        }
+        dspark::sampling::schedule_pipelined(&s, &c, b, k, &sps).map_err(err)
+    })
 }
 
 /// Register the kernel functions on the module.

@@ -1,5 +1,6 @@
 //! PyO3 glue for dspark: conversions, error mapping and thin wrappers. No logic lives here.
 
+mod args;
 mod config;
 mod dlpack;
 mod drafter;
@@ -23,6 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_describe, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_sum, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_test_panic, m)?)?;
     kernels::register(m)?;
     drafter::register(m)?;
     Ok(())

@@ -21,6 +21,8 @@ pub enum ErrorKind {
     Input,
     /// A failure inside the tensor backend.
     Backend,
+    /// A bug in dspark itself (a caught panic): never the caller's fault.
+    Internal,
 }
 
 /// Every error the engine reports.
@@ -224,6 +226,25 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A size derived from the arguments (an output, a config dimension, a file) is above
+    /// its documented limit in [`crate::limits`]; refused before anything is allocated.
+    #[error("`{name}` is too large: {size} exceeds the limit of {limit}{unit}")]
+    TooLarge {
+        /// The argument, key or file the size comes from.
+        name: String,
+        /// The size asked for (saturated at `u128::MAX` on overflow).
+        size: u128,
+        /// The documented limit.
+        limit: u128,
+        /// The unit, with a leading space (`" elements"`, `" bytes"`), or empty.
+        unit: &'static str,
+    },
+    /// A bug in dspark: a panic caught at a public boundary, with its message.
+    #[error("internal error (a bug in dspark, please report it): {message}")]
+    Internal {
+        /// The panic message, or what was caught.
+        message: String,
+    },
     /// An error from candle.
     #[error("tensor backend: {0}")]
     Candle(#[from] candle_core::Error),
@@ -255,6 +276,8 @@ impl Error {
             Error::NonFinite { .. } => "non-finite",
             Error::TokenOutOfRange { .. } => "token-out-of-range",
             Error::InvalidArgument { .. } => "invalid-argument",
+            Error::TooLarge { .. } => "too-large",
+            Error::Internal { .. } => "internal",
             Error::Candle(_) => "backend",
         }
     }
@@ -283,7 +306,9 @@ impl Error {
             | Error::UnsupportedDtype { .. }
             | Error::NonFinite { .. }
             | Error::TokenOutOfRange { .. }
-            | Error::InvalidArgument { .. } => ErrorKind::Input,
+            | Error::InvalidArgument { .. }
+            | Error::TooLarge { .. } => ErrorKind::Input,
+            Error::Internal { .. } => ErrorKind::Internal,
             Error::Candle(_) => ErrorKind::Backend,
         }
     }
@@ -327,12 +352,65 @@ impl Error {
         }
     }
 
+    /// Shorthand for [`Error::TooLarge`].
+    pub fn too_large(
+        name: impl Into<String>,
+        size: impl TryInto<u128>,
+        limit: impl TryInto<u128>,
+        unit: &'static str,
+    ) -> Self {
+        Error::TooLarge {
+            name: name.into(),
+            size: size.try_into().unwrap_or(u128::MAX),
+            limit: limit.try_into().unwrap_or(u128::MAX),
+            unit,
+        }
+    }
+
     /// Shorthand for [`Error::BadShape`].
     pub fn bad_shape(name: impl Into<String>, message: impl Into<String>) -> Self {
         Error::BadShape {
             name: name.into(),
             message: message.into(),
         }
+    }
+}
+
+/// Run `f` and turn a panic inside it into [`Error::Internal`] (code `internal`) carrying the
+/// panic message, so a bug in dspark surfaces as a typed error at a public boundary (the
+/// Python glue wraps its calls in this) instead of unwinding into foreign code.
+///
+/// The engine validates its inputs, so a panic here is always a bug; the process's panic hook
+/// still runs (and prints the message) before the error is returned. State `f` touched may be
+/// half-updated (the closure is treated as unwind-safe), so callers should drop it. Builds with
+/// `panic = "abort"` cannot catch anything and abort as before.
+///
+/// ```
+/// use dspark::error::{Error, catch_panic};
+/// let ok: dspark::Result<u32> = catch_panic(|| Ok(7));
+/// assert_eq!(ok.unwrap(), 7);
+/// let v: Vec<u32> = Vec::new();
+/// let e = catch_panic(|| Ok(v[3])).unwrap_err();
+/// assert_eq!(e.code(), "internal");
+/// assert!(e.to_string().contains("index out of bounds"));
+/// ```
+pub fn catch_panic<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(payload) => Err(Error::Internal {
+            message: panic_message(payload.as_ref()),
+        }),
+    }
+}
+
+/// The message of a panic payload (`&str` or `String`; anything else is described).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_string()
     }
 }
 

@@ -5,6 +5,7 @@
 //! two draft ids share a target id. After that, [`IdMap::to_target`] cannot fail.
 
 use crate::error::{Error, Result};
+use crate::limits::{MAX_VOCAB, at_most};
 
 /// Maps draft-vocabulary ids to target-vocabulary ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,14 +26,18 @@ pub enum IdMap {
 
 impl IdMap {
     /// The identity map over a target vocabulary of `target_vocab` ids.
-    pub fn identity(target_vocab: usize) -> Self {
-        IdMap::Identity { target_vocab }
+    ///
+    /// Errors: `too-large` (naming `target_vocab`) above [`MAX_VOCAB`].
+    pub fn identity(target_vocab: usize) -> Result<Self> {
+        let target_vocab = at_most("target_vocab", target_vocab as u64, MAX_VOCAB)?;
+        Ok(IdMap::Identity { target_vocab })
     }
 
     /// Build and validate a map from a `d2t` offset table of length `draft_vocab`.
     ///
-    /// Errors: `d2t-wrong-length`, `d2t-out-of-range`, `d2t-duplicate` (the first problem of
-    /// each kind is reported; all kinds found are returned together).
+    /// Errors: `d2t-wrong-length`, `too-large` (either vocabulary above [`MAX_VOCAB`]),
+    /// `d2t-out-of-range`, `d2t-duplicate` (the first problem of each kind is reported; all
+    /// kinds found are returned together).
     pub fn from_offsets(offsets: &[i64], draft_vocab: usize, target_vocab: usize) -> Result<Self> {
         if offsets.len() != draft_vocab {
             return Err(Error::D2tWrongLength {
@@ -40,9 +45,8 @@ impl IdMap {
                 found: offsets.len(),
             });
         }
-        if target_vocab > u32::MAX as usize || draft_vocab >= u32::MAX as usize {
-            return Err(Error::invalid("vocab", "vocabulary sizes must fit in u32"));
-        }
+        at_most("d2t", draft_vocab as u64, MAX_VOCAB)?;
+        at_most("target_vocab", target_vocab as u64, MAX_VOCAB)?;
         let mut targets = Vec::with_capacity(draft_vocab);
         let mut problems = Vec::new();
         for (draft_id, &offset) in offsets.iter().enumerate() {
@@ -64,21 +68,24 @@ impl IdMap {
                 }
             }
         }
-        // Uniqueness by sorting (target, draft) pairs: memory O(V_d), never O(V_t), so a config
-        // with an absurd target vocabulary cannot make validation allocate gigabytes.
-        let mut pairs: Vec<(u32, u32)> = targets
-            .iter()
-            .enumerate()
-            .filter(|&(_, &t)| t != u32::MAX)
-            .map(|(d, &t)| (t, d as u32))
-            .collect();
-        pairs.sort_unstable();
-        if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
-            problems.push(Error::D2tDuplicate {
-                first: w[0].1 as usize,
-                second: w[1].1 as usize,
-                target_id: w[0].0 as usize,
-            });
+        // Uniqueness with one bit per target id: `V_t <= MAX_VOCAB`, so at most 512 KiB.
+        // The first draft id that repeats a target is reported with the earliest one.
+        let mut seen = vec![0u64; target_vocab.div_ceil(64)];
+        for (d, &t) in targets.iter().enumerate() {
+            if t == u32::MAX {
+                continue;
+            }
+            let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
+            if seen[word] & bit != 0 {
+                let first = targets.iter().position(|&x| x == t).unwrap_or(d);
+                problems.push(Error::D2tDuplicate {
+                    first,
+                    second: d,
+                    target_id: t as usize,
+                });
+                break;
+            }
+            seen[word] |= bit;
         }
         Error::collect(problems)?;
         Ok(IdMap::Table {
@@ -120,9 +127,10 @@ impl IdMap {
     #[inline]
     pub fn to_target(&self, draft_id: usize) -> Option<u32> {
         match self {
-            IdMap::Identity { target_vocab } => {
-                (draft_id < *target_vocab).then_some(draft_id as u32)
-            }
+            // Checked conversion: an id beyond `u32` never wraps onto a small one.
+            IdMap::Identity { target_vocab } => u32::try_from(draft_id)
+                .ok()
+                .filter(|_| draft_id < *target_vocab),
             IdMap::Table { targets, .. } => targets.get(draft_id).copied(),
         }
     }
@@ -200,21 +208,48 @@ mod tests {
     }
 
     #[test]
-    fn huge_target_vocab_costs_nothing() {
-        // Validation memory is O(V_d): an absurd V_t from an untrusted config must not allocate.
-        let m = IdMap::from_offsets(&[0, 7], 2, u32::MAX as usize).unwrap();
+    fn vocabularies_above_the_limit_are_too_large() {
+        // A large V_t within the limit costs O(V_t / 8) bytes of validation at most.
+        let big = MAX_VOCAB as usize;
+        let m = IdMap::from_offsets(&[0, 7], 2, big).unwrap();
         assert_eq!(m.to_target(1), Some(8));
-        let e = IdMap::from_offsets(&[5, 4], 2, u32::MAX as usize).unwrap_err();
+        let e = IdMap::from_offsets(&[5, 4], 2, big).unwrap_err();
         assert_eq!(e.code(), "d2t-duplicate");
-        assert_eq!(
-            IdMap::from_offsets(&[0], 1, usize::MAX).unwrap_err().code(),
-            "invalid-argument"
-        );
+        for vt in [big + 1, u32::MAX as usize, usize::MAX] {
+            let e = IdMap::from_offsets(&[0], 1, vt).unwrap_err();
+            assert_eq!(e.code(), "too-large");
+            assert!(e.to_string().contains("target_vocab"), "{e}");
+            assert_eq!(IdMap::identity(vt).unwrap_err().code(), "too-large");
+        }
+    }
+
+    #[test]
+    fn ids_beyond_u32_never_wrap() {
+        // `IdMap.identity(2**33).to_target([2**32 + 5])` used to return 5.
+        assert_eq!(IdMap::identity(1 << 33).unwrap_err().code(), "too-large");
+        let forged = IdMap::Identity {
+            target_vocab: 1 << 33,
+        };
+        assert_eq!(forged.to_target((1 << 32) + 5), None);
+        assert_eq!(forged.to_target(5), Some(5));
+    }
+
+    #[test]
+    fn duplicates_name_the_first_draft_id() {
+        let e = IdMap::from_offsets(&[2, 0, 0, -3], 4, 10).unwrap_err();
+        match e {
+            Error::D2tDuplicate {
+                first,
+                second,
+                target_id,
+            } => assert_eq!((first, second, target_id), (0, 2, 2)),
+            other => panic!("{other}"),
+        }
     }
 
     #[test]
     fn identity_rejects_padded_ids() {
-        let m = IdMap::identity(5);
+        let m = IdMap::identity(5).unwrap();
         assert_eq!(m.to_target(4), Some(4));
         assert_eq!(m.to_target(5), None);
         assert!(m.offsets().is_none());

@@ -11,8 +11,10 @@ pub mod checkpoint;
 pub mod config;
 pub mod drafter;
 pub mod error;
+pub mod files;
 pub mod idmap;
 pub mod inspect;
+pub mod limits;
 pub mod sampling;
 pub mod vocab;
 

@@ -58,6 +58,18 @@ impl VocabSizes {
         }
     }
 
+    /// Bundle the three sizes, refusing any above [`crate::limits::MAX_VOCAB`] (`too-large`
+    /// naming `input_vocab`, `draft_vocab` or `target_vocab`). The entry point for sizes that
+    /// come from a caller rather than a parsed (already bounded) config.
+    pub fn try_new(input: usize, draft: usize, target: usize) -> crate::Result<Self> {
+        use crate::limits::{MAX_VOCAB, at_most};
+        Ok(Self {
+            input: at_most("input_vocab", input as u64, MAX_VOCAB)?,
+            draft: at_most("draft_vocab", draft as u64, MAX_VOCAB)?,
+            target: at_most("target_vocab", target as u64, MAX_VOCAB)?,
+        })
+    }
+
     /// The predicate: a draft vocabulary is reduced iff `V_d < V_t`.
     pub fn is_reduced(&self) -> bool {
         self.draft < self.target
@@ -112,6 +124,23 @@ mod tests {
         assert_eq!(v.padded_rows(), 966);
         // V_in > V_t too: the padded input rows need the draft's own embedding.
         assert!(v.needs_own_embed());
+    }
+
+    #[test]
+    fn try_new_bounds_every_size() {
+        assert_eq!(
+            VocabSizes::try_new(10, 8, 9).ok(),
+            Some(VocabSizes::new(10, 8, 9))
+        );
+        for (sizes, name) in [
+            ((1 << 40, 1, 1), "input_vocab"),
+            ((1, usize::MAX, 1), "draft_vocab"),
+            ((1, 1, (1 << 22) + 1), "target_vocab"),
+        ] {
+            let e = VocabSizes::try_new(sizes.0, sizes.1, sizes.2).unwrap_err();
+            assert_eq!(e.code(), "too-large");
+            assert!(e.to_string().contains(name), "{e}");
+        }
     }
 
     #[test]

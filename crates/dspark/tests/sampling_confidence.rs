@@ -27,6 +27,7 @@ fn confidence_is_sigmoid_of_w_dot_hidden_and_markov_embedding() {
         Rows3::new(Floats::F32(&hidden), [b, k, h]).unwrap(),
         Some(&prev),
         Floats::F32(&w),
+        &[h + r],
         0.25,
         Some(&sts),
     )
@@ -35,6 +36,7 @@ fn confidence_is_sigmoid_of_w_dot_hidden_and_markov_embedding() {
         Rows3::new(Floats::F32(&hidden), [b, k, h]).unwrap(),
         None,
         Floats::F32(&w[..h]),
+        &[h],
         0.25,
         None,
     )
@@ -68,21 +70,27 @@ fn confidence_rejects_bad_shapes_and_short_sts_tables() {
     let w = vec![0f32; 6];
     let code = |e: dspark::Error| e.code();
     assert_eq!(
-        code(confidence_slices(rows(), None, Floats::F32(&w), 0.0, None).unwrap_err()),
+        code(confidence_slices(rows(), None, Floats::F32(&w), &[6], 0.0, None).unwrap_err()),
         "bad-shape"
     );
     let prev = vec![0f32; 7];
     assert_eq!(
-        code(confidence_slices(rows(), Some(&prev), Floats::F32(&w), 0.0, None).unwrap_err()),
+        code(confidence_slices(rows(), Some(&prev), Floats::F32(&w), &[6], 0.0, None).unwrap_err()),
         "bad-shape"
     );
     let sts = StsCalibration::new(vec![1.0]).unwrap();
     assert_eq!(
-        code(confidence_slices(rows(), None, Floats::F32(&w[..4]), 0.0, Some(&sts)).unwrap_err()),
+        code(
+            confidence_slices(rows(), None, Floats::F32(&w[..4]), &[4], 0.0, Some(&sts))
+                .unwrap_err()
+        ),
         "invalid-argument"
     );
     assert_eq!(
-        code(confidence_slices(rows(), None, Floats::F32(&w[..4]), f32::NAN, None).unwrap_err()),
+        code(
+            confidence_slices(rows(), None, Floats::F32(&w[..4]), &[1, 4], f32::NAN, None)
+                .unwrap_err()
+        ),
         "non-finite"
     );
 }

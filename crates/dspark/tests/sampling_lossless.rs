@@ -13,8 +13,8 @@ mod sampling_support;
 
 use dspark::IdMap;
 use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, VerifyOptions, sample_block_slices,
-    verify_slices,
+    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions,
+    sample_block_slices, verify_slices,
 };
 use sampling_support::{TestRng, assert_follows, reference_probs};
 
@@ -45,8 +45,8 @@ struct Toy {
 fn toy(vocab: Vocab, seed: u64) -> Toy {
     let mut rng = TestRng(seed);
     let (vd, vin, id_map) = match vocab {
-        Vocab::Full => (VT, VT, IdMap::identity(VT)),
-        Vocab::Padded => (12, 12, IdMap::identity(VT)),
+        Vocab::Full => (VT, VT, IdMap::identity(VT).unwrap()),
+        Vocab::Padded => (12, 12, IdMap::identity(VT).unwrap()),
         Vocab::Reduced => {
             let targets = [0i64, 2, 3, 5, 7];
             let offsets: Vec<i64> = targets
@@ -131,7 +131,7 @@ fn round(toy: &Toy, cfg: &Cfg, anchors: &[u32], seed: u64) -> Vec<Vec<i64>> {
         .then(|| Rows3::new(Floats::F32(&block.draft_logits), [n, K, VT]).unwrap());
     let v = verify_slices(
         Rows3::new(Floats::F32(&target), [n, K + 1, VT]).unwrap(),
-        &drafts,
+        Tokens::new(&drafts, [n, K]).unwrap(),
         q,
         &VerifyOptions {
             temperature: PerRequest::All(cfg.target_t),

@@ -89,7 +89,7 @@ fn reference_logits(x: &Inputs, b: usize, k: usize, prev: usize, scale: f64) -> 
 fn greedy_matches_a_sequential_reference() {
     // V_d spans several 256-wide blocks; V_t < V_d (padded), so the mask matters.
     let x = inputs(3, 4, 700, 700, 5, 1);
-    let map = IdMap::identity(650);
+    let map = IdMap::identity(650).unwrap();
     let out = run(&x, &opts(0.0, Seeds::Scalar(0), &map, None, 0.5)).unwrap();
     for b in 0..x.b {
         let mut prev = x.anchors[b] as usize;
@@ -111,7 +111,7 @@ fn greedy_matches_a_sequential_reference() {
 #[test]
 fn sampled_rows_record_scaled_biased_logits_over_temperature() {
     let x = inputs(4, 3, 300, 300, 4, 2);
-    let map = IdMap::identity(300);
+    let map = IdMap::identity(300).unwrap();
     let out = run(&x, &opts(0.7, Seeds::Scalar(5), &map, None, 1.3)).unwrap();
     for b in 0..x.b {
         let mut prev = x.anchors[b] as usize;
@@ -135,7 +135,7 @@ fn recorded_q_matches_the_empirical_draft_distribution() {
     x.base = row.iter().cycle().take(n * 2 * 8).cloned().collect();
     x.anchors = vec![2; n];
     x.b = n;
-    let map = IdMap::identity(8);
+    let map = IdMap::identity(8).unwrap();
     let out = run(&x, &opts(0.8, Seeds::Scalar(9), &map, None, 1.0)).unwrap();
     let q0 = softmax(&out.draft_logits[..8]);
     for i in 0..n {
@@ -170,7 +170,7 @@ fn padded_columns_never_come_out() {
         row.fill(1.0e3);
     }
     x.anchors = (0..x.b).map(|i| (i % 8) as u32).collect();
-    let map = IdMap::identity(8);
+    let map = IdMap::identity(8).unwrap();
     for (t, top_k) in [(0.0, None), (1.0, None), (1.0, Some(3)), (0.0, Some(2))] {
         let out = run(&x, &opts(t, Seeds::Scalar(1), &map, top_k, 1.0)).unwrap();
         assert!(out.tokens.iter().all(|&t| t < 8), "T={t} top_k={top_k:?}");
@@ -196,7 +196,7 @@ fn padded_columns_never_come_out() {
 #[test]
 fn top_k_walk_biases_only_the_base_top_k() {
     let x = inputs(3, 2, 40, 40, 4, 6);
-    let map = IdMap::identity(40);
+    let map = IdMap::identity(40).unwrap();
     let out = run(&x, &opts(1.0, Seeds::Scalar(3), &map, Some(5), 2.0)).unwrap();
     for b in 0..x.b {
         let mut prev = x.anchors[b] as usize;
@@ -227,7 +227,7 @@ fn top_k_walk_biases_only_the_base_top_k() {
 #[test]
 fn half_precision_inputs_match_f32_on_the_rounded_values() {
     let x = inputs(4, 3, 520, 520, 8, 7);
-    let map = IdMap::identity(500);
+    let map = IdMap::identity(500).unwrap();
     let bf = |v: &[f32]| {
         v.iter()
             .map(|&a| half::bf16::from_f32(a))
@@ -260,7 +260,7 @@ fn half_precision_inputs_match_f32_on_the_rounded_values() {
 #[test]
 fn per_request_seeds_make_results_independent_of_batch_order_and_threads() {
     let x = inputs(6, 3, 300, 300, 4, 8);
-    let map = IdMap::identity(300);
+    let map = IdMap::identity(300).unwrap();
     let seeds: Vec<u64> = (0..6).map(|i| 1000 + i).collect();
     let out = run(
         &x,
@@ -297,7 +297,7 @@ fn per_request_seeds_make_results_independent_of_batch_order_and_threads() {
 fn tensor_front_matches_the_slice_core() {
     use candle_core::{Device, Tensor};
     let x = inputs(2, 3, 64, 64, 4, 9);
-    let map = IdMap::identity(60);
+    let map = IdMap::identity(60).unwrap();
     let o = opts(0.9, Seeds::Scalar(7), &map, None, 1.0);
     let dev = Device::Cpu;
     let got = sample_block(
@@ -320,7 +320,7 @@ fn tensor_front_matches_the_slice_core() {
 #[test]
 fn invalid_inputs_give_typed_errors() {
     let x = inputs(2, 2, 10, 10, 3, 10);
-    let id = IdMap::identity(10);
+    let id = IdMap::identity(10).unwrap();
     let code = |x: &Inputs, o: &BlockOptions<'_>| run(x, o).unwrap_err().code();
     let ok = |t| opts(t, Seeds::Scalar(0), &id, None, 1.0);
     let mut bad = inputs(2, 2, 10, 10, 3, 10);
@@ -347,7 +347,7 @@ fn invalid_inputs_give_typed_errors() {
         "bad-shape"
     );
     // Identity map over a larger target vocabulary: a reduced drafter without d2t.
-    let wide = IdMap::identity(12);
+    let wide = IdMap::identity(12).unwrap();
     let e = run(&x, &opts(1.0, Seeds::Scalar(0), &wide, None, 1.0)).unwrap_err();
     assert!(e.to_string().contains("id_map"), "{e}");
     // d2t table of the wrong length.

@@ -7,7 +7,7 @@ mod sampling_support;
 
 use dspark::IdMap;
 use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, StepsPerSecond, VerifyOptions,
+    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, StepsPerSecond, Tokens, VerifyOptions,
     sample_block_slices, schedule_lengths, schedule_pipelined, threshold_lengths, verify_slices,
 };
 use sampling_support::{assert_differs, assert_follows, histogram};
@@ -22,7 +22,7 @@ const TRIALS: usize = 50_000;
 /// is always accepted since p(0) > q(0)), but Θ(ℓ=2) = 0.81 after token 1 (verify none) →
 /// P(first = 0) = 0.5·1 + 0.5·0.7 = 0.85.
 fn appendix_a(policy: impl Fn(&[f32], usize) -> usize, seed: u64) -> Vec<u64> {
-    let map = IdMap::identity(2);
+    let map = IdMap::identity(2).unwrap();
     let base = vec![0f32; TRIALS * 2 * 2];
     let w = vec![0f32; 2];
     let block = sample_block_slices(
@@ -50,7 +50,7 @@ fn appendix_a(policy: impl Fn(&[f32], usize) -> usize, seed: u64) -> Vec<u64> {
     let drafts: Vec<i64> = block.tokens.iter().map(|&t| i64::from(t)).collect();
     let v = verify_slices(
         Rows3::new(Floats::F32(&target), [TRIALS, 3, 2]).unwrap(),
-        &drafts,
+        Tokens::new(&drafts, [TRIALS, 2]).unwrap(),
         Some(Rows3::new(Floats::F32(&block.draft_logits), [TRIALS, 2, 2]).unwrap()),
         &VerifyOptions {
             temperature: PerRequest::All(1.0),
@@ -69,7 +69,7 @@ fn sps() -> StepsPerSecond {
 
 #[test]
 fn appendix_a_early_stop_is_lossless() {
-    let counts = appendix_a(|c, _| schedule_lengths(c, 1, 2, &sps())[0], 1);
+    let counts = appendix_a(|c, _| schedule_lengths(c, 1, 2, &sps()).unwrap()[0], 1);
     assert_follows(&counts, &[0.7, 0.3], "early stop");
 }
 
@@ -77,7 +77,7 @@ fn appendix_a_early_stop_is_lossless() {
 fn appendix_a_global_search_on_current_confidences_is_biased() {
     // The pipelined scheduler fed the CURRENT confidences as "stale" is exactly the global
     // search without early stop.
-    let counts = appendix_a(|c, _| schedule_pipelined(c, c, 1, 2, &sps())[0], 2);
+    let counts = appendix_a(|c, _| schedule_pipelined(c, c, 1, 2, &sps()).unwrap()[0], 2);
     assert_follows(&counts, &[0.85, 0.15], "global search");
     assert_differs(&counts, &[0.7, 0.3], "global search");
 }
@@ -89,7 +89,7 @@ fn appendix_a_pipelined_with_truly_stale_confidences_is_lossless() {
     let counts = appendix_a(
         |c, i| {
             let stale = [0.8, if i % 2 == 0 { 0.9 } else { 0.0 }];
-            schedule_pipelined(&stale, c, 1, 2, &sps())[0]
+            schedule_pipelined(&stale, c, 1, 2, &sps()).unwrap()[0]
         },
         3,
     );
@@ -102,7 +102,7 @@ fn the_paper_scheduler_admits_by_survival_and_stops_early() {
     let flat = StepsPerSecond::step(vec![(1, 1.0)]).unwrap();
     let c = [0.9, 0.9, 0.0, 0.5, 0.5, 0.5];
     // Past the table SPS falls as 1/tokens, so Θ = τ/B: admit while survival beats the mean.
-    let lengths = schedule_lengths(&c, 2, 3, &flat);
+    let lengths = schedule_lengths(&c, 2, 3, &flat).unwrap();
     let survival = [0.9, 0.81, 0.5, 0.25];
     let mut tau = 2.0;
     let mut b = 2.0;
@@ -118,15 +118,18 @@ fn the_paper_scheduler_admits_by_survival_and_stops_early() {
     }
     assert_eq!(lengths.iter().sum::<usize>(), admitted);
     let cheap = StepsPerSecond::step(vec![(1, 1.0), (100, 1.0)]).unwrap();
-    assert_eq!(schedule_lengths(&c, 2, 3, &cheap), vec![2, 3]);
+    assert_eq!(schedule_lengths(&c, 2, 3, &cheap).unwrap(), vec![2, 3]);
     // Prefix property: survival never increases along a request, so lengths are prefixes.
     let costly = StepsPerSecond::step(vec![(2, 1.0), (3, 0.1), (100, 0.1)]).unwrap();
-    assert_eq!(schedule_lengths(&c, 2, 3, &costly), vec![0, 0]);
+    assert_eq!(schedule_lengths(&c, 2, 3, &costly).unwrap(), vec![0, 0]);
     // A jagged table: the early stop halts at the cliff, the global search crosses it.
     let jagged = StepsPerSecond::step(vec![(2, 1.0), (3, 0.6), (6, 0.6)]).unwrap();
     let c = [0.95, 0.95, 0.95, 0.95];
-    assert_eq!(schedule_lengths(&c, 2, 2, &jagged), vec![0, 0]);
-    assert_eq!(schedule_pipelined(&c, &c, 2, 2, &jagged), vec![2, 2]);
+    assert_eq!(schedule_lengths(&c, 2, 2, &jagged).unwrap(), vec![0, 0]);
+    assert_eq!(
+        schedule_pipelined(&c, &c, 2, 2, &jagged).unwrap(),
+        vec![2, 2]
+    );
 }
 
 #[test]
@@ -136,7 +139,7 @@ fn pipelined_allocates_capacity_by_current_survival() {
     let stale = [0.9, 0.9, 0.9, 0.9, 0.9, 0.9];
     let current = [0.2, 0.2, 0.2, 0.99, 0.99, 0.99];
     assert_eq!(
-        schedule_pipelined(&stale, &current, 2, 3, &cheap),
+        schedule_pipelined(&stale, &current, 2, 3, &cheap).unwrap(),
         vec![0, 3]
     );
 }
@@ -144,6 +147,6 @@ fn pipelined_allocates_capacity_by_current_survival() {
 #[test]
 fn threshold_truncates_before_the_first_low_confidence() {
     let c = [0.9, 0.6, 0.4, 0.9, 0.1, 0.9];
-    assert_eq!(threshold_lengths(&c, 2, 3, 0.5), vec![2, 1]);
-    assert_eq!(threshold_lengths(&c, 2, 3, 0.0), vec![3, 3]);
+    assert_eq!(threshold_lengths(&c, 2, 3, 0.5).unwrap(), vec![2, 1]);
+    assert_eq!(threshold_lengths(&c, 2, 3, 0.0).unwrap(), vec![3, 3]);
 }

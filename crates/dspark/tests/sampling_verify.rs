@@ -6,7 +6,7 @@
 mod sampling_support;
 
 use dspark::sampling::{
-    Floats, PerRequest, Rows3, Seeds, Verification, VerifyOptions, verify, verify_slices,
+    Floats, PerRequest, Rows3, Seeds, Tokens, Verification, VerifyOptions, verify, verify_slices,
 };
 use sampling_support::{TestRng, assert_follows, histogram, reference_probs};
 
@@ -20,7 +20,10 @@ fn run(
     let [b, k1, v] = dims;
     verify_slices(
         Rows3::new(Floats::F32(target), dims).unwrap(),
-        drafts,
+        Tokens {
+            data: drafts,
+            dims: [b, k1 - 1],
+        },
         q.map(|q| Rows3::new(Floats::F32(q), [b, k1 - 1, v]).unwrap()),
         o,
     )
@@ -198,14 +201,14 @@ fn half_precision_targets_match_f32_on_the_rounded_values() {
     let dims = [b, k + 1, v];
     let got = verify_slices(
         Rows3::new(Floats::BF16(&bf), dims).unwrap(),
-        &drafts,
+        Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap(),
         None,
         &o,
     );
     assert_eq!(got.unwrap(), run(&rbf, dims, &drafts, None, &o).unwrap());
     let got = verify_slices(
         Rows3::new(Floats::F16(&f16), dims).unwrap(),
-        &drafts,
+        Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap(),
         None,
         &o,
     );
@@ -320,7 +323,7 @@ fn invalid_inputs_give_typed_errors() {
     assert_eq!(code(&target, &[0, 1, 2], None, &d()), "bad-shape");
     let e = verify_slices(
         Rows3::new(Floats::F32(&target), dims).unwrap(),
-        &drafts,
+        Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap(),
         Some(Rows3::new(Floats::F32(&target[..20]), [2, 2, 5]).unwrap()).map(|mut r| {
             r.dims = [2, 1, 10];
             r
@@ -334,9 +337,14 @@ fn invalid_inputs_give_typed_errors() {
         dims,
     };
     assert_eq!(
-        verify_slices(short, &drafts, None, &d())
-            .unwrap_err()
-            .code(),
+        verify_slices(
+            short,
+            Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap(),
+            None,
+            &d()
+        )
+        .unwrap_err()
+        .code(),
         "bad-shape"
     );
     // Options.

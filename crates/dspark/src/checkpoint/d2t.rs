@@ -1,7 +1,8 @@
 //! Planning the draft-to-target id map from the checkpoint's `d2t` table.
 //!
-//! Reduced drafters (`V_d < V_t`) must ship `d2t`; it is read (the one tensor-data read of
-//! validation) and validated by [`IdMap::from_offsets`]. Full and padded drafters map by
+//! Reduced drafters (`V_d < V_t`) must ship `d2t`; its header length is checked against `V_d`
+//! first, then it is read (the one tensor-data read of validation) and validated by
+//! [`IdMap::from_offsets`]. Full and padded drafters map by
 //! identity; an all-zero `d2t` they happen to ship is the identity too and is not loaded.
 
 use super::names::D2T_CANONICAL;
@@ -28,6 +29,14 @@ pub(super) fn plan_id_map(b: &mut Builder<'_>) {
             tensor: info.name.clone(),
             expected: vec![vocab.draft],
             found: info.shape.clone(),
+        });
+        return;
+    }
+    // The header's length is checked before any data is read: a header may claim any size.
+    if info.shape[0] != vocab.draft {
+        b.problems.push(Error::D2tWrongLength {
+            expected: vocab.draft,
+            found: info.shape[0],
         });
         return;
     }

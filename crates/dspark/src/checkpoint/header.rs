@@ -14,11 +14,13 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::error::Category;
+use serde_json::value::RawValue;
 
 use crate::error::{Error, Result};
+use crate::limits::{MAX_NAME_BYTES, MAX_TENSORS};
 
 /// Largest header accepted (100 MiB). Real headers are kilobytes to a few megabytes; anything
 /// larger is treated as a corrupt length prefix rather than read into memory.
@@ -167,25 +169,38 @@ pub fn parse_file_bytes(bytes: &[u8], path: &Path) -> Result<Vec<TensorInfo>> {
 }
 
 /// Map entries in file order, keeping duplicates (serde_json maps keep only the last one).
-struct Entries(Vec<(String, Value)>);
+/// Values stay raw JSON borrowed from the header text and are parsed one at a time; past
+/// [`MAX_TENSORS`] entries the rest is skipped (and counted) instead of stored.
+struct Entries<'a> {
+    entries: Vec<(String, &'a RawValue)>,
+    total: u64,
+}
 
-impl<'de> Deserialize<'de> for Entries {
+impl<'de> Deserialize<'de> for Entries<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
         struct EntriesVisitor;
         impl<'de> Visitor<'de> for EntriesVisitor {
-            type Value = Entries;
+            type Value = Entries<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON object mapping tensor names to descriptions")
             }
             fn visit_map<A: MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> std::result::Result<Entries, A::Error> {
+            ) -> std::result::Result<Entries<'de>, A::Error> {
                 let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
-                while let Some(entry) = map.next_entry::<String, Value>()? {
-                    entries.push(entry);
+                let mut total = 0u64;
+                while total < MAX_TENSORS {
+                    match map.next_entry::<String, &'de RawValue>()? {
+                        Some(entry) => entries.push(entry),
+                        None => return Ok(Entries { entries, total }),
+                    }
+                    total += 1;
                 }
-                Ok(Entries(entries))
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {
+                    total += 1;
+                }
+                Ok(Entries { entries, total })
             }
         }
         deserializer.deserialize_map(EntriesVisitor)
@@ -193,27 +208,57 @@ impl<'de> Deserialize<'de> for Entries {
 }
 
 /// Validate a header (the `N` JSON bytes after the prefix) for a data section of `data_len`
-/// bytes. Returns the tensors in header order; `path` names the file in errors.
+/// bytes. Returns the tensors in header order; `path` names the file in errors. More than
+/// [`MAX_TENSORS`] entries, or names longer than [`MAX_NAME_BYTES`] together, is `too-large`.
 pub fn parse_header(bytes: &[u8], data_len: u64, path: &Path) -> Result<Vec<TensorInfo>> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| bad(path, format!("header is not valid UTF-8: {e}")))?;
     // Values are untyped JSON and keys are always strings, so a data error can only mean
     // the top level is not an object.
-    let Entries(entries) = serde_json::from_str(text).map_err(|e| match e.classify() {
-        Category::Data => bad(path, "header is not a JSON object"),
-        _ => bad(path, format!("header is not valid JSON: {e}")),
-    })?;
-    let mut seen = std::collections::HashSet::with_capacity(entries.len());
+    let Entries { entries, total } =
+        serde_json::from_str(text).map_err(|e| match e.classify() {
+            Category::Data => bad(path, "header is not a JSON object"),
+            _ => bad(path, format!("header is not valid JSON: {e}")),
+        })?;
+    if total > MAX_TENSORS {
+        return Err(Error::too_large(
+            format!("{}: tensors in the header", path.display()),
+            total,
+            MAX_TENSORS,
+            " tensors",
+        ));
+    }
+    let names: u64 = entries.iter().map(|(n, _)| n.len() as u64).sum();
+    if names > MAX_NAME_BYTES {
+        return Err(Error::too_large(
+            format!("{}: tensor names in the header", path.display()),
+            names,
+            MAX_NAME_BYTES,
+            " bytes",
+        ));
+    }
+    // The first repeated name (in file order), found by sorting indices rather than by
+    // keeping a second copy of every name; reported when the walk below reaches it.
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_unstable_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(a.cmp(&b)));
+    let first_dup = order
+        .windows(2)
+        .filter(|w| entries[w[0]].0 == entries[w[1]].0)
+        .map(|w| w[1])
+        .min();
+    drop(order);
     let mut tensors = Vec::with_capacity(entries.len());
-    for (name, desc) in entries {
-        if !seen.insert(name.clone()) {
+    for (i, (name, raw)) in entries.into_iter().enumerate() {
+        if first_dup == Some(i) {
             return Err(bad(path, format!("duplicate tensor name `{name}`")));
         }
+        let desc: Value = serde_json::from_str(raw.get())
+            .map_err(|e| bad(path, format!("tensor `{name}`: invalid JSON: {e}")))?;
         if name == "__metadata__" {
             check_metadata(&desc, path)?;
             continue;
         }
-        tensors.push(parse_entry(&name, &desc, data_len, path)?);
+        tensors.push(parse_entry(name, &desc, data_len, path)?);
     }
     check_overlaps(&tensors, path)?;
     Ok(tensors)
@@ -229,7 +274,7 @@ fn check_metadata(desc: &Value, path: &Path) -> Result<()> {
     }
 }
 
-fn parse_entry(name: &str, desc: &Value, data_len: u64, path: &Path) -> Result<TensorInfo> {
+fn parse_entry(name: String, desc: &Value, data_len: u64, path: &Path) -> Result<TensorInfo> {
     let obj = desc.as_object().ok_or_else(|| {
         bad(
             path,
@@ -301,7 +346,7 @@ fn parse_entry(name: &str, desc: &Value, data_len: u64, path: &Path) -> Result<T
         ));
     }
     Ok(TensorInfo {
-        name: name.to_string(),
+        name,
         dtype: dtype.to_string(),
         shape,
         file: path.to_path_buf(),

@@ -12,6 +12,8 @@ use serde_json::Value;
 
 use super::header::{self, PREFIX_LEN, TensorInfo};
 use crate::error::{Error, Result};
+use crate::files::{ReadError, read_bounded};
+use crate::limits::{MAX_NAME_BYTES, MAX_TENSORS, MAX_VOCAB};
 
 /// Name of the shard index of a sharded checkpoint.
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
@@ -102,10 +104,20 @@ impl Inventory {
         Self::open_files(path, files)
     }
 
-    /// Read each file's header; a name in two files is an error.
+    /// Read each file's header; a name in two files is an error. More than [`MAX_TENSORS`]
+    /// files or tensors, or [`MAX_NAME_BYTES`] of names (all files together), is `too-large`.
     fn open_files(root: &Path, files: Vec<PathBuf>) -> Result<Self> {
+        if files.len() as u64 > MAX_TENSORS {
+            return Err(Error::too_large(
+                format!("{}: safetensors files", root.display()),
+                files.len(),
+                MAX_TENSORS,
+                " files",
+            ));
+        }
         let mut tensors: BTreeMap<String, TensorInfo> = BTreeMap::new();
         let mut problems = Vec::new();
+        let (mut seen, mut name_bytes) = (0u64, 0u64);
         for file in &files {
             let infos = match header::read_header(file) {
                 Ok(infos) => infos,
@@ -114,6 +126,25 @@ impl Inventory {
                     continue;
                 }
             };
+            seen += infos.len() as u64;
+            name_bytes += infos.iter().map(|t| t.name.len() as u64).sum::<u64>();
+            if name_bytes > MAX_NAME_BYTES {
+                return Err(Error::too_large(
+                    format!("{}: tensor names in the checkpoint", root.display()),
+                    name_bytes,
+                    MAX_NAME_BYTES,
+                    " bytes",
+                ));
+            }
+            if seen > MAX_TENSORS {
+                // All shards together: what the inventory keeps stays bounded.
+                return Err(Error::too_large(
+                    format!("{}: tensors in the checkpoint", root.display()),
+                    seen,
+                    MAX_TENSORS,
+                    " tensors",
+                ));
+            }
             for info in infos {
                 if let Some(prev) = tensors.get(&info.name) {
                     problems.push(bad(
@@ -206,8 +237,10 @@ impl Inventory {
     /// Read an integer tensor (`I64` or `I32`, little-endian) as `i64`s: the one tensor-data
     /// read of checkpoint validation, used for `d2t`. Reads only that tensor's bytes.
     ///
-    /// Errors: `missing-tensor`, `bad-dtype` (any other dtype), `bad-safetensors` (the file
-    /// changed since its header was read), `io`.
+    /// The header's element count is checked before anything is read: above
+    /// [`MAX_VOCAB`] it is `too-large`. Errors: `missing-tensor`, `bad-dtype` (any other
+    /// dtype), `too-large`, `bad-safetensors` (the data range is past the end of the file, or
+    /// the file changed since its header was read), `io`.
     pub fn read_i64(&self, name: &str) -> Result<Vec<i64>> {
         let info = self.get(name).ok_or_else(|| Error::MissingTensor {
             tensor: name.to_string(),
@@ -228,6 +261,15 @@ impl Inventory {
         let (begin, end) = info.data_offsets;
         let len = end - begin.min(end);
         let numel = info.numel().unwrap_or(u64::MAX);
+        // Sized from the header only: refuse before anything is read or allocated.
+        if numel > MAX_VOCAB {
+            return Err(Error::too_large(
+                format!("tensor `{name}`"),
+                numel,
+                MAX_VOCAB,
+                " elements",
+            ));
+        }
         if numel.checked_mul(width) != Some(len) {
             return Err(bad(
                 path,
@@ -236,31 +278,50 @@ impl Inventory {
         }
         let mut file = File::open(path).map_err(|e| io_error(path, e, "safetensors file"))?;
         let (n, file_len) = header::read_prefix(&mut file, path)?;
-        let start = PREFIX_LEN + n + begin;
-        if start.checked_add(len).is_none_or(|stop| stop > file_len) {
+        let start = PREFIX_LEN.checked_add(n).and_then(|x| x.checked_add(begin));
+        let Some(start) =
+            start.filter(|&s| s.checked_add(len).is_some_and(|stop| stop <= file_len))
+        else {
             return Err(bad(
                 path,
                 format!("tensor `{name}`: data range is past the end of the file"),
             ));
-        }
-        let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| bad(path, "tensor too large"))?];
+        };
         file.seek(SeekFrom::Start(start))
-            .and_then(|_| file.read_exact(&mut bytes))
             .map_err(|source| Error::Io {
                 path: path.clone(),
                 source,
             })?;
-        Ok(if width == 8 {
-            bytes
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .collect()
-        } else {
-            bytes
-                .chunks_exact(4)
-                .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-                .collect()
-        })
+        // `numel <= MAX_VOCAB`, so these fit; decoded in chunks (no second full-size buffer).
+        let count = usize::try_from(numel).map_err(|_| bad(path, "tensor too large"))?;
+        let width = width as usize;
+        let mut out = Vec::with_capacity(count);
+        let mut chunk = vec![0u8; width * 8192];
+        let mut reader = file.take(len);
+        while out.len() < count {
+            let want = (count - out.len()).min(8192) * width;
+            reader
+                .read_exact(&mut chunk[..want])
+                .map_err(|source| Error::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            let bytes = &chunk[..want];
+            if width == 8 {
+                out.extend(bytes.chunks_exact(8).map(|c| {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(c);
+                    i64::from_le_bytes(b)
+                }));
+            } else {
+                out.extend(bytes.chunks_exact(4).map(|c| {
+                    let mut b = [0u8; 4];
+                    b.copy_from_slice(c);
+                    i64::from(i32::from_le_bytes(b))
+                }));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -280,13 +341,32 @@ fn io_error(path: &Path, source: std::io::Error, what: &str) -> Error {
 
 /// Read `weight_map` (tensor name → shard file name) from a shard index.
 fn read_weight_map(index: &Path) -> Result<BTreeMap<String, String>> {
-    let bytes = std::fs::read(index).map_err(|e| io_error(index, e, "shard index"))?;
+    let limit = crate::limits::MAX_INDEX_BYTES;
+    let bytes = read_bounded(index, limit).map_err(|e| match e {
+        ReadError::NotFound => Error::MissingFile {
+            path: index.to_path_buf(),
+            what: "shard index".into(),
+        },
+        ReadError::Io(source) => Error::Io {
+            path: index.to_path_buf(),
+            source,
+        },
+        other => bad(index, format!("shard index: {}", other.describe(limit))),
+    })?;
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| bad(index, format!("shard index is not valid JSON: {e}")))?;
     let map = value
         .get("weight_map")
         .and_then(Value::as_object)
         .ok_or_else(|| bad(index, "shard index has no `weight_map` object"))?;
+    if map.len() as u64 > MAX_TENSORS {
+        return Err(Error::too_large(
+            format!("{}: `weight_map` entries", index.display()),
+            map.len(),
+            MAX_TENSORS,
+            " tensors",
+        ));
+    }
     map.iter()
         .map(|(name, shard)| match shard.as_str() {
             Some(s)

@@ -95,7 +95,10 @@ impl<'a> Builder<'a> {
                 vocab,
                 embed_tokens: WeightSource::SharedTarget,
                 lm_head: WeightSource::SharedTarget,
-                id_map: IdMap::identity(vocab.target),
+                // `V_t` comes from a parsed (bounded) target config.
+                id_map: IdMap::Identity {
+                    target_vocab: vocab.target,
+                },
                 confidence_head: false,
                 tensors: BTreeMap::new(),
                 ignored: Vec::new(),
@@ -301,13 +304,34 @@ fn build_qwen3(b: &mut Builder<'_>) {
     }
     b.confidence(&expected, true);
     super::d2t::plan_id_map(b);
-    let leftovers = b.leftovers();
-    for key in leftovers {
-        let name = b.found[&key].name.clone();
-        b.warn(
-            W_UNEXPECTED_TENSOR,
-            format!("`{name}` is not part of this drafter's config; it is not loaded"),
-        );
+    // Borrowed from the inventory (not cloned keys): a huge checkpoint stays cheap here.
+    let leftovers: Vec<&TensorInfo> = b
+        .found
+        .iter()
+        .filter(|(k, _)| !b.consumed.contains(*k))
+        .map(|(_, &info)| info)
+        .collect();
+    let extra = leftovers.len().saturating_sub(MAX_UNEXPECTED_WARNINGS);
+    for (i, info) in leftovers.into_iter().enumerate() {
+        let name = info.name.clone();
+        if i < MAX_UNEXPECTED_WARNINGS {
+            b.warn(
+                W_UNEXPECTED_TENSOR,
+                format!("`{name}` is not part of this drafter's config; it is not loaded"),
+            );
+        }
         b.plan.ignored.push(name);
     }
+    if extra > 0 {
+        b.warn(
+            W_UNEXPECTED_TENSOR,
+            format!(
+                "{extra} more tensors are not part of this drafter's config; they are not loaded"
+            ),
+        );
+    }
 }
+
+/// Unexpected tensors named one warning each; the rest are summed up in one more (a huge
+/// checkpoint must not make the report huge).
+const MAX_UNEXPECTED_WARNINGS: usize = 64;

@@ -4,6 +4,7 @@ use super::fields::{Fields, describe};
 use super::rope::read_rope;
 use super::spec::{ConfigFormat, RopeSpec};
 use crate::error::Result;
+use crate::limits::{MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB};
 
 /// The backbone part of a [`super::DraftSpec`].
 #[derive(Debug, Clone, PartialEq)]
@@ -54,20 +55,27 @@ const WHY: &str = "the draft backbone shape";
 /// (`n_mtp_layers`, default 3) is passed in as `draft_layers`; the MLP width is
 /// `moe_intermediate_size` (the MTP stages are MoE layers), falling back to
 /// `intermediate_size`, and `layer_types` (the target's) is not checked.
+///
+/// Sizes are bounded by [`crate::limits`] (`bad-config` naming the key) before anything is
+/// sized from them.
 pub fn read_backbone(
     format: ConfigFormat,
     f: &Fields<'_>,
     draft_layers: Option<usize>,
 ) -> Result<Backbone> {
-    let vocab_size = f.required("vocab_size", WHY)?;
-    let draft_vocab_size = f.positive("draft_vocab_size")?.unwrap_or(vocab_size);
-    let hidden_size = f.required("hidden_size", WHY)?;
-    let target_hidden_size = f.positive("target_hidden_size")?.unwrap_or(hidden_size);
+    let vocab_size = f.required_at_most("vocab_size", WHY, MAX_VOCAB)?;
+    let draft_vocab_size = f
+        .positive_at_most("draft_vocab_size", MAX_VOCAB)?
+        .unwrap_or(vocab_size);
+    let hidden_size = f.required_at_most("hidden_size", WHY, MAX_HIDDEN)?;
+    let target_hidden_size = f
+        .positive_at_most("target_hidden_size", MAX_HIDDEN)?
+        .unwrap_or(hidden_size);
     // Required in every shape (for DeepSeek-V4 it is the target's layer count, read by the
     // caller, but it must still be a valid positive integer here).
-    let own_layers = f.required("num_hidden_layers", WHY)?;
+    let own_layers = f.required_at_most("num_hidden_layers", WHY, MAX_LAYERS)?;
     let num_hidden_layers = draft_layers.unwrap_or(own_layers);
-    let num_attention_heads = f.required("num_attention_heads", WHY)?;
+    let num_attention_heads = f.required_at_most("num_attention_heads", WHY, MAX_HEADS)?;
 
     // Gemma4 full-attention layers (all DSpark draft layers) use the "global" head shape.
     let (kv_key, dim_key) = if f.has("global_head_dim") {
@@ -80,7 +88,9 @@ pub fn read_backbone(
     } else {
         "num_key_value_heads"
     };
-    let num_key_value_heads = f.positive(kv_key)?.unwrap_or(num_attention_heads);
+    let num_key_value_heads = f
+        .positive_at_most(kv_key, MAX_HEADS)?
+        .unwrap_or(num_attention_heads);
     if num_attention_heads % num_key_value_heads != 0 {
         return Err(f.bad(
             &f.name_of(kv_key),
@@ -90,7 +100,7 @@ pub fn read_backbone(
             ),
         ));
     }
-    let head_dim = match f.positive(dim_key)? {
+    let head_dim = match f.positive_at_most(dim_key, MAX_HEADS)? {
         Some(d) => d,
         None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
         None => {
@@ -104,11 +114,15 @@ pub fn read_backbone(
         }
     };
     let intermediate_size = match format {
-        ConfigFormat::DeepSeekV4 => match f.positive("moe_intermediate_size")? {
-            Some(n) => n,
-            None => f.required("intermediate_size", "the MTP stage MLP width")?,
-        },
-        _ => f.required("intermediate_size", WHY)?,
+        ConfigFormat::DeepSeekV4 => {
+            match f.positive_at_most("moe_intermediate_size", MAX_HIDDEN)? {
+                Some(n) => n,
+                None => {
+                    f.required_at_most("intermediate_size", "the MTP stage MLP width", MAX_HIDDEN)?
+                }
+            }
+        }
+        _ => f.required_at_most("intermediate_size", WHY, MAX_HIDDEN)?,
     };
     if format != ConfigFormat::DeepSeekV4 {
         check_layer_types(f, num_hidden_layers)?;

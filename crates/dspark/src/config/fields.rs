@@ -110,6 +110,32 @@ impl<'a> Fields<'a> {
             .ok_or_else(|| self.bad(&self.name_of(key), format!("missing (required: {why})")))
     }
 
+    /// `value` of `key`, refused above `limit` (a [`crate::limits`] constant) with a
+    /// `bad-config` error naming the key: config-derived sizes are bounded before anything is
+    /// sized from them.
+    pub fn at_most(&self, key: &str, value: usize, limit: u64) -> Result<usize> {
+        if value as u64 > limit {
+            return Err(self.bad(
+                &self.name_of(key),
+                format!("{value} is above the supported limit of {limit}"),
+            ));
+        }
+        Ok(value)
+    }
+
+    /// [`Fields::positive`], bounded by `limit` (see [`Fields::at_most`]).
+    pub fn positive_at_most(&self, key: &str, limit: u64) -> Result<Option<usize>> {
+        self.positive(key)?
+            .map(|v| self.at_most(key, v, limit))
+            .transpose()
+    }
+
+    /// [`Fields::required`], bounded by `limit` (see [`Fields::at_most`]).
+    pub fn required_at_most(&self, key: &str, why: &str, limit: u64) -> Result<usize> {
+        let v = self.required(key, why)?;
+        self.at_most(key, v, limit)
+    }
+
     /// A boolean (not `0`/`1`, not `"true"`).
     pub fn boolean(&self, key: &str) -> Result<Option<bool>> {
         let Some((v, name)) = self.raw(key) else {

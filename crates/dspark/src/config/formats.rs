@@ -5,6 +5,7 @@ use super::layers::{LayerIdSemantics, TargetLayers, resolve_target_layers};
 use super::spec::{ConfigFormat, MarkovHeadType};
 use crate::Warning;
 use crate::error::Result;
+use crate::limits::{MAX_BLOCK, MAX_LAYERS};
 
 /// The DSpark keys of a draft config, normalized.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,14 +63,14 @@ pub fn read_dspark_keys(
             "markov_head_type",
         ),
     };
-    let block_size = f.required(block_key, "the trained block width")?;
+    let block_size = f.required_at_most(block_key, "the trained block width", MAX_BLOCK)?;
 
     let (num_target_layers, draft_layers) = match format {
         ConfigFormat::DeepSeekV4 => (
-            Some(f.required("num_hidden_layers", "the target layer count")?),
-            Some(f.positive("n_mtp_layers")?.unwrap_or(3)),
+            Some(f.required_at_most("num_hidden_layers", "the target layer count", MAX_LAYERS)?),
+            Some(f.positive_at_most("n_mtp_layers", MAX_LAYERS)?.unwrap_or(3)),
         ),
-        _ => (f.positive("num_target_layers")?, None),
+        _ => (f.positive_at_most("num_target_layers", MAX_LAYERS)?, None),
     };
 
     let (semantics, forbid_final) = match format {
@@ -98,7 +99,7 @@ pub fn read_dspark_keys(
 
     let plain_dflash = format == ConfigFormat::DFlash && !is_dspark_projector(f)?;
     let markov_rank = match (f.uint(rank_key)?, plain_dflash) {
-        (Some(r), _) => r,
+        (Some(r), _) => f.at_most(rank_key, r, MAX_BLOCK)?,
         (None, true) => 0,
         (None, false) => {
             return Err(f.bad(

@@ -20,6 +20,7 @@ use super::fields::describe;
 use super::spec::{ConfigFormat, DraftSpec};
 use super::target::TargetSpec;
 use crate::error::{Error, Result};
+use crate::limits::MAX_LAYERS;
 
 /// How the layer ids in a config are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,6 +108,15 @@ pub fn resolve_target_layers(
     if let Some(&low) = raw.first().filter(|&&first| first < floor) {
         return Err(bad(format!(
             "layer id {low} is below {floor} (the embedding output)"
+        )));
+    }
+    // Ids past any real target are refused even when the layer count is unknown: they size
+    // the fused context (`L · H_t`) and name tensors.
+    let ceiling = i64::try_from(MAX_LAYERS).unwrap_or(i64::MAX);
+    if let Some(&high) = raw.last().filter(|&&last| last >= ceiling) {
+        return Err(bad(format!(
+            "layer id {high} is above the supported limit of {} layers",
+            MAX_LAYERS
         )));
     }
     if let Some(n) = num_target_layers {

@@ -5,6 +5,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::limits::{MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB};
 
 /// What a drafter needs to know about its target model.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -30,6 +31,7 @@ impl TargetSpec {
 
     /// Read a target config from parsed JSON. Multimodal configs may nest the language model
     /// under `text_config` (or `thinker_config.text_config`); the nested one is used then.
+    /// Sizes are bounded by [`crate::limits`] (`bad-config` naming the key).
     pub fn from_value(value: &Value, file: &str) -> Result<Self> {
         let root = value
             .as_object()
@@ -47,13 +49,20 @@ impl TargetSpec {
             Some(t) => (t, "thinker_config.text_config."),
             None => (root, ""),
         };
-        let get = |key: &str| -> Result<usize> {
+        let get = |key: &str, limit: u64| -> Result<usize> {
             let full = format!("{prefix}{key}");
             let v = obj.get(key).ok_or_else(|| {
                 Error::bad_config(file, &full, "missing (required in a target config)")
             })?;
             match v.as_u64() {
-                Some(n) if n > 0 && !v.is_boolean() => Ok(n as usize),
+                Some(n) if n > limit => Err(Error::bad_config(
+                    file,
+                    &full,
+                    format!("{n} is above the supported limit of {limit}"),
+                )),
+                Some(n) if n > 0 && !v.is_boolean() => {
+                    usize::try_from(n).map_err(|_| Error::bad_config(file, &full, "too large"))
+                }
                 _ => Err(Error::bad_config(
                     file,
                     &full,
@@ -63,9 +72,9 @@ impl TargetSpec {
         };
         Ok(Self {
             source: file.to_string(),
-            vocab_size: get("vocab_size")?,
-            num_hidden_layers: get("num_hidden_layers")?,
-            hidden_size: get("hidden_size")?,
+            vocab_size: get("vocab_size", MAX_VOCAB)?,
+            num_hidden_layers: get("num_hidden_layers", MAX_LAYERS)?,
+            hidden_size: get("hidden_size", MAX_HIDDEN)?,
             model_type: obj
                 .get("model_type")
                 .and_then(Value::as_str)

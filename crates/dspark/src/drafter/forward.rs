@@ -235,6 +235,7 @@ impl Qwen3Drafter {
                     },
                     with_markov.then_some(block.prev_embeddings.as_slice()),
                     Floats::F32(&head.weight),
+                    &[head.weight.len()],
                     head.bias,
                     None,
                 )?)

@@ -114,6 +114,9 @@ fn before(a: &(f32, usize), b: &(f32, usize)) -> std::cmp::Ordering {
 /// skipped after one vectorized max; survivors are buffered and the buffer is cut back to `k` by
 /// partial selection whenever it reaches `2k` (no full sort of the vocabulary).
 pub(crate) fn top_k_members(row: Floats<'_>, k: usize) -> Vec<(f32, usize)> {
+    // Never more members than the row has (callers pass `k < len`; this keeps the buffer
+    // bounded by the row for any `k`).
+    let k = k.min(row.len());
     if k == 0 {
         return Vec::new();
     }

@@ -344,12 +344,9 @@ impl SlotCtx<'_> {
                 l.push(self.mult * (brow.get(d) + dot(&w, eb)));
             }
             let st = row_argmax(Floats::F32(&l));
-            if st.non_finite() {
-                return Err(non_finite(
-                    "base_logits",
-                    format!("NaN or +inf in {}", self.where_(b)),
-                ));
-            }
+            // The same checks (and codes) as the dense path: a biased candidate row with no
+            // finite entry is refused, never sampled from.
+            self.check_row(b, &st)?;
             let j = if self.greedy {
                 st.argmax
             } else {
@@ -464,7 +461,7 @@ mod tests {
                 let offsets: Vec<i64> = (0..vd as i64).map(|d| d * 7 % 1000 - d).collect();
                 IdMap::from_offsets(&offsets, vd, vt).unwrap()
             } else {
-                IdMap::identity(vt)
+                IdMap::identity(vt).unwrap()
             };
             let base = values(b_n * k_n * vd, 1, 6.0);
             let (w1, w2) = (values(vt * r, 2, 1.0), values(vd * r, 3, 1.0));

@@ -1,8 +1,10 @@
-//! Validation of the Markov block sampler's inputs (shapes, ids, options, id map).
+//! Validation of the Markov block sampler's inputs (shapes, ids, options, id map) and of the
+//! size of its outputs (`too-large` above [`crate::limits::MAX_OUTPUT_ELEMENTS`]).
 
 use super::markov::BlockOptions;
 use super::view::{Mat, Rows3};
 use crate::error::{Error, Result};
+use crate::limits::output_elements;
 
 /// Validated geometry.
 pub(super) struct Geometry {
@@ -111,6 +113,11 @@ pub(super) fn validate(
             format!("{input_vocab} rows, but the drafter can emit target id {m}"),
         ));
     }
+    // Outputs: `[B, K, V_t]` draft logits (`V_t` may exceed `V_d` with a table) and
+    // `[B, K, r]` embeddings; sized with checked arithmetic before anything is allocated.
+    let (b64, k64) = (batch as u64, slots as u64);
+    output_elements("target_vocab_size", &[b64, k64, target_vocab as u64])?;
+    output_elements("markov_w1", &[b64, k64, rank as u64])?;
     Ok(Geometry {
         batch,
         slots,

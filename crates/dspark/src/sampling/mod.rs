@@ -40,4 +40,4 @@ pub use schedule::{StepsPerSecond, schedule_lengths, schedule_pipelined, thresho
 pub use sts::StsCalibration;
 pub use tensor::{confidence, sample_block, verify};
 pub use verify::{Verification, VerifyOptions, verify_slices};
-pub use view::{Floats, Mat, PerRequest, Rows3, Seeds};
+pub use view::{Floats, Mat, PerRequest, Rows3, Seeds, Tokens};

@@ -3,9 +3,29 @@
 //!
 //! Confidences are `[B·K]` row-major; `c_{r,j}` estimates P(draft `j` accepted | drafts `< j`
 //! accepted). Values outside `[0, 1]` are clamped and NaN counts as `0` (never admitted early).
-//! Missing entries (a short slice) count as `0` too.
+//! The slice must hold exactly `B·K` values (`bad-shape` otherwise), and the batch `B` is
+//! bounded by [`crate::limits::MAX_BATCH`] (`too-large`), checked before anything is
+//! allocated.
 
 use crate::error::{Error, Result};
+use crate::limits::{MAX_BATCH, at_most};
+
+/// Validate a `[B·K]` confidence slice named `name`: the exact length, and a bounded `[B]`
+/// output.
+fn check_shape(confidence: &[f32], batch: usize, slots: usize, name: &str) -> Result<()> {
+    at_most(name, batch as u64, MAX_BATCH)?;
+    if batch.checked_mul(slots) != Some(confidence.len()) {
+        return Err(Error::bad_shape(
+            name,
+            format!(
+                "{} values for [B, K] = [{batch}, {slots}] (need B·K = {})",
+                confidence.len(),
+                batch.saturating_mul(slots)
+            ),
+        ));
+    }
+    Ok(())
+}
 
 fn conf(c: &[f32], i: usize) -> f64 {
     match c.get(i) {
@@ -15,19 +35,25 @@ fn conf(c: &[f32], i: usize) -> f64 {
 }
 
 /// Truncate each request before its first slot with `c < threshold`.
+///
+/// Errors: `bad-shape` (not `B·K` values), `too-large`, `invalid-argument` (a NaN threshold).
 pub fn threshold_lengths(
     confidence: &[f32],
     batch: usize,
     slots: usize,
     threshold: f32,
-) -> Vec<usize> {
-    (0..batch)
+) -> Result<Vec<usize>> {
+    check_shape(confidence, batch, slots, "confidence")?;
+    if threshold.is_nan() {
+        return Err(Error::invalid("threshold", "NaN"));
+    }
+    Ok((0..batch)
         .map(|r| {
             (0..slots)
                 .position(|j| !matches!(confidence.get(r * slots + j), Some(&c) if c >= threshold))
                 .unwrap_or(slots)
         })
-        .collect()
+        .collect())
 }
 
 /// Steps per second of a verify pass as a function of the total number of verified tokens,
@@ -112,12 +138,15 @@ fn ranked(confidence: &[f32], batch: usize, slots: usize) -> Vec<(f64, usize, us
 
 /// The paper's scheduler: admit slots by descending survival while `Θ = τ·SPS(B)` strictly
 /// improves, stopping at the first non-improvement (the early stop keeps it lossless).
+///
+/// Errors: `bad-shape` (not `B·K` values), `too-large`.
 pub fn schedule_lengths(
     confidence: &[f32],
     batch: usize,
     slots: usize,
     sps: &StepsPerSecond,
-) -> Vec<usize> {
+) -> Result<Vec<usize>> {
+    check_shape(confidence, batch, slots, "confidence")?;
     let mut lengths = vec![0; batch];
     let mut tau = batch as f64;
     let mut theta = tau * sps.sps(batch);
@@ -131,19 +160,23 @@ pub fn schedule_lengths(
         tau += a;
         lengths[r] += 1;
     }
-    lengths
+    Ok(lengths)
 }
 
 /// The pipelined variant: the capacity `K*` maximizes `Θ` over all prefixes of the STALE
 /// survival ranking (global search, no early stop; ties → smaller `K*`), then the top-`K*` slots
 /// by CURRENT survival are admitted. `stale` and `current` are both `[B·K]`.
+///
+/// Errors: `bad-shape` (either not `B·K` values), `too-large`.
 pub fn schedule_pipelined(
     stale: &[f32],
     current: &[f32],
     batch: usize,
     slots: usize,
     sps: &StepsPerSecond,
-) -> Vec<usize> {
+) -> Result<Vec<usize>> {
+    check_shape(stale, batch, slots, "stale")?;
+    check_shape(current, batch, slots, "current")?;
     let mut tau = batch as f64;
     let (mut best, mut capacity) = (tau * sps.sps(batch), 0usize);
     for (n, (a, _, _)) in ranked(stale, batch, slots).into_iter().enumerate() {
@@ -158,7 +191,7 @@ pub fn schedule_pipelined(
     for (_, r, _) in ranked(current, batch, slots).into_iter().take(capacity) {
         lengths[r] += 1;
     }
-    lengths
+    Ok(lengths)
 }
 
 #[cfg(test)]
@@ -195,7 +228,36 @@ mod tests {
             0.9,
             0.9,
         ];
-        assert_eq!(threshold_lengths(&c, 3, 4, 0.5), vec![2, 0, 0]);
-        assert_eq!(threshold_lengths(&c[..8], 2, 4, 0.05), vec![4, 4]);
+        assert_eq!(threshold_lengths(&c, 3, 4, 0.5).unwrap(), vec![2, 0, 0]);
+        assert_eq!(threshold_lengths(&c[..8], 2, 4, 0.05).unwrap(), vec![4, 4]);
+    }
+
+    #[test]
+    fn shapes_are_exact_and_outputs_bounded() {
+        let sps = StepsPerSecond::step(vec![(1, 10.0)]).unwrap();
+        let code = |r: Result<Vec<usize>>| r.unwrap_err().code();
+        // A short slice is no longer read as zeros.
+        assert_eq!(code(threshold_lengths(&[0.9; 3], 2, 2, 0.5)), "bad-shape");
+        assert_eq!(code(schedule_lengths(&[0.9; 5], 2, 2, &sps)), "bad-shape");
+        assert_eq!(
+            code(schedule_pipelined(&[0.9; 4], &[0.9; 3], 2, 2, &sps)),
+            "bad-shape"
+        );
+        // Zero-size input with one huge dimension: refused before allocating `[B]`.
+        assert_eq!(code(threshold_lengths(&[], 1 << 40, 0, 0.5)), "too-large");
+        assert_eq!(code(schedule_lengths(&[], 1 << 40, 0, &sps)), "too-large");
+        assert_eq!(
+            code(schedule_pipelined(&[], &[], 1 << 40, 0, &sps)),
+            "too-large"
+        );
+        // ... while a huge K with B = 0 is simply empty.
+        assert_eq!(
+            threshold_lengths(&[], 0, 1 << 40, 0.5).unwrap(),
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            code(threshold_lengths(&[0.5], 1, 1, f32::NAN)),
+            "invalid-argument"
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! SGLang style: an object with a `"temperatures"` array (other keys are ignored).
 
 use crate::error::{Error, Result};
+use crate::files::ReadError;
 use std::path::Path;
 
 /// Per-position confidence temperatures.
@@ -76,23 +77,26 @@ impl StsCalibration {
         Self::parse(text, "<json>")
     }
 
-    /// Read and parse a JSON file (`missing-file`, `io`, `bad-config` naming the path).
+    /// Read and parse a JSON file (`missing-file`, `io`, `bad-config` naming the path; the file
+    /// must be a regular file of at most [`crate::limits::MAX_CONFIG_BYTES`]).
     pub fn from_json_path(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| {
-            if source.kind() == std::io::ErrorKind::NotFound {
-                Error::MissingFile {
-                    path: path.to_path_buf(),
-                    what: "STS calibration JSON".into(),
-                }
-            } else {
-                Error::Io {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            }
+        let shown = path.display().to_string();
+        let limit = crate::limits::MAX_CONFIG_BYTES;
+        let bytes = crate::files::read_bounded(path, limit).map_err(|e| match e {
+            ReadError::NotFound => Error::MissingFile {
+                path: path.to_path_buf(),
+                what: "STS calibration JSON".into(),
+            },
+            ReadError::Io(source) => Error::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+            other => Error::bad_config(&shown, "<file>", other.describe(limit)),
         })?;
-        Self::parse(&text, &path.display().to_string())
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|e| Error::bad_config(&shown, "<file>", format!("not valid UTF-8: {e}")))?;
+        Self::parse(text, &shown)
     }
 
     /// `T_k`; errors when the table has fewer than `k + 1` positions.

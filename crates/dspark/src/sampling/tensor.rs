@@ -7,7 +7,7 @@ use super::confidence::confidence_slices;
 use super::markov::{BlockOptions, DraftBlock, sample_block_slices};
 use super::sts::StsCalibration;
 use super::verify::{Verification, VerifyOptions, verify_slices};
-use super::view::{Floats, Mat, Rows3};
+use super::view::{Floats, Mat, Rows3, Tokens};
 use crate::error::{Error, Result};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
@@ -79,6 +79,7 @@ pub fn sample_block(
     let d1 = dims::<2>(w1, "markov_w1", "[V_in, r]")?;
     let d2 = dims::<2>(w2, "markov_w2", "[V_d, r]")?;
     let a = ids(anchors, "anchors")?;
+    dims::<1>(anchors, "anchors", "[B]")?;
     let a: Vec<u32> = a
         .iter()
         .map(|&x| {
@@ -114,14 +115,19 @@ pub fn verify(
 ) -> Result<Verification> {
     let td = dims::<3>(target, "target_logits", "[B, K+1, V]")?;
     let toks = ids(draft_tokens, "draft_tokens")?;
+    let tokd = dims::<2>(draft_tokens, "draft_tokens", "[B, K]")?;
+    let toks = Tokens {
+        data: &toks,
+        dims: tokd,
+    };
     with_floats(target, "target_logits", |t| {
         let t = Rows3 { data: t, dims: td };
         match draft_logits {
-            None => verify_slices(t, &toks, None, opts),
+            None => verify_slices(t, toks, None, opts),
             Some(d) => {
                 let dd = dims::<3>(d, "draft_logits", "[B, K, V]")?;
                 with_floats(d, "draft_logits", |dl| {
-                    verify_slices(t, &toks, Some(Rows3 { data: dl, dims: dd }), opts)
+                    verify_slices(t, toks, Some(Rows3 { data: dl, dims: dd }), opts)
                 })
             }
         }
@@ -156,11 +162,24 @@ pub fn confidence(
     };
     let prev = match prev_embeddings {
         None => None,
-        Some(t) => Some(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+        Some(t) => {
+            let pd = dims::<3>(t, "prev_embeddings", "[B, K, r]")?;
+            if pd[..2] != hd[..2] {
+                return Err(Error::bad_shape(
+                    "prev_embeddings",
+                    format!(
+                        "shape {pd:?} does not match hidden's [B, K] = {:?}",
+                        &hd[..2]
+                    ),
+                ));
+            }
+            Some(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+        }
     };
+    let wd = weight.dims().to_vec();
     let out = with_floats(hidden, "hidden", |h| {
-        with_floats(&weight.flatten_all()?, "weight", |w| {
-            confidence_slices(Rows3 { data: h, dims: hd }, prev.as_deref(), w, b, sts)
+        with_floats(weight, "weight", |w| {
+            confidence_slices(Rows3 { data: h, dims: hd }, prev.as_deref(), w, &wd, b, sts)
         })
     })?;
     Ok(Tensor::from_vec(out, (hd[0], hd[1]), &Device::Cpu)?.to_device(hidden.device())?)

@@ -11,8 +11,9 @@ use super::dist::{Dist, non_finite};
 use super::par::{map_range, worth_parallel};
 use super::residual::{Proposal, sample_residual};
 use super::rng::{Stream, Tag};
-use super::view::{Floats, PerRequest, Rows3, Seeds};
+use super::view::{Floats, PerRequest, Rows3, Seeds, Tokens};
 use crate::error::{Error, Result};
+use crate::limits::output_elements;
 
 /// Options of [`verify_slices`].
 #[derive(Debug, Clone, PartialEq)]
@@ -86,15 +87,18 @@ impl Request {
 
 /// Verify a batch of drafts against target logits `[B, K+1, V]` (any of f32/f16/bf16).
 ///
-/// `draft_tokens` is `[B, K]` target ids; `draft_logits` (optional) is `[B, K, V]` with
-/// `softmax(row) = q`, the exact distribution each draft was sampled from.
+/// `draft_tokens` is `[B, K]` target ids (a transposed `[K, B]` is a `bad-shape` error);
+/// `draft_logits` (optional) is `[B, K, V]` with `softmax(row) = q`, the exact distribution
+/// each draft was sampled from. The output (`[B, K+1]` ids) is bounded by
+/// [`crate::limits::MAX_OUTPUT_ELEMENTS`] (`too-large`).
 pub fn verify_slices(
     target: Rows3<'_>,
-    draft_tokens: &[i64],
+    draft_tokens: Tokens<'_>,
     draft_logits: Option<Rows3<'_>>,
     opts: &VerifyOptions,
 ) -> Result<Verification> {
     target.check("target_logits")?;
+    draft_tokens.check("draft_tokens")?;
     let [batch, width, vocab] = target.dims;
     if width == 0 || vocab == 0 {
         return Err(Error::bad_shape(
@@ -106,12 +110,24 @@ pub fn verify_slices(
         ));
     }
     let k = width - 1;
-    if draft_tokens.len() != batch * k {
+    if draft_tokens.dims != [batch, k] {
+        let transposed = if draft_tokens.dims == [k, batch] && k != batch {
+            " (transposed? draft tokens are [B, K])"
+        } else {
+            ""
+        };
         return Err(Error::bad_shape(
             "draft_tokens",
-            format!("{} ids, expected B·K = {batch}·{k}", draft_tokens.len()),
+            format!(
+                "dims {:?}, expected [B, K] = {:?} from target_logits{transposed}",
+                draft_tokens.dims,
+                [batch, k]
+            ),
         ));
     }
+    // `[B, K+1]` outputs (bounded by the target's own size since `V >= 1`; checked anyway).
+    output_elements("target_logits", &[batch as u64, width as u64])?;
+    let draft_tokens = draft_tokens.data;
     if let Some(d) = &draft_logits {
         d.check("draft_logits")?;
         if d.dims != [batch, k, vocab] {
@@ -391,7 +407,7 @@ fn verify_one<'a, const SPLIT: bool>(
         if ok {
             out[i] = x as i64;
             accepted += 1;
-            if stops.binary_search(&(x as u32)).is_ok() {
+            if u32::try_from(x).is_ok_and(|x| stops.binary_search(&x).is_ok()) {
                 ended = true;
                 break;
             }
@@ -514,7 +530,8 @@ mod tests {
                     };
                     let tr = Rows3::new(tf, [b, k + 1, v]).unwrap();
                     let dr = Rows3::new(Floats::F32(&d), [b, k, v]).unwrap();
-                    let e = verify_slices(tr, &drafts, Some(dr), &opts).unwrap_err();
+                    let toks = Tokens::new(&drafts, [b, k]).unwrap();
+                    let e = verify_slices(tr, toks, Some(dr), &opts).unwrap_err();
                     let msg = e.to_string();
                     assert!(msg.contains(want), "{msg} lacks {want}");
                     assert_eq!(seen.get_or_insert(msg.clone()), &msg, "seed {seed}");

@@ -242,6 +242,43 @@ impl<'a> Mat<'a> {
     }
 }
 
+/// A `[rows, cols]` row-major matrix of token ids (e.g. `draft_tokens` `[B, K]`).
+///
+/// The shape travels with the ids so that a transposed `[K, B]` input (same element count)
+/// is a `bad-shape` error rather than a silently misread batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Tokens<'a> {
+    /// The ids, `rows·cols` of them.
+    pub data: &'a [i64],
+    /// `[rows, cols]`.
+    pub dims: [usize; 2],
+}
+
+impl<'a> Tokens<'a> {
+    /// Wrap `data` as `[rows, cols]`; errors (`bad-shape`) when the length is not `rows·cols`.
+    pub fn new(data: &'a [i64], dims: [usize; 2]) -> Result<Self> {
+        let t = Tokens { data, dims };
+        t.check("tokens")?;
+        Ok(t)
+    }
+
+    /// Validate the length against `dims`, naming the argument `name` in the error.
+    pub fn check(&self, name: &str) -> Result<()> {
+        if self.dims[0].checked_mul(self.dims[1]) != Some(self.data.len()) {
+            return Err(Error::bad_shape(
+                name,
+                format!(
+                    "dims {:?} need {} ids, got {}",
+                    self.dims,
+                    self.dims[0].saturating_mul(self.dims[1]),
+                    self.data.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Random seeds for a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seeds {

@@ -1,0 +1,672 @@
+"""Property-based adversarial suite of the Python API (issue 14).
+
+Hypothesis generates shapes (zero-size, with one huge dimension, wrong rank), dtypes, strides,
+odd values (NaN, +-inf, huge, negative) and ids, and every call must end in exactly one of two
+outcomes: a typed ``dspark.DSparkError`` with a known ``.code``, or a result that satisfies the
+documented contract (tokens in ``[0, V_t)`` or ``-1`` padding after the end, greedy
+deterministic, confidences in ``[0, 1]``, lengths in ``[0, K]``). Anything else (an untyped
+exception, ``PanicException``, an abort) fails the test.
+
+Deterministic and bounded for CI: ``derandomize=True`` (a fixed seed) and
+``DSPARK_PROPERTY_EXAMPLES`` examples per property (default 60).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import dspark  # noqa: E402
+from dspark import _native  # noqa: E402
+from dspark.example import draft_config  # noqa: E402
+
+EXAMPLES = int(os.environ.get("DSPARK_PROPERTY_EXAMPLES", "60"))
+PROPS = settings(
+    derandomize=True,
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
+
+#: Every stable code the engine and the Python front may raise.
+CODES = {
+    "bad-config",
+    "no-noise-token",
+    "noise-token-out-of-range",
+    "missing-file",
+    "io",
+    "bad-safetensors",
+    "shape-mismatch",
+    "missing-tensor",
+    "bad-dtype",
+    "missing-lm-head",
+    "missing-d2t",
+    "missing-embed-tokens",
+    "d2t-wrong-length",
+    "d2t-out-of-range",
+    "d2t-duplicate",
+    "target-mismatch",
+    "multiple",
+    "bad-shape",
+    "unsupported-dtype",
+    "non-finite",
+    "token-out-of-range",
+    "invalid-argument",
+    "too-large",
+    "backend",
+}
+
+HUGE = [2**31, 2**32 + 5, 2**40]
+ODD_FLOATS = [float("nan"), float("inf"), float("-inf"), 1e38, -1e38, 3.4e39, 0.0, -0.0]
+ODD_SCALARS = [
+    None,
+    True,
+    -1,
+    0,
+    1,
+    2**31,
+    2**64,
+    2**70,
+    -(2**70),
+    2.5,
+    float("nan"),
+    float("inf"),
+    "x",
+    b"y",
+    [1, 2],
+    (3,),
+    [],
+    {"a": 1},
+    np.int64(3),
+    np.float32(0.5),
+    np.bool_(True),
+    object(),
+]
+
+
+def outcome(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn``: a typed dspark error (returns ``None``) or its result; anything else raises."""
+    try:
+        return fn(*args, **kwargs)
+    except dspark.DSparkError as e:
+        assert isinstance(e.code, str) and e.code in CODES, f"unknown code {e.code!r}: {e}"
+        assert e.code != "internal", f"a panic reached the boundary: {e}"
+        assert isinstance(e.problems, list) and e.problems, e
+        return None
+
+
+# --- strategies ------------------------------------------------------------------------------
+
+
+def rarely(main: Any, rare: Any, n: int = 10) -> Any:
+    """``main``, or ``rare`` one time in ``n`` (``one_of`` would pick each branch equally)."""
+    # Compare with a middle value: hypothesis favours the bounds of an integer range.
+    return st.integers(1, n).flatmap(lambda i: rare if i == (n + 1) // 2 else main)
+
+
+@st.composite
+def shapes(draw: Any, ndim: int, max_dim: int = 4) -> tuple[int, ...]:
+    """Mostly ``ndim`` small dims; sometimes a wrong rank, or zero-size with one huge dim."""
+    n = (
+        ndim
+        if draw(st.integers(0, 9)) != 5
+        else draw(st.sampled_from([max(ndim - 1, 0), ndim + 1]))
+    )
+    dims = [draw(st.integers(0 if draw(st.integers(0, 9)) == 5 else 1, max_dim)) for _ in range(n)]
+    if n >= 2 and draw(st.integers(0, 11)) == 6:
+        i, j = draw(st.permutations(range(n)))[:2]
+        dims[i], dims[j] = draw(st.sampled_from(HUGE)), 0
+    return tuple(dims)
+
+
+FLOAT_DTYPES = ["float16", "float64", "int64", "bool"]
+ID_DTYPES = ["int32", "uint32", "float32", "bool", "uint8"]
+
+
+@st.composite
+def float_arrays(draw: Any, ndim: int, max_dim: int = 4) -> np.ndarray:
+    shape = draw(shapes(ndim, max_dim))
+    dtype = draw(rarely(st.just("float32"), st.sampled_from(FLOAT_DTYPES), n=5))
+    size = int(np.prod(shape, dtype=object))
+    if size == 0:
+        return np.empty(shape, dtype)
+    seed = draw(st.integers(0, 2**32 - 1))
+    a = np.random.default_rng(seed).standard_normal(size).astype(np.float32) * 3
+    if draw(st.integers(0, 7)) == 4:
+        idx = draw(st.integers(0, size - 1))
+        with np.errstate(all="ignore"):
+            a[idx] = np.float32(draw(st.sampled_from(ODD_FLOATS)))
+    a = a.reshape(shape)
+    with np.errstate(all="ignore"):
+        a = a.astype(dtype)
+    if draw(st.integers(0, 14)) == 7 and a.ndim >= 1 and a.shape[-1] > 1:
+        a = a[..., ::-1]  # negative stride: bad-shape, never a silent copy
+    return a
+
+
+@st.composite
+def id_arrays(draw: Any, shape: tuple[int, ...], vocab: int) -> Any:
+    if draw(st.integers(0, 9)) == 5:
+        shape = draw(shapes(len(shape)))
+    dtype = draw(rarely(st.just("int64"), st.sampled_from(ID_DTYPES), n=5))
+    size = int(np.prod(shape, dtype=object))
+    if size == 0:
+        return np.empty(shape, dtype)
+    if size > 256:  # a huge id tensor: a stride-0 view (no memory), refused as non-contiguous
+        return np.broadcast_to(np.zeros((), dtype), shape)
+    odd = st.sampled_from([-1, vocab, vocab + 3, 2**31 - 1, 2**32 + 5, -(2**40)])
+    values = draw(
+        st.lists(
+            st.one_of(st.integers(0, max(vocab - 1, 0)), odd)
+            if draw(st.integers(0, 4)) == 2
+            else st.integers(0, max(vocab - 1, 0)),
+            min_size=size,
+            max_size=size,
+        )
+    )
+    with np.errstate(all="ignore"):
+        a = np.array(values, dtype=np.int64).astype(dtype).reshape(shape)
+    if draw(st.integers(0, 7)) == 4:
+        return a.tolist()  # plain lists go through numpy
+    return a
+
+
+def odd_or(strategy: Any) -> Any:
+    """Mostly ``strategy``, sometimes (1 in 10) an odd scalar of any type."""
+    return rarely(strategy, st.sampled_from(ODD_SCALARS))
+
+
+# --- contracts -------------------------------------------------------------------------------
+
+
+def check_verification(v: Any, b: int, k: int, vocab: int, stops: list[int]) -> None:
+    tokens = np.asarray(v.tokens)
+    accepted = np.asarray(v.num_accepted)
+    assert tokens.shape == (b, k + 1) and tokens.dtype == np.int64
+    assert accepted.shape == (b,)
+    for r in range(b):
+        row = tokens[r]
+        n = int(np.argmax(row < 0)) if (row < 0).any() else k + 1
+        assert (row[n:] == -1).all(), f"-1 padding must be trailing: {row}"
+        assert ((row[:n] >= 0) & (row[:n] < vocab)).all(), f"token outside [0, {vocab}): {row}"
+        a = int(accepted[r])
+        assert 0 <= a <= k
+        ended_on_stop = a > 0 and int(row[a - 1]) in stops
+        assert n == a + 1 or (ended_on_stop and n == a), (row, a)
+
+
+# --- properties ------------------------------------------------------------------------------
+
+
+@PROPS
+@given(
+    st.data(),
+    float_arrays(3, max_dim=6),
+    odd_or(st.sampled_from([0.0, 0.0, 0.7, 1.0, 1e-30])),
+    odd_or(st.sampled_from([None, 1, 3, -1, 2**40])),
+    odd_or(st.sampled_from([None, 0.9, 1.0, 1e-3])),
+    odd_or(st.integers(0, 2**64 - 1)),
+)
+def test_verify(data, target, temperature, top_k, top_p, seed):
+    b, width, vocab = target.shape if target.ndim == 3 else (1, 1, 1)
+    k = max(width - 1, 0)
+    drafts = data.draw(id_arrays((b, k), vocab))
+    q = None
+    if data.draw(st.booleans()):
+        small = target.ndim == 3 and b * k * vocab <= 4096
+        if small and data.draw(st.integers(0, 4)):
+            seed = data.draw(st.integers(0, 2**32 - 1))
+            q = np.random.default_rng(seed).standard_normal((b, k, vocab)).astype(np.float32)
+        else:
+            q = data.draw(float_arrays(3))
+    stops = data.draw(
+        st.lists(st.integers(0, max(vocab - 1, 0)), max_size=3)
+        if data.draw(st.integers(0, 7))
+        else st.lists(st.integers(-2, vocab + 2), max_size=3)
+    )
+    nd = st.lists(st.integers(0, k), min_size=b, max_size=b) if b <= 64 else st.none()
+    num_draft = data.draw(
+        st.one_of(st.none(), st.none(), nd, st.lists(st.integers(-1, k + 1), max_size=b + 1))
+    )
+    kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    v = outcome(dspark.verify, target, drafts, q, stop_token_ids=stops, num_draft=num_draft, **kw)
+    if v is None:
+        return
+    check_verification(v, b, k, vocab, stops)
+    again = dspark.verify(target, drafts, q, stop_token_ids=stops, num_draft=num_draft, **kw)
+    # Counter-based randomness: the same call gives the same answer (greedy and sampled).
+    assert np.array_equal(np.asarray(v.tokens), np.asarray(again.tokens))
+
+
+@PROPS
+@given(
+    st.data(),
+    float_arrays(3, max_dim=5),
+    odd_or(st.sampled_from([0.0, 0.0, 0.8, 1.5])),
+    odd_or(st.sampled_from([None, None, 1, 2, 100, 2**63])),
+    odd_or(rarely(st.just("vd"), st.sampled_from(["vd-1", "vd+1", 2**24, 2**32 - 1]), n=3)),
+    odd_or(st.sampled_from([1.0, 1.0, 1.0, 0.5, 0.0, -1.0])),
+    odd_or(st.integers(0, 2**64 - 1)),
+)
+def test_sample_block(data, base, temperature, top_k, target_vocab, logit_scale, seed):
+    b, k, vd = base.shape if base.ndim == 3 else (1, 1, 1)
+    if isinstance(target_vocab, str) and target_vocab.startswith("vd"):
+        target_vocab = {"vd": None, "vd-1": max(vd - 1, 1), "vd+1": vd + 1}[target_vocab]
+    rank = data.draw(st.integers(0, 3))
+    v_in = data.draw(st.sampled_from([vd, vd, 1, 8])) if vd <= 4096 else 8
+    w1 = data.draw(st.one_of(*[st.just(None)] * 5, float_arrays(2)))
+    if w1 is None:
+        w1 = np.random.default_rng(0).standard_normal((v_in, rank)).astype(np.float32)
+    r2 = w1.shape[-1] if w1.ndim and w1.shape[-1] <= 64 else rank
+    w2 = (
+        np.random.default_rng(1).standard_normal((vd, r2)).astype(np.float32)
+        if vd * r2 <= 4096
+        else np.empty((vd, 0), np.float32)
+    )
+    anchors = data.draw(id_arrays((b,), w1.shape[0] if w1.ndim else 1))
+    d2t = None
+    if (
+        isinstance(target_vocab, int)
+        and not isinstance(target_vocab, bool)
+        and data.draw(st.booleans())
+    ):
+        d2t = data.draw(id_arrays((vd,), 3))
+    kw = dict(
+        temperature=temperature,
+        top_k=top_k,
+        target_vocab_size=target_vocab,
+        logit_scale=logit_scale,
+        seed=seed,
+        d2t=d2t,
+    )
+    out = outcome(dspark.sample_block, base, w1, w2, anchors, **kw)
+    if out is None:
+        return
+    vt = target_vocab if target_vocab is not None else vd
+    vt = int(vt)
+    tokens = np.asarray(out.tokens)
+    assert tokens.shape == (b, k)
+    assert ((tokens >= 0) & (tokens < vt)).all(), f"token outside [0, {vt}): {tokens}"
+    assert np.asarray(out.draft_logits).shape == (b, k, vt)
+    again = dspark.sample_block(base, w1, w2, anchors, **kw)
+    assert np.array_equal(tokens, np.asarray(again.tokens)), "same seed, same block"
+
+
+@PROPS
+@given(
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(2, 12),
+    st.integers(1, 4),
+    st.sampled_from([0.0, 0.5, 1.0]),
+    st.sampled_from([None, 1, 2, 5, 100]),
+    st.integers(0, 2),
+    st.integers(0, 2**64 - 1),
+)
+def test_sample_block_contract(b, k, vd, r, temperature, top_k, extra, seed):
+    """Valid inputs only: tokens in ``[0, V_t)``, greedy argmax, the same seed the same block."""
+    rng = np.random.default_rng(seed % 2**32)
+    base = rng.standard_normal((b, k, vd)).astype(np.float32) * 3
+    vt = vd - extra if vd - extra >= 1 else vd  # padded rows [V_t, V_d) are masked
+    w1 = rng.standard_normal((vt, r)).astype(np.float32)
+    w2 = rng.standard_normal((vd, r)).astype(np.float32)
+    anchors = rng.integers(0, vt, b)
+    kw = dict(temperature=temperature, top_k=top_k, seed=seed, target_vocab_size=vt)
+    out = dspark.sample_block(base, w1, w2, anchors, **kw)
+    tokens = np.asarray(out.tokens)
+    assert tokens.shape == (b, k) and ((tokens >= 0) & (tokens < vt)).all(), tokens
+    q = np.asarray(out.draft_logits)
+    assert q.shape == (b, k, vt)
+    rows = np.take_along_axis(q, tokens[..., None], axis=-1)[..., 0]
+    assert np.isfinite(rows).all(), "a drafted token must lie in its own distribution's support"
+    if temperature == 0.0:
+        assert (rows == 0.0).all() and (np.isinf(q).sum(-1) == vt - 1).all()
+    again = dspark.sample_block(base, w1, w2, anchors, **kw)
+    assert np.array_equal(tokens, np.asarray(again.tokens))
+
+
+@PROPS
+@given(
+    st.integers(1, 4),
+    st.integers(0, 4),
+    st.integers(1, 12),
+    st.sampled_from([0.0, 0.7, 1.0]),
+    st.sampled_from([None, 1, 3]),
+    st.sampled_from([None, 0.5, 1.0]),
+    st.booleans(),
+    st.integers(0, 2**64 - 1),
+)
+def test_verify_contract(b, k, v, temperature, top_k, top_p, with_q, seed):
+    """Valid inputs only: the documented output contract, greedy = target argmax chain."""
+    rng = np.random.default_rng(seed % 2**32)
+    target = rng.standard_normal((b, k + 1, v)).astype(np.float32) * 2
+    drafts = rng.integers(0, v, (b, k))
+    if k and b:
+        drafts[:, 0] = target[:, 0].argmax(-1)  # some drafts get accepted
+    q = rng.standard_normal((b, k, v)).astype(np.float32) if with_q else None
+    stops = [int(rng.integers(0, v))]
+    kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    out = dspark.verify(target, drafts, q, stop_token_ids=stops, **kw)
+    check_verification(out, b, k, v, stops)
+    if temperature == 0.0:
+        tokens = np.asarray(out.tokens)
+        for r in range(b):
+            a = int(out.num_accepted[r])
+            assert (drafts[r, :a] == target[r, :a].argmax(-1)).all()
+            if tokens[r, a] >= 0:
+                assert tokens[r, a] == target[r, a].argmax(-1)
+    again = dspark.verify(target, drafts, q, stop_token_ids=stops, **kw)
+    assert np.array_equal(np.asarray(out.tokens), np.asarray(again.tokens))
+
+
+@PROPS
+@given(
+    st.data(),
+    float_arrays(3),
+    odd_or(st.sampled_from([0.0, 0.5, -2.0])),
+    rarely(st.none(), st.lists(st.sampled_from([1.0, 0.5, 0.0, float("nan")])), n=4),
+)
+def test_confidence(data, hidden, bias, sts):
+    h = hidden.shape[-1] if hidden.ndim else 1
+    prev = None
+    if data.draw(st.booleans()):
+        b, k = hidden.shape[:2] if hidden.ndim == 3 else (1, 1)
+        r = data.draw(st.integers(0, 3))
+        if b * k * r <= 4096 and data.draw(st.integers(0, 4)):
+            prev = np.random.default_rng(r).standard_normal((b, k, r)).astype(np.float32)
+        else:
+            prev = data.draw(float_arrays(3))
+    r = prev.shape[-1] if prev is not None and prev.ndim else 0
+    n = h + r if h + r <= 4096 else 0
+    weight = data.draw(
+        rarely(
+            st.sampled_from([np.ones(n, np.float32), np.ones((1, n), np.float32)]),
+            float_arrays(1) | float_arrays(2),
+            n=5,
+        )
+    )
+    c = outcome(dspark.confidence, hidden, prev, weight, bias, sts=sts)
+    if c is None:
+        return
+    c = np.asarray(c)
+    assert c.shape == hidden.shape[:2] and c.dtype == np.float32
+    assert ((c >= 0) & (c <= 1)).all(), c
+
+
+@PROPS
+@given(
+    float_arrays(2),
+    odd_or(st.sampled_from([0.5, 0.0, 1.0, -1.0, float("inf")])),
+    odd_or(
+        rarely(
+            st.lists(
+                st.tuples(st.integers(1, 64), st.floats(1.0, 100.0)),
+                min_size=1,
+                max_size=4,
+                unique_by=lambda p: p[0],
+            ).map(sorted),
+            st.lists(st.tuples(st.integers(-1, 64), st.sampled_from([1.0, 0.0, float("nan")])))
+            | st.just([[1, 2, 3]]),
+            n=5,
+        )
+    ),
+    odd_or(st.sampled_from(["step", "linear"])),
+)
+def test_schedulers(conf, threshold, table, interpolation):
+    b, k = conf.shape if conf.ndim == 2 else (0, 0)
+    for lengths in (
+        outcome(dspark.schedule_threshold, conf, threshold),
+        outcome(dspark.schedule_lengths, conf, table, interpolation),
+        outcome(dspark.schedule_pipelined, conf, conf, table, interpolation),
+    ):
+        if lengths is None:
+            continue
+        assert len(lengths) == b and all(0 <= n <= k for n in lengths), lengths
+
+
+@PROPS
+@given(
+    odd_or(st.integers(0, 300)),
+    st.lists(st.one_of(st.integers(-5, 305), st.sampled_from([2**32 + 5, 2**63, 2**70, -(2**63)]))),
+    st.sampled_from(["list", "int64", "int32", "uint32", "float64"]),
+)
+def test_idmap_identity(n, ids, kind):
+    m = outcome(dspark.IdMap.identity, n)
+    if m is None:
+        return
+    assert m.is_identity and m.target_vocab == n
+    if kind != "list":
+        with np.errstate(all="ignore"):
+            try:
+                ids = np.array(ids, dtype=object).astype(kind)
+            except OverflowError:
+                return
+    out = outcome(m.to_target, ids)
+    if out is None:
+        return
+    assert list(out) == [int(i) for i in np.asarray(ids).tolist()]
+    assert all(0 <= int(i) < n for i in out)
+
+
+@PROPS
+@given(
+    st.lists(st.integers(-300, 300), max_size=40),
+    odd_or(st.integers(0, 400)),
+    st.lists(st.integers(-2, 420), max_size=8),
+)
+def test_idmap_offsets(offsets, target_vocab, ids):
+    m = outcome(dspark.IdMap.from_offsets, np.array(offsets, np.int64), target_vocab)
+    if m is None:
+        return
+    out = outcome(m.to_target, ids)
+    if out is None:
+        return
+    for d, t in zip(ids, out, strict=True):
+        assert t == d + offsets[d] and 0 <= t < target_vocab
+
+
+@PROPS
+@given(odd_or(st.integers(0, 10)), odd_or(st.integers(0, 10)), odd_or(st.integers(0, 10)))
+def test_vocab_layout(v_in, v_d, v_t):
+    layout = outcome(dspark.VocabLayout, v_in, v_d, v_t)
+    if layout is not None:
+        assert layout.kind in ("full", "padded", "reduced")
+        assert layout.is_reduced == (v_d < v_t)
+
+
+CONFIG_KEYS = [
+    "block_size",
+    "markov_rank",
+    "mask_token_id",
+    "vocab_size",
+    "draft_vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "target_layer_ids",
+    "num_target_layers",
+    "rope_theta",
+    "rms_norm_eps",
+    "architectures",
+]
+CONFIG_VALUES = [
+    float("nan"),
+    float("inf"),
+    -1,
+    0,
+    2**31,
+    2**64,
+    2**70,
+    1e300,
+    2.5,
+    True,
+    None,
+    "x",
+    [],
+    [0, 2**40],
+    {"a": 1},
+    ...,
+]
+
+
+@PROPS
+@given(
+    st.lists(st.tuples(st.sampled_from(CONFIG_KEYS), st.sampled_from(CONFIG_VALUES)), max_size=3)
+)
+def test_draft_spec_from_mutated_dict(mutations):
+    cfg: dict[str, Any] = draft_config("full")
+    for key, value in mutations:
+        if value is ...:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    spec = outcome(dspark.DraftSpec.from_pretrained, cfg)
+    if spec is None:
+        return
+    assert spec.block_size >= 1 and spec.vocab_size >= 1
+    assert 0 <= spec.noise_token_id < spec.vocab_size
+    assert isinstance(spec.to_dict(), dict)
+
+
+@PROPS
+@given(st.sampled_from(ODD_SCALARS), st.sampled_from([*ODD_SCALARS, "/nonexistent/dir"]))
+def test_inspect_and_spec_paths(draft, target):
+    report = outcome(dspark.inspect, draft, target)
+    if report is not None:
+        assert isinstance(report.ok, bool) and isinstance(report.to_dict(), dict)
+    outcome(dspark.DraftSpec.from_pretrained, draft)
+
+
+@PROPS
+@given(float_arrays(3), st.sampled_from(ODD_SCALARS))
+def test_raw_native_kernels_take_any_value(target, odd):
+    # The natives behind the front: odd values in every slot are typed errors too.
+    drafts = (
+        np.zeros((target.shape[0], max(target.shape[1] - 1, 0)), np.int64)
+        if target.ndim == 3
+        else odd
+    )
+    outcome(_native.verify, target, drafts, odd)
+    outcome(_native.verify, target, drafts, temperature=odd, top_k=odd, top_p=odd, seed=odd)
+    outcome(_native.verify, target, drafts, num_draft=odd, stop_token_ids=odd)
+    outcome(_native.verify, odd, drafts)
+    outcome(_native.sample_block, target, odd, odd, odd)
+    outcome(_native.confidence, target, odd, odd, odd, sts=odd)
+    outcome(_native.schedule_threshold, odd, odd)
+    outcome(_native.schedule_lengths, odd, odd, odd)
+    outcome(_native._dlpack_describe, odd)
+
+
+# --- torch: devices and tensor kinds ---------------------------------------------------------
+
+KINDS = ["plain", "neg", "meta", "sparse", "grad", "noncontig", "bf16", "expanded", "channels"]
+
+
+@pytest.mark.torch
+@PROPS
+@given(st.sampled_from(KINDS), st.sampled_from(KINDS), st.integers(0, 2**31))
+def test_torch_tensor_kinds(kind_t, kind_q, seed):
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(seed)
+    b, k, v = 2, 3, 7
+
+    def make(kind: str, *shape: int) -> Any:
+        t = torch.randn(*shape, generator=g)
+        if kind == "neg":
+            return torch._neg_view(t)
+        if kind == "meta":
+            return t.to("meta")
+        if kind == "sparse":
+            return t.to_sparse()
+        if kind == "grad":
+            return t.requires_grad_()
+        if kind == "noncontig":
+            return torch.randn(*shape[:-1], shape[-1] * 2, generator=g)[..., ::2]
+        if kind == "bf16":
+            return t.to(torch.bfloat16)
+        if kind == "expanded":
+            return t[:1].expand(*shape)
+        if kind == "channels":
+            return t.transpose(0, 1).contiguous().transpose(0, 1)
+        return t
+
+    tl, q = make(kind_t, b, k + 1, v), make(kind_q, b, k, v)
+    drafts = torch.randint(0, v, (b, k), generator=g)
+    out = outcome(dspark.verify, tl, drafts, q, temperature=0.8, seed=3)
+    if out is not None:
+        check_verification(out, b, k, v, [])
+        if kind_t == "neg" and kind_q in ("plain", "bf16"):
+            want = dspark.verify(
+                -tl._neg_view() if False else tl.resolve_neg(), drafts, q, temperature=0.8, seed=3
+            )
+            assert torch.equal(out.tokens, want.tokens)
+    h = make(kind_t, b, k, 5)
+    c = outcome(dspark.confidence, h, None, torch.ones(5))
+    if c is not None:
+        assert c.shape == (b, k) and bool(((c >= 0) & (c <= 1)).all())
+
+
+@pytest.mark.torch
+@PROPS
+@given(data=st.data())
+def test_speculator_generate_arguments(tiny_speculator, data):
+    spec = tiny_speculator
+    vocab = spec.target.vocab_size
+    prompt_kind = data.draw(
+        st.sampled_from(["list", "lists", "tensor1", "tensor2", "tensor3", "odd"])
+    )
+    import torch
+
+    ids = st.integers(-2, vocab + 2) if data.draw(st.booleans()) else st.integers(0, vocab - 1)
+    if prompt_kind == "list":
+        prompts: Any = data.draw(st.lists(ids, max_size=4))
+    elif prompt_kind == "lists":
+        prompts = data.draw(st.lists(st.lists(ids, max_size=4), max_size=3))
+    elif prompt_kind == "odd":
+        prompts = data.draw(st.sampled_from([*ODD_SCALARS, [[[1]]], [1, [2]], [1.5, 2.0]]))
+    else:
+        nd = {"tensor1": 1, "tensor2": 2, "tensor3": 3}[prompt_kind]
+        shape = data.draw(st.lists(st.integers(0, 3), min_size=nd, max_size=nd))
+        dtype = data.draw(st.sampled_from([torch.long, torch.int32, torch.float32, torch.bool]))
+        prompts = torch.randint(0, vocab, shape).to(dtype)
+    # No huge counts: a huge max_new_tokens is a legitimate (long) request, not an error.
+    max_new = data.draw(
+        st.one_of(
+            st.integers(0, 3),
+            st.sampled_from(
+                [None, True, -1, 2.7, float("nan"), "3", [1], np.int64(2), np.bool_(1)]
+            ),
+        )
+    )
+    stops = data.draw(st.one_of(st.none(), st.lists(ids, max_size=2), st.sampled_from(ODD_SCALARS)))
+    out = outcome(spec.generate, prompts, max_new, stops)
+    if out is None:
+        return
+    assert all(len(t) <= int(max_new) for t in out.tokens)
+    assert all(0 <= x < vocab for t in out.tokens for x in t)
+
+
+@pytest.fixture(scope="module")
+def tiny_speculator(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    pytest.importorskip("transformers")
+    from tiny_models import make_target, write_drafter
+
+    target = make_target(0)
+    path = write_drafter(tmp_path_factory.mktemp("props-drafter"), target, layout="own")
+    drafter = dspark.Drafter.from_pretrained(path, target)
+    return dspark.Speculator(target, drafter, temperature=0.0)
+
+
+def test_hypothesis_is_derandomized():
+    assert PROPS.derandomize and PROPS.max_examples == EXAMPLES
