@@ -63,6 +63,108 @@ def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
     res = run(*args)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dspark: error [usage]: "), res.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("demo", "--threads", "-1"),
+        ("demo", "--max-new-tokens", "0"),
+        ("generate", "--target", ".", "--drafter", "."),
+        ("generate", "--target", ".", "--drafter", ".", "--prompt", "x", "--verify", "2"),
+        ("make-example", "/tmp/x", "--layout", "weird"),
+    ],
+)
+def test_option_errors_are_one_usage_line(args: tuple[str, ...]) -> None:
+    res = run(*args)
+    assert res.returncode == 2 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dspark: error [usage]: "), res.stderr
+
+
+def _raising(exc: BaseException):  # type: ignore[no-untyped-def]
+    def fail(_args: object) -> int:
+        raise exc
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "rc"),
+    [
+        (RuntimeError("boom"), "internal", 1),
+        (ImportError("No module named 'torch'"), "missing-dependency", 1),
+        (OSError("disk full"), "io", 1),
+        (KeyboardInterrupt(), "interrupted", 130),
+    ],
+)
+def test_unexpected_errors_are_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    exc: BaseException,
+    code: str,
+    rc: int,
+) -> None:
+    from dspark import cli
+
+    monkeypatch.delenv("DSPARK_TRACEBACK", raising=False)
+    monkeypatch.setattr(cli, "_run", _raising(exc))
+    assert cli.main(["make-example", str(tmp_path / "x")]) == rc
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"dspark: error [{code}]: "), err
+
+
+def test_dspark_errors_keep_their_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from dspark import cli
+    from dspark._errors import make_error
+    from dspark._native import ConfigError
+
+    err = make_error(ConfigError, "no-noise-token", "no noise token\nin config.json")
+    monkeypatch.setattr(cli, "_run", _raising(err))
+    assert cli.main(["make-example", str(tmp_path / "x")]) == 1
+    assert (
+        capsys.readouterr().err == "dspark: error [no-noise-token]: no noise token in config.json\n"
+    )
+
+
+def test_traceback_on_request(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from dspark import cli
+
+    monkeypatch.setenv("DSPARK_TRACEBACK", "1")
+    monkeypatch.setattr(cli, "_run", _raising(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        cli.main(["make-example", str(tmp_path / "x")])
+
+
+def test_make_example_writes_a_loadable_target(tmp_path: Path) -> None:
+    """Weights with HF Qwen3 names and shapes, and a byte-level tokenizer over the whole vocab."""
+    from dspark.example import EOS_ID, TARGET_VOCAB, target_config, write_example
+
+    root = write_example(tmp_path / "ex")
+    target = root / "target"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json"):
+        assert (target / name).is_file(), name
+    cfg = json.loads((target / "config.json").read_text())
+    assert cfg == target_config() and cfg["eos_token_id"] == EOS_ID
+    header_len = int.from_bytes((target / "model.safetensors").read_bytes()[:8], "little")
+    header = json.loads((target / "model.safetensors").read_bytes()[8 : 8 + header_len])
+    assert header["model.embed_tokens.weight"]["shape"] == [TARGET_VOCAB, cfg["hidden_size"]]
+    assert header["lm_head.weight"]["shape"] == [TARGET_VOCAB, cfg["hidden_size"]]
+    layers = {k.split(".")[2] for k in header if k.startswith("model.layers.")}
+    assert len(layers) == cfg["num_hidden_layers"]
+    tok = json.loads((target / "tokenizer.json").read_text())
+    ids = sorted(tok["model"]["vocab"].values())
+    assert ids == list(range(TARGET_VOCAB))  # every id decodes to something
+    tokenizers = pytest.importorskip("tokenizers")
+    t = tokenizers.Tokenizer.from_file(str(target / "tokenizer.json"))
+    text = "def f(x):\n    return x  # café ✓"
+    assert t.decode(t.encode(text).ids) == text
+    assert t.token_to_id("<|endoftext|>") == EOS_ID
 
 
 def test_console_script_matches_module(tmp_path: Path) -> None:
@@ -79,3 +181,64 @@ def test_console_script_matches_module(tmp_path: Path) -> None:
         timeout=60,
     )
     assert res.returncode == 0 and json.loads(res.stdout)["ok"]
+
+
+def test_distinct_ngram_ratio() -> None:
+    from dspark._stream import distinct_ngram_ratio, distinct_ngrams
+
+    assert distinct_ngrams([1, 2, 3, 4, 1, 2, 3, 4, 1]) == (4, 6)
+    assert distinct_ngram_ratio(list(range(10))) == 1.0
+    assert distinct_ngram_ratio([7] * 10) == pytest.approx(1 / 7)
+    assert distinct_ngram_ratio([1, 2, 3]) is None
+
+
+def test_token_printer_marks_drafts_exactly() -> None:
+    """Per round: every token but the last is an accepted draft; the last is the target's;
+    a stop token is not shown; a split UTF-8 character is held back until complete."""
+    import io
+
+    from dspark._stream import TokenPrinter
+
+    table = {1: b"a", 2: b"b", 3: b"c", 4: b"\xc3", 5: b"\xa9", 9: b""}
+
+    def decode(ids: list[int]) -> str:
+        return b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
+
+    out = io.StringIO()
+    p = TokenPrinter(decode, out, "markers", stop_ids=[9])
+    p.round([1])  # prefill: the target's token
+    p.round([2, 3, 1])  # two accepted drafts, then the target's correction
+    p.round([4, 5, 2])  # a draft that splits "é" over two tokens
+    p.round([])  # a request with nothing new this round
+    p.round([3, 9])  # a draft, then the stop token
+    assert out.getvalue() == "a«bc»a«é»b«c»"
+    tty = io.StringIO()
+    q = TokenPrinter(decode, tty, "color")
+    q.round([1, 2])
+    assert tty.getvalue() == "\x1b[32ma\x1b[0mb"
+    plain = io.StringIO()
+    TokenPrinter(decode, plain, "plain").round([1, 2, 3])
+    assert plain.getvalue() == "abc"
+
+
+def test_progress_bar_tty_and_pipe() -> None:
+    import io
+
+    from dspark._stream import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Tty()
+    bar = Progress("baseline", 4, tty)
+    for _ in range(4):
+        bar.advance()
+    bar.finish()
+    text = tty.getvalue()
+    assert text.startswith("\rbaseline [") and "4/4" in text and text.endswith("\n")
+    pipe = io.StringIO()
+    bar = Progress("baseline", 2, pipe)
+    bar.advance(2)
+    bar.finish()
+    assert pipe.getvalue().startswith("baseline: 2/2 done in ") and "\r" not in pipe.getvalue()

@@ -1,13 +1,18 @@
 """The ``dspark`` command line.
 
 Exit codes: 0 when the command succeeded (for ``inspect``: the drafter will load), 1 when it
-did not (the drafter will not load), 2 on a usage error. Bad input never prints a traceback.
+did not (the drafter will not load, a model failed to load, the input was refused), 2 on a usage
+error. Bad input never prints a traceback: every error is one line on stderr,
+``dspark: error [CODE]: MESSAGE``, where CODE is the ``.code`` of the dspark error (``usage`` for
+usage errors, ``missing-dependency`` when torch or transformers are not installed, ``internal``
+for anything unexpected; set ``DSPARK_TRACEBACK=1`` to see its traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,14 +23,25 @@ from dspark._native import DSparkError, inspect
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _error_line(code: str, message: object) -> str:
+    text = " ".join(str(message).split()) or "(no message)"
+    return f"dspark: error [{code}]: {text}\n"
+
+
+def _fail(code: str, message: object, exit_code: int = EXIT_FAIL) -> int:
+    sys.stderr.write(_error_line(code, message))
+    sys.stderr.flush()
+    return exit_code
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that exits with code 2 and a one-line message (never a traceback)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.stderr.write(_error_line("usage", f"{message} (see: {self.prog} --help)"))
         raise SystemExit(EXIT_USAGE)
 
 
@@ -51,7 +67,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the stable JSON report")
     e = sub.add_parser(
         "make-example",
-        help="write a small random DSpark drafter + target config to a directory",
+        help="write a small random, loadable target + DSpark drafter pair to a directory",
     )
     e.add_argument("dir", type=Path, help="output directory (created)")
     e.add_argument(
@@ -66,10 +82,23 @@ def _build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser(
         "demo",
         help="speculative decoding with the bundled tiny model pair (needs torch, transformers)",
-        description="Streams speculative generation with the bundled target + DSpark drafter, "
-        "then reports acceptance and tokens/s against target-only decoding in the same run.",
+        description="Continues held-out prompts (by default the first 8: code the bundled pair "
+        "never trained on) with the bundled target + DSpark drafter, streaming each "
+        "continuation with the accepted drafts marked, then decodes them again with the target "
+        "alone and reports the aggregate acceptance length, per-position acceptance, tokens/s "
+        "of both and the speed-up, all measured in this run.",
     )
     add_demo_arguments(d)
+    from dspark.generate import add_arguments as add_generate_arguments
+
+    g = sub.add_parser(
+        "generate",
+        help="speculative decoding with your own HF target + DSpark drafter (needs torch)",
+        description="Checks the pair as dspark inspect does, loads it through the Python API "
+        "(transformers target, dspark.Drafter, dspark.Speculator), streams the continuation to "
+        "stdout and reports acceptance length and tokens/s on stderr.",
+    )
+    add_generate_arguments(g)
     return parser
 
 
@@ -134,12 +163,9 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    if not args.draft.exists():
-        sys.stderr.write(f"dspark inspect: error: {args.draft}: no such file or directory\n")
-        return EXIT_USAGE
-    if args.target is not None and not args.target.exists():
-        sys.stderr.write(f"dspark inspect: error: {args.target}: no such file or directory\n")
-        return EXIT_USAGE
+    for path in (args.draft, args.target):
+        if path is not None and not path.exists():
+            return _fail("usage", f"{path}: no such file or directory", EXIT_USAGE)
     report = inspect(args.draft, args.target).to_dict()
     if args.json:
         print(json.dumps(report, sort_keys=False))
@@ -148,41 +174,81 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK if report["ok"] else EXIT_FAIL
 
 
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "inspect":
+        return _cmd_inspect(args)
+    if args.command == "make-example":
+        from dspark.example import write_example
+
+        root = write_example(args.dir, args.layout, args.seed)
+        print(
+            f"wrote {root / 'drafter'} and {root / 'target'} ({args.layout} vocabulary, random "
+            f"weights; try: dspark generate --target {root / 'target'} --drafter "
+            f"{root / 'drafter'} --prompt 'def f(x):')"
+        )
+        return EXIT_OK
+    if args.command == "demo":
+        from dspark.demo import run
+
+        run(args)
+        return EXIT_OK
+    if args.command == "generate":
+        from dspark.generate import run as run_generate
+
+        run_generate(args)
+        return EXIT_OK
+    return _fail("usage", f"unknown command {args.command!r}", EXIT_USAGE)
+
+
+def _safe_streams() -> None:
+    """Never die on text the terminal cannot encode: replace what it cannot show."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError, TypeError):
+                pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dspark`` console script; returns the exit code."""
+    _safe_streams()
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help exits 0, errors exit 2
         return int(exc.code or 0)
     try:
-        if args.command == "inspect":
-            return _cmd_inspect(args)
-        if args.command == "make-example":
-            from dspark.example import write_example
-
-            root = write_example(args.dir, args.layout, args.seed)
-            print(f"wrote {root / 'drafter'} and {root / 'target'} ({args.layout} vocabulary)")
-            return EXIT_OK
-        if args.command == "demo":
-            from dspark.demo import run
-
-            run(args)
-            return EXIT_OK
-    except ImportError as exc:
-        sys.stderr.write(f"dspark: error: {exc} (dspark demo needs torch, transformers)\n")
-        return EXIT_FAIL
-    except ValueError as exc:
-        sys.stderr.write(f"dspark: error: {exc}\n")
-        return EXIT_USAGE
+        return _run(args)
     except DSparkError as exc:
-        sys.stderr.write(f"dspark: error [{getattr(exc, 'code', '?')}]: {exc}\n")
+        return _fail(getattr(exc, "code", None) or "error", exc)
+    except ImportError as exc:
+        return _fail(
+            "missing-dependency",
+            f"{exc} (dspark {args.command} needs torch, transformers and tokenizers: "
+            "pip install 'dspark[torch]')",
+        )
+    except KeyboardInterrupt:
+        return _fail("interrupted", "interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # The reader went away (`dspark demo | head`): stop quietly.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
         return EXIT_FAIL
     except OSError as exc:
-        sys.stderr.write(f"dspark: error: {exc}\n")
-        return EXIT_FAIL
-    parser.print_usage(sys.stderr)
-    return EXIT_USAGE
+        return _fail("io", exc)
+    except Exception as exc:
+        if os.environ.get("DSPARK_TRACEBACK"):
+            raise
+        return _fail(
+            "internal",
+            f"{type(exc).__name__}: {exc} (a bug in dspark; DSPARK_TRACEBACK=1 shows where)",
+        )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,12 @@
-"""Generate small, self-consistent DSpark drafter checkpoints (random weights).
+"""Generate a small, self-consistent random target + DSpark drafter pair.
 
-``dspark make-example DIR`` writes ``DIR/target/config.json`` and ``DIR/drafter/`` (config +
-``model.safetensors`` with DeepSpec tensor names) so ``dspark inspect`` can run on a fresh
-machine with nothing downloaded. The layouts exercise the vocabulary rules the engine enforces:
+``dspark make-example DIR`` writes ``DIR/target/`` (an HF transformers ``Qwen3ForCausalLM``:
+``config.json``, random ``model.safetensors`` and a byte-level BPE ``tokenizer.json``) and
+``DIR/drafter/`` (config + ``model.safetensors`` with DeepSpec tensor names), so ``dspark
+inspect`` and ``dspark generate`` run on a fresh machine with nothing downloaded (numpy only to
+write it). The weights are random: the pair loads and decodes losslessly, but the drafter
+predicts nothing, so its acceptance length is about 1. The layouts exercise the vocabulary rules
+the engine enforces:
 
 * ``padded``: draft vocab padded to a multiple of 64 above the target's logical vocab (identity
   map, padded rows masked) — the case the project's seed bug report is about;
@@ -34,6 +38,10 @@ DRAFT_LAYERS = 2
 LAYER_IDS = [1, 3, 4]
 RANK = 16
 BLOCK = 4
+#: Special tokens of the example tokenizer (the last two ids of the target vocabulary).
+EOS_ID = TARGET_VOCAB - 2
+EOS_TOKEN = "<|endoftext|>"
+MASK_TOKEN = "<|mask|>"
 
 
 def target_config() -> dict[str, object]:
@@ -52,6 +60,118 @@ def target_config() -> dict[str, object]:
         "rope_theta": 10000.0,
         "max_position_embeddings": 2048,
         "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "bos_token_id": EOS_ID,
+        "eos_token_id": EOS_ID,
+        "pad_token_id": EOS_ID,
+        "dtype": "float32",
+    }
+
+
+def target_tensors(seed: int = 0) -> dict[str, np.ndarray]:
+    """Random ``Qwen3ForCausalLM`` weights (HF names, float32) for :func:`target_config`."""
+    rng = np.random.default_rng([seed, 1])
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.5 / np.sqrt(shape[-1])).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, np.float32)
+
+    t: dict[str, np.ndarray] = {
+        "model.embed_tokens.weight": (rng.standard_normal((TARGET_VOCAB, HIDDEN))).astype(
+            np.float32
+        ),
+        "model.norm.weight": ones(HIDDEN),
+        "lm_head.weight": w(TARGET_VOCAB, HIDDEN) * 8.0,
+    }
+    for i in range(TARGET_LAYERS):
+        p = f"model.layers.{i}."
+        t[p + "self_attn.q_proj.weight"] = w(HEADS * HEAD_DIM, HIDDEN)
+        t[p + "self_attn.k_proj.weight"] = w(KV_HEADS * HEAD_DIM, HIDDEN)
+        t[p + "self_attn.v_proj.weight"] = w(KV_HEADS * HEAD_DIM, HIDDEN)
+        t[p + "self_attn.o_proj.weight"] = w(HIDDEN, HEADS * HEAD_DIM)
+        t[p + "self_attn.q_norm.weight"] = ones(HEAD_DIM)
+        t[p + "self_attn.k_norm.weight"] = ones(HEAD_DIM)
+        t[p + "mlp.gate_proj.weight"] = w(INTERMEDIATE, HIDDEN)
+        t[p + "mlp.up_proj.weight"] = w(INTERMEDIATE, HIDDEN)
+        t[p + "mlp.down_proj.weight"] = w(HIDDEN, INTERMEDIATE)
+        t[p + "input_layernorm.weight"] = ones(HIDDEN)
+        t[p + "post_attention_layernorm.weight"] = ones(HIDDEN)
+    return t
+
+
+def _byte_symbols() -> list[str]:
+    """GPT-2's byte-to-unicode table: the 256 symbols of a byte-level BPE, in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    extra = 0
+    out = []
+    for b in range(256):
+        if b in keep:
+            out.append(chr(b))
+        else:
+            out.append(chr(256 + extra))
+            extra += 1
+    return out
+
+
+def tokenizer_json() -> dict[str, object]:
+    """A byte-level BPE ``tokenizer.json`` with exactly ``TARGET_VOCAB`` tokens.
+
+    Ids 0-255 are the bytes, then fixed two-byte merges of common code characters, then
+    ``<|endoftext|>`` (:data:`EOS_ID`) and ``<|mask|>``. Any text encodes (byte fallback is
+    built in) and every id decodes. No training, no dependency: deterministic.
+    """
+    sym = _byte_symbols()
+    vocab: dict[str, int] = {s: i for i, s in enumerate(sym)}
+    common = " etaoinsrlcdpmu_hfgybw().:=,'\n\"0123456789xkvq[]#"
+    chars = [sym[b] for b in dict.fromkeys(common.encode())]
+    merges: list[str] = []
+    n_merges = EOS_ID - len(vocab)
+    for a in chars:
+        for b in chars:
+            if len(merges) == n_merges:
+                break
+            vocab[a + b] = len(vocab)
+            merges.append(f"{a} {b}")
+    if len(merges) != n_merges:  # pragma: no cover - a constant table
+        raise AssertionError("example tokenizer: not enough merges")
+    specials = [(EOS_ID, EOS_TOKEN), (EOS_ID + 1, MASK_TOKEN)]
+    for i, tok in specials:
+        vocab[tok] = i
+    byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": i,
+                "content": tok,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for i, tok in specials
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", **byte_level},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", **byte_level},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
     }
 
 
@@ -123,7 +243,8 @@ def draft_tensors(layout: Layout, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def write_example(root: str | os.PathLike[str], layout: Layout = "padded", seed: int = 0) -> Path:
-    """Write ``root/target/config.json`` and ``root/drafter/{config.json,model.safetensors}``.
+    """Write ``root/target/{config.json,model.safetensors,tokenizer.json,generation_config.json}``
+    and ``root/drafter/{config.json,model.safetensors}``.
 
     Returns ``root`` as a ``Path``.
     """
@@ -131,6 +252,13 @@ def write_example(root: str | os.PathLike[str], layout: Layout = "padded", seed:
     (root / "target").mkdir(parents=True, exist_ok=True)
     (root / "drafter").mkdir(parents=True, exist_ok=True)
     (root / "target" / "config.json").write_text(json.dumps(target_config(), indent=2) + "\n")
+    (root / "target" / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "pad_token_id": EOS_ID}) + "\n"
+    )
+    (root / "target" / "tokenizer.json").write_text(json.dumps(tokenizer_json()) + "\n")
+    save_file(
+        target_tensors(seed), root / "target" / "model.safetensors", metadata={"format": "pt"}
+    )
     (root / "drafter" / "config.json").write_text(json.dumps(draft_config(layout), indent=2) + "\n")
     save_file(draft_tensors(layout, seed), root / "drafter" / "model.safetensors")
     return root
