@@ -43,15 +43,13 @@ from dspark._stream import (
     markers,
 )
 from dspark.generate import (
+    add_sampling_arguments,
     existing_file,
     load_model_pair,
     positive_int,
     prompt_text,
     read_prompt,
-    seed_int,
-    temperature,
     threshold,
-    top_p,
     verify_mode,
 )
 
@@ -270,11 +268,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"tokens of each held-out file used as its prompt (default {DEFAULT_PROMPT_TOKENS})",
     )
     p.add_argument("--max-new-tokens", type=positive_int, default=DEFAULT_NEW_TOKENS, metavar="N")
-    p.add_argument(
-        "--temperature", type=temperature, default=0.0, metavar="T", help="0 = greedy (default)"
-    )
-    p.add_argument("--top-p", type=top_p, default=None, metavar="P", help="nucleus sampling mass")
-    p.add_argument("--seed", type=seed_int, default=0, metavar="S", help="random seed (default 0)")
+    add_sampling_arguments(p)
     p.add_argument(
         "--verify",
         type=_demo_verify,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -87,19 +88,28 @@ def target_tensors(seed: int = 0) -> dict[str, np.ndarray]:
         "lm_head.weight": w(TARGET_VOCAB, HIDDEN) * 8.0,
     }
     for i in range(TARGET_LAYERS):
-        p = f"model.layers.{i}."
-        t[p + "self_attn.q_proj.weight"] = w(HEADS * HEAD_DIM, HIDDEN)
-        t[p + "self_attn.k_proj.weight"] = w(KV_HEADS * HEAD_DIM, HIDDEN)
-        t[p + "self_attn.v_proj.weight"] = w(KV_HEADS * HEAD_DIM, HIDDEN)
-        t[p + "self_attn.o_proj.weight"] = w(HIDDEN, HEADS * HEAD_DIM)
-        t[p + "self_attn.q_norm.weight"] = ones(HEAD_DIM)
-        t[p + "self_attn.k_norm.weight"] = ones(HEAD_DIM)
-        t[p + "mlp.gate_proj.weight"] = w(INTERMEDIATE, HIDDEN)
-        t[p + "mlp.up_proj.weight"] = w(INTERMEDIATE, HIDDEN)
-        t[p + "mlp.down_proj.weight"] = w(HIDDEN, INTERMEDIATE)
-        t[p + "input_layernorm.weight"] = ones(HIDDEN)
-        t[p + "post_attention_layernorm.weight"] = ones(HIDDEN)
+        t.update(_qwen3_layer(f"model.layers.{i}.", w, ones))
     return t
+
+
+def _qwen3_layer(
+    prefix: str, w: Callable[..., np.ndarray], ones: Callable[[int], np.ndarray]
+) -> dict[str, np.ndarray]:
+    """One Qwen3 decoder layer's tensors under ``prefix`` (``w`` draws in a fixed order)."""
+    t = {
+        "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.k_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.v_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.o_proj.weight": w(HIDDEN, HEADS * HEAD_DIM),
+        "self_attn.q_norm.weight": ones(HEAD_DIM),
+        "self_attn.k_norm.weight": ones(HEAD_DIM),
+        "mlp.gate_proj.weight": w(INTERMEDIATE, HIDDEN),
+        "mlp.up_proj.weight": w(INTERMEDIATE, HIDDEN),
+        "mlp.down_proj.weight": w(HIDDEN, INTERMEDIATE),
+        "input_layernorm.weight": ones(HIDDEN),
+        "post_attention_layernorm.weight": ones(HIDDEN),
+    }
+    return {prefix + k: v for k, v in t.items()}
 
 
 def _byte_symbols() -> list[str]:
@@ -218,18 +228,7 @@ def draft_tensors(layout: Layout, seed: int = 0) -> dict[str, np.ndarray]:
         "confidence_head.proj.bias": np.zeros(1, np.float16),
     }
     for i in range(DRAFT_LAYERS):
-        p = f"layers.{i}."
-        t[p + "self_attn.q_proj.weight"] = w(HEADS * HEAD_DIM, HIDDEN)
-        t[p + "self_attn.k_proj.weight"] = w(KV_HEADS * HEAD_DIM, HIDDEN)
-        t[p + "self_attn.v_proj.weight"] = w(KV_HEADS * HEAD_DIM, HIDDEN)
-        t[p + "self_attn.o_proj.weight"] = w(HIDDEN, HEADS * HEAD_DIM)
-        t[p + "self_attn.q_norm.weight"] = np.ones(HEAD_DIM, np.float16)
-        t[p + "self_attn.k_norm.weight"] = np.ones(HEAD_DIM, np.float16)
-        t[p + "mlp.gate_proj.weight"] = w(INTERMEDIATE, HIDDEN)
-        t[p + "mlp.up_proj.weight"] = w(INTERMEDIATE, HIDDEN)
-        t[p + "mlp.down_proj.weight"] = w(HIDDEN, INTERMEDIATE)
-        t[p + "input_layernorm.weight"] = np.ones(HIDDEN, np.float16)
-        t[p + "post_attention_layernorm.weight"] = np.ones(HIDDEN, np.float16)
+        t.update(_qwen3_layer(f"layers.{i}.", w, lambda n: np.ones(n, np.float16)))
     if layout == "padded":
         # Expanded input vocab (1024 > 1000): the drafter ships its own embedding and lm_head.
         t["embed_tokens.weight"] = w(v_in, HIDDEN)

@@ -303,6 +303,15 @@ def load_model_pair(
 # -- the command ---------------------------------------------------------------------------
 
 
+def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
+    """``--temperature``, ``--top-p`` and ``--seed``: shared by ``generate`` and ``demo``."""
+    p.add_argument(
+        "--temperature", type=temperature, default=0.0, metavar="T", help="0 = greedy (default)"
+    )
+    p.add_argument("--top-p", type=top_p, default=None, metavar="P", help="nucleus sampling mass")
+    p.add_argument("--seed", type=seed_int, default=0, metavar="S", help="random seed (default 0)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``dspark generate`` options."""
     p.add_argument("--target", type=Path, required=True, metavar="DIR", help="HF causal-LM dir")
@@ -313,11 +322,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt", type=prompt_text, metavar="TEXT", help="text to continue (UTF-8)")
     src.add_argument("--prompt-file", type=existing_file, metavar="F", help="UTF-8 text file")
     p.add_argument("--max-new-tokens", type=positive_int, default=128, metavar="N")
-    p.add_argument(
-        "--temperature", type=temperature, default=0.0, metavar="T", help="0 = greedy (default)"
-    )
-    p.add_argument("--top-p", type=top_p, default=None, metavar="P", help="nucleus sampling mass")
-    p.add_argument("--seed", type=seed_int, default=0, metavar="S", help="random seed (default 0)")
+    add_sampling_arguments(p)
     p.add_argument(
         "--verify",
         type=verify_mode,
