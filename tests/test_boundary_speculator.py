@@ -103,6 +103,12 @@ def test_drafter_arguments_are_typed(target, checkpoint, drafter):  # noqa: F811
         "invalid-argument"
     )
     assert _code(lambda: drafter.propose(torch.zeros(1, 2, w), [1.5])) == "invalid-argument"
+    # Positions past the documented limit (RoPE in f32; `start + T` must never wrap).
+    assert _code(lambda: state.extend(torch.zeros(2, w), 2**62)) == "too-large"
+    assert _code(lambda: state.extend(torch.zeros(2, w), 2**64 - 1)) == "too-large"
+    big = {"start_positions": 2**62}
+    assert _code(lambda: drafter.propose(torch.zeros(1, 2, w), [1], **big)) == "too-large"
+    assert drafter.propose(torch.zeros(1, 2, w), [1], start_positions=2**24).tokens.shape[0] == 1
     assert _code(lambda: dspark.Drafter.from_pretrained(None, target)) == "invalid-argument"
     torch_drafter = load_drafter("TorchDrafter", checkpoint("own"), target)
     ts = torch_drafter.new_state()

@@ -29,6 +29,10 @@ pub const MAX_BLOCK: u64 = 1 << 16;
 /// Largest batch (requests per call) of the verify-length policies, whose `[B]` output does
 /// not shrink with an empty `[B, 0]` input: 2^20.
 pub const MAX_BATCH: u64 = 1 << 20;
+/// Largest absolute token position a drafter context may start at: 2^24 (RoPE angles are
+/// computed in f32, which stops telling positions apart well before that; no released model
+/// has a context that long).
+pub const MAX_POSITION: u64 = 1 << 24;
 /// Largest number of tensors in one safetensors header, and in one checkpoint (all shards
 /// together): 2^18 (the largest published checkpoints hold ~10^5). It bounds what `inspect`
 /// keeps per checkpoint to well under its 256 MB budget.

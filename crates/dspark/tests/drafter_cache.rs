@@ -71,6 +71,25 @@ fn positions_are_relative_and_ordered() {
 }
 
 #[test]
+fn start_positions_past_the_limit_are_too_large() {
+    // `start + T` must never wrap (a silent wrong answer in release builds): positions above
+    // `limits::MAX_POSITION` are refused before anything is computed.
+    let (_dir, d) = load(&Tiny::default());
+    let ctx = context(2, 1, 6);
+    let opts = sampled(1);
+    let max = dspark::limits::MAX_POSITION as usize;
+    assert!(d.propose(&ctx, &[3], &[max], &opts).is_ok());
+    for start in [max + 1, usize::MAX - 2, usize::MAX] {
+        let e = d.propose(&ctx, &[3], &[start], &opts).unwrap_err();
+        assert_eq!(e.code(), "too-large", "{e}");
+        let mut s = d.new_state();
+        let e = d.extend(&mut s, &ctx.get(0).unwrap(), start).unwrap_err();
+        assert_eq!(e.code(), "too-large", "{e}");
+        assert!(e.to_string().contains("start_position"), "{e}");
+    }
+}
+
+#[test]
 fn truncate_then_extend_equals_fresh_state() {
     let (_dir, d) = load(&Tiny::default());
     let ctx = context(3, 1, 12);

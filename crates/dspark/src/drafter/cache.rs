@@ -106,6 +106,11 @@ impl DraftState {
     /// the cache is an error.
     pub(crate) fn seek(&mut self, position: usize) -> Result<usize> {
         if self.len == 0 {
+            crate::limits::at_most(
+                "start_position",
+                position as u64,
+                crate::limits::MAX_POSITION,
+            )?;
             self.start = position;
             return Ok(0);
         }
