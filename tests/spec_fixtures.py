@@ -64,3 +64,21 @@ def single_thread() -> Any:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def native_target(target: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The same tiny target saved as an HF directory and loaded by the engine
+    (:class:`dspark.NativeTarget`)."""
+    root = tmp_path_factory.mktemp("native-target")
+    target.save_pretrained(root)
+    return dspark.NativeTarget.from_pretrained(root)
+
+
+@pytest.fixture(params=["hf", "native"])
+def spec_target(request: pytest.FixtureRequest, target: Any) -> Any:
+    """Both kinds of speculator target over the same weights: the HF model and the engine's
+    native Qwen3."""
+    if request.param == "hf":
+        return target
+    return request.getfixturevalue("native_target")

@@ -13,12 +13,12 @@ pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("single_thread")]
 
 
 @pytest.fixture(scope="module")
-def drafter(target, checkpoint):  # noqa: F811
+def drafter(target, checkpoint):
     return load_drafter("Drafter", checkpoint("own"), target)
 
 
 @pytest.fixture(scope="module")
-def spec(target, drafter):  # noqa: F811
+def spec(target, drafter):
     return dspark.Speculator(target, drafter)
 
 
@@ -81,13 +81,13 @@ def test_stop_token_ids_must_be_in_the_vocabulary(spec):
         {"verify": "scheduled", "steps_per_second": [("a", "b")]},
     ],
 )
-def test_bad_speculator_options_are_typed(target, drafter, kwargs):  # noqa: F811
+def test_bad_speculator_options_are_typed(target, drafter, kwargs):
     with pytest.raises(dspark.DSparkError) as e:
         dspark.Speculator(target, drafter, **kwargs)
     assert e.value.code in ("invalid-argument", "too-large", "bad-config")
 
 
-def test_drafter_arguments_are_typed(target, checkpoint, drafter):  # noqa: F811
+def test_drafter_arguments_are_typed(target, checkpoint, drafter):
     state = drafter.new_state()
     w = drafter.context_width
     assert _code(lambda: state.extend(torch.zeros(2, w), -1)) == "invalid-argument"

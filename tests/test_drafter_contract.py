@@ -31,7 +31,7 @@ def _np(x):
 @pytest.fixture(
     params=[(c, v) for c in drafter_classes() for v in VARIANTS], ids=lambda p: "-".join(p)
 )
-def case(request, target, checkpoint):  # noqa: F811
+def case(request, target, checkpoint):
     cls_name, variant = request.param
     return variant, load_drafter(cls_name, checkpoint(variant), target)
 

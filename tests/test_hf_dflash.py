@@ -105,7 +105,7 @@ def test_bundled_dflash_generate_is_lossless(pair: BundledPair, heldout: list[in
 
 # ---- tiny random pairs: both block layouts, and what cannot be expressed -------------------
 @pytest.mark.parametrize("from_anchor", [True, False], ids=["deepspec", "one_plus_k"])
-def test_tiny_layouts(target: Any, tmp_path: Path, from_anchor: bool) -> None:  # noqa: F811
+def test_tiny_layouts(target: Any, tmp_path: Path, from_anchor: bool) -> None:
     path = write_drafter(
         tmp_path, target, "shared", rank=0, config_overrides={"sample_from_anchor": from_anchor}
     )
@@ -124,8 +124,8 @@ def test_tiny_layouts(target: Any, tmp_path: Path, from_anchor: bool) -> None:  
 
 @pytest.mark.parametrize("layout", ["own", "reduced"])
 def test_weights_not_the_targets_are_refused(
-    checkpoint: Any,  # noqa: F811
-    target: Any,  # noqa: F811
+    checkpoint: Any,
+    target: Any,
     layout: str,
 ) -> None:
     with pytest.raises(CheckpointError) as err:
@@ -135,8 +135,8 @@ def test_weights_not_the_targets_are_refused(
 
 
 def test_missing_transformers_class_is_a_backend_error(
-    checkpoint: Any,  # noqa: F811
-    target: Any,  # noqa: F811
+    checkpoint: Any,
+    target: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(hf_dflash, "_CLASS", None)

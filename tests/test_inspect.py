@@ -21,6 +21,7 @@ STABLE_KEYS = {
     "target_layer_ids",
     "capture_layer_ids",
     "shares_target",
+    "calibration",
     "errors",
     "warnings",
 }

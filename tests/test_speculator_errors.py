@@ -18,7 +18,7 @@ def _code(excinfo: pytest.ExceptionInfo[Any]) -> str:
     return excinfo.value.code
 
 
-def test_layer_ids_beyond_target_layers(target, checkpoint, tmp_path):  # noqa: F811
+def test_layer_ids_beyond_target_layers(target, checkpoint, tmp_path):
     # Loading: the engine's check (id 3 is the final layer of the 4-layer target; the config
     # itself says num_target_layers = 4, so the config check already catches it).
     bad = write_drafter(tmp_path / "d", target, config_overrides={"target_layer_ids": [0, 3]})
@@ -43,7 +43,7 @@ def test_layer_ids_beyond_target_layers(target, checkpoint, tmp_path):  # noqa: 
     assert _code(e) == "target-mismatch" and "layer" in str(e.value)
 
 
-def test_hidden_size_mismatch(target, checkpoint):  # noqa: F811
+def test_hidden_size_mismatch(target, checkpoint):
     drafter = load_drafter("TorchDrafter", checkpoint("own"), target)
     narrow = make_target(0, hidden_size=32, head_dim=8)
     with pytest.raises(dspark.CheckpointError) as e:
@@ -75,7 +75,7 @@ class _NoHidden(HFTarget):
         self.model = Wrapped()
 
 
-def test_target_without_hidden_states(target, checkpoint):  # noqa: F811
+def test_target_without_hidden_states(target, checkpoint):
     drafter = load_drafter("TorchDrafter", checkpoint("shared"), target)
     spec = dspark.Speculator(_NoHidden(target), drafter)
     with pytest.raises(dspark.InputError) as e:
@@ -83,7 +83,7 @@ def test_target_without_hidden_states(target, checkpoint):  # noqa: F811
     assert _code(e) == "invalid-argument" and "hidden states" in str(e.value)
 
 
-def test_shared_weights_must_be_given(target, checkpoint):  # noqa: F811
+def test_shared_weights_must_be_given(target, checkpoint):
     cfg = target.config.to_dict()
     with pytest.raises(dspark.CheckpointError) as e:
         dspark.TorchDrafter.from_pretrained(checkpoint("shared"), {"config": cfg})
@@ -99,24 +99,24 @@ def test_shared_weights_must_be_given(target, checkpoint):  # noqa: F811
         ({"num_speculative_tokens": 99}, "invalid-argument"),
         ({"verify": 1.5}, "invalid-argument"),
         ({"verify": "sometimes"}, "invalid-argument"),
-        ({"verify": "scheduled"}, "invalid-argument"),  # no steps-per-second table
+        ({"verify": "pipelined"}, "invalid-argument"),  # no steps-per-second table
     ],
 )
-def test_bad_options(kwargs, code, target, checkpoint):  # noqa: F811
+def test_bad_options(kwargs, code, target, checkpoint):
     drafter = load_drafter("TorchDrafter", checkpoint("own"), target)
     with pytest.raises(dspark.InputError) as e:
         dspark.Speculator(target, drafter, **kwargs)
     assert _code(e) == code
 
 
-def test_threshold_needs_confidence_head(target, checkpoint):  # noqa: F811
+def test_threshold_needs_confidence_head(target, checkpoint):
     drafter = load_drafter("TorchDrafter", checkpoint("dflash"), target)
     with pytest.raises(dspark.ConfigError) as e:
         dspark.Speculator(target, drafter, verify=0.5)
     assert _code(e) == "bad-config"
 
 
-def test_bad_generate_inputs(target, checkpoint):  # noqa: F811
+def test_bad_generate_inputs(target, checkpoint):
     drafter = load_drafter("TorchDrafter", checkpoint("own"), target)
     spec = dspark.Speculator(target, drafter)
     with pytest.raises(dspark.InputError) as e:
@@ -135,7 +135,7 @@ def test_bad_generate_inputs(target, checkpoint):  # noqa: F811
     assert _code(e) == "token-out-of-range"
 
 
-def test_not_a_target(checkpoint, target):  # noqa: F811
+def test_not_a_target(checkpoint, target):
     drafter = load_drafter("TorchDrafter", checkpoint("own"), target)
     with pytest.raises(dspark.InputError) as e:
         dspark.Speculator(object(), drafter)

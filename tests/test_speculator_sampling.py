@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import check_distribution
-from spec_fixtures import checkpoint, load_drafter, single_thread, target, torch  # noqa: F401
+from spec_fixtures import (  # noqa: F401
+    checkpoint,
+    load_drafter,
+    native_target,
+    single_thread,
+    spec_target,
+    target,
+    torch,
+)
 
 import dspark
 
@@ -35,14 +43,23 @@ def _second_token_distribution(model, temperature: float, top_k: int | None) -> 
 
 
 @pytest.mark.parametrize(
-    ("variant", "temperature", "top_k"),
-    [("own", 1.0, None), ("reduced", 1.0, None), ("padded", 0.7, 20)],
+    ("kind", "variant", "temperature", "top_k", "drafter_cls"),
+    [
+        ("hf", "own", 1.0, None, "TorchDrafter"),
+        ("hf", "reduced", 1.0, None, "TorchDrafter"),
+        ("hf", "padded", 0.7, 20, "TorchDrafter"),
+        ("native", "padded", 0.7, 20, "Drafter"),
+    ],
 )
-def test_second_token_follows_target(variant, temperature, top_k, target, checkpoint):  # noqa: F811
+def test_second_token_follows_target(
+    request, kind, variant, temperature, top_k, drafter_cls, target, checkpoint
+):
     """The 1st token comes from the prefill, the 2nd from the first speculative round (drafts
-    sampled at T and verified by rejection sampling): its law must be the target's."""
-    drafter = load_drafter("TorchDrafter", checkpoint(variant), target)
-    spec = dspark.Speculator(target, drafter, temperature=temperature, top_k=top_k, seed=1234)
+    sampled at T and verified by rejection sampling): its law must be the target's. Both kinds
+    of target (the native one with the candle drafter: no Python in the loop)."""
+    spec_target = target if kind == "hf" else request.getfixturevalue("native_target")
+    drafter = load_drafter(drafter_cls, checkpoint(variant), spec_target)
+    spec = dspark.Speculator(spec_target, drafter, temperature=temperature, top_k=top_k, seed=1234)
     result = spec.generate([PROMPT] * TRIALS, max_new_tokens=drafter.block_size)
     second = np.array([t[1] for t in result.tokens])
     check_distribution(second, _second_token_distribution(target, temperature, top_k), what="2nd")
@@ -51,13 +68,13 @@ def test_second_token_follows_target(variant, temperature, top_k, target, checkp
     assert st.drafted_tokens > TRIALS and 0 < st.accepted_tokens < st.drafted_tokens
 
 
-def test_same_seed_same_output_different_seed_differs(target, checkpoint):  # noqa: F811
+def test_same_seed_same_output_different_seed_differs(spec_target, target, checkpoint):
     drafter = load_drafter("TorchDrafter", checkpoint("own"), target)
     prompts = [PROMPT, PROMPT[:2]]
 
     def run(seed: int) -> list[list[int]]:
         return (
-            dspark.Speculator(target, drafter, temperature=1.0, seed=seed)
+            dspark.Speculator(spec_target, drafter, temperature=1.0, seed=seed)
             .generate(prompts, 10)
             .tokens
         )

@@ -35,7 +35,7 @@ def _history(tgt: HFTarget, rounds: int, turns: bool = False):  # type: ignore[n
     return cache, lengths
 
 
-def test_compaction_keeps_every_logit(target) -> None:  # noqa: F811
+def test_compaction_keeps_every_logit(target) -> None:
     tgt = HFTarget(target)
     cache, lengths = _history(tgt, 3)  # narrow enough that crop never compacts on its own
     holes = int((~cache.valid).sum())
@@ -55,7 +55,7 @@ def test_compaction_keeps_every_logit(target) -> None:  # noqa: F811
         )
 
 
-def test_crop_compacts_a_holey_cache_on_its_own(target) -> None:  # noqa: F811
+def test_crop_compacts_a_holey_cache_on_its_own(target) -> None:
     tgt = HFTarget(target)
     cache, lengths = _history(tgt, 12, turns=True)
     # without compaction: 9 + 7 columns per round, the fullest row about half holes
@@ -64,7 +64,7 @@ def test_crop_compacts_a_holey_cache_on_its_own(target) -> None:  # noqa: F811
     assert cache.valid.sum(dim=1).tolist() == lengths
 
 
-def test_batched_greedy_with_compaction_equals_target(target, monkeypatch) -> None:  # noqa: F811
+def test_batched_greedy_with_compaction_equals_target(target, monkeypatch) -> None:
     prompts = [[(5 * i + j) % 200 + 1 for j in range(3 + 4 * i)] for i in range(4)]
     new = 40
     ref = [greedy_reference(target, p, new) for p in prompts]
@@ -82,7 +82,7 @@ def test_batched_greedy_with_compaction_equals_target(target, monkeypatch) -> No
     assert calls, "a half-rejecting batch must trigger compaction"
 
 
-def test_dense_rows_skip_the_masks_and_match_the_explicit_path(target) -> None:  # noqa: F811
+def test_dense_rows_skip_the_masks_and_match_the_explicit_path(target) -> None:
     """Rows advancing together stay dense (no valid/position tensors); the same history run
     through the explicit-mask path (materialized up front; a crop that leaves every row on
     columns 0..C-1 makes it dense again) gives the same logits, and diverging rows leave the fast

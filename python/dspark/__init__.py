@@ -31,6 +31,7 @@ from dspark.kernels import (
     schedule_threshold,
     verify,
 )
+from dspark.native_target import NativeTarget
 
 # Before the engine's first parallel op or matmul (see dspark._threads).
 ensure_rayon_threads()
@@ -73,6 +74,7 @@ __all__ = [
     "IdMap",
     "InputError",
     "InternalError",
+    "NativeTarget",
     "Report",
     "SpeculationStats",
     "Speculator",

@@ -1,6 +1,7 @@
 """Type stubs for the native half of dspark (``dspark._native``)."""
 
 import os
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, final
 
 import numpy as np
@@ -230,6 +231,9 @@ class Drafter:
 
         Returns ``(tokens [B,K] int64, draft_logits [B,K,V_t] float32, confidence [B,K] | None)``.
         """
+    @staticmethod
+    def load_native(path: str | os.PathLike[str], target: NativeTarget, sts: Any = None) -> Drafter:
+        """Load for a native target, sharing its embedding / lm_head (no copy)."""
     def new_state(self) -> DraftState: ...
     def propose_states(
         self,
@@ -257,3 +261,59 @@ class DraftState:
     @property
     def end(self) -> int: ...
     def __len__(self) -> int: ...
+
+@final
+class NativeTarget:
+    """The engine's candle Qwen3 causal LM (f32 on the CPU)."""
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> NativeTarget:
+        """Load an HF ``Qwen3ForCausalLM`` directory (config.json + safetensors)."""
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def num_hidden_layers(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    def logits(self, ids: Any) -> npt.NDArray[np.float32]:
+        """Float32 logits ``[S, V_t]`` of every position of one sequence (an empty cache)."""
+
+_Stats: TypeAlias = dict[str, Any]
+
+@final
+class Speculator:
+    """The engine's speculative loop over a native or Python target and drafter."""
+
+    def __init__(
+        self,
+        target: Any,
+        drafter: Any,
+        *,
+        num_speculative_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        verify: str = "full",
+        threshold: float | None = None,
+        steps_per_second: Sequence[tuple[int, float]] | None = None,
+        record_confidence: bool = False,
+    ) -> None: ...
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        stop_token_ids: list[int] | None = None,
+        on_round: Callable[[list[list[int]]], None] | None = None,
+    ) -> tuple[list[list[int]], _Stats]:
+        """Speculative decoding; ``(tokens per prompt, stats)``."""
+    def generate_target_only(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        stop_token_ids: list[int] | None = None,
+        on_round: Callable[[list[list[int]]], None] | None = None,
+    ) -> tuple[list[list[int]], _Stats]:
+        """Target-only decoding with the same options and seeds."""
+    @property
+    def num_speculative_tokens(self) -> int: ...

@@ -185,13 +185,30 @@ class Drafter:
         self._native = native
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], target: Any) -> Drafter:
+    def from_pretrained(
+        cls, path: str | os.PathLike[str], target: Any, *, sts: Any = None
+    ) -> Drafter:
         """Load the drafter at ``path`` (``config.json`` + safetensors) for ``target``.
 
-        ``target`` is an HF transformers causal LM or a dict ``{"config": dict,
+        ``target`` is a :class:`dspark.NativeTarget` (its embedding / lm_head are shared with
+        no copy and no torch), an HF transformers causal LM or a dict ``{"config": dict,
         "embed_tokens": tensor, "lm_head": tensor}``. The target's embedding / lm_head are read
         only when the checkpoint lacks its own (the load plan says shared).
+
+        ``sts``: the confidence head's per-position temperature calibration. ``None`` (default)
+        uses ``sts.json`` next to the checkpoint when present (written by ``dspark
+        calibrate``), ``False`` turns calibration off, a path reads that JSON, a list of floats
+        is the table itself.
         """
+        native_target = getattr(target, "_native_target", None)
+        if isinstance(native_target, _native.NativeTarget):
+            if not isinstance(path, (str, bytes, os.PathLike)):
+                raise_error(
+                    InputError,
+                    "invalid-argument",
+                    f"path: expected a path (str or os.PathLike), got {type(path).__name__}",
+                )
+            return cls(_native.Drafter.load_native(os.fspath(path), native_target, sts))
         config, embed, lm_head = _target_parts(target)
         try:
             text = json.dumps(config, default=str, allow_nan=False)
@@ -207,9 +224,13 @@ class Drafter:
         share_embed, share_head = _native.Drafter.plan_sharing(path, text)
         e = _cpu(embed(), "embed_tokens") if share_embed else None
         h = _cpu(lm_head(), "lm_head") if share_head else None
-        return cls(_native.Drafter.load(path, text, e, h))
+        return cls(_native.Drafter.load(path, text, e, h, sts))
 
     # -- contract members ------------------------------------------------------------------
+    @property
+    def sts_temperatures(self) -> list[float] | None:
+        """The confidence calibration in use (per-position temperatures), or ``None``."""
+        return self._native.sts_temperatures
 
     @property
     def block_size(self) -> int:

@@ -215,7 +215,10 @@ class HFTarget:
                 f"capture layer {max(capture_layer_ids)} requested but the target returned "
                 f"{len(hidden)} hidden states",
             )
-        feats = torch.cat([hidden[c] for c in capture_layer_ids], dim=-1)
+        if capture_layer_ids:
+            feats = torch.cat([hidden[c] for c in capture_layer_ids], dim=-1)
+        else:  # nothing captured (target-only decoding, profiling): [B, S, 0]
+            feats = hidden[0][..., :0]
         return TargetOutput(logits=out.logits, hidden_states=feats)
 
     def crop(self, cache: HFCache, lengths: Sequence[int]) -> None:

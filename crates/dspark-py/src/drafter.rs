@@ -12,7 +12,7 @@ use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods};
 use pyo3::prelude::*;
 
 use dspark::checkpoint::{Inventory, LoadPlan};
-use dspark::sampling::{PerRequest, Seeds};
+use dspark::sampling::{PerRequest, Seeds, StsCalibration};
 use dspark::{
     DraftSpec, DraftState, Drafter, Error, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights,
     TargetSpec, WeightSource, limits,
@@ -141,14 +141,73 @@ fn target_spec(target_config: &str) -> PyResult<TargetSpec> {
     TargetSpec::from_value(&value, "<target config>").map_err(err)
 }
 
+/// Apply the `sts` argument: `None` keeps what loading found (`sts.json` next to the
+/// checkpoint), `False` turns calibration off, a path reads that file, a list of numbers is
+/// the table itself.
+fn with_sts(mut drafter: Qwen3Drafter, sts: Option<&Bound<'_, PyAny>>) -> PyResult<Qwen3Drafter> {
+    let Some(sts) = sts.filter(|s| !s.is_none()) else {
+        return Ok(drafter);
+    };
+    let table = if sts.is_instance_of::<pyo3::types::PyBool>() {
+        if sts.extract::<bool>()? {
+            return Err(err(Error::invalid(
+                "sts",
+                "True is not a calibration (None: sts.json if present, False: off, a path or \
+                 a list of temperatures)",
+            )));
+        }
+        None
+    } else if args::is_sequence(sts) {
+        let mut temps = Vec::new();
+        for item in sts.try_iter()? {
+            temps.push(args::float32(&item?, "sts")?);
+        }
+        Some(StsCalibration::new(temps).map_err(err)?)
+    } else {
+        let path = args::path(sts, "sts")?;
+        Some(StsCalibration::from_json_path(&path).map_err(err)?)
+    };
+    drafter.set_sts(table).map_err(err)?;
+    Ok(drafter)
+}
+
 /// The Qwen3-shaped DSpark drafter in candle (native half of `dspark.Drafter`).
 #[pyclass(name = "Drafter", module = "dspark._native", frozen)]
 pub struct PyDrafter {
     inner: Arc<Qwen3Drafter>,
 }
 
+impl PyDrafter {
+    /// The engine drafter (shared, no copy).
+    pub(crate) fn shared(&self) -> Arc<Qwen3Drafter> {
+        Arc::clone(&self.inner)
+    }
+}
+
 #[pymethods]
 impl PyDrafter {
+    /// Load the drafter at `path` for a native target, sharing its embed / lm_head (no copy).
+    #[staticmethod]
+    #[pyo3(signature = (path, target, sts = None))]
+    fn load_native(
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        target: &Bound<'_, crate::native_target::PyNativeTarget>,
+        sts: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        guard(|| {
+            let path = args::path(path, "path")?;
+            let t = &target.get().inner;
+            let inner = py
+                .detach(|| Qwen3Drafter::load(&path, &t.target_spec(), t.shared_weights()))
+                .map_err(err)?;
+            let inner = with_sts(inner, sts)?;
+            Ok(Self {
+                inner: Arc::new(inner),
+            })
+        })
+    }
+
     /// `(embed_shared, lm_head_shared)`: which weights the drafter at `path` takes from the
     /// target described by `target_config` (JSON text).
     #[staticmethod]
@@ -167,13 +226,14 @@ impl PyDrafter {
     /// Load the drafter at `path` for the target described by `target_config` (JSON text);
     /// `embed_tokens` / `lm_head` are the target's weights, required where the plan shares them.
     #[staticmethod]
-    #[pyo3(signature = (path, target_config, embed_tokens = None, lm_head = None))]
+    #[pyo3(signature = (path, target_config, embed_tokens = None, lm_head = None, sts = None))]
     fn load(
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
         target_config: &Bound<'_, PyAny>,
         embed_tokens: Option<&Bound<'_, PyAny>>,
         lm_head: Option<&Bound<'_, PyAny>>,
+        sts: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
             let path = args::path(path, "path")?;
@@ -191,10 +251,17 @@ impl PyDrafter {
             let inner = py
                 .detach(|| Qwen3Drafter::load(&path, &target, shared))
                 .map_err(err)?;
+            let inner = with_sts(inner, sts)?;
             Ok(Self {
                 inner: Arc::new(inner),
             })
         })
+    }
+
+    /// The confidence calibration's temperatures, or `None`.
+    #[getter]
+    fn sts_temperatures(&self) -> PyResult<Option<Vec<f32>>> {
+        guard(|| Ok(self.inner.sts().map(|s| s.temperatures.clone())))
     }
 
     /// `K`: draft tokens per proposal.
@@ -351,7 +418,7 @@ impl PyDrafter {
         guard(|| {
             Ok(PyDraftState {
                 drafter: Arc::clone(&self.inner),
-                state: self.inner.new_state(),
+                state: self.inner.new_state().map_err(err)?,
             })
         })
     }

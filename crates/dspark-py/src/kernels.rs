@@ -448,7 +448,7 @@ pub fn schedule_threshold(
 
 /// A steps-per-second table (a list of `(tokens, steps/s)` pairs) with its interpolation:
 /// `"step"` (value at the smallest profiled size `>= n`) or `"linear"`.
-fn sps_table(
+pub(crate) fn sps_table(
     table: &Bound<'_, PyAny>,
     interpolation: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<StepsPerSecond> {

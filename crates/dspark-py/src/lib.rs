@@ -1,6 +1,8 @@
 //! PyO3 glue for dspark: conversions, error mapping and thin wrappers. No logic lives here.
 
 mod args;
+mod bridge;
+mod bridge_drafter;
 mod config;
 mod dlpack;
 mod drafter;
@@ -8,6 +10,9 @@ mod errors;
 mod inspect;
 mod json;
 mod kernels;
+mod native_target;
+mod pair;
+mod speculator;
 mod vocab;
 
 use pyo3::prelude::*;
@@ -27,5 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(errors::_test_panic, m)?)?;
     kernels::register(m)?;
     drafter::register(m)?;
+    m.add_class::<native_target::PyNativeTarget>()?;
+    m.add_class::<speculator::PySpeculator>()?;
     Ok(())
 }

@@ -239,6 +239,13 @@ pub enum Error {
         /// The unit, with a leading space (`" elements"`, `" bytes"`), or empty.
         unit: &'static str,
     },
+    /// Code the engine calls back into (a target or drafter implemented outside the engine,
+    /// a streaming callback) failed; the embedder keeps the original error.
+    #[error("{message}")]
+    Callback {
+        /// What failed.
+        message: String,
+    },
     /// A bug in dspark: a panic caught at a public boundary, with its message.
     #[error("internal error (a bug in dspark, please report it): {message}")]
     Internal {
@@ -278,6 +285,7 @@ impl Error {
             Error::InvalidArgument { .. } => "invalid-argument",
             Error::TooLarge { .. } => "too-large",
             Error::Internal { .. } => "internal",
+            Error::Callback { .. } => "callback",
             Error::Candle(_) => "backend",
         }
     }
@@ -307,7 +315,8 @@ impl Error {
             | Error::NonFinite { .. }
             | Error::TokenOutOfRange { .. }
             | Error::InvalidArgument { .. }
-            | Error::TooLarge { .. } => ErrorKind::Input,
+            | Error::TooLarge { .. }
+            | Error::Callback { .. } => ErrorKind::Input,
             Error::Internal { .. } => ErrorKind::Internal,
             Error::Candle(_) => ErrorKind::Backend,
         }

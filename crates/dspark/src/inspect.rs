@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::sampling::StsCalibration;
 use serde_json::{Value, json};
 
 use crate::checkpoint::{Inventory, LoadPlan, WeightSource};
@@ -26,6 +27,8 @@ pub struct Report {
     pub errors: Vec<Error>,
     /// Non-fatal findings.
     pub warnings: Vec<Warning>,
+    /// The confidence calibration (`sts.json` next to the checkpoint), when present and valid.
+    pub calibration: Option<StsCalibration>,
 }
 
 impl Report {
@@ -72,6 +75,11 @@ impl Report {
                 "embed_tokens": p.embed_tokens == WeightSource::SharedTarget,
                 "lm_head": p.lm_head == WeightSource::SharedTarget,
             })),
+            "calibration": self.calibration.as_ref().map(|c| json!({
+                "file": crate::drafter::qwen3::STS_FILE,
+                "method": "sts",
+                "temperatures": c.temperatures,
+            })),
             "errors": problems(self.errors.iter().flat_map(Error::problems).map(|e| (e.code(), e.to_string())).collect()),
             "warnings": problems(self.warnings.iter().map(|w| (w.code, w.message.clone())).collect()),
         })
@@ -99,6 +107,7 @@ pub fn inspect(draft: &Path, target: Option<&Path>) -> Report {
         plan: None,
         errors: Vec::new(),
         warnings: Vec::new(),
+        calibration: None,
     };
     match DraftSpec::from_path(draft) {
         Ok(spec) => report.spec = Some(spec),
@@ -134,6 +143,24 @@ pub fn inspect(draft: &Path, target: Option<&Path>) -> Report {
     };
     report.warnings.extend(spec.warnings.iter().cloned());
     report.errors.extend(spec.check_target(target_spec));
+    let sts = checkpoint_dir(draft).join(crate::drafter::qwen3::STS_FILE);
+    if sts.is_file() {
+        match StsCalibration::from_json_path(&sts) {
+            Ok(c) if c.temperatures.len() < spec.block_size => {
+                report.errors.push(Error::bad_config(
+                    sts.display().to_string(),
+                    "temperatures",
+                    format!(
+                        "{} temperatures for a block of {} slots",
+                        c.temperatures.len(),
+                        spec.block_size
+                    ),
+                ))
+            }
+            Ok(c) => report.calibration = Some(c),
+            Err(e) => report.errors.push(e),
+        }
+    }
     match Inventory::open(&checkpoint_dir(draft)) {
         Ok(inventory) => match LoadPlan::build(spec, target_spec, &inventory) {
             Ok(plan) => {

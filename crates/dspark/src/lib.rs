@@ -16,6 +16,9 @@ pub mod idmap;
 pub mod inspect;
 pub mod limits;
 pub mod sampling;
+pub mod speculator;
+pub mod targets;
+pub mod threads;
 pub mod vocab;
 
 pub use checkpoint::{Inventory, LoadPlan, TensorInfo, WeightSource};
@@ -26,6 +29,8 @@ pub use drafter::{DraftState, Drafter, Proposal, ProposeOptions, Qwen3Drafter, S
 pub use error::{Error, ErrorKind, Result};
 pub use idmap::IdMap;
 pub use inspect::{Report, inspect};
+pub use speculator::{Speculator, TargetModel};
+pub use targets::Qwen3Target;
 pub use vocab::{VocabLayout, VocabSizes};
 
 /// A non-fatal finding: something loads, but not the way its author may expect.

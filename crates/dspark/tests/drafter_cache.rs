@@ -41,7 +41,7 @@ fn extend_in_pieces_equals_stateless_propose() {
     let start = 3;
     for opts in [ProposeOptions::default(), sampled(5)] {
         let whole = d.propose(&ctx, &[9], &[start], &opts).unwrap();
-        let mut s = d.new_state();
+        let mut s = d.new_state().unwrap();
         d.extend(&mut s, &rows(&ctx, 0, 4), start).unwrap();
         d.extend(&mut s, &rows(&ctx, 4, 5), start + 4).unwrap();
         d.extend(&mut s, &rows(&ctx, 5, 11), start + 5).unwrap();
@@ -82,7 +82,7 @@ fn start_positions_past_the_limit_are_too_large() {
     for start in [max + 1, usize::MAX - 2, usize::MAX] {
         let e = d.propose(&ctx, &[3], &[start], &opts).unwrap_err();
         assert_eq!(e.code(), "too-large", "{e}");
-        let mut s = d.new_state();
+        let mut s = d.new_state().unwrap();
         let e = d.extend(&mut s, &ctx.get(0).unwrap(), start).unwrap_err();
         assert_eq!(e.code(), "too-large", "{e}");
         assert!(e.to_string().contains("start_position"), "{e}");
@@ -96,11 +96,11 @@ fn truncate_then_extend_equals_fresh_state() {
     let other = context(4, 1, 12);
     let opts = sampled(2);
     // Fresh: positions 0..8 from `ctx`, then 8..12 from `other` (the "verified" suffix).
-    let mut fresh = d.new_state();
+    let mut fresh = d.new_state().unwrap();
     d.extend(&mut fresh, &rows(&ctx, 0, 8), 0).unwrap();
     d.extend(&mut fresh, &rows(&other, 8, 12), 8).unwrap();
     // Rolled back: all 12 of `ctx`, truncated to 8, then the same suffix.
-    let mut rolled = d.new_state();
+    let mut rolled = d.new_state().unwrap();
     d.extend(&mut rolled, &rows(&ctx, 0, 12), 0).unwrap();
     rolled.truncate(8).unwrap();
     assert_eq!(rolled.end(), 8);
@@ -109,19 +109,19 @@ fn truncate_then_extend_equals_fresh_state() {
     let b = d.propose_cached(&[&rolled], &[5], &opts).unwrap();
     assert_same(&a, &b, 1e-6);
     // An overlapping extend skips the rows already held: the wrong suffix stays.
-    let mut overlap = d.new_state();
+    let mut overlap = d.new_state().unwrap();
     d.extend(&mut overlap, &rows(&ctx, 0, 12), 0).unwrap();
     d.extend(&mut overlap, &rows(&other, 8, 12), 8).unwrap();
     assert_eq!(overlap.len(), 12);
     let c = d.propose_cached(&[&overlap], &[5], &opts).unwrap();
     // And a state holding the wrong suffix does differ.
-    let mut wrong = d.new_state();
+    let mut wrong = d.new_state().unwrap();
     d.extend(&mut wrong, &rows(&ctx, 0, 12), 0).unwrap();
     let w = d.propose_cached(&[&wrong], &[5], &opts).unwrap();
     assert!(max_diff(&a.draft_logits, &w.draft_logits) > 1e-4);
     assert_same(&w, &c, 1e-6);
     // Overlap that runs past the cache appends only the new rows.
-    let mut part = d.new_state();
+    let mut part = d.new_state().unwrap();
     d.extend(&mut part, &rows(&ctx, 0, 8), 0).unwrap();
     let mut grown = part.clone();
     d.extend(&mut grown, &rows(&ctx, 4, 12), 4).unwrap();
@@ -141,7 +141,7 @@ fn batch_of_different_lengths_equals_one_by_one() {
     let anchors = [4u32, 17, 30];
     let mut states: Vec<DraftState> = Vec::new();
     for (i, &t) in lens.iter().enumerate() {
-        let mut s = d.new_state();
+        let mut s = d.new_state().unwrap();
         d.extend(&mut s, &context(20 + i as u64, 1, t).get(0).unwrap(), 2)
             .unwrap();
         states.push(s);
@@ -175,12 +175,12 @@ fn batch_of_different_lengths_equals_one_by_one() {
 fn empty_context_and_state_errors() {
     let (_dir, d) = load(&Tiny::default());
     // No context at all: the block attends to itself only; still a full proposal.
-    let empty = d.new_state();
+    let empty = d.new_state().unwrap();
     let p = d
         .propose_cached(&[&empty], &[1], &ProposeOptions::default())
         .unwrap();
     assert_eq!(p.tokens.len(), d.num_draft_tokens());
-    let mut s = d.new_state();
+    let mut s = d.new_state().unwrap();
     d.extend(&mut s, &rows(&context(5, 1, 4), 0, 4), 0).unwrap();
     // A gap after the cache.
     let e = d

@@ -9,7 +9,7 @@ use dspark::sampling::Seeds;
 use dspark::{DraftState, Drafter, ProposeOptions};
 
 fn state(d: &dspark::Qwen3Drafter, seed: u64, t: usize) -> DraftState {
-    let mut s = d.new_state();
+    let mut s = d.new_state().unwrap();
     d.extend(&mut s, &context(seed, 1, t).get(0).unwrap(), 0)
         .unwrap();
     s

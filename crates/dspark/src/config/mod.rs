@@ -12,12 +12,12 @@
 //! shape), `backbone` (transformer shape), `rope` (RoPE parameters).
 
 mod backbone;
-mod fields;
+pub(crate) mod fields;
 mod formats;
 pub mod layers;
 pub mod noise;
 pub mod parse;
-mod rope;
+pub(crate) mod rope;
 pub mod spec;
 pub mod target;
 

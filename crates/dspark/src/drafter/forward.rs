@@ -4,7 +4,8 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::cache::{DraftState, LayerKv};
-use super::layers::{f32_of, gqa_attention, matmul_t, rms_norm, swiglu};
+use super::decoder::{Heads, norm_rope};
+use super::layers::{f32_of, gqa_attention, matmul_t, rms_norm};
 use super::qwen3::Qwen3Drafter;
 use super::{Drafter, Proposal, ProposeOptions};
 use crate::error::{Error, Result};
@@ -18,8 +19,7 @@ fn host_f32(t: &Tensor) -> Result<Vec<f32>> {
 impl Qwen3Drafter {
     /// `[N, heads, hd]` → normed (per head) and rotated.
     fn norm_rope(&self, x: &Tensor, norm: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        self.rope
-            .apply(&rms_norm(x, norm, self.spec.rms_norm_eps)?, cos, sin)
+        norm_rope(&self.rope, x, norm, self.spec.rms_norm_eps, cos, sin)
     }
 
     /// Append context features `[T, L·H_t]` at `start_position` (see [`Drafter::extend`]).
@@ -137,28 +137,27 @@ impl Qwen3Drafter {
         let (cos, sin) = self.rope.tables(&positions, &self.device)?;
         let eps = self.spec.rms_norm_eps;
         let scale = 1.0 / (hd as f64).sqrt();
+        let heads = Heads {
+            heads,
+            kv_heads: kvh,
+            head_dim: hd,
+            eps,
+        };
         for (li, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(&x, &layer.input_layernorm, eps)?;
-            let q = layer.q_proj.forward(&h)?.reshape((n, heads, hd))?;
-            let q = self.norm_rope(&q, &layer.q_norm, &cos, &sin)?;
-            let k = layer.k_proj.forward(&h)?.reshape((n, kvh, hd))?;
-            let k = self.norm_rope(&k, &layer.k_norm, &cos, &sin)?;
-            let v = layer.v_proj.forward(&h)?.reshape((n, kvh, hd))?;
-            let mut outs = Vec::with_capacity(b_n);
-            for (b, s) in states.iter().enumerate() {
-                let kb = k.narrow(0, b * q_len, q_len)?.transpose(0, 1)?;
-                let vb = v.narrow(0, b * q_len, q_len)?.transpose(0, 1)?;
-                let (kb, vb) = match s.layer(li) {
-                    Some(c) => (Tensor::cat(&[&c.k, &kb], 1)?, Tensor::cat(&[&c.v, &vb], 1)?),
-                    None => (kb.contiguous()?, vb.contiguous()?),
-                };
-                let qb = q.narrow(0, b * q_len, q_len)?;
-                outs.push(gqa_attention(&qb, &kb, &vb, scale)?);
-            }
-            let attn = Tensor::cat(&outs, 0)?;
-            x = (x + layer.o_proj.forward(&attn)?)?;
-            let h = rms_norm(&x, &layer.post_attention_layernorm, eps)?;
-            x = (&x + swiglu(&h, &layer.gate_proj, &layer.up_proj, &layer.down_proj)?)?;
+            x = layer.forward(&x, heads, &self.rope, &cos, &sin, |q, k, v| {
+                let mut outs = Vec::with_capacity(b_n);
+                for (b, s) in states.iter().enumerate() {
+                    let kb = k.narrow(0, b * q_len, q_len)?.transpose(0, 1)?;
+                    let vb = v.narrow(0, b * q_len, q_len)?.transpose(0, 1)?;
+                    let (kb, vb) = match s.layer(li) {
+                        Some(c) => (Tensor::cat(&[&c.k, &kb], 1)?, Tensor::cat(&[&c.v, &vb], 1)?),
+                        None => (kb.contiguous()?, vb.contiguous()?),
+                    };
+                    let qb = q.narrow(0, b * q_len, q_len)?;
+                    outs.push(gqa_attention(&qb, &kb, &vb, scale)?);
+                }
+                Ok(Tensor::cat(&outs, 0)?)
+            })?;
         }
         let x = rms_norm(&x, &self.norm, eps)?;
         let offset = q_len - k_n;
@@ -237,7 +236,7 @@ impl Qwen3Drafter {
                     Floats::F32(&head.weight),
                     &[head.weight.len()],
                     head.bias,
-                    None,
+                    self.sts.as_ref(),
                 )?)
             }
         };

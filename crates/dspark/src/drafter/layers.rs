@@ -1,6 +1,7 @@
 //! The building blocks of a Qwen3-shaped draft layer, on candle tensors in `f32`: RMSNorm,
 //! linear maps, rotary position embeddings (NeoX rotate-half layout, partial rotary factor,
-//! `default` and `linear` scaling), grouped-query attention without a mask, and the SwiGLU MLP.
+//! `default` and `linear` scaling), grouped-query attention without a mask (the drafter) and
+//! with a causal mask over a KV cache (the native target), and the SwiGLU MLP.
 //!
 //! A drafter round multiplies a handful of rows (`B·K` block slots) by each weight. General
 //! GEMM is a poor fit there: it repacks the whole weight on every call and splits a few
@@ -101,7 +102,7 @@ fn matmul_t_small(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Optio
         data: Floats::F32(&all[lo..hi]),
         dims: [out, d_in],
     };
-    if n * out * d_in >= PAR_MIN_MACS && rayon::current_num_threads() > 1 {
+    if n * out * d_in >= PAR_MIN_MACS && crate::threads::use_pool(n * out * d_in) {
         // A large weight: column chunks of every row in parallel (each weight row still read
         // once, by one worker).
         let chunk = out.div_ceil(rayon::current_num_threads() * 4).max(16);
@@ -272,6 +273,67 @@ pub fn gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<T
         };
         let vt = v.get(h)?.t()?.contiguous()?;
         outs.push(matmul_t(&probs, &vt, None)?);
+    }
+    let out = Tensor::stack(&outs, 0)?; // [kv, groups·Q, hd]
+    Ok(out
+        .reshape((heads, q_len, hd))?
+        .transpose(0, 1)?
+        .contiguous()?
+        .reshape((q_len, heads * hd))?)
+}
+
+/// Causal grouped-query attention of `Q` new tokens against a KV cache, for one request.
+///
+/// `q` is `[Q, heads, hd]`; `k`, `v` are token-major `[S, kv_heads, hd]` with `S >= Q` (keys
+/// already normed and rotated): rows `0 .. S − Q` are the cached context, the last `Q` rows
+/// the new tokens themselves. Query `i` sees keys `0 ..= S − Q + i`. Query head `h` reads
+/// key/value head `h / (heads / kv_heads)`. Returns `[Q, heads·hd]`. Contiguous f32 CPU
+/// inputs take the single-pass kernel; anything else a masked candle path.
+pub fn causal_gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    if let Some(y) = fused::causal_attention(q, k, v, scale) {
+        return y;
+    }
+    let (q_len, heads, hd) = q.dims3()?;
+    let (s, kv_heads, _) = k.dims3()?;
+    if s < q_len || kv_heads == 0 || !heads.is_multiple_of(kv_heads) || v.dims() != k.dims() {
+        return Err(Error::bad_shape(
+            "k",
+            format!(
+                "q {:?}, k {:?}, v {:?}: need [S >= Q, kv_heads | heads, hd]",
+                q.dims(),
+                k.dims(),
+                v.dims()
+            ),
+        ));
+    }
+    let groups = heads / kv_heads;
+    let past = s - q_len;
+    let visible = |i: usize, j: usize| {
+        if j <= past + i {
+            0.0
+        } else {
+            f32::NEG_INFINITY
+        }
+    };
+    let mask: Vec<f32> = (0..q_len)
+        .flat_map(|i| (0..s).map(move |j| visible(i, j)))
+        .collect();
+    let mask = Tensor::from_vec(mask, (1, q_len, s), q.device())?.to_dtype(q.dtype())?;
+    let mut outs = Vec::with_capacity(kv_heads);
+    for h in 0..kv_heads {
+        // [Q, groups, hd] → [groups, Q, hd] → [groups·Q, hd]
+        let qh = q
+            .narrow(1, h * groups, groups)?
+            .transpose(0, 1)?
+            .contiguous()?
+            .reshape((groups * q_len, hd))?;
+        let kh = k.narrow(1, h, 1)?.squeeze(1)?.contiguous()?;
+        let vh = v.narrow(1, h, 1)?.squeeze(1)?.contiguous()?;
+        let scores = (matmul_t(&qh, &kh, None)? * scale)?
+            .reshape((groups, q_len, s))?
+            .broadcast_add(&mask)?;
+        let probs = softmax_last(&scores)?.reshape((groups * q_len, s))?;
+        outs.push(probs.matmul(&vh)?); // [groups·Q, hd]
     }
     let out = Tensor::stack(&outs, 0)?; // [kv, groups·Q, hd]
     Ok(out

@@ -10,10 +10,13 @@
 //! [`DraftState::truncate`]) that a speculator uses so that each round costs one pass over the
 //! block, not over the context.
 //!
-//! Submodules: [`layers`] (RMSNorm, RoPE, attention, MLP; single-pass CPU versions in `fused`), [`cache`] ([`DraftState`]),
+//! Submodules: [`layers`] (RMSNorm, RoPE, attention, MLP; single-pass CPU versions in `fused`),
+//! `decoder` (one Qwen3 decoder layer, shared with [`crate::targets::Qwen3Target`]),
+//! [`cache`] ([`DraftState`]),
 //! [`weights`] (safetensors → `f32` tensors, [`SharedWeights`]), [`qwen3`] ([`Qwen3Drafter`]).
 
 pub mod cache;
+pub(crate) mod decoder;
 mod forward;
 mod fused;
 pub mod layers;
@@ -122,6 +125,9 @@ impl Proposal {
 /// states at [`Drafter::target_layer_ids`] concatenated along the last dimension
 /// (`[.., L·H_t]`).
 pub trait Drafter {
+    /// One request's drafting context ([`DraftState`] for the candle drafter; an adapter over
+    /// another runtime keeps its own).
+    type State;
     /// Trained block width `K`: draft tokens per request and round.
     fn block_size(&self) -> usize;
     /// `K`, the number of draft tokens one proposal holds (= `block_size` in both layouts;
@@ -150,21 +156,26 @@ pub trait Drafter {
     /// Width of one context feature row, `L·H_t`.
     fn context_width(&self) -> usize;
     /// An empty per-request state.
-    fn new_state(&self) -> DraftState;
+    fn new_state(&self) -> Result<Self::State>;
     /// Append context features `[T_new, L·H_t]` at absolute positions `start_position ..` to
     /// `state`. Only new positions are computed: rows of positions the state already holds are
     /// skipped (roll back with [`DraftState::truncate`] to replace them); a gap is an error.
     fn extend(
         &self,
-        state: &mut DraftState,
+        state: &mut Self::State,
         features: &Tensor,
         start_position: usize,
     ) -> Result<()>;
+    /// Roll `state` back to its first `len` context positions (`invalid-argument` when it
+    /// holds fewer).
+    fn truncate(&self, state: &mut Self::State, len: usize) -> Result<()>;
+    /// One past the last context position `state` holds: where its next anchor sits.
+    fn state_end(&self, state: &Self::State) -> usize;
     /// Draft one block per state: request `b`'s anchor `anchors[b]` sits at `states[b].end()`.
     /// One pass over the block; the states are not modified.
     fn propose_cached(
         &self,
-        states: &[&DraftState],
+        states: &[&Self::State],
         anchors: &[u32],
         opts: &ProposeOptions,
     ) -> Result<Proposal>;

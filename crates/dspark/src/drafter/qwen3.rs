@@ -10,12 +10,12 @@
 //! [`confidence_slices`](crate::sampling::confidence_slices). DFlash drafters
 //! (`markov_rank = 0`) run the same path with a rank-0 Markov head (no bias).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
 use super::cache::DraftState;
+use super::decoder::{Layer, Take};
 use super::layers::{Linear, Rope};
 use super::weights::{SharedWeights, load_planned, shared_weight};
 use super::{Drafter, Proposal, ProposeOptions};
@@ -24,23 +24,8 @@ use crate::checkpoint::{Inventory, LoadPlan, WeightSource, shapes};
 use crate::config::{ConfigFormat, DraftSpec, MarkovHeadType, TargetSpec};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
+use crate::sampling::StsCalibration;
 use crate::vocab::VocabSizes;
-
-/// One draft decoder layer.
-#[derive(Debug, Clone)]
-pub(crate) struct Layer {
-    pub(crate) q_proj: Linear,
-    pub(crate) k_proj: Linear,
-    pub(crate) v_proj: Linear,
-    pub(crate) o_proj: Linear,
-    pub(crate) q_norm: Tensor,
-    pub(crate) k_norm: Tensor,
-    pub(crate) gate_proj: Linear,
-    pub(crate) up_proj: Linear,
-    pub(crate) down_proj: Linear,
-    pub(crate) input_layernorm: Tensor,
-    pub(crate) post_attention_layernorm: Tensor,
-}
 
 /// The confidence head: `sigmoid(w·[h ; e] + b)`.
 #[derive(Debug, Clone)]
@@ -48,6 +33,9 @@ pub(crate) struct ConfidenceHead {
     pub(crate) weight: Vec<f32>,
     pub(crate) bias: f32,
 }
+
+/// The calibration file read from a drafter directory when present.
+pub const STS_FILE: &str = "sts.json";
 
 /// A loaded Qwen3-shaped DSpark (or DFlash) drafter.
 #[derive(Debug, Clone)]
@@ -73,6 +61,8 @@ pub struct Qwen3Drafter {
     pub(crate) confidence: Option<ConfidenceHead>,
     pub(crate) rope: Rope,
     pub(crate) warnings: Vec<Warning>,
+    /// Per-position temperatures for the confidence head (`sts.json`), if any.
+    pub(crate) sts: Option<StsCalibration>,
 }
 
 /// Reject configs this backend cannot run, naming the key.
@@ -109,29 +99,6 @@ fn check_supported(spec: &DraftSpec) -> Result<()> {
     Ok(())
 }
 
-/// Takes planned tensors by canonical name.
-struct Take(BTreeMap<String, Tensor>);
-
-impl Take {
-    fn get(&mut self, name: &str) -> Result<Tensor> {
-        self.0.remove(name).ok_or_else(|| Error::MissingTensor {
-            tensor: name.strip_prefix("model.").unwrap_or(name).to_string(),
-            reason: "not in the load plan".into(),
-        })
-    }
-
-    fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
-        Ok(Linear {
-            weight: self.get(&format!("{prefix}.weight"))?,
-            bias: if bias {
-                Some(self.get(&format!("{prefix}.bias"))?)
-            } else {
-                None
-            },
-        })
-    }
-}
-
 impl Qwen3Drafter {
     /// Load a drafter directory (`config.json` + safetensors) on the CPU. `shared` supplies the
     /// target's embed / lm_head where the checkpoint has none.
@@ -148,7 +115,44 @@ impl Qwen3Drafter {
     ) -> Result<Self> {
         let spec = DraftSpec::from_path(dir)?;
         let inventory = Inventory::open(dir)?;
-        Self::from_checkpoint(spec, target, &inventory, shared, device)
+        let mut drafter = Self::from_checkpoint(spec, target, &inventory, shared, device)?;
+        let path = dir.join(STS_FILE);
+        if drafter.confidence.is_some() && path.is_file() {
+            drafter.set_sts(Some(StsCalibration::from_json_path(&path)?))?;
+        }
+        Ok(drafter)
+    }
+
+    /// The confidence calibration in use (loaded from `sts.json` next to the checkpoint, or
+    /// set with [`Qwen3Drafter::set_sts`]).
+    pub fn sts(&self) -> Option<&StsCalibration> {
+        self.sts.as_ref()
+    }
+
+    /// Use `sts` for the confidence head (`None`: raw confidences). Errors
+    /// (`invalid-argument`) when the table has fewer positions than the block, or the drafter
+    /// has no confidence head.
+    pub fn set_sts(&mut self, sts: Option<StsCalibration>) -> Result<()> {
+        if let Some(t) = &sts {
+            if self.confidence.is_none() {
+                return Err(Error::invalid(
+                    "sts",
+                    "this drafter has no confidence head to calibrate",
+                ));
+            }
+            let k = self.spec.block_size;
+            if t.temperatures.len() < k {
+                return Err(Error::invalid(
+                    "sts",
+                    format!(
+                        "{} temperatures for a block of {k} slots",
+                        t.temperatures.len()
+                    ),
+                ));
+            }
+        }
+        self.sts = sts;
+        Ok(())
     }
 
     /// Build from a parsed config and an opened checkpoint. Checks the pair against the target
@@ -191,20 +195,7 @@ impl Qwen3Drafter {
         let bias = spec.attention_bias;
         let mut layers = Vec::with_capacity(spec.num_hidden_layers);
         for i in 0..spec.num_hidden_layers {
-            let p = format!("model.layers.{i}");
-            layers.push(Layer {
-                q_proj: t.linear(&format!("{p}.self_attn.q_proj"), bias)?,
-                k_proj: t.linear(&format!("{p}.self_attn.k_proj"), bias)?,
-                v_proj: t.linear(&format!("{p}.self_attn.v_proj"), bias)?,
-                o_proj: t.linear(&format!("{p}.self_attn.o_proj"), bias)?,
-                q_norm: t.get(&format!("{p}.self_attn.q_norm.weight"))?,
-                k_norm: t.get(&format!("{p}.self_attn.k_norm.weight"))?,
-                gate_proj: t.linear(&format!("{p}.mlp.gate_proj"), false)?,
-                up_proj: t.linear(&format!("{p}.mlp.up_proj"), false)?,
-                down_proj: t.linear(&format!("{p}.mlp.down_proj"), false)?,
-                input_layernorm: t.get(&format!("{p}.input_layernorm.weight"))?,
-                post_attention_layernorm: t.get(&format!("{p}.post_attention_layernorm.weight"))?,
-            });
+            layers.push(Layer::load(&mut t, &format!("model.layers.{i}"), bias)?);
         }
         let host = |x: Tensor| -> Result<Vec<f32>> { Ok(x.flatten_all()?.to_vec1::<f32>()?) };
         let (markov_w1, markov_w2) = if spec.markov_rank > 0 {
@@ -244,6 +235,7 @@ impl Qwen3Drafter {
             confidence,
             rope,
             warnings,
+            sts: None,
             spec,
         })
     }
@@ -270,6 +262,8 @@ impl Qwen3Drafter {
 }
 
 impl Drafter for Qwen3Drafter {
+    type State = DraftState;
+
     fn block_size(&self) -> usize {
         self.spec.block_size
     }
@@ -318,8 +312,16 @@ impl Drafter for Qwen3Drafter {
         self.spec.context_width()
     }
 
-    fn new_state(&self) -> DraftState {
-        DraftState::new(self.layers.len())
+    fn new_state(&self) -> Result<DraftState> {
+        Ok(DraftState::new(self.layers.len()))
+    }
+
+    fn truncate(&self, state: &mut DraftState, len: usize) -> Result<()> {
+        state.truncate(len)
+    }
+
+    fn state_end(&self, state: &DraftState) -> usize {
+        state.end()
     }
 
     fn extend(
@@ -364,7 +366,7 @@ impl Drafter for Qwen3Drafter {
         }
         let mut states = Vec::with_capacity(b);
         for i in 0..b {
-            let mut s = self.new_state();
+            let mut s = DraftState::new(self.layers.len());
             let start = start_positions[if start_positions.len() == 1 { 0 } else { i }];
             self.extend_state(&mut s, &context.get(i)?, start)?;
             states.push(s);

@@ -1,21 +1,16 @@
 //! When a kernel call is worth the thread pool, and loops that run on the pool or in order on
 //! the calling thread.
 //!
-//! Starting rayon work from outside its pool parks the caller and wakes a worker; on a loaded
-//! machine that handoff (and the idle workers' spinning afterwards, which competes with whatever
-//! runs next, such as the target model's own threads) costs tens of microseconds. A drafter round
-//! of a small model has ~17 such kernel calls of a few microseconds each, so below
-//! [`PAR_MIN_WORK`] the kernels run inline. Every loop computes each item independently, so the
-//! results are the same bits either way.
+//! The decision is [`crate::threads::use_pool`] (one policy for the whole engine: small work
+//! and work inside a speculative round run inline). Every loop computes each item
+//! independently, so the results are the same bits either way.
 
 use rayon::prelude::*;
 
-/// Work (multiply-adds or element visits, roughly) below which a call stays on its thread.
-pub(crate) const PAR_MIN_WORK: usize = 1 << 20;
-
-/// `true` when `work` is large enough for the pool and the pool has more than one thread.
+/// `true` when `work` (multiply-adds or element visits, roughly) should use the pool
+/// ([`crate::threads::use_pool`]).
 pub(crate) fn worth_parallel(work: usize) -> bool {
-    work >= PAR_MIN_WORK && rayon::current_num_threads() > 1
+    crate::threads::use_pool(work)
 }
 
 /// `f(i, chunk)` over `data.chunks_mut(size)`, collected in order.
@@ -99,6 +94,6 @@ mod tests {
 
     #[test]
     fn small_work_stays_inline() {
-        assert!(!worth_parallel(PAR_MIN_WORK - 1));
+        assert!(!worth_parallel(crate::threads::POOL_MIN_WORK - 1));
     }
 }

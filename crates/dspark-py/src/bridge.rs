@@ -1,0 +1,275 @@
+//! Python objects behind the engine's traits: a torch target ([`PyTarget`], the
+//! `dspark.protocols.TargetModel` protocol) and a Python drafter ([`PyDraftModel`], the
+//! `DrafterProtocol`), each called once per round with the GIL taken only for the call.
+//!
+//! A Python exception raised inside a call is kept in the shared [`Stash`] and the engine sees
+//! an [`Error::Callback`]; the speculator glue re-raises the original exception, so a target's
+//! own typed error reaches the user unchanged.
+
+use std::sync::{Arc, Mutex};
+
+use candle_core::{Device, Tensor};
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use dspark::speculator::{LogitRows, TargetInput, TargetModel, TargetOutput};
+use dspark::{Error, Result};
+
+use crate::dlpack::DlTensor;
+
+/// The first Python exception raised inside an engine call.
+#[derive(Clone, Default)]
+pub struct Stash(Arc<Mutex<Option<PyErr>>>);
+
+impl Stash {
+    /// Keep `e` (the first one wins) and turn it into the engine's `callback` error.
+    pub fn keep(&self, py: Python<'_>, e: PyErr) -> Error {
+        let message = e.value(py).to_string();
+        if let Ok(mut slot) = self.0.lock() {
+            slot.get_or_insert(e);
+        }
+        Error::Callback { message }
+    }
+
+    /// The kept exception, if any (taken out).
+    pub fn take(&self) -> Option<PyErr> {
+        self.0.lock().ok().and_then(|mut s| s.take())
+    }
+}
+
+/// Read an integer attribute of a Python object.
+pub fn int_attr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    obj.getattr(name)?.extract::<usize>()
+}
+
+/// A CPU, C-contiguous DLPack view of a torch/numpy tensor (torch: detached, moved to the CPU
+/// and made contiguous first, one copy at most).
+fn host_view(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<DlTensor> {
+    let mut obj = obj.clone();
+    if obj.hasattr("detach")? {
+        obj = obj.call_method0("detach")?;
+        let cpu = obj
+            .getattr("device")
+            .and_then(|d| d.getattr("type"))
+            .and_then(|t| t.extract::<String>())
+            .is_ok_and(|t| t == "cpu");
+        if !cpu {
+            obj = obj.call_method0("cpu")?;
+        }
+        if !obj.call_method0("is_contiguous")?.extract::<bool>()? {
+            obj = obj.call_method0("contiguous")?;
+        }
+    }
+    DlTensor::from_py(&obj, name)
+}
+
+/// Copy `[rows…]` slices of a float DLPack tensor into one `f32` vector: `pick(i)` gives the
+/// element offset of output row `i`, `width` values each.
+fn gather_f32(t: &DlTensor, offsets: &[usize], width: usize) -> Result<Vec<f32>> {
+    let mut out = Vec::with_capacity(offsets.len() * width);
+    macro_rules! copy {
+        ($s:expr, $f:expr) => {{
+            for &o in offsets {
+                let row = $s.get(o..o + width).ok_or_else(|| {
+                    Error::bad_shape(t.name(), "row outside the tensor".to_string())
+                })?;
+                out.extend(row.iter().map($f));
+            }
+        }};
+    }
+    if let Some(s) = t.slice::<f32>() {
+        copy!(s, |&x: &f32| x)
+    } else if let Some(s) = t.slice::<half::bf16>() {
+        copy!(s, |x: &half::bf16| x.to_f32())
+    } else if let Some(s) = t.slice::<half::f16>() {
+        copy!(s, |x: &half::f16| x.to_f32())
+    } else {
+        return Err(Error::UnsupportedDtype {
+            name: t.name().to_string(),
+            message: format!(
+                "{} (expected float32, float16 or bfloat16)",
+                t.dtype().name()
+            ),
+        });
+    }
+    Ok(out)
+}
+
+/// A Python object implementing `dspark.protocols.TargetModel` (HF targets come wrapped in
+/// `dspark.target.HFTarget`).
+pub struct PyTarget {
+    obj: Py<PyAny>,
+    /// `torch.from_numpy`, when torch is importable (ids are handed over as torch tensors).
+    from_numpy: Option<Py<PyAny>>,
+    vocab: usize,
+    layers: usize,
+    hidden: usize,
+    stash: Stash,
+}
+
+/// The cache of a [`PyTarget`]: the Python cache object and the row lengths it holds.
+pub struct PyTargetCache {
+    obj: Py<PyAny>,
+    lengths: Vec<usize>,
+}
+
+impl PyTarget {
+    /// Wrap `obj`, reading its sizes once.
+    pub fn new(obj: &Bound<'_, PyAny>, stash: Stash) -> PyResult<Self> {
+        let py = obj.py();
+        let from_numpy = py
+            .import("torch")
+            .and_then(|t| t.getattr("from_numpy"))
+            .ok()
+            .map(Bound::unbind);
+        Ok(Self {
+            obj: obj.clone().unbind(),
+            from_numpy,
+            vocab: int_attr(obj, "vocab_size")?,
+            layers: int_attr(obj, "num_hidden_layers")?,
+            hidden: int_attr(obj, "hidden_size")?,
+            stash,
+        })
+    }
+
+    fn call<R>(&self, f: impl FnOnce(Python<'_>) -> PyResult<R>) -> Result<R> {
+        Python::attach(|py| f(py).map_err(|e| self.stash.keep(py, e)))
+    }
+}
+
+impl TargetModel for PyTarget {
+    type Cache = PyTargetCache;
+
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn num_hidden_layers(&self) -> usize {
+        self.layers
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn new_cache(&self, batch: usize) -> Result<PyTargetCache> {
+        self.call(|py| {
+            Ok(PyTargetCache {
+                obj: self.obj.call_method1(py, "new_cache", (batch,))?,
+                lengths: vec![0; batch],
+            })
+        })
+    }
+
+    fn forward(
+        &self,
+        cache: &mut PyTargetCache,
+        input: &TargetInput<'_>,
+        capture_layer_ids: &[usize],
+    ) -> Result<TargetOutput> {
+        let (b, s) = (input.batch(), input.width);
+        let (logits, hidden) = self.call(|py| {
+            let ids: Vec<i64> = input.tokens.iter().map(|&t| i64::from(t)).collect();
+            let mut ids = PyArray1::from_vec(py, ids).reshape([b, s])?.into_any();
+            if let Some(f) = &self.from_numpy {
+                ids = f.call1(py, (ids,))?.into_bound(py);
+            }
+            let num = PyList::new(py, input.num_tokens)?;
+            let capture = PyList::new(py, capture_layer_ids)?;
+            let out = self
+                .obj
+                .call_method1(py, "forward", (&cache.obj, ids, num, capture))?
+                .into_bound(py);
+            let hidden = out.getattr("hidden_states")?;
+            if hidden.is_none() {
+                return Err(crate::errors::err(Error::invalid(
+                    "target",
+                    "returned no hidden states (output_hidden_states=True is ignored)",
+                )));
+            }
+            Ok((
+                host_view(&out.getattr("logits")?, "logits")?,
+                host_view(&hidden, "hidden_states")?,
+            ))
+        })?;
+        for (len, &n) in cache.lengths.iter_mut().zip(input.num_tokens) {
+            *len += n;
+        }
+        let (ld, hd) = (logits.shape().to_vec(), hidden.shape().to_vec());
+        let width = capture_layer_ids.len() * self.hidden;
+        if ld.len() != 3 || ld[0] != b || ld[1] != s || ld[2] < self.vocab {
+            return Err(Error::Callback {
+                message: format!(
+                    "the target returned logits of shape {ld:?}, expected [{b}, {s}, >= {}]",
+                    self.vocab
+                ),
+            });
+        }
+        if hd != [b, s, width] {
+            return Err(Error::Callback {
+                message: format!(
+                    "the target returned hidden states of shape {hd:?}, expected [{b}, {s}, \
+                     {width}]"
+                ),
+            });
+        }
+        let vp = ld[2];
+        let (rows, offsets): (usize, Vec<usize>) = match input.logits {
+            LogitRows::All => (s, (0..b * s).map(|r| r * vp).collect()),
+            LogitRows::Last => (
+                1,
+                (0..b)
+                    .map(|r| (r * s + input.num_tokens[r].max(1) - 1) * vp)
+                    .collect(),
+            ),
+        };
+        let logits = gather_f32(&logits, &offsets, self.vocab)?;
+        let n_h = b * s;
+        let hidden = gather_f32(
+            &hidden,
+            &(0..n_h).map(|r| r * width).collect::<Vec<_>>(),
+            width,
+        )?;
+        Ok(TargetOutput {
+            logits: Tensor::from_vec(logits, (b, rows, self.vocab), &Device::Cpu)?,
+            hidden_states: Tensor::from_vec(hidden, (b, s, width), &Device::Cpu)?,
+        })
+    }
+
+    fn truncate(&self, cache: &mut PyTargetCache, lengths: &[usize]) -> Result<()> {
+        if lengths.len() != cache.lengths.len() {
+            return Err(Error::bad_shape(
+                "lengths",
+                format!("{} values for {} rows", lengths.len(), cache.lengths.len()),
+            ));
+        }
+        if let Some(r) = (0..lengths.len()).find(|&r| lengths[r] > cache.lengths[r]) {
+            return Err(Error::invalid(
+                "lengths",
+                format!(
+                    "row {r} holds {} tokens, cannot truncate to {}",
+                    cache.lengths[r], lengths[r]
+                ),
+            ));
+        }
+        if lengths == cache.lengths.as_slice() {
+            return Ok(());
+        }
+        self.call(|py| {
+            self.obj
+                .call_method1(py, "crop", (&cache.obj, PyList::new(py, lengths)?))?;
+            Ok(())
+        })?;
+        cache.lengths.copy_from_slice(lengths);
+        Ok(())
+    }
+
+    fn cache_lengths(&self, cache: &PyTargetCache) -> Vec<usize> {
+        cache.lengths.clone()
+    }
+}

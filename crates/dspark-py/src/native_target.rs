@@ -1,0 +1,101 @@
+//! `dspark._native.NativeTarget`: the engine's candle Qwen3 causal LM
+//! (`dspark::targets::Qwen3Target`), for `dspark.NativeTarget`.
+
+use std::sync::Arc;
+
+use candle_core::Device;
+use numpy::{PyArray1, PyArray2, PyArrayMethods};
+use pyo3::prelude::*;
+
+use dspark::Error;
+use dspark::speculator::{LogitRows, TargetInput, TargetModel};
+use dspark::targets::Qwen3Target;
+
+use crate::args;
+use crate::errors::{err, guard};
+
+/// A native Qwen3 target (weights in candle, f32 on the CPU).
+#[pyclass(name = "NativeTarget", module = "dspark._native", frozen)]
+pub struct PyNativeTarget {
+    pub(crate) inner: Arc<Qwen3Target>,
+}
+
+#[pymethods]
+impl PyNativeTarget {
+    /// Load an HF `Qwen3ForCausalLM` directory (`config.json` + safetensors).
+    #[staticmethod]
+    fn load(py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<Self> {
+        guard(|| {
+            let path = args::path(path, "path")?;
+            let inner = py
+                .detach(|| Qwen3Target::load(&path, &Device::Cpu))
+                .map_err(err)?;
+            Ok(Self {
+                inner: Arc::new(inner),
+            })
+        })
+    }
+
+    /// `V_t`.
+    #[getter]
+    fn vocab_size(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.vocab_size()))
+    }
+
+    /// Number of decoder layers.
+    #[getter]
+    fn num_hidden_layers(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.num_hidden_layers()))
+    }
+
+    /// Hidden width.
+    #[getter]
+    fn hidden_size(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.hidden_size()))
+    }
+
+    /// Logits `[S, V_t]` (float32) of every position of one sequence, from an empty cache.
+    fn logits<'py>(
+        &self,
+        py: Python<'py>,
+        ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        guard(|| {
+            let v = self.inner.vocab_size();
+            let ids = args::ids_in_vocab(&args::ids_1d(ids, "ids")?, "ids", v)?;
+            if ids.is_empty() {
+                return Err(err(Error::invalid("ids", "empty: need at least one token")));
+            }
+            let inner = &self.inner;
+            let values = py
+                .detach(|| -> dspark::Result<Vec<f32>> {
+                    let mut cache = inner.new_cache(1)?;
+                    let input = TargetInput {
+                        tokens: &ids,
+                        width: ids.len(),
+                        num_tokens: &[ids.len()],
+                        logits: LogitRows::All,
+                    };
+                    let out = inner.forward(&mut cache, &input, &[])?;
+                    Ok(out
+                        .logits
+                        .to_dtype(candle_core::DType::F32)?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?)
+                })
+                .map_err(err)?;
+            PyArray1::from_vec(py, values).reshape([ids.len(), v])
+        })
+    }
+
+    fn __repr__(&self) -> PyResult<String> {
+        guard(|| {
+            Ok(format!(
+                "NativeTarget(layers={}, hidden={}, vocab={})",
+                self.inner.num_hidden_layers(),
+                self.inner.hidden_size(),
+                self.inner.vocab_size()
+            ))
+        })
+    }
+}

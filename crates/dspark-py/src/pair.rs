@@ -1,0 +1,254 @@
+//! The target and drafter a Python `Speculator` drives: native (candle) or Python objects,
+//! behind one type each so the engine's loop is compiled once for the glue.
+
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+
+use dspark::checkpoint::WeightSource;
+use dspark::drafter::{DraftState, Proposal, ProposeOptions};
+use dspark::speculator::{TargetInput, TargetModel, TargetOutput};
+use dspark::targets::{Qwen3Cache, Qwen3Target};
+use dspark::{Drafter, Error, IdMap, Qwen3Drafter, Result, VocabSizes};
+use pyo3::prelude::*;
+
+use crate::bridge::{PyTarget, PyTargetCache};
+use crate::bridge_drafter::PyDraftModel;
+
+/// A native target or a Python one.
+pub enum AnyTarget {
+    /// `dspark.NativeTarget`.
+    Native(Arc<Qwen3Target>),
+    /// A Python `TargetModel`.
+    Py(PyTarget),
+}
+
+/// The cache of an [`AnyTarget`].
+pub enum AnyCache {
+    /// Native.
+    Native(Qwen3Cache),
+    /// Python.
+    Py(PyTargetCache),
+}
+
+fn wrong() -> Error {
+    Error::Internal {
+        message: "a cache was handed to a target of the other kind".into(),
+    }
+}
+
+impl TargetModel for AnyTarget {
+    type Cache = AnyCache;
+
+    fn vocab_size(&self) -> usize {
+        match self {
+            AnyTarget::Native(t) => t.vocab_size(),
+            AnyTarget::Py(t) => t.vocab_size(),
+        }
+    }
+
+    fn num_hidden_layers(&self) -> usize {
+        match self {
+            AnyTarget::Native(t) => t.num_hidden_layers(),
+            AnyTarget::Py(t) => t.num_hidden_layers(),
+        }
+    }
+
+    fn hidden_size(&self) -> usize {
+        match self {
+            AnyTarget::Native(t) => t.hidden_size(),
+            AnyTarget::Py(t) => t.hidden_size(),
+        }
+    }
+
+    fn device(&self) -> Device {
+        match self {
+            AnyTarget::Native(t) => t.device(),
+            AnyTarget::Py(t) => t.device(),
+        }
+    }
+
+    fn new_cache(&self, batch: usize) -> Result<AnyCache> {
+        Ok(match self {
+            AnyTarget::Native(t) => AnyCache::Native(t.new_cache(batch)?),
+            AnyTarget::Py(t) => AnyCache::Py(t.new_cache(batch)?),
+        })
+    }
+
+    fn forward(
+        &self,
+        cache: &mut AnyCache,
+        input: &TargetInput<'_>,
+        capture_layer_ids: &[usize],
+    ) -> Result<TargetOutput> {
+        match (self, cache) {
+            (AnyTarget::Native(t), AnyCache::Native(c)) => t.forward(c, input, capture_layer_ids),
+            (AnyTarget::Py(t), AnyCache::Py(c)) => t.forward(c, input, capture_layer_ids),
+            _ => Err(wrong()),
+        }
+    }
+
+    fn truncate(&self, cache: &mut AnyCache, lengths: &[usize]) -> Result<()> {
+        match (self, cache) {
+            (AnyTarget::Native(t), AnyCache::Native(c)) => t.truncate(c, lengths),
+            (AnyTarget::Py(t), AnyCache::Py(c)) => t.truncate(c, lengths),
+            _ => Err(wrong()),
+        }
+    }
+
+    fn cache_lengths(&self, cache: &AnyCache) -> Vec<usize> {
+        match (self, cache) {
+            (AnyTarget::Native(t), AnyCache::Native(c)) => t.cache_lengths(c),
+            (AnyTarget::Py(t), AnyCache::Py(c)) => t.cache_lengths(c),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The candle drafter or a Python one.
+pub enum AnyDrafter {
+    /// `dspark.Drafter`.
+    Native(Arc<Qwen3Drafter>),
+    /// A Python drafter (`dspark.TorchDrafter`, test oracles, …).
+    Py(PyDraftModel),
+}
+
+/// The state of an [`AnyDrafter`].
+pub enum AnyState {
+    /// Native.
+    Native(DraftState),
+    /// Python.
+    Py(Py<PyAny>),
+}
+
+macro_rules! each {
+    ($self:ident, $d:ident => $e:expr) => {
+        match $self {
+            AnyDrafter::Native($d) => $e,
+            AnyDrafter::Py($d) => $e,
+        }
+    };
+}
+
+impl Drafter for AnyDrafter {
+    type State = AnyState;
+
+    fn block_size(&self) -> usize {
+        each!(self, d => d.block_size())
+    }
+
+    fn num_draft_tokens(&self) -> usize {
+        each!(self, d => d.num_draft_tokens())
+    }
+
+    fn noise_token(&self) -> u32 {
+        each!(self, d => d.noise_token())
+    }
+
+    fn vocab(&self) -> VocabSizes {
+        each!(self, d => d.vocab())
+    }
+
+    fn id_map(&self) -> &IdMap {
+        each!(self, d => d.id_map())
+    }
+
+    fn embed_source(&self) -> WeightSource {
+        each!(self, d => d.embed_source())
+    }
+
+    fn lm_head_source(&self) -> WeightSource {
+        each!(self, d => d.lm_head_source())
+    }
+
+    fn target_layer_ids(&self) -> &[i64] {
+        each!(self, d => d.target_layer_ids())
+    }
+
+    fn capture_layer_ids(&self) -> &[usize] {
+        each!(self, d => d.capture_layer_ids())
+    }
+
+    fn sample_from_anchor(&self) -> bool {
+        each!(self, d => d.sample_from_anchor())
+    }
+
+    fn has_confidence_head(&self) -> bool {
+        each!(self, d => d.has_confidence_head())
+    }
+
+    fn context_width(&self) -> usize {
+        each!(self, d => d.context_width())
+    }
+
+    fn new_state(&self) -> Result<AnyState> {
+        Ok(match self {
+            AnyDrafter::Native(d) => AnyState::Native(d.new_state()?),
+            AnyDrafter::Py(d) => AnyState::Py(d.new_state()?),
+        })
+    }
+
+    fn extend(&self, state: &mut AnyState, features: &Tensor, start: usize) -> Result<()> {
+        match (self, state) {
+            (AnyDrafter::Native(d), AnyState::Native(s)) => d.extend(s, features, start),
+            (AnyDrafter::Py(d), AnyState::Py(s)) => d.extend(s, features, start),
+            _ => Err(wrong()),
+        }
+    }
+
+    fn truncate(&self, state: &mut AnyState, len: usize) -> Result<()> {
+        match (self, state) {
+            (AnyDrafter::Native(d), AnyState::Native(s)) => Drafter::truncate(&**d, s, len),
+            (AnyDrafter::Py(d), AnyState::Py(s)) => d.truncate(s, len),
+            _ => Err(wrong()),
+        }
+    }
+
+    fn state_end(&self, state: &AnyState) -> usize {
+        match (self, state) {
+            (AnyDrafter::Native(d), AnyState::Native(s)) => d.state_end(s),
+            (AnyDrafter::Py(d), AnyState::Py(s)) => d.state_end(s),
+            _ => 0,
+        }
+    }
+
+    fn propose_cached(
+        &self,
+        states: &[&AnyState],
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        match self {
+            AnyDrafter::Native(d) => {
+                let s: Option<Vec<&DraftState>> = states
+                    .iter()
+                    .map(|s| match s {
+                        AnyState::Native(s) => Some(s),
+                        AnyState::Py(_) => None,
+                    })
+                    .collect();
+                d.propose_cached(&s.ok_or_else(wrong)?, anchors, opts)
+            }
+            AnyDrafter::Py(d) => {
+                let s: Option<Vec<&Py<PyAny>>> = states
+                    .iter()
+                    .map(|s| match s {
+                        AnyState::Py(s) => Some(s),
+                        AnyState::Native(_) => None,
+                    })
+                    .collect();
+                d.propose_cached(&s.ok_or_else(wrong)?, anchors, opts)
+            }
+        }
+    }
+
+    fn propose(
+        &self,
+        context: &Tensor,
+        anchors: &[u32],
+        start_positions: &[usize],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        each!(self, d => d.propose(context, anchors, start_positions, opts))
+    }
+}

@@ -1,0 +1,254 @@
+//! `dspark._native.Speculator`: the engine's speculative loop over a native or Python target
+//! and a native or Python drafter, with the GIL released outside the Python calls.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use dspark::speculator::{
+    Generation, Request, RoundUpdate, Speculator, SpeculatorOptions, VerifyPolicy, target_only,
+};
+use dspark::{Error, TargetModel};
+
+use crate::args;
+use crate::bridge::{PyTarget, Stash};
+use crate::bridge_drafter::PyDraftModel;
+use crate::drafter::PyDrafter;
+use crate::errors::{err, guard};
+use crate::kernels::sps_table;
+use crate::native_target::PyNativeTarget;
+use crate::pair::{AnyDrafter, AnyTarget};
+
+/// The engine's speculator (native half of `dspark.Speculator`).
+#[pyclass(name = "Speculator", module = "dspark._native", frozen)]
+pub struct PySpeculator {
+    inner: Speculator<AnyTarget, AnyDrafter>,
+    stash: Stash,
+}
+
+fn target_of(obj: &Bound<'_, PyAny>, stash: &Stash) -> PyResult<AnyTarget> {
+    Ok(match obj.cast::<PyNativeTarget>() {
+        Ok(t) => AnyTarget::Native(Arc::clone(&t.get().inner)),
+        Err(_) => AnyTarget::Py(PyTarget::new(obj, stash.clone())?),
+    })
+}
+
+/// `(tokens, stats dict)` of a generation.
+fn result<'py>(py: Python<'py>, g: Generation) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
+    let s = &g.stats;
+    let d = PyDict::new(py);
+    d.set_item("rounds", s.rounds)?;
+    d.set_item("request_rounds", s.request_rounds)?;
+    d.set_item("committed_tokens", s.committed_tokens)?;
+    d.set_item("drafted_tokens", s.drafted_tokens)?;
+    d.set_item("accepted_tokens", s.accepted_tokens)?;
+    d.set_item("position_attempts", &s.position_attempts)?;
+    d.set_item("position_accepts", &s.position_accepts)?;
+    d.set_item("drafter_seconds", s.drafter_seconds)?;
+    d.set_item("target_seconds", s.target_seconds)?;
+    d.set_item("kernel_seconds", s.kernel_seconds)?;
+    d.set_item("total_seconds", s.total_seconds)?;
+    let records: Vec<(u32, f32, bool)> = s
+        .confidence_records
+        .iter()
+        .map(|r| (r.position, r.confidence, r.accepted))
+        .collect();
+    d.set_item("confidence_records", records)?;
+    Ok((g.tokens, d))
+}
+
+/// Requests from prompts (lists of ids), one budget, one stop list, optional seeds.
+fn requests(
+    prompts: &Bound<'_, PyAny>,
+    max_new_tokens: &Bound<'_, PyAny>,
+    stop_token_ids: Option<&Bound<'_, PyAny>>,
+    vocab: usize,
+) -> PyResult<Vec<Request>> {
+    let max_new_tokens = args::usize_at_most(max_new_tokens, "max_new_tokens", u64::MAX)?;
+    let stops = match stop_token_ids.filter(|s| !s.is_none()) {
+        Some(s) => {
+            args::ids_in_vocab(&args::ids_1d(s, "stop_token_ids")?, "stop_token_ids", vocab)?
+        }
+        None => Vec::new(),
+    };
+    if !args::is_sequence(prompts) {
+        return Err(err(Error::invalid(
+            "input_ids",
+            "expected a list of prompts (lists of ids)",
+        )));
+    }
+    let mut out = Vec::new();
+    for p in prompts.try_iter()? {
+        let prompt = args::ids_in_vocab(&args::ids_1d(&p?, "input_ids")?, "input_ids", vocab)?;
+        out.push(Request {
+            prompt,
+            max_new_tokens,
+            stop_token_ids: stops.clone(),
+            seed: None,
+        });
+    }
+    Ok(out)
+}
+
+/// Run `body` with the GIL released, streaming to `on_round`; re-raise a Python exception
+/// raised by a target, drafter or the callback as itself.
+fn run_detached(
+    py: Python<'_>,
+    stash: &Stash,
+    on_round: Option<&Bound<'_, PyAny>>,
+    body: impl FnOnce(
+        Option<&mut dyn FnMut(&RoundUpdate<'_>) -> dspark::Result<()>>,
+    ) -> dspark::Result<Generation>
+    + Send,
+) -> PyResult<Generation> {
+    let hook = on_round
+        .filter(|h| !h.is_none())
+        .map(|h| h.clone().unbind());
+    let hook_stash = stash.clone();
+    let out = py.detach(move || {
+        let mut call = |u: &RoundUpdate<'_>| -> dspark::Result<()> {
+            let Some(h) = &hook else { return Ok(()) };
+            Python::attach(|py| {
+                let lists = PyList::new(py, u.new_tokens.iter().map(|t| t.to_vec()))
+                    .and_then(|l| h.call1(py, (l,)));
+                lists.map(|_| ()).map_err(|e| hook_stash.keep(py, e))
+            })
+        };
+        body(Some(&mut call))
+    });
+    out.map_err(|e| stash.take().unwrap_or_else(|| err(e)))
+}
+
+#[pymethods]
+impl PySpeculator {
+    /// Build the engine speculator (checks the pair and the options).
+    #[new]
+    #[pyo3(signature = (target, drafter, *, num_speculative_tokens = None, temperature = 0.0,
+        top_k = None, top_p = None, seed = None, verify = "full", threshold = None,
+        steps_per_second = None, record_confidence = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        target: &Bound<'_, PyAny>,
+        drafter: &Bound<'_, PyAny>,
+        num_speculative_tokens: Option<&Bound<'_, PyAny>>,
+        temperature: f64,
+        top_k: Option<&Bound<'_, PyAny>>,
+        top_p: Option<f64>,
+        seed: Option<&Bound<'_, PyAny>>,
+        verify: &str,
+        threshold: Option<f64>,
+        steps_per_second: Option<&Bound<'_, PyAny>>,
+        record_confidence: bool,
+    ) -> PyResult<Self> {
+        guard(|| {
+            let stash = Stash::default();
+            let target = target_of(target, &stash)?;
+            let drafter = match drafter.cast::<PyDrafter>() {
+                Ok(d) => AnyDrafter::Native(d.get().shared()),
+                Err(_) => AnyDrafter::Py(PyDraftModel::new(
+                    drafter,
+                    target.hidden_size(),
+                    stash.clone(),
+                )?),
+            };
+            let verify = match (verify, threshold, steps_per_second) {
+                ("full", _, _) => VerifyPolicy::Full,
+                ("threshold", Some(t), _) => VerifyPolicy::Threshold(t as f32),
+                ("scheduled", _, Some(t)) if !t.is_none() => {
+                    VerifyPolicy::Scheduled(sps_table(t, None)?)
+                }
+                ("scheduled", _, _) => VerifyPolicy::ScheduledMeasured,
+                ("pipelined", _, Some(t)) if !t.is_none() => {
+                    VerifyPolicy::Pipelined(sps_table(t, None)?)
+                }
+                (other, _, _) => {
+                    return Err(err(Error::invalid(
+                        "verify",
+                        format!(
+                            "{other:?}: 'full', 'threshold' (with a threshold), 'scheduled' or \
+                             'pipelined' (with steps_per_second)"
+                        ),
+                    )));
+                }
+            };
+            let options = SpeculatorOptions {
+                num_speculative_tokens: args::opt_usize(
+                    num_speculative_tokens,
+                    "num_speculative_tokens",
+                    u64::MAX,
+                )?,
+                temperature: temperature as f32,
+                top_k: args::opt_usize(top_k, "top_k", u64::MAX)?,
+                top_p: top_p.unwrap_or(1.0) as f32,
+                seed: match seed {
+                    Some(s) => args::uint(s, "seed", u64::MAX)?,
+                    None => 0,
+                },
+                verify,
+                record_confidence,
+            };
+            let inner = py
+                .detach(|| Speculator::new(target, drafter, options))
+                .map_err(|e| stash.take().unwrap_or_else(|| err(e)))?;
+            Ok(Self { inner, stash })
+        })
+    }
+
+    /// Generate for every prompt: `(tokens per prompt, stats dict)`.
+    #[pyo3(signature = (prompts, max_new_tokens, stop_token_ids = None, on_round = None))]
+    fn generate<'py>(
+        &self,
+        py: Python<'py>,
+        prompts: &Bound<'py, PyAny>,
+        max_new_tokens: &Bound<'py, PyAny>,
+        stop_token_ids: Option<&Bound<'py, PyAny>>,
+        on_round: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
+        guard(|| {
+            let reqs = requests(
+                prompts,
+                max_new_tokens,
+                stop_token_ids,
+                self.inner.target().vocab_size(),
+            )?;
+            let inner = &self.inner;
+            let g = run_detached(py, &self.stash, on_round, |hook| {
+                inner.generate(&reqs, hook)
+            })?;
+            result(py, g)
+        })
+    }
+
+    /// Target-only decoding with the same options and seeds (the baseline).
+    #[pyo3(signature = (prompts, max_new_tokens, stop_token_ids = None, on_round = None))]
+    fn generate_target_only<'py>(
+        &self,
+        py: Python<'py>,
+        prompts: &Bound<'py, PyAny>,
+        max_new_tokens: &Bound<'py, PyAny>,
+        stop_token_ids: Option<&Bound<'py, PyAny>>,
+        on_round: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
+        guard(|| {
+            let reqs = requests(
+                prompts,
+                max_new_tokens,
+                stop_token_ids,
+                self.inner.target().vocab_size(),
+            )?;
+            let inner = &self.inner;
+            let g = run_detached(py, &self.stash, on_round, |hook| {
+                target_only(inner.target(), inner.options(), &reqs, hook)
+            })?;
+            result(py, g)
+        })
+    }
+
+    /// Drafts verified per round at most.
+    #[getter]
+    fn num_speculative_tokens(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.num_speculative_tokens()))
+    }
+}

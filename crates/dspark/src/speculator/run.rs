@@ -1,0 +1,398 @@
+//! [`Speculator`]: the round loop (see the module docs of [`crate::speculator`]).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use super::options::{Request, SpeculatorOptions, Use, VerifyPolicy};
+use super::profile::measure_steps_per_second;
+use super::state::{Run, select_rows, with_floats};
+use super::stats::ConfidenceRecord;
+use super::target::{LogitRows, TargetModel};
+use super::{Generation, OnRound};
+use crate::drafter::{Drafter, ProposeOptions};
+use crate::error::{Error, Result};
+use crate::sampling::{
+    Floats, Rows3, Seeds, StepsPerSecond, Tokens, schedule_lengths, schedule_pipelined,
+    threshold_lengths, verify_slices,
+};
+
+/// Speculative decoding of a [`TargetModel`] with a [`Drafter`].
+#[derive(Debug)]
+pub struct Speculator<T: TargetModel, D: Drafter> {
+    target: T,
+    drafter: D,
+    options: SpeculatorOptions,
+    /// Drafts verified per round at most.
+    num_speculative: usize,
+    /// `(max tokens, table)` measured for [`VerifyPolicy::ScheduledMeasured`].
+    measured: Mutex<Option<(usize, StepsPerSecond)>>,
+}
+
+fn mismatch(message: String) -> Error {
+    Error::TargetMismatch { message }
+}
+
+/// Check the sampling options shared by both decoders.
+pub(crate) fn check_sampling(o: &SpeculatorOptions) -> Result<()> {
+    if !(o.temperature.is_finite() && o.temperature >= 0.0) {
+        return Err(Error::invalid(
+            "temperature",
+            format!("{}: must be finite and >= 0", o.temperature),
+        ));
+    }
+    if o.top_k == Some(0) {
+        return Err(Error::invalid("top_k", "0: must be >= 1 (or off)"));
+    }
+    if !(o.top_p > 0.0 && o.top_p <= 1.0) {
+        return Err(Error::invalid(
+            "top_p",
+            format!("{}: must be in (0, 1]", o.top_p),
+        ));
+    }
+    Ok(())
+}
+
+impl<T: TargetModel, D: Drafter> Speculator<T, D> {
+    /// Check the pair (capture layers, feature width, vocabulary) and the options; nothing
+    /// runs yet. Errors: `target-mismatch`, `invalid-argument`, `bad-config` (a confidence
+    /// policy for a drafter without a confidence head).
+    pub fn new(target: T, drafter: D, options: SpeculatorOptions) -> Result<Self> {
+        let layers = target.num_hidden_layers();
+        for &c in drafter.capture_layer_ids() {
+            if c >= layers {
+                return Err(mismatch(format!(
+                    "drafter target layer id {} (capture id {c}) does not fit a {layers}-layer \
+                     target (DeepSpec ids -1..={})",
+                    c as i64 - 1,
+                    layers as i64 - 2
+                )));
+            }
+        }
+        let width = drafter.capture_layer_ids().len() * target.hidden_size();
+        if drafter.context_width() != width {
+            return Err(mismatch(format!(
+                "drafter fuses context features of width {}, the target gives {} layers × \
+                 hidden_size {} = {width}",
+                drafter.context_width(),
+                drafter.capture_layer_ids().len(),
+                target.hidden_size()
+            )));
+        }
+        if drafter.vocab().target != target.vocab_size() {
+            return Err(mismatch(format!(
+                "drafter target vocab {} != target vocab {}",
+                drafter.vocab().target,
+                target.vocab_size()
+            )));
+        }
+        let k = drafter.num_draft_tokens();
+        let n = options.num_speculative_tokens.unwrap_or(k);
+        if n > k {
+            return Err(Error::invalid(
+                "num_speculative_tokens",
+                format!("{n}: must be in [0, {k}] (the drafter's block)"),
+            ));
+        }
+        check_sampling(&options)?;
+        match &options.verify {
+            VerifyPolicy::Full => {}
+            VerifyPolicy::Threshold(t) if !(0.0..=1.0).contains(t) => {
+                return Err(Error::invalid(
+                    "verify",
+                    format!("threshold {t}: must be in [0, 1]"),
+                ));
+            }
+            policy if !drafter.has_confidence_head() => {
+                return Err(Error::bad_config(
+                    "<drafter>",
+                    "enable_confidence_head",
+                    format!("verify={} needs a confidence head", policy.name()),
+                ));
+            }
+            _ => {}
+        }
+        Ok(Self {
+            target,
+            drafter,
+            options,
+            num_speculative: n,
+            measured: Mutex::new(None),
+        })
+    }
+
+    /// The target model.
+    pub fn target(&self) -> &T {
+        &self.target
+    }
+
+    /// The drafter.
+    pub fn drafter(&self) -> &D {
+        &self.drafter
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SpeculatorOptions {
+        &self.options
+    }
+
+    /// Drafts verified per round at most.
+    pub fn num_speculative_tokens(&self) -> usize {
+        self.num_speculative
+    }
+
+    /// The steps-per-second table measured on the target, at least up to `tokens` verified
+    /// tokens (measured on first use, again when a larger batch needs more).
+    fn measured_table(&self, tokens: usize, row_tokens: usize) -> Result<StepsPerSecond> {
+        let mut slot = self.measured.lock().map_err(|_| Error::Internal {
+            message: "the measured steps-per-second table's lock is poisoned".into(),
+        })?;
+        match &*slot {
+            Some((max, table)) if *max >= tokens => Ok(table.clone()),
+            _ => {
+                let want = tokens.max(slot.as_ref().map_or(0, |s| s.0));
+                let table = measure_steps_per_second(&self.target, want, row_tokens)?;
+                *slot = Some((want, table.clone()));
+                Ok(table)
+            }
+        }
+    }
+
+    /// The table [`VerifyPolicy::ScheduledMeasured`] uses, once measured.
+    pub fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
+        self.measured
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|(_, t)| t.clone()))
+    }
+
+    /// Generate for every request (prompts of any lengths, each its own budget, stop tokens
+    /// and seed). `on_round`, if given, is called after the prefill and after every round with
+    /// what each request committed since the previous call; its time is not counted in the
+    /// stats, and an error it returns aborts the call.
+    pub fn generate(
+        &self,
+        requests: &[Request],
+        mut on_round: Option<OnRound<'_>>,
+    ) -> Result<Generation> {
+        let t0 = Instant::now();
+        let mut run = Run::new(
+            &self.target,
+            &self.options,
+            requests,
+            self.drafter.capture_layer_ids(),
+        )?;
+        let mut states = Vec::with_capacity(requests.len());
+        for _ in requests {
+            states.push(self.drafter.new_state()?);
+        }
+        let mut hook = 0.0;
+        if run.any_active() {
+            let out = run.prefill()?;
+            let t = Instant::now();
+            for (i, state) in states.iter_mut().enumerate() {
+                if run.prefilled[i] {
+                    let feats = out.hidden_states.get(i)?.narrow(0, 0, run.lengths[i])?;
+                    self.drafter.extend(state, &feats, 0)?;
+                }
+            }
+            run.stats.drafter_seconds += t.elapsed().as_secs_f64();
+            hook += run.report(&mut on_round)?;
+            while run.any_active() {
+                // Decode-sized work: inline on this thread (crate::threads).
+                crate::threads::in_round(|| self.round(&mut run, &mut states))?;
+                hook += run.report(&mut on_round)?;
+            }
+        }
+        run.stats.total_seconds = t0.elapsed().as_secs_f64() - hook;
+        Ok(Generation {
+            tokens: run.out,
+            stats: run.stats,
+        })
+    }
+
+    /// One round for every active request.
+    fn round(&self, run: &mut Run<'_, T>, states: &mut [D::State]) -> Result<()> {
+        let act = run.active();
+        let t0 = Instant::now();
+        let anchors: Vec<u32> = act.iter().map(|&i| run.anchors[i]).collect();
+        let refs: Vec<&D::State> = act.iter().map(|&i| &states[i]).collect();
+        let seeds = act
+            .iter()
+            .map(|&i| run.seed(i, Use::Draft))
+            .collect::<Vec<_>>();
+        let proposal = self.drafter.propose_cached(
+            &refs,
+            &anchors,
+            &ProposeOptions {
+                temperature: self.options.temperature,
+                seeds: Seeds::PerRequest(seeds),
+                top_k: None,
+            },
+        )?;
+        let k = proposal.slots;
+        if let Some(&t) = proposal.tokens.iter().find(|&&t| t as usize >= run.vocab) {
+            return Err(Error::Callback {
+                message: format!(
+                    "the drafter proposed token {t}, outside the target vocabulary [0, {})",
+                    run.vocab
+                ),
+            });
+        }
+        if proposal.batch != act.len() || proposal.tokens.len() != act.len() * k || k == 0 {
+            return Err(Error::Callback {
+                message: format!(
+                    "the drafter returned a [{}, {k}] block for {} requests",
+                    proposal.batch,
+                    act.len()
+                ),
+            });
+        }
+        let t1 = Instant::now();
+        let lens = self.verify_lengths(run, &act, proposal.confidence.as_deref(), k)?;
+        let kmax = lens.iter().copied().max().unwrap_or(0);
+        let width = kmax + 1;
+        let b = run.requests.len();
+        let mut ids = vec![0u32; b * width];
+        let mut num = vec![0usize; b];
+        let mut drafts = Vec::with_capacity(act.len() * kmax);
+        for (j, &i) in act.iter().enumerate() {
+            let row = &proposal.tokens[j * k..j * k + kmax];
+            ids[i * width] = run.anchors[i];
+            ids[i * width + 1..(i + 1) * width].copy_from_slice(row);
+            num[i] = lens[j] + 1;
+            drafts.extend(row.iter().map(|&t| i64::from(t)));
+        }
+        let t2 = Instant::now();
+        let out = run.forward(&ids, width, &num, LogitRows::All)?;
+        let t3 = Instant::now();
+        let logits = select_rows(&out.logits, &act, b)?;
+        let v_t = run.vocab;
+        let q: Option<Vec<f32>> = (self.options.temperature > 0.0)
+            .then(|| {
+                let per = k * v_t;
+                if proposal.draft_logits.len() != act.len() * per {
+                    return Err(Error::Callback {
+                        message: "the drafter's draft logits are not [B, K, V_t]".into(),
+                    });
+                }
+                Ok(if kmax == k {
+                    proposal.draft_logits.clone()
+                } else {
+                    (0..act.len())
+                        .flat_map(|j| &proposal.draft_logits[j * per..j * per + kmax * v_t])
+                        .copied()
+                        .collect()
+                })
+            })
+            .transpose()?;
+        let seeds = act.iter().map(|&i| run.seed(i, Use::Verify)).collect();
+        let verification = with_floats(&logits, |p| {
+            verify_slices(
+                Rows3 {
+                    data: p,
+                    dims: [act.len(), width, v_t],
+                },
+                Tokens {
+                    data: &drafts,
+                    dims: [act.len(), kmax],
+                },
+                q.as_deref().map(|q| Rows3 {
+                    data: Floats::F32(q),
+                    dims: [act.len(), kmax, v_t],
+                }),
+                &run.verify_options(seeds, Some(lens.clone())),
+            )
+        })??;
+        let t4 = Instant::now();
+        if self.options.record_confidence
+            && let Some(c) = &proposal.confidence
+        {
+            for (j, &n) in lens.iter().enumerate() {
+                let accepted = verification.num_accepted[j] as usize;
+                for slot in 0..(accepted + 1).min(n) {
+                    run.stats.confidence_records.push(ConfidenceRecord {
+                        position: slot as u32,
+                        confidence: c[j * k + slot],
+                        accepted: slot < accepted,
+                    });
+                }
+            }
+        }
+        let kept = run.commit_round(&act, &lens, &verification);
+        let mut new_lengths = run.target.cache_lengths(&run.cache);
+        for (j, &i) in act.iter().enumerate() {
+            // The caches hold the anchor and every kept token but the last (the next anchor).
+            new_lengths[i] = run.lengths[i] + kept[j];
+        }
+        run.target.truncate(&mut run.cache, &new_lengths)?;
+        let t5 = Instant::now();
+        for (j, &i) in act.iter().enumerate() {
+            let feats = out.hidden_states.get(i)?.narrow(0, 0, kept[j])?;
+            self.drafter
+                .extend(&mut states[i], &feats, run.lengths[i])?;
+            run.lengths[i] = new_lengths[i];
+        }
+        let t6 = Instant::now();
+        let st = &mut run.stats;
+        st.rounds += 1;
+        st.drafter_seconds += (t1 - t0).as_secs_f64() + (t6 - t5).as_secs_f64();
+        st.target_seconds += (t3 - t2).as_secs_f64();
+        st.kernel_seconds += ((t2 - t1) + (t4 - t3) + (t5 - t4)).as_secs_f64();
+        Ok(())
+    }
+
+    /// Drafts to verify per active request: the policy's choice, capped by the budget (a round
+    /// commits at most drafts + 1 tokens).
+    fn verify_lengths(
+        &self,
+        run: &mut Run<'_, T>,
+        act: &[usize],
+        confidence: Option<&[f32]>,
+        k: usize,
+    ) -> Result<Vec<usize>> {
+        let n = self.num_speculative.min(k);
+        let b = act.len();
+        let chosen = match (&self.options.verify, confidence) {
+            (VerifyPolicy::Full, _) | (_, None) => vec![n; b],
+            (policy, Some(c)) => {
+                if c.len() != b * k {
+                    return Err(Error::Callback {
+                        message: "the drafter's confidences are not [B, K]".into(),
+                    });
+                }
+                let firsts: Vec<f32> = c.chunks(k).flat_map(|row| &row[..n]).copied().collect();
+                let lens = match policy {
+                    VerifyPolicy::Threshold(t) => threshold_lengths(&firsts, b, n, *t)?,
+                    VerifyPolicy::Scheduled(sps) => schedule_lengths(&firsts, b, n, sps)?,
+                    VerifyPolicy::ScheduledMeasured => {
+                        let sps = self.measured_table(b * (n + 1), n + 1)?;
+                        schedule_lengths(&firsts, b, n, &sps)?
+                    }
+                    VerifyPolicy::Pipelined(sps) => {
+                        // A request's previous-round confidences (its own current ones in
+                        // its first round) size the batch; current survival fills it.
+                        let stale: Vec<f32> = act
+                            .iter()
+                            .enumerate()
+                            .flat_map(|(j, &i)| match &run.stale[i] {
+                                Some(s) if s.len() == n => s.clone(),
+                                _ => firsts[j * n..(j + 1) * n].to_vec(),
+                            })
+                            .collect();
+                        schedule_pipelined(&stale, &firsts, b, n, sps)?
+                    }
+                    VerifyPolicy::Full => vec![n; b],
+                };
+                for (j, &i) in act.iter().enumerate() {
+                    run.stale[i] = Some(firsts[j * n..(j + 1) * n].to_vec());
+                }
+                lens
+            }
+        };
+        Ok(chosen
+            .into_iter()
+            .zip(act)
+            .map(|(len, &i)| len.min(run.budget_left(i).saturating_sub(1)))
+            .collect())
+    }
+}

@@ -1,0 +1,264 @@
+//! [`Qwen3Target`]: a Hugging Face `Qwen3ForCausalLM` checkpoint run natively on candle.
+//!
+//! Weights (safetensors, single file or sharded; f32, f16, bf16 or f64 on disk) are widened to
+//! `f32` and shape-checked against the config before anything is read. The decoder layers are
+//! the drafter's ([`crate::drafter`]'s shared `Layer`); the forward is in `forward.rs`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+
+use super::cache::Qwen3Cache;
+use super::config::Qwen3Config;
+use crate::checkpoint::Inventory;
+use crate::checkpoint::shapes::{EMBED, LM_HEAD};
+use crate::config::TargetSpec;
+use crate::drafter::SharedWeights;
+use crate::drafter::decoder::{Heads, Layer, Take};
+use crate::drafter::layers::Rope;
+use crate::drafter::weights::TensorReader;
+use crate::error::{Error, Result};
+use crate::speculator::{TargetInput, TargetModel, TargetOutput};
+
+/// A Qwen3 causal LM on candle: the native [`TargetModel`].
+#[derive(Debug, Clone)]
+pub struct Qwen3Target {
+    pub(crate) config: Qwen3Config,
+    pub(crate) device: Device,
+    /// `[rows >= V_t, H]` as stored.
+    pub(crate) embed: Tensor,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) norm: Tensor,
+    /// `[rows >= V_t, H]` as stored (the embedding itself when tied).
+    pub(crate) lm_head: Tensor,
+    /// The first `V_t` rows of `lm_head` (a view).
+    pub(crate) lm_head_logical: Tensor,
+    pub(crate) rope: Rope,
+}
+
+/// Why a tensor is required.
+const WHY: &str = "part of the Qwen3 target";
+
+/// One tensor the config implies: name, shape, and whether more rows are fine (padded
+/// vocabularies).
+struct Want {
+    name: String,
+    shape: Vec<usize>,
+    more_rows: bool,
+}
+
+/// Every tensor a Qwen3 checkpoint with `c` must hold (`lm_head` only when untied).
+fn expected(c: &Qwen3Config) -> Vec<Want> {
+    let h = c.hidden_size;
+    let q = c.num_attention_heads * c.head_dim;
+    let kv = c.num_key_value_heads * c.head_dim;
+    let (hd, inter) = (c.head_dim, c.intermediate_size);
+    let mut out = vec![
+        Want {
+            name: EMBED.into(),
+            shape: vec![c.vocab_size, h],
+            more_rows: true,
+        },
+        Want {
+            name: "model.norm.weight".into(),
+            shape: vec![h],
+            more_rows: false,
+        },
+    ];
+    if !c.tie_word_embeddings {
+        out.push(Want {
+            name: LM_HEAD.into(),
+            shape: vec![c.vocab_size, h],
+            more_rows: true,
+        });
+    }
+    for i in 0..c.num_hidden_layers {
+        let mut put = |name: &str, shape: &[usize]| {
+            out.push(Want {
+                name: format!("model.layers.{i}.{name}"),
+                shape: shape.to_vec(),
+                more_rows: false,
+            });
+        };
+        put("self_attn.q_proj.weight", &[q, h]);
+        put("self_attn.k_proj.weight", &[kv, h]);
+        put("self_attn.v_proj.weight", &[kv, h]);
+        put("self_attn.o_proj.weight", &[h, q]);
+        put("self_attn.q_norm.weight", &[hd]);
+        put("self_attn.k_norm.weight", &[hd]);
+        put("mlp.gate_proj.weight", &[inter, h]);
+        put("mlp.up_proj.weight", &[inter, h]);
+        put("mlp.down_proj.weight", &[h, inter]);
+        put("input_layernorm.weight", &[h]);
+        put("post_attention_layernorm.weight", &[h]);
+        if c.attention_bias {
+            put("self_attn.q_proj.bias", &[q]);
+            put("self_attn.k_proj.bias", &[kv]);
+            put("self_attn.v_proj.bias", &[kv]);
+            put("self_attn.o_proj.bias", &[h]);
+        }
+    }
+    out
+}
+
+impl Qwen3Target {
+    /// Load a `Qwen3ForCausalLM` directory (`config.json` + `model.safetensors` or a sharded
+    /// `model.safetensors.index.json`) onto `device`.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let config = Qwen3Config::from_path(dir)?;
+        let inventory = Inventory::open(dir)?;
+        Self::from_checkpoint(config, &inventory, device)
+    }
+
+    /// Build from a parsed config and an opened checkpoint. Every tensor is checked (present:
+    /// `missing-tensor`; shape: `shape-mismatch`, all problems at once) before any is read.
+    /// `lm_head.weight` is the embedding when `tie_word_embeddings` (as in transformers, a
+    /// stored one is then ignored); the embedding and lm_head may hold more rows than
+    /// `vocab_size` (padded), logits keep the first `vocab_size`.
+    pub fn from_checkpoint(
+        config: Qwen3Config,
+        inventory: &Inventory,
+        device: &Device,
+    ) -> Result<Self> {
+        let rope = Rope::new(&config.rope, config.head_dim, &config.source)?;
+        let wants = expected(&config);
+        let mut problems = Vec::new();
+        for w in &wants {
+            let Some(info) = inventory.get(&w.name) else {
+                problems.push(Error::MissingTensor {
+                    tensor: w.name.clone(),
+                    reason: if w.name == LM_HEAD {
+                        format!("{WHY} (tie_word_embeddings is false)")
+                    } else {
+                        WHY.into()
+                    },
+                });
+                continue;
+            };
+            let fits = if w.more_rows {
+                info.shape.len() == 2 && info.shape[0] >= w.shape[0] && info.shape[1] == w.shape[1]
+            } else {
+                info.shape == w.shape
+            };
+            if !fits {
+                problems.push(Error::ShapeMismatch {
+                    tensor: w.name.clone(),
+                    expected: w.shape.clone(),
+                    found: info.shape.clone(),
+                });
+            }
+        }
+        Error::collect(problems)?;
+        let mut reader = TensorReader::new(device);
+        let mut tensors = BTreeMap::new();
+        for w in &wants {
+            if let Some(info) = inventory.get(&w.name) {
+                tensors.insert(w.name.clone(), reader.read(info)?);
+            }
+        }
+        let mut t = Take(tensors);
+        let embed = t.get(EMBED)?;
+        let lm_head = if config.tie_word_embeddings {
+            embed.clone()
+        } else {
+            t.get(LM_HEAD)?
+        };
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for i in 0..config.num_hidden_layers {
+            layers.push(Layer::load(
+                &mut t,
+                &format!("model.layers.{i}"),
+                config.attention_bias,
+            )?);
+        }
+        Ok(Self {
+            norm: t.get("model.norm.weight")?,
+            lm_head_logical: lm_head.narrow(0, 0, config.vocab_size)?,
+            lm_head,
+            embed,
+            layers,
+            rope,
+            device: device.clone(),
+            config,
+        })
+    }
+
+    /// The normalized config.
+    pub fn config(&self) -> &Qwen3Config {
+        &self.config
+    }
+
+    /// What a drafter needs to know about this target (for
+    /// [`crate::Qwen3Drafter::from_checkpoint`]).
+    pub fn target_spec(&self) -> TargetSpec {
+        self.config.target_spec()
+    }
+
+    /// The embedding and output head as stored (cheap handle copies: a drafter loaded with
+    /// them shares their memory).
+    pub fn shared_weights(&self) -> SharedWeights {
+        SharedWeights {
+            embed: Some(self.embed.clone()),
+            lm_head: Some(self.lm_head.clone()),
+        }
+    }
+
+    /// The attention shape of every layer.
+    pub(crate) fn heads(&self) -> Heads {
+        Heads {
+            heads: self.config.num_attention_heads,
+            kv_heads: self.config.num_key_value_heads,
+            head_dim: self.config.head_dim,
+            eps: self.config.rms_norm_eps,
+        }
+    }
+}
+
+impl TargetModel for Qwen3Target {
+    type Cache = Qwen3Cache;
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn num_hidden_layers(&self) -> usize {
+        self.config.num_hidden_layers
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.config.hidden_size
+    }
+
+    fn device(&self) -> Device {
+        self.device.clone()
+    }
+
+    fn new_cache(&self, batch: usize) -> Result<Qwen3Cache> {
+        crate::limits::at_most("batch", batch as u64, crate::limits::MAX_BATCH)?;
+        Ok(Qwen3Cache::new(
+            batch,
+            self.config.num_hidden_layers,
+            self.config.num_key_value_heads,
+            self.config.head_dim,
+            &self.device,
+        ))
+    }
+
+    fn forward(
+        &self,
+        cache: &mut Qwen3Cache,
+        input: &TargetInput<'_>,
+        capture_layer_ids: &[usize],
+    ) -> Result<TargetOutput> {
+        self.forward_packed(cache, input, capture_layer_ids)
+    }
+
+    fn truncate(&self, cache: &mut Qwen3Cache, lengths: &[usize]) -> Result<()> {
+        cache.truncate(lengths)
+    }
+
+    fn cache_lengths(&self, cache: &Qwen3Cache) -> Vec<usize> {
+        cache.lengths().to_vec()
+    }
+}

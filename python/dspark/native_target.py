@@ -1,0 +1,68 @@
+"""``dspark.NativeTarget``: the engine's Qwen3 causal LM (candle), a speculator target with no
+Python in the loop.
+
+    target = dspark.NativeTarget.from_pretrained("path/to/qwen3")   # config.json + safetensors
+    drafter = dspark.Drafter.from_pretrained("path/to/drafter", target)  # embed/lm_head shared
+    result = dspark.Speculator(target, drafter).generate([[1, 2, 3]], 64)
+
+Weights are loaded as float32 on the CPU (f32, f16 or bf16 on disk; single file or sharded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dspark import _native
+
+__all__ = ["NativeTarget"]
+
+
+class NativeTarget:
+    """A Qwen3 causal LM run by the engine. Make it with :meth:`from_pretrained`."""
+
+    __slots__ = ("_config", "_native_target", "path")
+
+    def __init__(self, native: _native.NativeTarget, path: Path, config: dict[str, Any]) -> None:
+        self._native_target = native
+        self.path = path
+        self._config = config
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike[str]) -> NativeTarget:
+        """Load an HF ``Qwen3ForCausalLM`` directory (typed ``dspark`` errors)."""
+        native = _native.NativeTarget.load(path)
+        root = Path(path)
+        config = json.loads((root / "config.json").read_text()) if root.is_dir() else {}
+        return cls(native, root, config)
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """Number of decoder layers."""
+        return int(self._native_target.num_hidden_layers)
+
+    @property
+    def hidden_size(self) -> int:
+        """Hidden width."""
+        return int(self._native_target.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        """Logical vocabulary ``V_t``."""
+        return int(self._native_target.vocab_size)
+
+    def config_dict(self) -> dict[str, Any]:
+        """The ``config.json`` the target was loaded from."""
+        return dict(self._config)
+
+    def logits(self, input_ids: Any) -> np.ndarray:
+        """Float32 logits ``[S, V_t]`` of every position of one sequence (an empty cache)."""
+        ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
+        return self._native_target.logits(ids)
+
+    def __repr__(self) -> str:
+        return f"NativeTarget({str(self.path)!r}, {self._native_target!r})"
