@@ -99,6 +99,19 @@ def _build_parser() -> argparse.ArgumentParser:
         "stdout and reports acceptance length and tokens/s on stderr.",
     )
     add_generate_arguments(g)
+    from dspark.calibrate import add_arguments as add_calibrate_arguments
+
+    c = sub.add_parser(
+        "calibrate",
+        help="fit per-position confidence temperatures (STS) for a drafter, judged on held-out "
+        "prompts",
+        description="Runs full-verification speculative decoding over held-out prompt windows "
+        "with confidence recording, fits one temperature per draft position on half of the "
+        "texts (binary NLL of sigmoid(logit(c)/T)) and reports ECE before and after on the "
+        "other half. Writes a JSON {temperatures: [...], ...} (the engine's STS format) to --out "
+        "(default DRAFTER/sts.json).",
+    )
+    add_calibrate_arguments(c)
     return parser
 
 
@@ -192,6 +205,10 @@ def _run(args: argparse.Namespace) -> int:
 
         run(args)
         return EXIT_OK
+    if args.command == "calibrate":
+        from dspark.calibrate import run as run_calibrate
+
+        return run_calibrate(args)
     if args.command == "generate":
         from dspark.generate import run as run_generate
 
