@@ -120,6 +120,45 @@ fn run_detached(
     out.map_err(|e| stash.take().unwrap_or_else(|| err(e)))
 }
 
+/// The arguments of one generation call, as Python gave them.
+struct Call<'a, 'py> {
+    prompts: &'a Bound<'py, PyAny>,
+    max_new_tokens: &'a Bound<'py, PyAny>,
+    stop_token_ids: Option<&'a Bound<'py, PyAny>>,
+    on_round: Option<&'a Bound<'py, PyAny>>,
+}
+
+/// Which decoder a call runs.
+#[derive(Clone, Copy)]
+enum Decode {
+    Speculative,
+    TargetOnly,
+}
+
+impl PySpeculator {
+    /// Read the requests, run the decoder with the GIL released, build the result.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        call: Call<'_, 'py>,
+        decode: Decode,
+    ) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
+        let vocab = self.inner.target().vocab_size();
+        let reqs = requests(
+            call.prompts,
+            call.max_new_tokens,
+            call.stop_token_ids,
+            vocab,
+        )?;
+        let inner = &self.inner;
+        let g = run_detached(py, &self.stash, call.on_round, |hook| match decode {
+            Decode::Speculative => inner.generate(&reqs, hook),
+            Decode::TargetOnly => target_only(inner.target(), inner.options(), &reqs, hook),
+        })?;
+        result(py, g)
+    }
+}
+
 #[pymethods]
 impl PySpeculator {
     /// Build the engine speculator (checks the pair and the options).
@@ -206,19 +245,13 @@ impl PySpeculator {
         stop_token_ids: Option<&Bound<'py, PyAny>>,
         on_round: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
-        guard(|| {
-            let reqs = requests(
-                prompts,
-                max_new_tokens,
-                stop_token_ids,
-                self.inner.target().vocab_size(),
-            )?;
-            let inner = &self.inner;
-            let g = run_detached(py, &self.stash, on_round, |hook| {
-                inner.generate(&reqs, hook)
-            })?;
-            result(py, g)
-        })
+        let call = Call {
+            prompts,
+            max_new_tokens,
+            stop_token_ids,
+            on_round,
+        };
+        guard(|| self.run(py, call, Decode::Speculative))
     }
 
     /// Target-only decoding with the same options and seeds (the baseline).
@@ -231,19 +264,13 @@ impl PySpeculator {
         stop_token_ids: Option<&Bound<'py, PyAny>>,
         on_round: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
-        guard(|| {
-            let reqs = requests(
-                prompts,
-                max_new_tokens,
-                stop_token_ids,
-                self.inner.target().vocab_size(),
-            )?;
-            let inner = &self.inner;
-            let g = run_detached(py, &self.stash, on_round, |hook| {
-                target_only(inner.target(), inner.options(), &reqs, hook)
-            })?;
-            result(py, g)
-        })
+        let call = Call {
+            prompts,
+            max_new_tokens,
+            stop_token_ids,
+            on_round,
+        };
+        guard(|| self.run(py, call, Decode::TargetOnly))
     }
 
     /// Drafts verified per round at most.
