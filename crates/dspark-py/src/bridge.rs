@@ -43,9 +43,9 @@ pub fn int_attr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     obj.getattr(name)?.extract::<usize>()
 }
 
-/// A CPU, C-contiguous DLPack view of a torch/numpy tensor (torch: detached, moved to the CPU
-/// and made contiguous first, one copy at most).
-fn host_view(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<DlTensor> {
+/// `obj` as a CPU, C-contiguous tensor the DLPack reader takes (torch: detached, moved to the
+/// CPU and made contiguous only when needed, one copy at most; anything else unchanged).
+pub fn host_tensor<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let mut obj = obj.clone();
     if obj.hasattr("detach")? {
         obj = obj.call_method0("detach")?;
@@ -61,7 +61,12 @@ fn host_view(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<DlTensor> {
             obj = obj.call_method0("contiguous")?;
         }
     }
-    DlTensor::from_py(&obj, name)
+    Ok(obj)
+}
+
+/// A DLPack view of [`host_tensor`]`(obj)`.
+fn host_view(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<DlTensor> {
+    DlTensor::from_py(&host_tensor(obj)?, name)
 }
 
 /// Copy `[rows…]` slices of a float DLPack tensor into one `f32` vector: `pick(i)` gives the

@@ -12,7 +12,7 @@ use dspark::sampling::Seeds;
 use dspark::{Drafter, Error, IdMap, Result, VocabSizes};
 
 use crate::args;
-use crate::bridge::{Stash, int_attr};
+use crate::bridge::{Stash, host_tensor, int_attr};
 use crate::dlpack::DlTensor;
 
 /// A Python drafter object and the contract members read from it once.
@@ -56,7 +56,7 @@ impl PyDraftModel {
         let id_map = if map.is_none() {
             IdMap::identity(vocab.target)
         } else {
-            let (offsets, _) = args::ids(&host(&map)?, "draft_id_to_target_id")?;
+            let (offsets, _) = args::ids(&host_tensor(&map)?, "draft_id_to_target_id")?;
             IdMap::from_offsets(&offsets, vocab.draft, vocab.target)
         }
         .map_err(crate::errors::err)?;
@@ -107,20 +107,8 @@ impl PyDraftModel {
     }
 }
 
-/// `obj` as a CPU tensor/array the DLPack reader takes (torch: detached, on the CPU,
-/// contiguous).
-fn host<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    if obj.hasattr("detach")? {
-        return obj
-            .call_method0("detach")?
-            .call_method0("cpu")?
-            .call_method0("contiguous");
-    }
-    Ok(obj.clone())
-}
-
 fn floats(obj: &Bound<'_, PyAny>, name: &str, len: usize) -> PyResult<Vec<f32>> {
-    let t = DlTensor::from_py(&host(obj)?, name)?;
+    let t = DlTensor::from_py(&host_tensor(obj)?, name)?;
     let v: Vec<f32> = if let Some(s) = t.slice::<f32>() {
         s.to_vec()
     } else if let Some(s) = t.slice::<half::bf16>() {
@@ -246,7 +234,7 @@ impl Drafter for PyDraftModel {
                 .obj
                 .bind(py)
                 .call_method("propose_states", (list, a), Some(&kw))?;
-            let (ids, shape) = args::ids(&host(&p.getattr("tokens")?)?, "tokens")?;
+            let (ids, shape) = args::ids(&host_tensor(&p.getattr("tokens")?)?, "tokens")?;
             if shape != [b, k] {
                 return Err(crate::errors::err(Error::Callback {
                     message: format!(

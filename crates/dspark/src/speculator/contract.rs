@@ -14,7 +14,7 @@ use candle_core::DType;
 
 use super::target::{LogitRows, TargetInput, TargetModel};
 use crate::error::Result;
-use harness::{Case, Out, Suite, close, expect, fail, tokens};
+use harness::{Case, Out, Suite, close, close_at, expect, fail, tokens};
 
 /// Run the [`TargetModel`] contract suite on `target`, capturing `capture_layer_ids`
 /// (each in `0..num_hidden_layers`). Returns the first violation as an `invalid-argument`
@@ -59,18 +59,11 @@ pub fn check_target<T: TargetModel>(target: &T, capture_layer_ids: &[usize]) -> 
     let mut c = s.cache(check, 1)?;
     let pre = s.run(check, &mut c, &[&seq[..5]], LogitRows::All, cap)?;
     for j in 0..5 {
-        close(
+        close_at(
             check,
-            &format!("prefill logits at {j}"),
-            pre.logit(0, j),
-            whole.logit(0, j),
-            tol,
-        )?;
-        close(
-            check,
-            &format!("prefill hidden at {j}"),
-            pre.hid(0, j),
-            whole.hid(0, j),
+            &format!("prefill at {j}"),
+            (&pre, 0, j),
+            (&whole, 0, j),
             tol,
         )?;
     }
@@ -81,18 +74,11 @@ pub fn check_target<T: TargetModel>(target: &T, capture_layer_ids: &[usize]) -> 
             LogitRows::Last
         };
         let step = s.run(check, &mut c, &[&seq[j..=j]], rows, cap)?;
-        close(
+        close_at(
             check,
-            &format!("step logits at {j}"),
-            step.logit(0, 0),
-            whole.logit(0, j),
-            tol,
-        )?;
-        close(
-            check,
-            &format!("step hidden at {j}"),
-            step.hid(0, 0),
-            whole.hid(0, j),
+            &format!("step at {j}"),
+            (&step, 0, 0),
+            (&whole, 0, j),
             tol,
         )?;
     }
@@ -180,20 +166,7 @@ pub fn check_target<T: TargetModel>(target: &T, capture_layer_ids: &[usize]) -> 
     s.run(check, &mut fresh, &[&long[..6]], LogitRows::Last, cap)?;
     let b = s.run(check, &mut fresh, &[&other], LogitRows::All, cap)?;
     for j in 0..other.len() {
-        close(
-            check,
-            &format!("logits at {j}"),
-            a.logit(0, j),
-            b.logit(0, j),
-            tol,
-        )?;
-        close(
-            check,
-            &format!("hidden at {j}"),
-            a.hid(0, j),
-            b.hid(0, j),
-            tol,
-        )?;
+        close_at(check, &format!("at {j}"), (&a, 0, j), (&b, 0, j), tol)?;
     }
     expect(check, "truncate to 0", target.truncate(&mut rolled, &[0]))?;
     let z = s.run(check, &mut rolled, &[&seq], LogitRows::All, cap)?;

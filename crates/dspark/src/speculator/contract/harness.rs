@@ -60,6 +60,31 @@ pub(super) fn host(t: &Tensor) -> Result<Vec<f32>> {
         .to_vec1::<f32>()?)
 }
 
+/// [`close`] on both the logits and the hidden states of position `j` of request `b`, for
+/// `(output, b, j)` on each side.
+pub(super) fn close_at(
+    check: &str,
+    what: &str,
+    (x, xb, xj): (&Out, usize, usize),
+    (y, yb, yj): (&Out, usize, usize),
+    tol: f32,
+) -> Result<()> {
+    close(
+        check,
+        &format!("{what}: logits"),
+        x.logit(xb, xj),
+        y.logit(yb, yj),
+        tol,
+    )?;
+    close(
+        check,
+        &format!("{what}: hidden"),
+        x.hid(xb, xj),
+        y.hid(yb, yj),
+        tol,
+    )
+}
+
 /// `max |a − b| <= tol · max(1, max |b|)`, or a violation of `check` describing `what`.
 pub(super) fn close(check: &str, what: &str, a: &[f32], b: &[f32], tol: f32) -> Result<()> {
     let scale = b.iter().fold(1f32, |m, x| m.max(x.abs()));
