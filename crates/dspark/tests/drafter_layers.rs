@@ -83,16 +83,23 @@ const _: () = assert!(SMALL_ROWS * 1024 * 512 >= PAR_MIN_MACS && 8 * 3008 * 192 
 
 #[test]
 fn linear_uses_the_same_product() {
-    let lin = Linear {
-        weight: randn(7, &[48, 40]),
-        bias: Some(randn(8, &[48])),
-    };
-    let x = randn(9, &[6, 40]);
-    let d = max_diff(
-        &lin.forward(&x).unwrap(),
-        &gemm(&x, &lin.weight, lin.bias.as_ref()),
-    );
-    assert!(d <= 1e-4, "diff {d}");
+    let lin = Linear::new(randn(7, &[48, 40]), Some(randn(8, &[48]))).unwrap();
+    assert_eq!(lin.weight().unwrap().dims(), [48, 40]);
+    for rows in [1, 6, 9, 40] {
+        let x = randn(9, &[rows, 40]);
+        let d = max_diff(
+            &lin.forward(&x).unwrap(),
+            &gemm(&x, &lin.weight().unwrap(), lin.bias()),
+        );
+        assert!(d <= 1e-4, "{rows} rows: diff {d}");
+    }
+    // Leading dimensions are kept; a wrong width or a bias of the wrong length is a typed error.
+    let x3 = randn(10, &[2, 3, 40]);
+    assert_eq!(lin.forward(&x3).unwrap().dims(), [2, 3, 48]);
+    let err = lin.forward(&randn(11, &[2, 39])).unwrap_err();
+    assert_eq!(err.code(), "bad-shape");
+    let err = Linear::new(randn(7, &[48, 40]), Some(randn(8, &[47]))).unwrap_err();
+    assert_eq!(err.code(), "bad-shape");
 }
 
 #[test]
@@ -186,16 +193,13 @@ fn softmax_and_swiglu_match_the_op_chains() {
     let e = x.broadcast_sub(&max).unwrap().exp().unwrap();
     let want = e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap();
     assert!(max_diff(&softmax_last(&x).unwrap(), &want) <= 1e-6);
-    let lin = |seed, o, i| Linear {
-        weight: randn(seed, &[o, i]),
-        bias: None,
-    };
+    let lin = |seed, o, i| Linear::new(randn(seed, &[o, i]), None).unwrap();
     let (gate, up, down) = (lin(41, 24, 16), lin(42, 24, 16), lin(43, 16, 24));
     let h = randn(44, &[5, 16]);
-    let g = gemm(&h, &gate.weight, None);
-    let u = gemm(&h, &up.weight, None);
+    let g = gemm(&h, &gate.weight().unwrap(), None);
+    let u = gemm(&h, &up.weight().unwrap(), None);
     let mid = (g.silu().unwrap() * u).unwrap();
-    let want = gemm(&mid, &down.weight, None);
+    let want = gemm(&mid, &down.weight().unwrap(), None);
     let d = max_diff(&swiglu(&h, &gate, &up, &down).unwrap(), &want);
     assert!(d <= 1e-4, "swiglu diff {d}");
 }

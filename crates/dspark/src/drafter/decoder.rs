@@ -26,14 +26,13 @@ impl Take {
 
     /// `{prefix}.weight` (and `{prefix}.bias` when `bias`) as a [`Linear`].
     pub(crate) fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
-        Ok(Linear {
-            weight: self.get(&format!("{prefix}.weight"))?,
-            bias: if bias {
-                Some(self.get(&format!("{prefix}.bias"))?)
-            } else {
-                None
-            },
-        })
+        let weight = self.get(&format!("{prefix}.weight"))?;
+        let bias = if bias {
+            Some(self.get(&format!("{prefix}.bias"))?)
+        } else {
+            None
+        };
+        Linear::new(weight, bias)
     }
 }
 

@@ -170,11 +170,12 @@ impl Qwen3Drafter {
     /// `logit_scale` is applied by the Markov kernel together with the bias).
     pub fn base_logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let (b, k, h) = hidden.dims3()?;
-        let logits = matmul_t(&hidden.reshape((b * k, h))?, &self.lm_head, None)?.reshape((
-            b,
-            k,
-            self.vocab.draft,
-        ))?;
+        let rows = hidden.reshape((b * k, h))?;
+        let logits = match &self.head {
+            Some(head) => head.forward(&rows)?,
+            None => matmul_t(&rows, &self.lm_head, None)?,
+        }
+        .reshape((b, k, self.vocab.draft))?;
         Ok(match self.spec.final_logit_softcapping {
             Some(c) if c > 0.0 => ((logits / c)?.tanh()? * c)?,
             _ => logits,

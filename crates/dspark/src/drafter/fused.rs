@@ -11,10 +11,10 @@
 
 use candle_core::{CpuStorage, DType, Storage, Tensor};
 
+use super::attention::{self, HeadView};
 use crate::error::Result;
 #[cfg(target_arch = "x86_64")]
-use crate::sampling::fastmath::{Fused, has_avx2};
-use crate::sampling::fastmath::{MulAdd, Unfused, exp_with};
+use crate::sampling::fastmath::{Unfused, exp_with};
 
 /// Run `f` on the contiguous f32 values of CPU tensor `t`, or `None`.
 fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
@@ -132,163 +132,56 @@ pub(crate) fn silu_mul(gate: &Tensor, up: &Tensor) -> Option<Result<Tensor>> {
         with_f32(up, |us| {
             gs.iter()
                 .zip(us)
-                .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+                .map(|(&g, &u)| g / (1.0 + exp_with::<Unfused>(-g)) * u)
                 .collect::<Vec<f32>>()
         })
     })??;
     Some(like(gate, out))
 }
 
-/// `a · b` on two 8-lane accumulators with `M`'s multiply-add, reduced as a tree, then the
-/// tail in order (the portable twin of [`dot_avx2`]).
-#[inline(always)]
-fn dot_tree<M: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let ((ca, ta), (cb, tb)) = (a[..n].as_chunks::<8>(), b[..n].as_chunks::<8>());
-    let mut acc = [[0f32; 8]; 2];
-    for (k, (x, y)) in ca.iter().zip(cb).enumerate() {
-        for l in 0..8 {
-            acc[k % 2][l] = M::mul_add(x[l], y[l], acc[k % 2][l]);
-        }
-    }
-    let h: [f32; 8] = std::array::from_fn(|l| acc[0][l] + acc[1][l]);
-    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
-    let mut t = (q[0] + q[2]) + (q[1] + q[3]);
-    for (x, y) in ta.iter().zip(tb) {
-        t = M::mul_add(*x, *y, t);
-    }
-    t
-}
-
-/// [`dot_tree`] in AVX2+FMA registers (the same per-lane operations; one score per cached
-/// key makes this the attention's hot loop, which the compiler does not vectorize well).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::{
-        _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehdup_ps, _mm_movehl_ps, _mm256_add_ps,
-        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-        _mm256_setzero_ps,
+/// Non-causal grouped-query attention of `q: [Q, heads, hd]` against head-major `k`, `v:
+/// [kv_heads, S, hd]`, giving `[Q, heads·hd]` (the drafter's block over its context), through
+/// [`attention::grouped`].
+pub(crate) fn gqa_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+) -> Option<Result<Tensor>> {
+    let &[q_len, heads, hd] = q.dims() else {
+        return None;
     };
-    let n = a.len().min(b.len());
-    let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut i = 0;
-    while i + 16 <= n {
-        // SAFETY: `i + 16 <= n` keeps the four 8-float loads inside `a` and `b`.
-        unsafe {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-            s1 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(pa.add(i + 8)),
-                _mm256_loadu_ps(pb.add(i + 8)),
-                s1,
-            );
-        }
-        i += 16;
+    let &[kvh, s, khd] = k.dims() else {
+        return None;
+    };
+    if v.dims() != k.dims() || khd != hd || hd == 0 || s == 0 || kvh == 0 {
+        return None;
     }
-    if i + 8 <= n {
-        // SAFETY: `i + 8 <= n` keeps both loads inside `a` and `b`.
-        unsafe {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-        }
-        i += 8;
+    if heads == 0 || !heads.is_multiple_of(kvh) {
+        return None;
     }
-    let s = _mm256_add_ps(s0, s1);
-    let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
-    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    let mut t = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-    for (x, y) in a[i..n].iter().zip(&b[i..n]) {
-        t = x.mul_add(*y, t);
-    }
-    t
+    let out = with_f32(q, |qs| {
+        with_f32(k, |ks| {
+            with_f32(v, |vs| {
+                let view = |data, kh: usize| HeadView::new(data, kh * s * hd, hd, s);
+                let kv = |kh| (view(ks, kh), view(vs, kh));
+                attention::grouped(qs, q_len, heads, kvh, hd, kv, scale as f32, |_| s)
+            })
+        })
+    })???;
+    Some(Tensor::from_vec(out, (q_len, heads * hd), q.device()).map_err(Into::into))
 }
-
-/// One query row `q: [heads·hd]` of causal attention over the first `visible` rows of
-/// token-major `ks`, `vs` (`[S, kv_heads, hd]`), into `o: [heads·hd]` (zeroed); `scores` is
-/// scratch of at least `visible` values. `shape` = `[visible, heads, kv_heads, hd]`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn attend_query_with<M: MulAdd>(
-    dot: impl Fn(&[f32], &[f32]) -> f32,
-    q: &[f32],
-    ks: &[f32],
-    vs: &[f32],
-    shape: [usize; 4],
-    scale: f32,
-    scores: &mut [f32],
-    o: &mut [f32],
-) {
-    let [visible, heads, kvh, hd] = shape;
-    let groups = heads / kvh;
-    let scores = &mut scores[..visible];
-    for (hq, (qh, oh)) in q.chunks_exact(hd).zip(o.chunks_exact_mut(hd)).enumerate() {
-        let kh = hq / groups;
-        for (j, sc) in scores.iter_mut().enumerate() {
-            *sc = dot(qh, &ks[(j * kvh + kh) * hd..][..hd]) * scale;
-        }
-        let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-        for sc in scores.iter_mut() {
-            *sc = exp_with::<M>(*sc - max);
-        }
-        let sum: f32 = scores.iter().sum();
-        for (j, &p) in scores.iter().enumerate() {
-            for (y, &x) in oh.iter_mut().zip(&vs[(j * kvh + kh) * hd..][..hd]) {
-                *y = M::mul_add(p, x, *y);
-            }
-        }
-        let inv = sum.recip();
-        for y in oh.iter_mut() {
-            *y *= inv;
-        }
-    }
-}
-
-/// [`attend_query_with`], in an AVX2+FMA build when the CPU has it.
-fn attend_query(
-    q: &[f32],
-    ks: &[f32],
-    vs: &[f32],
-    shape: [usize; 4],
-    scale: f32,
-    scores: &mut [f32],
-    o: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx2,fma")]
-        fn avx2(
-            q: &[f32],
-            ks: &[f32],
-            vs: &[f32],
-            shape: [usize; 4],
-            scale: f32,
-            scores: &mut [f32],
-            o: &mut [f32],
-        ) {
-            attend_query_with::<Fused>(|a, b| dot_avx2(a, b), q, ks, vs, shape, scale, scores, o);
-        }
-        if has_avx2() {
-            // SAFETY: `has_avx2` checked that this CPU supports AVX2 and FMA.
-            return unsafe { avx2(q, ks, vs, shape, scale, scores, o) };
-        }
-    }
-    attend_query_with::<Unfused>(dot_tree::<Unfused>, q, ks, vs, shape, scale, scores, o);
-}
-
-/// Work (multiply-adds) from which [`causal_attention`] splits its queries over the pool.
-const ATTN_PAR_MIN: usize = 1 << 22;
 
 /// Causal grouped-query attention of `q: [Q, heads, hd]` against token-major `k`, `v:
 /// [S, kv_heads, hd]` (`S >= Q`; query `i` sees keys `0 ..= S − Q + i`), giving
-/// `[Q, heads·hd]`: per query and head one pass of scaled dot products, a max-subtracted
-/// softmax and the weighted sum of values, straight from storage (no score tensors).
+/// `[Q, heads·hd]`, straight from storage through the panel products of
+/// [`attention::grouped`] (a verification's queries share one pass over the cache).
 pub(crate) fn causal_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    use rayon::prelude::*;
     let &[q_len, heads, hd] = q.dims() else {
         return None;
     };
@@ -305,25 +198,9 @@ pub(crate) fn causal_attention(
     let out = with_f32(q, |qs| {
         with_f32(k, |ks| {
             with_f32(v, |vs| {
-                let one = |i: usize, o: &mut [f32], scores: &mut Vec<f32>| {
-                    scores.resize(s, 0.0);
-                    let q = &qs[i * heads * hd..][..heads * hd];
-                    let shape = [past + i + 1, heads, kvh, hd];
-                    attend_query(q, ks, vs, shape, scale, scores, o);
-                };
-                let mut out = vec![0f32; q_len * heads * hd];
-                let work = q_len.saturating_mul(s).saturating_mul(heads * hd);
-                if work >= ATTN_PAR_MIN && crate::threads::use_pool(work) {
-                    out.par_chunks_mut(heads * hd)
-                        .enumerate()
-                        .for_each_init(Vec::new, |scores, (i, o)| one(i, o, scores));
-                } else {
-                    let mut scores = Vec::new();
-                    for (i, o) in out.chunks_exact_mut(heads * hd).enumerate() {
-                        one(i, o, &mut scores);
-                    }
-                }
-                out
+                let view = |data, kh: usize| HeadView::new(data, kh * hd, kvh * hd, s);
+                let kv = |kh| (view(ks, kh), view(vs, kh));
+                attention::grouped(qs, q_len, heads, kvh, hd, kv, scale, |i| past + i + 1)
             })
         })
     })???;

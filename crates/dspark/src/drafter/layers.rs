@@ -14,7 +14,10 @@
 use candle_core::{CpuStorage, D, DType, Device, Storage, Tensor};
 use rayon::prelude::*;
 
+use std::sync::Arc;
+
 use super::fused;
+use super::packed::PackedMatrix;
 use crate::config::spec::RopeSpec;
 use crate::error::{Error, Result};
 use crate::sampling::{Floats, Mat, bias_block};
@@ -26,6 +29,21 @@ pub const SMALL_ROWS: usize = 32;
 /// 0.2 ms of work on one core: less than a pool handoff costs on a busy machine).
 pub const PAR_MIN_MACS: usize = 1 << 23;
 
+/// Largest output head (elements) that a model also keeps packed for [`output_head`]: the
+/// packed copy sits beside the stored head (which the embedding and a drafter may share), so
+/// heads above 64 MiB of f32 keep the dot kernel instead of doubling their memory.
+pub const PACKED_HEAD_MAX: usize = 1 << 24;
+
+/// A packed copy of an output head `[V, H]` when it is on the CPU in f32 and at most
+/// [`PACKED_HEAD_MAX`] elements (see [`Linear`]); `None` otherwise.
+pub fn output_head(head: &Tensor) -> Result<Option<Linear>> {
+    let host = head.device().is_cpu() && head.dtype() == DType::F32 && head.rank() == 2;
+    if !host || head.elem_count() > PACKED_HEAD_MAX {
+        return Ok(None);
+    }
+    Linear::new(head.clone(), None).map(Some)
+}
+
 /// `x · rsqrt(mean(x², last dim) + eps) · weight`, computed in `f32`.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     if let Some(y) = fused::rms_norm(x, weight, eps) {
@@ -36,24 +54,109 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     Ok(x.broadcast_mul(&inv)?.broadcast_mul(weight)?)
 }
 
-/// A linear map `y = x · Wᵀ (+ b)` with `W` stored `[out, in]` (PyTorch layout).
+/// A linear map `y = x · Wᵀ (+ b)` with `W` given `[out, in]` (PyTorch layout).
+///
+/// On the CPU in f32 the weight is kept in [`PackedMatrix`] panels (instead of, not beside,
+/// the `[out, in]` tensor) and every product runs the panel kernel; elsewhere it stays a candle
+/// tensor and goes through [`matmul_t`].
 #[derive(Debug, Clone)]
 pub struct Linear {
-    /// `[out, in]`.
-    pub weight: Tensor,
+    weight: Weight,
     /// `[out]`, if the layer has a bias.
-    pub bias: Option<Tensor>,
+    bias: Option<Tensor>,
+}
+
+#[derive(Debug, Clone)]
+enum Weight {
+    Tensor(Tensor),
+    /// The packed weight and the bias on the host.
+    Packed(Arc<PackedMatrix>, Option<Arc<Vec<f32>>>),
 }
 
 impl Linear {
-    /// Apply to `x` of shape `[N, in]` (2-D), giving `[N, out]`.
+    /// `weight: [out, in]`, `bias: [out]`. Errors: `bad-shape` for a weight that is not 2-D
+    /// or a bias that is not `[out]`.
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
+        let &[out, d_in] = weight.dims() else {
+            return Err(Error::bad_shape(
+                "weight",
+                format!("{:?}: a linear weight is [out, in]", weight.dims()),
+            ));
+        };
+        if let Some(b) = bias.as_ref().filter(|b| b.dims() != [out]) {
+            return Err(Error::bad_shape(
+                "bias",
+                format!("{:?} for a weight of {out} outputs", b.dims()),
+            ));
+        }
+        let host = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+        if !host(&weight) || bias.as_ref().is_some_and(|b| !host(b)) {
+            return Ok(Self {
+                weight: Weight::Tensor(weight),
+                bias,
+            });
+        }
+        let w = weight.flatten_all()?.to_vec1::<f32>()?;
+        let packed = PackedMatrix::pack(&w, out, d_in)
+            .ok_or_else(|| Error::bad_shape("weight", "data does not fill [out, in]"))?;
+        let b = bias
+            .as_ref()
+            .map(|b| b.to_vec1::<f32>().map(Arc::new))
+            .transpose()?;
+        Ok(Self {
+            weight: Weight::Packed(Arc::new(packed), b),
+            bias,
+        })
+    }
+
+    /// Apply to `x` of shape `[.., in]`, giving `[.., out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        matmul_t(x, &self.weight, self.bias.as_ref())
+        match &self.weight {
+            Weight::Packed(w, b) if x.device().is_cpu() && x.dtype() == DType::F32 => {
+                let dims = x.dims();
+                let d_in = dims.last().copied().unwrap_or(0);
+                if dims.len() < 2 || d_in != w.cols() {
+                    return Err(Error::bad_shape(
+                        "x",
+                        format!("{dims:?} into a linear map of {} inputs", w.cols()),
+                    ));
+                }
+                let n = x.elem_count() / d_in.max(1);
+                let xs = x.flatten_all()?.to_vec1::<f32>()?;
+                let y = w
+                    .matmul(&xs, n, b.as_deref().map(Vec::as_slice))
+                    .ok_or_else(|| Error::bad_shape("x", "does not fill [.., in]"))?;
+                let mut shape = dims.to_vec();
+                if let Some(last) = shape.last_mut() {
+                    *last = w.rows();
+                }
+                Ok(Tensor::from_vec(y, shape, x.device())?)
+            }
+            _ => matmul_t(x, &self.weight()?, self.bias.as_ref()),
+        }
+    }
+
+    /// The weight as a `[out, in]` tensor (unpacked into a new tensor when packed).
+    pub fn weight(&self) -> Result<Tensor> {
+        Ok(match &self.weight {
+            Weight::Tensor(t) => t.clone(),
+            Weight::Packed(w, _) => {
+                Tensor::from_vec(w.unpack(), (w.rows(), w.cols()), &Device::Cpu)?
+            }
+        })
+    }
+
+    /// The bias, if the layer has one.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
     }
 
     /// Output width.
     pub fn out_dim(&self) -> usize {
-        self.weight.dims().first().copied().unwrap_or(0)
+        match &self.weight {
+            Weight::Tensor(t) => t.dims().first().copied().unwrap_or(0),
+            Weight::Packed(w, _) => w.rows(),
+        }
     }
 }
 
@@ -254,6 +357,9 @@ impl Rope {
 /// `q` is `[Q, heads, hd]`; `k`, `v` are `[kv_heads, S, hd]` (keys already normed and rotated).
 /// Query head `h` reads key/value head `h / (heads / kv_heads)`. Returns `[Q, heads·hd]`.
 pub fn gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    if let Some(y) = fused::gqa_attention(q, k, v, scale) {
+        return y;
+    }
     let (q_len, heads, hd) = q.dims3()?;
     let kv_heads = k.dims()[0];
     let groups = heads / kv_heads.max(1);

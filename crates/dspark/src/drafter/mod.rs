@@ -15,11 +15,13 @@
 //! [`cache`] ([`DraftState`]),
 //! [`weights`] (safetensors → `f32` tensors, [`SharedWeights`]), [`qwen3`] ([`Qwen3Drafter`]).
 
+pub(crate) mod attention;
 pub mod cache;
 pub(crate) mod decoder;
 mod forward;
 mod fused;
 pub mod layers;
+pub mod packed;
 pub mod qwen3;
 pub mod weights;
 

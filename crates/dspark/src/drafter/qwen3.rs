@@ -54,6 +54,8 @@ pub struct Qwen3Drafter {
     pub(crate) norm: Tensor,
     /// `[V_d, H]`.
     pub(crate) lm_head: Tensor,
+    /// `lm_head` packed for the CPU kernel (see [`crate::drafter::layers::output_head`]).
+    pub(crate) head: Option<Linear>,
     /// `[V_in · r]` on the host (the Markov kernel reads host memory).
     pub(crate) markov_w1: Vec<f32>,
     /// `[V_d · r]` on the host.
@@ -229,6 +231,7 @@ impl Qwen3Drafter {
             device: device.clone(),
             embed,
             layers,
+            head: crate::drafter::layers::output_head(&lm_head)?,
             lm_head,
             markov_w1,
             markov_w2,

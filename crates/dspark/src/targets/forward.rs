@@ -199,7 +199,10 @@ impl Qwen3Target {
                 (sel, slots)
             }
         };
-        let logits = matmul_t(&selected, &self.lm_head_logical, None)?;
+        let logits = match &self.head {
+            Some(head) => head.forward(&selected)?,
+            None => matmul_t(&selected, &self.lm_head_logical, None)?,
+        };
         let logits = scatter(&logits, &slots, (b_n, out_rows, v))?;
         let hidden = if capture.is_empty() {
             Tensor::zeros((b_n, width, 0), DType::F32, &self.device)?

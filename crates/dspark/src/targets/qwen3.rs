@@ -16,7 +16,7 @@ use crate::checkpoint::shapes::{EMBED, LM_HEAD};
 use crate::config::TargetSpec;
 use crate::drafter::SharedWeights;
 use crate::drafter::decoder::{Heads, Layer, Take};
-use crate::drafter::layers::Rope;
+use crate::drafter::layers::{Linear, Rope, output_head};
 use crate::drafter::weights::TensorReader;
 use crate::error::{Error, Result};
 use crate::speculator::{TargetInput, TargetModel, TargetOutput};
@@ -34,6 +34,8 @@ pub struct Qwen3Target {
     pub(crate) lm_head: Tensor,
     /// The first `V_t` rows of `lm_head` (a view).
     pub(crate) lm_head_logical: Tensor,
+    /// `lm_head_logical` packed for the CPU kernel (see [`output_head`]).
+    pub(crate) head: Option<Linear>,
     pub(crate) rope: Rope,
 }
 
@@ -172,9 +174,11 @@ impl Qwen3Target {
                 config.attention_bias,
             )?);
         }
+        let lm_head_logical = lm_head.narrow(0, 0, config.vocab_size)?;
         Ok(Self {
             norm: t.get("model.norm.weight")?,
-            lm_head_logical: lm_head.narrow(0, 0, config.vocab_size)?,
+            head: output_head(&lm_head_logical)?,
+            lm_head_logical,
             lm_head,
             embed,
             layers,

@@ -1,0 +1,210 @@
+//! Attention on the CPU as two panel products: scores `Q·Kᵀ`, then `P·V`.
+//!
+//! For one key/value head, every query row that reads it (all query heads of its group, all
+//! new tokens) is one row of `Q: [M, hd]`. The keys are packed once per call into
+//! [`PackedMatrix`] panels of 16 keys and the values into panels of 16 head dimensions, so
+//! both products run the register-tiled kernel of [`super::packed`]: each key and value is read
+//! once for up to 12 query rows, with no horizontal sums (a verification's `K + 1` queries ×
+//! the group's heads share one pass over the cache). Rows are processed in chunks so the score
+//! matrix stays small for long prefills.
+
+use super::packed::PackedMatrix;
+use crate::sampling::fastmath::{Unfused, exp_with};
+
+/// Score values (rows × keys) per chunk of query rows at most.
+const SCORES_PER_CHUNK: usize = 1 << 20;
+
+/// One key/value head's cache, read as `[S, hd]` rows at a stride.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadView<'a> {
+    /// Storage holding the rows (`row j` starts at `j · stride`).
+    pub(crate) data: &'a [f32],
+    /// Values between consecutive rows.
+    pub(crate) stride: usize,
+    /// Rows (keys).
+    pub(crate) rows: usize,
+}
+
+impl<'a> HeadView<'a> {
+    /// Rows `j` at `data[offset + j · stride ..]`.
+    pub(crate) fn new(data: &'a [f32], offset: usize, stride: usize, rows: usize) -> Self {
+        Self {
+            data: &data[offset.min(data.len())..],
+            stride,
+            rows,
+        }
+    }
+
+    fn at(&self, j: usize, d: usize) -> f32 {
+        self.data[j * self.stride + d]
+    }
+}
+
+/// `softmax(scale · q·kᵀ) · v` for `m` query rows `q: [m, hd]` against the keys and values of
+/// one head; row `i` sees the first `visible(i)` keys (at least one, at most `S`). Returns
+/// `[m, hd]`. `k` and `v` must hold `S` rows of `hd` values (callers check shapes).
+pub(crate) fn attend_head(
+    q: &[f32],
+    m: usize,
+    hd: usize,
+    k: HeadView<'_>,
+    v: HeadView<'_>,
+    scale: f32,
+    visible: impl Fn(usize) -> usize,
+) -> Vec<f32> {
+    let s = k.rows;
+    let kp = PackedMatrix::pack_with(s, hd, |j, d| k.at(j, d));
+    let vt = PackedMatrix::pack_with(hd, s, |d, j| v.at(j, d));
+    let mut out = Vec::with_capacity(m * hd);
+    let chunk = (SCORES_PER_CHUNK / s.max(1)).clamp(1, m.max(1));
+    let mut i0 = 0;
+    while i0 < m {
+        let rows = chunk.min(m - i0);
+        let qs = &q[i0 * hd..(i0 + rows) * hd];
+        let mut scores = kp.matmul(qs, rows, None).unwrap_or_default();
+        for (r, row) in scores.chunks_exact_mut(s.max(1)).enumerate() {
+            softmax_prefix(row, visible(i0 + r).clamp(1, s), scale);
+        }
+        out.extend(vt.matmul(&scores, rows, None).unwrap_or_default());
+        i0 += rows;
+    }
+    out
+}
+
+/// Grouped-query attention of `q: [Q, heads, hd]` (row-major): query head `h` reads key/value
+/// head `h / (heads / kv_heads)`, whose cache `kv(head)` gives; query `i` sees the first
+/// `visible(i)` keys. Returns `[Q, heads · hd]`. `heads` must be a multiple of `kv_heads`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grouped<'a>(
+    q: &[f32],
+    q_len: usize,
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+    kv: impl Fn(usize) -> (HeadView<'a>, HeadView<'a>),
+    scale: f32,
+    visible: impl Fn(usize) -> usize,
+) -> Vec<f32> {
+    let groups = heads / kv_heads.max(1);
+    let mut out = vec![0f32; q_len * heads * hd];
+    let mut rows = Vec::with_capacity(groups * q_len * hd);
+    for kh in 0..kv_heads {
+        // Rows `(g, i)`: query `i` of head `kh·groups + g`.
+        rows.clear();
+        for g in 0..groups {
+            for i in 0..q_len {
+                let at = (i * heads + kh * groups + g) * hd;
+                rows.extend_from_slice(&q[at..at + hd]);
+            }
+        }
+        let (k, v) = kv(kh);
+        let o = attend_head(&rows, groups * q_len, hd, k, v, scale, |r| {
+            visible(r % q_len)
+        });
+        for (r, src) in o.chunks_exact(hd).enumerate() {
+            let (g, i) = (r / q_len, r % q_len);
+            let at = (i * heads + kh * groups + g) * hd;
+            out[at..at + hd].copy_from_slice(src);
+        }
+    }
+    out
+}
+
+/// `row[..n] = softmax(scale · row[..n])`, `row[n..] = 0`.
+fn softmax_prefix(row: &mut [f32], n: usize, scale: f32) {
+    let (live, masked) = row.split_at_mut(n);
+    masked.fill(0.0);
+    let max = live.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x)) * scale;
+    let mut sum = 0f32;
+    for x in live.iter_mut() {
+        *x = exp_with::<Unfused>(*x * scale - max);
+        sum += *x;
+    }
+    let inv = sum.recip();
+    for x in live.iter_mut() {
+        *x *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
+                h as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_a_direct_softmax_with_strided_heads_and_causal_rows() {
+        let (s, hd, stride, m) = (37, 24, 72, 5);
+        let (k, v, q) = (
+            values(s * stride, 1),
+            values(s * stride, 2),
+            values(m * hd, 3),
+        );
+        let off = 24; // the second of three heads
+        fn kv(d: &[f32], off: usize, stride: usize, rows: usize) -> HeadView<'_> {
+            HeadView {
+                data: &d[off..],
+                stride,
+                rows,
+            }
+        }
+        let past = s - m;
+        let got = attend_head(
+            &q,
+            m,
+            hd,
+            kv(&k, off, stride, s),
+            kv(&v, off, stride, s),
+            0.3,
+            |i| past + i + 1,
+        );
+        for i in 0..m {
+            let n = past + i + 1;
+            let sc: Vec<f64> = (0..n)
+                .map(|j| {
+                    0.3 * (0..hd)
+                        .map(|d| f64::from(q[i * hd + d]) * f64::from(k[off + j * stride + d]))
+                        .sum::<f64>()
+                })
+                .collect();
+            let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for d in 0..hd {
+                let want: f64 = (0..n)
+                    .map(|j| e[j] / z * f64::from(v[off + j * stride + d]))
+                    .sum();
+                let g = f64::from(got[i * hd + d]);
+                assert!((g - want).abs() < 1e-5, "row {i} dim {d}: {g} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn long_prefills_are_chunked_without_changing_rows() {
+        // Enough rows × keys to need several chunks of scores.
+        let (s, hd) = (1100, 16);
+        let m = s;
+        let (k, v, q) = (values(s * hd, 4), values(s * hd, 5), values(m * hd, 6));
+        fn view(data: &[f32]) -> HeadView<'_> {
+            HeadView {
+                data,
+                stride: 16,
+                rows: 1100,
+            }
+        }
+        let all = attend_head(&q, m, hd, view(&k), view(&v), 0.25, |i| i + 1);
+        let last = attend_head(&q[(m - 1) * hd..], 1, hd, view(&k), view(&v), 0.25, |_| s);
+        assert_eq!(&all[(m - 1) * hd..], &last[..]);
+        let first = attend_head(&q[..hd], 1, hd, view(&k), view(&v), 0.25, |_| 1);
+        assert_eq!(&all[..hd], &v[..hd]);
+        assert_eq!(first, v[..hd].to_vec());
+    }
+}

@@ -1,0 +1,522 @@
+//! Weights packed in column panels, for the CPU products of a decode or verify step.
+//!
+//! A speculative round multiplies a few rows (one token per request, or `K + 1` for a
+//! verification) by every weight of the model. [`PackedMatrix`] stores `W: [out, in]` as
+//! `⌈out / 16⌉` panels of `[in, 16]` (16 consecutive output rows interleaved, zero-padded), so
+//! a register tile multiplies up to [`TILE_ROWS`] input rows by several panels at once: per
+//! input column `k`, one vector load of each panel and one broadcast of each input row feed
+//! `rows × panels` fused multiply-adds, and every output is a lane of an accumulator, with no
+//! horizontal sum. The weight is read once per call (a panel group stays in L2 while the input
+//! tiles pass over it), and the packed form replaces the `[out, in]` one: no extra memory.
+//!
+//! Every output accumulates `acc = fma(w[k], x[k], acc)` for `k` ascending from `0.0` (then
+//! `+ bias`), so the AVX-512, AVX2 and portable kernels give the same bits on every machine.
+//! Large products (prefill) split the panels over the thread pool under the policy of
+//! [`crate::threads`].
+
+use rayon::prelude::*;
+
+use super::layers::PAR_MIN_MACS;
+
+/// Output rows per panel (one AVX-512 vector, two AVX2 vectors).
+pub const PANEL: usize = 16;
+
+/// Input rows per register tile at most (`n` rows are split into balanced tiles).
+pub const TILE_ROWS: usize = 12;
+
+/// Panels per AVX-512 register tile: up to 6 rows × 4 panels or 12 rows × 2 panels (24
+/// accumulators of the 32 registers).
+const PANELS_512: usize = 4;
+
+/// How many groups ahead the kernels prefetch.
+const AHEAD: usize = 2;
+
+/// `(panels per group, rows per tile at most)` of `kernel` for `n` input rows. A product of up
+/// to 12 rows (a verification of `K ≤ 11`) is one tile, so each weight line is read once,
+/// straight into the FMAs that use it.
+fn tiling(kernel: Kernel, n: usize) -> (usize, usize) {
+    match kernel {
+        Kernel::Avx512 if n <= 6 => (PANELS_512, 6),
+        Kernel::Avx512 => (2, TILE_ROWS),
+        Kernel::Avx2 | Kernel::Portable => (1, 6),
+    }
+}
+
+/// `W: [rows, cols]` in panel layout (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackedMatrix {
+    rows: usize,
+    cols: usize,
+    /// `⌈rows / PANEL⌉ · cols · PANEL` values: panel `p`, column `k`, lane `j` holds
+    /// `W[p·PANEL + j, k]` (zero past `rows`).
+    data: Vec<f32>,
+}
+
+/// Which kernel runs a product (all give the same bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX-512F: tiles of up to 6 rows × 4 panels.
+    Avx512,
+    /// AVX2 + FMA: tiles of up to 6 rows × 1 panel.
+    Avx2,
+    /// Plain Rust (`f32::mul_add`).
+    Portable,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU runs.
+    pub fn best() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::sampling::fastmath::has_avx512() {
+                return Self::Avx512;
+            }
+            if crate::sampling::fastmath::has_avx2() {
+                return Self::Avx2;
+            }
+        }
+        Self::Portable
+    }
+
+    /// Whether this CPU runs `self`.
+    pub fn available(self) -> bool {
+        match self {
+            Self::Portable => true,
+            Self::Avx2 => matches!(Self::best(), Self::Avx2 | Self::Avx512),
+            Self::Avx512 => Self::best() == Self::Avx512,
+        }
+    }
+}
+
+impl PackedMatrix {
+    /// Pack row-major `w: [rows, cols]`; `None` when `w.len() != rows · cols`.
+    pub fn pack(w: &[f32], rows: usize, cols: usize) -> Option<Self> {
+        if rows.checked_mul(cols) != Some(w.len()) {
+            return None;
+        }
+        Some(Self::pack_with(rows, cols, |o, k| w[o * cols + k]))
+    }
+
+    /// Pack the `[rows, cols]` matrix whose element `(o, k)` is `at(o, k)`.
+    pub fn pack_with(rows: usize, cols: usize, at: impl Fn(usize, usize) -> f32) -> Self {
+        let panels = rows.div_ceil(PANEL);
+        let mut data = vec![0f32; panels * cols * PANEL];
+        for (p, panel) in data.chunks_exact_mut((cols * PANEL).max(1)).enumerate() {
+            for j in 0..PANEL.min(rows - p * PANEL) {
+                let o = p * PANEL + j;
+                for k in 0..cols {
+                    panel[k * PANEL + j] = at(o, k);
+                }
+            }
+        }
+        Self { rows, cols, data }
+    }
+
+    /// Output rows (`out`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input columns (`in`).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The row-major `[rows, cols]` matrix back.
+    pub fn unpack(&self) -> Vec<f32> {
+        let mut w = vec![0f32; self.rows * self.cols];
+        for (o, dst) in w.chunks_exact_mut(self.cols.max(1)).enumerate() {
+            let (p, j) = (o / PANEL, o % PANEL);
+            let panel = &self.data[p * self.cols * PANEL..];
+            for (k, d) in dst.iter_mut().enumerate() {
+                *d = panel[k * PANEL + j];
+            }
+        }
+        w
+    }
+
+    /// `y = x · Wᵀ (+ bias)` for row-major `x: [n, cols]`, giving row-major `[n, rows]`, with
+    /// the fastest kernel. `None` when `x.len() != n · cols` or `bias` is not `rows` long.
+    pub fn matmul(&self, x: &[f32], n: usize, bias: Option<&[f32]>) -> Option<Vec<f32>> {
+        self.matmul_with(Kernel::best(), x, n, bias)
+    }
+
+    /// [`Self::matmul`] with a chosen kernel (the portable one when `kernel` is not
+    /// [available](Kernel::available)).
+    pub fn matmul_with(
+        &self,
+        kernel: Kernel,
+        x: &[f32],
+        n: usize,
+        bias: Option<&[f32]>,
+    ) -> Option<Vec<f32>> {
+        let kernel = if kernel.available() {
+            kernel
+        } else {
+            Kernel::Portable
+        };
+        if n.checked_mul(self.cols) != Some(x.len()) || bias.is_some_and(|b| b.len() != self.rows) {
+            return None;
+        }
+        let (rows, cols) = (self.rows, self.cols);
+        let panels = rows.div_ceil(PANEL);
+        // Panel-major result `[panel][n][PANEL]`: every task writes whole panels.
+        let mut yp = vec![0f32; panels * n * PANEL];
+        let work = n.saturating_mul(rows).saturating_mul(cols);
+        if panels > 1 && work >= PAR_MIN_MACS && crate::threads::use_pool(work) {
+            let per = panels
+                .div_ceil(rayon::current_num_threads() * 4)
+                .next_multiple_of(PANELS_512);
+            yp.par_chunks_mut(per * n * PANEL)
+                .enumerate()
+                .for_each(|(c, out)| self.panels_into(kernel, x, n, c * per, out));
+        } else {
+            self.panels_into(kernel, x, n, 0, &mut yp);
+        }
+        let mut y = vec![0f32; n * rows];
+        for (p, block) in yp.chunks_exact(n * PANEL).enumerate() {
+            let (o0, width) = (p * PANEL, PANEL.min(rows - p * PANEL));
+            for (i, lanes) in block.chunks_exact(PANEL).enumerate() {
+                let dst = &mut y[i * rows + o0..i * rows + o0 + width];
+                match bias {
+                    Some(b) => {
+                        for ((d, &a), &b) in dst.iter_mut().zip(lanes).zip(&b[o0..o0 + width]) {
+                            *d = a + b;
+                        }
+                    }
+                    None => dst.copy_from_slice(&lanes[..width]),
+                }
+            }
+        }
+        Some(y)
+    }
+
+    /// Panels `p0 ..` (as many as `out` holds, `[panel][n][PANEL]`) of `x · Wᵀ`.
+    fn panels_into(&self, kernel: Kernel, x: &[f32], n: usize, p0: usize, out: &mut [f32]) {
+        let cols = self.cols;
+        let stride = cols * PANEL;
+        let (group, max_rows) = tiling(kernel, n);
+        for (g, block) in out.chunks_mut(group * n * PANEL).enumerate() {
+            let p = p0 + g * group;
+            let np = block.len() / (n * PANEL);
+            let w = &self.data[p * stride..(p + np) * stride];
+            // The first tile streams the group after next towards L1 as it goes (the hardware
+            // prefetcher alone leaves the FMAs waiting on memory at 7–12 rows).
+            let next = &self.data[((p + AHEAD * np) * stride).min(self.data.len())..];
+            let next = &next[..next.len().min(np * stride)];
+            let tiles = n.div_ceil(max_rows);
+            let mut i0 = 0;
+            for t in 0..tiles {
+                let m = n / tiles + usize::from(t < n % tiles);
+                let xs = &x[i0 * cols..(i0 + m) * cols];
+                let ahead = if t == 0 { next } else { &[] };
+                tile(kernel, w, np, cols, xs, m, block, n, i0, ahead);
+                i0 += m;
+            }
+        }
+    }
+}
+
+/// `m` rows `xs` × `np` panels `w` into `out[r][i0 + q][..]` (`out` holds `np` panels of `n`
+/// rows), prefetching `ahead` (the next panels, or nothing) on the way. Dispatches to a
+/// monomorphized kernel.
+#[allow(clippy::too_many_arguments)]
+fn tile(
+    kernel: Kernel,
+    w: &[f32],
+    np: usize,
+    cols: usize,
+    xs: &[f32],
+    m: usize,
+    out: &mut [f32],
+    n: usize,
+    i0: usize,
+    ahead: &[f32],
+) {
+    debug_assert!(w.len() == np * cols * PANEL && xs.len() == m * cols);
+    debug_assert!(out.len() == np * n * PANEL && i0 + m <= n && m <= TILE_ROWS);
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => {
+            macro_rules! go {
+                ($($m:literal),*) => {
+                    match (m, np) {
+                        $(
+                            ($m, 4) => x86::tile512::<$m, 4>(w, cols, xs, out, n, i0, ahead),
+                            ($m, 3) => x86::tile512::<$m, 3>(w, cols, xs, out, n, i0, ahead),
+                            ($m, 2) => x86::tile512::<$m, 2>(w, cols, xs, out, n, i0, ahead),
+                            ($m, _) => x86::tile512::<$m, 1>(w, cols, xs, out, n, i0, ahead),
+                        )*
+                        _ => {}
+                    }
+                };
+            }
+            macro_rules! go_wide {
+                ($($m:literal),*) => {
+                    match (m, np) {
+                        $(
+                            ($m, 2) => x86::tile512::<$m, 2>(w, cols, xs, out, n, i0, ahead),
+                            ($m, _) => x86::tile512::<$m, 1>(w, cols, xs, out, n, i0, ahead),
+                        )*
+                        _ => {}
+                    }
+                };
+            }
+            // SAFETY: `Kernel::Avx512` is only chosen when the CPU supports AVX-512F; the
+            // shapes are the ones asserted above.
+            unsafe {
+                if m <= 6 {
+                    go!(1, 2, 3, 4, 5, 6)
+                } else {
+                    go_wide!(7, 8, 9, 10, 11, 12)
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => {
+            // SAFETY: `Kernel::Avx2` is only chosen when the CPU supports AVX2 and FMA.
+            unsafe {
+                match m {
+                    1 => x86::tile256::<1>(w, cols, xs, out, n, i0, ahead),
+                    2 => x86::tile256::<2>(w, cols, xs, out, n, i0, ahead),
+                    3 => x86::tile256::<3>(w, cols, xs, out, n, i0, ahead),
+                    4 => x86::tile256::<4>(w, cols, xs, out, n, i0, ahead),
+                    5 => x86::tile256::<5>(w, cols, xs, out, n, i0, ahead),
+                    _ => x86::tile256::<6>(w, cols, xs, out, n, i0, ahead),
+                }
+            }
+        }
+        _ => {
+            let _ = ahead;
+            tile_portable(w, np, cols, xs, m, out, n, i0)
+        }
+    }
+}
+
+/// Plain-Rust tile (any `m`, `np`).
+#[allow(clippy::too_many_arguments)]
+fn tile_portable(
+    w: &[f32],
+    np: usize,
+    cols: usize,
+    xs: &[f32],
+    m: usize,
+    out: &mut [f32],
+    n: usize,
+    i0: usize,
+) {
+    for r in 0..np {
+        let panel = &w[r * cols * PANEL..(r + 1) * cols * PANEL];
+        for q in 0..m {
+            let x = &xs[q * cols..(q + 1) * cols];
+            let mut acc = [0f32; PANEL];
+            for (lanes, &xv) in panel.chunks_exact(PANEL).zip(x) {
+                for (a, &wv) in acc.iter_mut().zip(lanes) {
+                    *a = wv.mul_add(xv, *a);
+                }
+            }
+            let at = (r * n + i0 + q) * PANEL;
+            out[at..at + PANEL].copy_from_slice(&acc);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::PANEL;
+    use std::arch::x86_64::*;
+
+    /// `M` rows × `R` panels with AVX-512F.
+    ///
+    /// # Safety
+    /// AVX-512F must be available; `w` holds `R·cols·PANEL` values, `xs` `M·cols`, `out`
+    /// `R·n·PANEL` with `i0 + M <= n`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile512<const M: usize, const R: usize>(
+        w: &[f32],
+        cols: usize,
+        xs: &[f32],
+        out: &mut [f32],
+        n: usize,
+        i0: usize,
+        ahead: &[f32],
+    ) {
+        debug_assert!(w.len() >= R * cols * PANEL && xs.len() >= M * cols);
+        debug_assert!(out.len() >= R * n * PANEL && i0 + M <= n);
+        let (wp, xp, op) = (w.as_ptr(), xs.as_ptr(), out.as_mut_ptr());
+        let mut acc = [[_mm512_setzero_ps(); R]; M];
+        // One cache line of `ahead` per panel line read: the next group arrives as this ends.
+        let (ap, lines) = (ahead.as_ptr(), ahead.len() / PANEL);
+        for k in 0..cols {
+            for l in 0..R {
+                let line = k * R + l;
+                if line < lines {
+                    // SAFETY: a prefetch never faults, and `line·PANEL < ahead.len()`.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(line * PANEL).cast()) };
+                }
+            }
+            // SAFETY: `(r·cols + k)·PANEL + PANEL <= R·cols·PANEL` and `q·cols + k < M·cols`.
+            unsafe {
+                let mut wv = [_mm512_setzero_ps(); R];
+                for (r, v) in wv.iter_mut().enumerate() {
+                    *v = _mm512_loadu_ps(wp.add((r * cols + k) * PANEL));
+                }
+                for (q, aq) in acc.iter_mut().enumerate() {
+                    let xb = _mm512_set1_ps(*xp.add(q * cols + k));
+                    for (a, v) in aq.iter_mut().zip(&wv) {
+                        *a = _mm512_fmadd_ps(*v, xb, *a);
+                    }
+                }
+            }
+        }
+        for (q, aq) in acc.iter().enumerate() {
+            for (r, a) in aq.iter().enumerate() {
+                // SAFETY: `(r·n + i0 + q)·PANEL + PANEL <= R·n·PANEL`.
+                unsafe { _mm512_storeu_ps(op.add((r * n + i0 + q) * PANEL), *a) };
+            }
+        }
+    }
+
+    /// `M` rows × 1 panel (two 8-lane halves) with AVX2 + FMA.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available; `w` holds `cols·PANEL` values, `xs` `M·cols`, `out`
+    /// `n·PANEL` with `i0 + M <= n`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile256<const M: usize>(
+        w: &[f32],
+        cols: usize,
+        xs: &[f32],
+        out: &mut [f32],
+        n: usize,
+        i0: usize,
+        ahead: &[f32],
+    ) {
+        debug_assert!(w.len() >= cols * PANEL && xs.len() >= M * cols);
+        debug_assert!(out.len() >= n * PANEL && i0 + M <= n);
+        let (wp, xp, op) = (w.as_ptr(), xs.as_ptr(), out.as_mut_ptr());
+        let mut acc = [[_mm256_setzero_ps(); 2]; M];
+        let (ap, lines) = (ahead.as_ptr(), ahead.len() / PANEL);
+        for k in 0..cols {
+            if k < lines {
+                // SAFETY: a prefetch never faults, and `k·PANEL < ahead.len()`.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(k * PANEL).cast()) };
+            }
+            // SAFETY: `k·PANEL + PANEL <= cols·PANEL` and `q·cols + k < M·cols`.
+            unsafe {
+                let lo = _mm256_loadu_ps(wp.add(k * PANEL));
+                let hi = _mm256_loadu_ps(wp.add(k * PANEL + 8));
+                for (q, aq) in acc.iter_mut().enumerate() {
+                    let xb = _mm256_set1_ps(*xp.add(q * cols + k));
+                    aq[0] = _mm256_fmadd_ps(lo, xb, aq[0]);
+                    aq[1] = _mm256_fmadd_ps(hi, xb, aq[1]);
+                }
+            }
+        }
+        for (q, aq) in acc.iter().enumerate() {
+            // SAFETY: `(i0 + q)·PANEL + PANEL <= n·PANEL`.
+            unsafe {
+                let at = op.add((i0 + q) * PANEL);
+                _mm256_storeu_ps(at, aq[0]);
+                _mm256_storeu_ps(at.add(8), aq[1]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
+                h as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    /// `x · Wᵀ (+ b)` in f64, the oracle.
+    fn reference(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f64> {
+        let mut y = vec![0f64; n * rows];
+        for i in 0..n {
+            for o in 0..rows {
+                y[i * rows + o] = (0..cols)
+                    .map(|k| f64::from(w[o * cols + k]) * f64::from(x[i * cols + k]))
+                    .sum();
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn pack_round_trips_and_rejects_bad_lengths() {
+        for (rows, cols) in [(1, 1), (5, 3), (16, 7), (17, 2), (33, 40)] {
+            let w = values(rows * cols, 3);
+            let p = PackedMatrix::pack(&w, rows, cols).unwrap();
+            assert_eq!(p.unpack(), w);
+            assert_eq!((p.rows(), p.cols()), (rows, cols));
+        }
+        assert!(PackedMatrix::pack(&[1.0; 5], 2, 3).is_none());
+        let p = PackedMatrix::pack(&[1.0; 6], 2, 3).unwrap();
+        assert!(p.matmul(&[1.0; 5], 2, None).is_none());
+        assert!(p.matmul(&[1.0; 6], 2, Some(&[0.0; 3])).is_none());
+    }
+
+    #[test]
+    fn every_kernel_matches_the_oracle_and_each_other_bit_for_bit() {
+        // Row counts around panel and panel-group edges, row counts around tile splits.
+        for (rows, cols) in [
+            (1, 5),
+            (15, 8),
+            (16, 16),
+            (17, 9),
+            (64, 33),
+            (100, 24),
+            (131, 3),
+        ] {
+            let w = values(rows * cols, 11);
+            let p = PackedMatrix::pack(&w, rows, cols).unwrap();
+            let bias = values(rows, 5);
+            for n in [1, 2, 5, 6, 7, 9, 13, 40] {
+                let x = values(n * cols, n as u32);
+                let want = reference(&w, rows, cols, &x, n);
+                let port = p.matmul_with(Kernel::Portable, &x, n, None).unwrap();
+                for (a, b) in port.iter().zip(&want) {
+                    assert!(
+                        (f64::from(*a) - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                        "{a} vs {b}"
+                    );
+                }
+                for k in [Kernel::Avx2, Kernel::Avx512] {
+                    let got = p.matmul_with(k, &x, n, None).unwrap();
+                    assert_eq!(got, port, "{k:?} rows {rows} cols {cols} n {n}");
+                }
+                let with_bias = p.matmul(&x, n, Some(&bias)).unwrap();
+                for (i, row) in with_bias.chunks(rows).enumerate() {
+                    for (o, v) in row.iter().enumerate() {
+                        assert_eq!(*v, port[i * rows + o] + bias[o]);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_pool_split_gives_the_same_bits() {
+        // Enough work to cross PAR_MIN_MACS, so the panels are split over the pool.
+        let (rows, cols, n) = (1000, 512, 20);
+        assert!(rows * cols * n >= PAR_MIN_MACS);
+        let w = values(rows * cols, 1);
+        let p = PackedMatrix::pack(&w, rows, cols).unwrap();
+        let x = values(n * cols, 2);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let split = pool.install(|| p.matmul(&x, n, None).unwrap());
+        let inline = p.matmul_with(Kernel::Portable, &x, n, None).unwrap();
+        assert_eq!(split, inline);
+    }
+}
