@@ -1,7 +1,8 @@
 //! Criterion benches of the engine on the bundled tiny pair (CPU): one native Qwen3 target
 //! forward over `S` new tokens after a 64-token context (S = 1 is an autoregressive step, S = 9 a
 //! K = 8 verification), and one drafter proposal. These two are a speculative round's cost, so
-//! they are where a change to the matmul micro-kernel or the decoder layer shows first.
+//! they are where a change to the matmul micro-kernel or the decoder layer shows first. Every
+//! call runs inside [`dspark::threads::in_round`], under the thread policy of a round.
 //!
 //! Run: `cargo bench -p dspark-benches --bench engine -- --warm-up-time 1 --measurement-time 3`
 
@@ -51,9 +52,11 @@ fn bench_target(c: &mut Criterion) {
                     num_tokens: &[s],
                     logits: LogitRows::All,
                 };
-                let out = target.forward(&mut cache, &input, &capture).unwrap();
-                target.truncate(&mut cache, &[CONTEXT]).unwrap();
-                black_box(out)
+                dspark::threads::in_round(|| {
+                    let out = target.forward(&mut cache, &input, &capture).unwrap();
+                    target.truncate(&mut cache, &[CONTEXT]).unwrap();
+                    black_box(out)
+                })
             })
         });
     }
@@ -79,7 +82,11 @@ fn bench_target(c: &mut Criterion) {
     drafter.extend(&mut state, &feats, 0).unwrap();
     let opts = ProposeOptions::default();
     c.bench_function("drafter_propose/b1_ctx64", |bch| {
-        bch.iter(|| black_box(drafter.propose_cached(&[&state], &[7], &opts).unwrap()))
+        bch.iter(|| {
+            dspark::threads::in_round(|| {
+                black_box(drafter.propose_cached(&[&state], &[7], &opts).unwrap())
+            })
+        })
     });
 }
 

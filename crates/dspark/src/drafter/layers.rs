@@ -3,13 +3,15 @@
 //! `default` and `linear` scaling), grouped-query attention without a mask (the drafter) and
 //! with a causal mask over a KV cache (the native target), and the SwiGLU MLP.
 //!
-//! A drafter round multiplies a handful of rows (`B·K` block slots) by each weight. General
-//! GEMM is a poor fit there: it repacks the whole weight on every call and splits a few
-//! microseconds of work over the thread pool. [`matmul_t`] (behind [`Linear::forward`], the
-//! lm_head and attention) therefore runs inputs of at most [`SMALL_ROWS`] rows (f32, CPU)
-//! through the register-blocked dot kernel of the Markov bias: each weight row is read once,
-//! straight from the tensor's storage, on the calling thread (split over the pool by column
-//! chunks only for large weights, from [`PAR_MIN_MACS`]).
+//! A round multiplies a handful of rows (`B·K` block slots, `K + 1` verified tokens) by each
+//! weight. General GEMM is a poor fit there: it repacks the whole weight on every call and
+//! splits a few microseconds of work over the thread pool. On the CPU in f32, [`Linear`] keeps
+//! its weight packed once, at load, for the panel kernel of [`super::packed`] (the output heads
+//! get a packed copy, [`output_head`]; attention runs through the same kernel). [`matmul_t`]
+//! remains for everything else: inputs of at most [`SMALL_ROWS`] rows (f32, CPU) go through the
+//! register-blocked dot kernel of the Markov bias (each weight row read once, straight from the
+//! tensor's storage; split over the pool by column chunks only for large weights, from
+//! [`PAR_MIN_MACS`]), the rest through candle's matmul.
 
 use candle_core::{CpuStorage, D, DType, Device, Storage, Tensor};
 use rayon::prelude::*;

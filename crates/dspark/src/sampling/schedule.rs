@@ -103,6 +103,25 @@ impl StepsPerSecond {
         Self::build(points, false)
     }
 
+    /// The table of whole rounds that also spend `seconds` outside the verify pass (drafting,
+    /// kernels): `SPS'(n) = 1 / (1/SPS(n) + seconds)`. The scheduler's objective `τ·SPS'` is
+    /// then tokens per second of the round, so a fixed per-round cost weighs in favour of
+    /// verifying more (fewer rounds). A non-finite or non-positive `seconds` leaves the table.
+    pub fn with_overhead(&self, seconds: f64) -> Self {
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return self.clone();
+        }
+        let points = self
+            .points
+            .iter()
+            .map(|&(n, v)| (n, 1.0 / (1.0 / v + seconds)))
+            .collect();
+        StepsPerSecond {
+            points,
+            step: self.step,
+        }
+    }
+
     /// `SPS(n)`. Past the last profiled size `N`, tokens/s is held constant:
     /// `SPS(n) = SPS(N)·N/n`.
     pub fn sps(&self, tokens: usize) -> f64 {
@@ -210,6 +229,22 @@ mod tests {
         assert!(StepsPerSecond::step(vec![]).is_err());
         assert!(StepsPerSecond::step(vec![(1, 1.0), (1, 2.0)]).is_err());
         assert!(StepsPerSecond::step(vec![(1, f64::NAN)]).is_err());
+    }
+
+    #[test]
+    fn overhead_makes_longer_verification_pay() {
+        // Verifying 4 tokens costs 2x one token: with survival 0.6, 0.36, 0.2 the scheduler
+        // stops early on the bare table, and admits more once a round also pays a fixed
+        // drafting cost as large as the one-token verify.
+        let s = StepsPerSecond::linear(vec![(1, 100.0), (4, 50.0)]).unwrap();
+        let c = [0.6, 0.6, 0.55];
+        let bare = schedule_lengths(&c, 1, 3, &s).unwrap();
+        let with = s.with_overhead(0.01);
+        assert!((with.sps(1) - 50.0).abs() < 1e-9 && (with.sps(4) - 100.0 / 3.0).abs() < 1e-9);
+        let longer = schedule_lengths(&c, 1, 3, &with).unwrap();
+        assert!(longer[0] > bare[0], "{bare:?} vs {longer:?}");
+        assert_eq!(s.with_overhead(f64::NAN), s);
+        assert_eq!(s.with_overhead(0.0), s);
     }
 
     #[test]

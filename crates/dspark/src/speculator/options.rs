@@ -14,7 +14,9 @@ pub enum VerifyPolicy {
     Scheduled(StepsPerSecond),
     /// The scheduler over a table measured on the target at first use
     /// ([`measure_steps_per_second`](super::measure_steps_per_second)), kept by the
-    /// speculator.
+    /// speculator, with each round's measured cost outside the verify pass (drafting,
+    /// kernels: the running mean of the call's earlier rounds) added
+    /// ([`StepsPerSecond::with_overhead`](crate::sampling::StepsPerSecond::with_overhead)).
     ScheduledMeasured,
     /// The pipelined variant: the capacity from the previous round's (stale) confidences, then
     /// the top slots by current survival.

@@ -365,7 +365,17 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
                     VerifyPolicy::Threshold(t) => threshold_lengths(&firsts, b, n, *t)?,
                     VerifyPolicy::Scheduled(sps) => schedule_lengths(&firsts, b, n, sps)?,
                     VerifyPolicy::ScheduledMeasured => {
+                        // The measured verify cost plus what this call's rounds spent so far
+                        // outside the target forward (drafting, kernels), per round.
+                        let st = &run.stats;
+                        let outside =
+                            (st.drafter_seconds + st.kernel_seconds) / st.rounds.max(1) as f64;
                         let sps = self.measured_table(b * (n + 1), n + 1)?;
+                        let sps = if st.rounds > 0 {
+                            sps.with_overhead(outside)
+                        } else {
+                            sps
+                        };
                         schedule_lengths(&firsts, b, n, &sps)?
                     }
                     VerifyPolicy::Pipelined(sps) => {
