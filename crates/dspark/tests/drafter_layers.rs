@@ -96,6 +96,8 @@ fn linear_uses_the_same_product() {
     // Leading dimensions are kept; a wrong width or a bias of the wrong length is a typed error.
     let x3 = randn(10, &[2, 3, 40]);
     assert_eq!(lin.forward(&x3).unwrap().dims(), [2, 3, 48]);
+    let empty = Tensor::zeros((0, 40), DType::F32, &Device::Cpu).unwrap();
+    assert_eq!(lin.forward(&empty).unwrap().dims(), [0, 48]);
     let err = lin.forward(&randn(11, &[2, 39])).unwrap_err();
     assert_eq!(err.code(), "bad-shape");
     let err = Linear::new(randn(7, &[48, 40]), Some(randn(8, &[47]))).unwrap_err();

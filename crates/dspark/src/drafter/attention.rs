@@ -63,7 +63,7 @@ pub(crate) fn attend_head(
         let qs = &q[i0 * hd..(i0 + rows) * hd];
         let mut scores = kp.matmul(qs, rows, None).unwrap_or_default();
         for (r, row) in scores.chunks_exact_mut(s.max(1)).enumerate() {
-            softmax_prefix(row, visible(i0 + r).clamp(1, s), scale);
+            softmax_prefix(row, visible(i0 + r).min(s).max(usize::from(s > 0)), scale);
         }
         out.extend(vt.matmul(&scores, rows, None).unwrap_or_default());
         i0 += rows;

@@ -123,7 +123,7 @@ impl Linear {
                         format!("{dims:?} into a linear map of {} inputs", w.cols()),
                     ));
                 }
-                let n = x.elem_count() / d_in.max(1);
+                let n = dims[..dims.len() - 1].iter().product();
                 let xs = x.flatten_all()?.to_vec1::<f32>()?;
                 let y = w
                     .matmul(&xs, n, b.as_deref().map(Vec::as_slice))

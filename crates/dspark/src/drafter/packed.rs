@@ -159,6 +159,9 @@ impl PackedMatrix {
             return None;
         }
         let (rows, cols) = (self.rows, self.cols);
+        if n == 0 || rows == 0 {
+            return Some(vec![0f32; n * rows]);
+        }
         let panels = rows.div_ceil(PANEL);
         // Panel-major result `[panel][n][PANEL]`: every task writes whole panels.
         let mut yp = vec![0f32; panels * n * PANEL];
@@ -459,6 +462,16 @@ mod tests {
             assert_eq!((p.rows(), p.cols()), (rows, cols));
         }
         assert!(PackedMatrix::pack(&[1.0; 5], 2, 3).is_none());
+        // Empty products: no rows in, no outputs, or no inputs (zeros).
+        let p = PackedMatrix::pack(&[1.0; 6], 2, 3).unwrap();
+        assert_eq!(p.matmul(&[], 0, None).unwrap(), Vec::<f32>::new());
+        let none = PackedMatrix::pack(&[], 0, 3).unwrap();
+        assert_eq!(none.matmul(&[1.0; 6], 2, None).unwrap(), Vec::<f32>::new());
+        let flat = PackedMatrix::pack(&[], 17, 0).unwrap();
+        assert_eq!(
+            flat.matmul(&[], 2, Some(&[1.0; 17])).unwrap(),
+            vec![1.0; 34]
+        );
         let p = PackedMatrix::pack(&[1.0; 6], 2, 3).unwrap();
         assert!(p.matmul(&[1.0; 5], 2, None).is_none());
         assert!(p.matmul(&[1.0; 6], 2, Some(&[0.0; 3])).is_none());
