@@ -9,7 +9,7 @@
 //! matrix stays small for long prefills.
 
 use super::packed::PackedMatrix;
-use crate::sampling::fastmath::{Unfused, exp_with};
+use crate::sampling::fastmath::exp_with;
 
 /// Score values (rows × keys) per chunk of query rows at most.
 const SCORES_PER_CHUNK: usize = 1 << 20;
@@ -34,10 +34,6 @@ impl<'a> HeadView<'a> {
             rows,
         }
     }
-
-    fn at(&self, j: usize, d: usize) -> f32 {
-        self.data[j * self.stride + d]
-    }
 }
 
 /// `softmax(scale · q·kᵀ) · v` for `m` query rows `q: [m, hd]` against the keys and values of
@@ -53,8 +49,8 @@ pub(crate) fn attend_head(
     visible: impl Fn(usize) -> usize,
 ) -> Vec<f32> {
     let s = k.rows;
-    let kp = PackedMatrix::pack_with(s, hd, |j, d| k.at(j, d));
-    let vt = PackedMatrix::pack_with(hd, s, |d, j| v.at(j, d));
+    let kp = PackedMatrix::pack_strided(k.data, k.stride, s, hd);
+    let vt = PackedMatrix::pack_transposed(v.data, v.stride, hd, s);
     let mut out = Vec::with_capacity(m * hd);
     let chunk = (SCORES_PER_CHUNK / s.max(1)).clamp(1, m.max(1));
     let mut i0 = 0;
@@ -115,14 +111,19 @@ fn softmax_prefix(row: &mut [f32], n: usize, scale: f32) {
     let (live, masked) = row.split_at_mut(n);
     masked.fill(0.0);
     let max = live.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x)) * scale;
-    let mut sum = 0f32;
-    for x in live.iter_mut() {
-        *x = exp_with::<Unfused>(*x * scale - max);
-        sum += *x;
-    }
-    let inv = sum.recip();
+    exp_shifted(live, scale, max);
+    let inv = live.iter().sum::<f32>().recip();
     for x in live.iter_mut() {
         *x *= inv;
+    }
+}
+
+crate::sampling::fastmath::multiversion! {
+    /// `x = exp(x · scale − max)` in place (vectorized, AVX2+FMA where the CPU has it).
+    fn exp_shifted<M>(x: &mut [f32], scale: f32, max: f32) {
+        for v in x.iter_mut() {
+            *v = exp_with::<M>(*v * scale - max);
+        }
     }
 }
 

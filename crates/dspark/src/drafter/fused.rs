@@ -14,7 +14,7 @@ use candle_core::{CpuStorage, DType, Storage, Tensor};
 use super::attention::{self, HeadView};
 use crate::error::Result;
 #[cfg(target_arch = "x86_64")]
-use crate::sampling::fastmath::{Unfused, exp_with};
+use crate::sampling::fastmath::exp_with;
 
 /// Run `f` on the contiguous f32 values of CPU tensor `t`, or `None`.
 fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
@@ -123,6 +123,15 @@ pub(crate) fn scaled_softmax(x: &Tensor, scale: f64) -> Option<Result<Tensor>> {
     Some(like(x, out))
 }
 
+crate::sampling::fastmath::multiversion! {
+    /// `out[i] = silu(g[i]) · u[i]` (vectorized, AVX2+FMA where the CPU has it).
+    fn silu_mul_into<M>(g: &[f32], u: &[f32], out: &mut [f32]) {
+        for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+            *o = g / (1.0 + exp_with::<M>(-g)) * u;
+        }
+    }
+}
+
 /// `silu(gate) ⊙ up` for two tensors of one shape.
 pub(crate) fn silu_mul(gate: &Tensor, up: &Tensor) -> Option<Result<Tensor>> {
     if gate.dims() != up.dims() {
@@ -130,10 +139,9 @@ pub(crate) fn silu_mul(gate: &Tensor, up: &Tensor) -> Option<Result<Tensor>> {
     }
     let out = with_f32(gate, |gs| {
         with_f32(up, |us| {
-            gs.iter()
-                .zip(us)
-                .map(|(&g, &u)| g / (1.0 + exp_with::<Unfused>(-g)) * u)
-                .collect::<Vec<f32>>()
+            let mut out = vec![0f32; gs.len().min(us.len())];
+            silu_mul_into(gs, us, &mut out);
+            out
         })
     })??;
     Some(like(gate, out))

@@ -94,7 +94,7 @@ impl PackedMatrix {
         if rows.checked_mul(cols) != Some(w.len()) {
             return None;
         }
-        Some(Self::pack_with(rows, cols, |o, k| w[o * cols + k]))
+        Some(Self::pack_strided(w, cols, rows, cols))
     }
 
     /// Pack the `[rows, cols]` matrix whose element `(o, k)` is `at(o, k)`.
@@ -106,6 +106,37 @@ impl PackedMatrix {
                 let o = p * PANEL + j;
                 for k in 0..cols {
                     panel[k * PANEL + j] = at(o, k);
+                }
+            }
+        }
+        Self { rows, cols, data }
+    }
+
+    /// Pack `W = Aᵀ` for `A: [cols, rows]` whose row `k` is `a[k · stride ..][..rows]`: panel `p`,
+    /// column `k` is the 16 values `A[k][16p ..]`, one contiguous copy (attention's values,
+    /// `Vᵀ`). Rows of `a` must lie inside it (callers check shapes).
+    pub fn pack_transposed(a: &[f32], stride: usize, rows: usize, cols: usize) -> Self {
+        let panels = rows.div_ceil(PANEL);
+        let mut data = vec![0f32; panels * cols * PANEL];
+        for (p, panel) in data.chunks_exact_mut((cols * PANEL).max(1)).enumerate() {
+            let (d0, width) = (p * PANEL, PANEL.min(rows - p * PANEL));
+            for (k, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
+                let at = k * stride + d0;
+                dst[..width].copy_from_slice(&a[at..at + width]);
+            }
+        }
+        Self { rows, cols, data }
+    }
+
+    /// Pack `W: [rows, cols]` whose row `o` is `a[o · stride ..][..cols]` (a strided view).
+    pub fn pack_strided(a: &[f32], stride: usize, rows: usize, cols: usize) -> Self {
+        let panels = rows.div_ceil(PANEL);
+        let mut data = vec![0f32; panels * cols * PANEL];
+        for (p, panel) in data.chunks_exact_mut((cols * PANEL).max(1)).enumerate() {
+            for j in 0..PANEL.min(rows - p * PANEL) {
+                let at = (p * PANEL + j) * stride;
+                for (k, &v) in a[at..at + cols].iter().enumerate() {
+                    panel[k * PANEL + j] = v;
                 }
             }
         }
@@ -460,6 +491,22 @@ mod tests {
             let p = PackedMatrix::pack(&w, rows, cols).unwrap();
             assert_eq!(p.unpack(), w);
             assert_eq!((p.rows(), p.cols()), (rows, cols));
+            assert_eq!(
+                p,
+                PackedMatrix::pack_with(rows, cols, |o, k| w[o * cols + k])
+            );
+            // Wᵀ from a strided [cols, rows] view of a wider buffer.
+            let stride = rows + 3;
+            let a: Vec<f32> = (0..cols * stride)
+                .map(|i| {
+                    if i % stride < rows {
+                        w[(i % stride) * cols + i / stride]
+                    } else {
+                        9.0
+                    }
+                })
+                .collect();
+            assert_eq!(PackedMatrix::pack_transposed(&a, stride, rows, cols), p);
         }
         assert!(PackedMatrix::pack(&[1.0; 5], 2, 3).is_none());
         // Empty products: no rows in, no outputs, or no inputs (zeros).
