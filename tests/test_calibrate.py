@@ -199,7 +199,7 @@ def test_fit_positions_reports_sparse_and_one_class_positions() -> None:
 
 
 def test_prompt_windows() -> None:
-    from dspark.calibrate import _windows
+    from dspark.calibrate import prompt_windows as _windows
 
     ids = list(range(10))
     assert _windows(ids, 4, 3) == [ids[:4], ids[:7], ids[:10]]

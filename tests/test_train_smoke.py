@@ -1,5 +1,6 @@
-"""The training pipeline (``python -m dspark.train --smoke``) runs end to end, and the drafter it
-trains has the same math as ``dspark.TorchDrafter`` and the candle ``dspark.Drafter``."""
+"""The training pipeline (``python -m dspark.train --smoke``) runs end to end, the drafter it
+trains has the same math as ``dspark.TorchDrafter`` and the candle ``dspark.Drafter``, and the
+confidence stage labels and trains the confidence head alone."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ pytest.importorskip("safetensors")
 import dspark  # noqa: E402
 from dspark.cli import main as cli_main  # noqa: E402
 from dspark.train.drafter_model import TrainableDrafter  # noqa: E402
-from dspark.train.objective import anchor_hardness, make_blocks  # noqa: E402
+from dspark.train.objective import (  # noqa: E402
+    anchor_hardness,
+    confidence_targets,
+    make_blocks,
+)
 from dspark.train.pipeline import main as train_main  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -69,6 +74,7 @@ def test_pipeline_writes_a_loadable_pair(smoke_run: Path) -> None:
     assert len(cfg["target_layer_ids"]) == 3 and max(cfg["target_layer_ids"]) < n_layers - 1
     log = (smoke_run / "train.log").read_text()
     assert "target step 2" in log and "drafter step 2" in log and "assistant step 1" in log
+    assert "confidence fit:" in log and "confidence validation" in log
     # the assisted-generation baseline shares the target's vocabulary and is smaller
     asst = json.loads((smoke_run / "assistant" / "config.json").read_text())
     tcfg = json.loads((smoke_run / "target" / "config.json").read_text())
@@ -156,3 +162,137 @@ def test_trained_drafter_matches_torch_and_candle_drafters(smoke_run: Path) -> N
     assert [int(x) for x in np.asarray(blk.tokens[0])] == toks
     np.testing.assert_allclose(np.asarray(blk.confidence[0]), confs, atol=1e-4)
     assert max(toks) < model.shape.target_vocab_size
+
+
+def test_greedy_confidence_label_counts_the_slots_greedy_verification_reaches() -> None:
+    # one block of 4 slots; the drafter's argmax agrees with the target's at slots 0, 1, 3
+    greedy = torch.tensor([[5, 6, 7, 8]])
+    logits = torch.full((1, 4, 10), -1.0)
+    for j, tok in enumerate([5, 6, 9, 8]):
+        logits[0, j, tok] = 1.0
+    tv = torch.full((1, 4), 0.25)
+    # teacher-forced Markov inputs: anchor, then the target's argmax tokens (greedy path) ...
+    prev = torch.tensor([[1, 5, 6, 7]])
+    y, w = confidence_targets(logits, greedy, prev, tv, 4, "greedy")
+    assert y.tolist() == [[1.0, 1.0, 0.0, 1.0]]
+    assert w.tolist() == [[1.0, 1.0, 1.0, 0.0]]  # slot 3 is behind a rejection
+    # ... unless the true next token is not the target's argmax: slot 2 is never reached
+    # with the token the drafter would have drafted
+    y, w = confidence_targets(logits, greedy, torch.tensor([[1, 5, 4, 7]]), tv, 4, "greedy")
+    assert w.tolist() == [[1.0, 1.0, 0.0, 0.0]]
+    # the T = 1 label: the acceptance probability, on every slot
+    y, w = confidence_targets(logits, greedy, prev, tv, 4, "t1")
+    assert torch.allclose(y, torch.full((1, 4), 0.75)) and bool((w == 1).all())
+    with pytest.raises(ValueError, match="confidence label"):
+        confidence_targets(logits, greedy, prev, tv, 4, "argmax")
+
+
+def _markov_drafter(block_size: int = 4) -> TrainableDrafter:
+    """A drafter that always drafts ``(previous token + 1) mod 8``, whatever its context."""
+    from dspark.train.drafter_model import DrafterShape
+
+    shape = DrafterShape(
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=16,
+        num_layers=1,
+        target_hidden_size=16,
+        num_target_layers=4,
+        target_layer_ids=(0, 1, 2),
+        vocab_size=16,
+        target_vocab_size=8,
+        block_size=block_size,
+        mask_token_id=8,
+        markov_rank=16,
+    )
+    torch.manual_seed(0)
+    model = TrainableDrafter(shape)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+        model.markov_head.markov_w1.weight.copy_(torch.eye(16))
+        w2 = torch.zeros(16, 16)
+        for t in range(8):
+            w2[(t + 1) % 8, t] = 10.0
+        model.markov_head.markov_w2.weight.copy_(w2)
+    return model
+
+
+def _greedy_sequence(breaks: set[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens counting up mod 8 except after the positions in ``breaks`` (+4 there), and
+    target logits whose argmax at every position is the next token: a greedy continuation."""
+    toks = [0]
+    for t in range(length - 1):
+        toks.append((toks[-1] + (4 if t in breaks else 1)) % 8)
+    tokens = torch.tensor([toks])
+    logits = torch.full((1, length, 8), -5.0)
+    for t in range(length - 1):
+        logits[0, t, toks[t + 1]] = 5.0
+    return tokens, logits
+
+
+def test_greedy_walk_keeps_the_rounds_greedy_serving_runs() -> None:
+    from dspark.train.objective import greedy_walk_samples
+
+    k, length, start = 4, 40, 10
+    model = _markov_drafter(k)
+    breaks = {12, 20, 21, 30}  # the drafter misses the token after each of these positions
+    tokens, logits = _greedy_sequence(breaks, length)
+    feats = torch.randn(1, length, 3 * model.shape.target_hidden_size)
+    x, y, slot, row = greedy_walk_samples(model, feats, logits, tokens, start)
+    # the serving loop, by hand: a round at anchor a drafts slots a+1..a+K; slot j is accepted
+    # iff the token at a+j+1 follows the one at a+j; the next anchor is a + accepted + 1
+    want: list[tuple[int, float]] = []
+    a = start
+    while a <= length - k - 1:
+        j = 0
+        while j < k and (a + j) not in breaks:
+            want.append((j, 1.0))
+            j += 1
+        if j < k:
+            want.append((j, 0.0))
+        a += j + 1
+    assert list(zip(slot.tolist(), y.tolist(), strict=True)) == want
+    assert x.shape == (len(want), model.shape.hidden_size + model.shape.markov_rank)
+    assert row.tolist() == [0] * len(want) and not x.requires_grad
+    with pytest.raises(ValueError, match="start"):
+        greedy_walk_samples(model, feats, logits, tokens, length - k)
+
+
+def test_confidence_stage_fits_only_the_confidence_head(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from dspark.train.confidence import (
+        CONFIDENCE_TENSORS,
+        ConfidenceTrainConfig,
+        fit_confidence_head,
+        save_confidence_head,
+    )
+    from dspark.train.objective import confidence_loss, greedy_walk_samples
+
+    model = _markov_drafter()
+    tokens, logits = _greedy_sequence({3, 9, 10, 17, 18, 19, 25, 33, 34, 41, 50}, 60)
+    feats = torch.randn(1, 60, 3 * model.shape.target_hidden_size)
+    x, y, slot, _ = greedy_walk_samples(model, feats, logits, tokens, 2)
+    assert 0 < float(y.mean()) < 1
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    save_file(before, str(tmp_path / "model.safetensors"))
+    with torch.no_grad():
+        model.confidence_head.proj.weight.zero_()
+        model.confidence_head.proj.bias.zero_()
+        at_zero = float(confidence_loss(model, x, y))
+    fit = fit_confidence_head(model, x, y, slot, ConfidenceTrainConfig(max_iter=50))
+    with torch.no_grad():
+        after_fit = float(confidence_loss(model, x, y))
+    assert abs(fit["bce_before"] - at_zero) < 1e-6 and after_fit < at_zero - 0.05
+    assert abs(fit["bce_after"] - after_fit) < 1e-6
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == set(CONFIDENCE_TENSORS)
+    # the stage rewrites the checkpoint's confidence tensors only
+    save_confidence_head(model, tmp_path)
+    saved = load_file(str(tmp_path / "model.safetensors"))
+    assert saved.keys() == before.keys()
+    for k in before:
+        assert torch.equal(saved[k], after[k]), k

@@ -8,11 +8,12 @@ engine's format, SGLang style: ``{"temperatures": [T_0, ..., T_{K-1}]}``).
 
 How (every figure from one run):
 
-1. Prompts: windows of held-out texts (``DRAFTER/../heldout_prompts.json`` if present, else the
-   bundled held-out prompts; or ``--prompts FILE``). Each text gives prompts ending at
-   ``--prompt-tokens``, then every ``--stride`` tokens further. The texts are split in two by
-   their index: even indices (#0, #2, ...) are the *fit* half, odd ones the *held-out* half, so
-   no text, and no window of one, is on both sides.
+1. Prompts: windows of held-out texts (``DRAFTER/../heldout_chunks.json`` or
+   ``DRAFTER/../heldout_prompts.json`` if present, else the bundled held-out chunks: all 18
+   held-out files in 2000-character pieces; or ``--prompts FILE``). Each text gives prompts
+   ending at ``--prompt-tokens``, then every ``--stride`` tokens further. The texts are split in
+   two by their index: even indices (#0, #2, ...) are the *fit* half, odd ones the *held-out*
+   half, so no text, and no window of one, is on both sides.
 2. Speculative decoding with FULL verification (every slot verified; greedy unless
    ``--temperature``) with ``record_confidence=True``, on the engine's native Qwen3 target when
    the target directory loads as one (else on the transformers model), in batches alternating
@@ -83,6 +84,7 @@ __all__ = [
     "fit_positions",
     "fit_temperature",
     "load_texts",
+    "prompt_windows",
     "run",
 ]
 
@@ -137,15 +139,25 @@ def load_texts(path: Path) -> list[str]:
 
 
 def _default_texts(drafter: Path) -> tuple[list[str], str]:
-    from dspark.demo import bundled_dir, heldout_texts
+    """The default held-out texts: ``DRAFTER/../heldout_chunks.json`` (every held-out file in
+    2000-character pieces, interleaved so even and odd entries come from different files), else
+    ``DRAFTER/../heldout_prompts.json`` (each held-out file's first piece), else the bundled
+    chunks."""
+    from dspark.demo import bundled_dir
 
-    beside = drafter.parent / "heldout_prompts.json"
-    root = drafter.parent if beside.is_file() else None
-    texts = [t for _, t in heldout_texts(root)]
-    return texts, str(beside if root is not None else bundled_dir() / "heldout_prompts.json")
+    for path in (
+        drafter.parent / "heldout_chunks.json",
+        drafter.parent / "heldout_prompts.json",
+        bundled_dir() / "heldout_chunks.json",
+    ):
+        if path.is_file():
+            return load_texts(path), str(path)
+    raise_error(InputError, "invalid-argument", f"{drafter}: no held-out prompts; pass --prompts")
 
 
-def _windows(ids: list[int], first: int, stride: int, limit: int | None = None) -> list[list[int]]:
+def prompt_windows(
+    ids: list[int], first: int, stride: int, limit: int | None = None
+) -> list[list[int]]:
     """Prompts ending at ``first``, ``first + stride``, ... tokens of ``ids`` (the whole text
     once when it is shorter than ``first``), none longer than ``limit`` tokens."""
     if limit is not None:
@@ -258,7 +270,7 @@ def collect(
     # A prompt plus its continuation must fit the target's positions.
     limit = None if pair.max_positions is None else pair.max_positions - new_tokens
     windows = [
-        _windows([int(i) for i in pair.tokenizer.encode(t).ids], prompt_tokens, stride, limit)
+        prompt_windows([int(i) for i in pair.tokenizer.encode(t).ids], prompt_tokens, stride, limit)
         for t in texts
     ]
     # Window order: the first window of every text, then the second of every text, ...
@@ -335,7 +347,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help='JSON list of strings, {"texts": [...]}, or one prompt per line (default: '
-        "DRAFTER/../heldout_prompts.json if present, else the bundled held-out prompts)",
+        "DRAFTER/../heldout_chunks.json or heldout_prompts.json if present, else the bundled "
+        "held-out chunks)",
     )
     p.add_argument(
         "--rounds",

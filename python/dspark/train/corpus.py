@@ -11,7 +11,41 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Corpus", "default_stdlib_dir", "load_corpus"]
+__all__ = [
+    "CALIBRATION_PACKAGES",
+    "Corpus",
+    "default_stdlib_dir",
+    "heldout_chunks",
+    "load_calibration_texts",
+    "load_corpus",
+]
+
+#: Standard-library packages whose sources make the *calibration* corpus: text that neither the
+#: target nor the drafter was trained on (they see top-level modules only), as the prompts they
+#: serve are. Test directories are left out.
+CALIBRATION_PACKAGES = (
+    "asyncio",
+    "collections",
+    "concurrent",
+    "ctypes",
+    "dbm",
+    "email",
+    "html",
+    "http",
+    "importlib",
+    "json",
+    "logging",
+    "multiprocessing",
+    "re",
+    "sqlite3",
+    "tomllib",
+    "unittest",
+    "urllib",
+    "wsgiref",
+    "xml",
+    "xmlrpc",
+    "zoneinfo",
+)
 
 SEPARATOR = "<|endoftext|>"
 
@@ -75,3 +109,46 @@ def load_corpus(
             f"{base}: corpus split is empty (train {len(train)}, held-out {len(heldout)})"
         )
     return Corpus(train, heldout, train_files, heldout_files)
+
+
+def load_calibration_texts(
+    root: Path | None = None,
+    *,
+    packages: tuple[str, ...] = CALIBRATION_PACKAGES,
+    max_chars_per_file: int = 200_000,
+) -> list[str]:
+    """Sources of ``packages`` under ``root`` (default: the stdlib), every ``*.py`` file below
+    them outside ``test``/``tests`` directories, sorted by path; not UTF-8 or empty: skipped.
+    Disjoint from :func:`load_corpus` (top-level files only), so text no model was trained on."""
+    base = root if root is not None else default_stdlib_dir()
+    texts: list[str] = []
+    for pkg in packages:
+        for path in sorted((base / pkg).rglob("*.py")):
+            rel = path.relative_to(base).parts
+            if any(part in ("test", "tests") for part in rel) or not path.is_file():
+                continue
+            try:
+                text = path.read_text(encoding="utf-8")[:max_chars_per_file]
+            except (UnicodeDecodeError, OSError):
+                continue
+            if text.strip():
+                texts.append(text)
+    if not texts:
+        raise ValueError(f"{base}: no calibration sources under {', '.join(packages)}")
+    return texts
+
+
+def heldout_chunks(texts: list[str], chunk_chars: int = 2000) -> list[str]:
+    """Every ``chunk_chars`` piece of the held-out ``texts``, interleaved so that entry ``2i``
+    comes from a file of even index and ``2i + 1`` from one of odd index (``dspark calibrate``
+    fits on even entries and evaluates on odd ones: no file is on both sides); as many of each
+    side as the smaller side has. A larger held-out prompt set than the files' first pieces
+    (``heldout_prompts.json``), whose 9-against-9 text split dominates the ECE noise."""
+    sides: list[list[str]] = [[], []]
+    for i, t in enumerate(texts):
+        pieces = (t[j : j + chunk_chars] for j in range(0, len(t), chunk_chars))
+        sides[i % 2].extend(p for p in pieces if p.strip())
+    out: list[str] = []
+    for a, b in zip(sides[0], sides[1], strict=False):
+        out += [a, b]
+    return out

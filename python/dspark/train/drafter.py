@@ -24,7 +24,13 @@ from dspark.train.selfgen import generate_sequences
 from dspark.train.target import lr_at, sample_windows
 from dspark.train.tokenizer import padded_vocab_size
 
-__all__ = ["DrafterTrainConfig", "drafter_config_json", "run_drafter_stage", "train_drafter"]
+__all__ = [
+    "DrafterTrainConfig",
+    "drafter_config_json",
+    "load_drafter",
+    "run_drafter_stage",
+    "train_drafter",
+]
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class DrafterTrainConfig:
     generated_share: float = 0.75  # fraction of every batch drawn from them
     prompt_len: int = 64  # corpus prefix of each generated sequence
     hard_anchor_share: float = 0.5  # anchors drawn by target uncertainty (see anchor_hardness)
+    confidence_label: str = "t1"  # see dspark.train.objective.confidence_targets
 
 
 def feature_layers(num_target_layers: int) -> tuple[int, int, int]:
@@ -147,7 +154,7 @@ def train_drafter(
 ) -> TrainableDrafter:
     """Train and save ``out/config.json`` + ``out/model.safetensors`` (DeepSpec names)."""
 
-    w = weights or LossWeights()
+    w = weights or LossWeights(conf_label=cfg.confidence_label)
     torch.manual_seed(cfg.seed)
     target.eval()
     s = make_shape(target.config, cfg)
@@ -228,6 +235,30 @@ def save_drafter(
     (out / "config.json").write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n")
 
 
+def load_drafter(drafter_dir: Path, target: torch.nn.Module) -> TrainableDrafter:
+    """The trainable drafter of a checkpoint this stage wrote (``config.json`` +
+    ``model.safetensors``), checked against ``target``'s shape; every tensor must load."""
+    from safetensors.torch import load_file
+
+    conf = json.loads((drafter_dir / "config.json").read_text())
+    cfg = DrafterTrainConfig(
+        num_layers=int(conf["num_hidden_layers"]),
+        block_size=int(conf["block_size"]),
+        markov_rank=int(conf["markov_rank"]),
+    )
+    s = make_shape(target.config, cfg)
+    found = (list(conf["target_layer_ids"]), int(conf["mask_token_id"]), int(conf["vocab_size"]))
+    want = (list(s.target_layer_ids), s.mask_token_id, s.vocab_size)
+    if found != want:
+        raise ValueError(
+            f"{drafter_dir}/config.json: (target_layer_ids, mask_token_id, vocab_size) = {found},"
+            f" the training recipe for this target gives {want}"
+        )
+    model = TrainableDrafter(s)
+    model.load_state_dict(load_file(str(drafter_dir / "model.safetensors")), strict=True)
+    return model
+
+
 def run_drafter_stage(
     args: argparse.Namespace,
     train_ids: np.ndarray,
@@ -256,5 +287,6 @@ def run_drafter_stage(
         )
     if args.drafter_steps is not None:
         cfg = replace(cfg, steps=args.drafter_steps)
+    cfg = replace(cfg, confidence_label=getattr(args, "confidence_label", "t1"))
     log(f"drafter config {asdict(cfg)}")
     train_drafter(target, train_ids, heldout_ids, cfg, args.out / "drafter", log)

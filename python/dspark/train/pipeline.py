@@ -1,8 +1,16 @@
-"""``python -m dspark.train``: run the stages (tokenizer, target, drafter) into one directory.
+"""``python -m dspark.train``: run the stages (tokenizer, target, drafter, confidence,
+assistant) into one directory.
 
 Layout written: ``OUT/target/`` (HF Qwen3 checkpoint + ``tokenizer.json``), ``OUT/drafter/``
-(DeepSpec-format DSpark checkpoint), ``OUT/heldout_prompts.json``. ``--smoke`` runs every stage
-for a few steps on a tiny slice (used by the test suite so the scripts cannot rot).
+(DeepSpec-format DSpark checkpoint), ``OUT/heldout_prompts.json`` (the first 2000 characters of
+every held-out file) and ``OUT/heldout_chunks.json`` (all of them, in 2000-character pieces, for
+``dspark calibrate --prompts``; see :func:`dspark.train.corpus.heldout_chunks`). ``--smoke`` runs
+every stage for a few steps on a tiny slice (used by the test suite so the scripts cannot rot).
+
+The ``confidence`` stage refits the confidence head of ``OUT/drafter`` alone (every other
+tensor stays as it is) on the label greedy serving sees, on text neither model was trained on
+(:mod:`dspark.train.confidence`). ``--confidence-label`` picks the ``drafter`` stage's label
+in the joint objective (default ``t1``, the original recipe).
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+
+from dspark.train.objective import CONFIDENCE_LABELS
 
 __all__ = ["main"]
 
@@ -34,9 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, help="output directory")
     p.add_argument(
         "--stage",
-        choices=["all", "target", "drafter", "assistant"],
+        choices=["all", "target", "drafter", "confidence", "assistant"],
         default="all",
-        help="all = target, drafter, then the assistant (HF assisted-generation baseline)",
+        help="all = target, drafter, confidence (refit the drafter's confidence head alone for "
+        "greedy serving), then the assistant (HF assisted-generation baseline)",
     )
     p.add_argument("--smoke", action="store_true", help="a few steps on a tiny slice")
     p.add_argument("--seed", type=int, default=0)
@@ -45,13 +56,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target-steps", type=int, default=None)
     p.add_argument("--target-layers", type=int, default=None, help="target decoder layers")
     p.add_argument("--drafter-steps", type=int, default=None)
+    p.add_argument(
+        "--confidence-label",
+        choices=list(CONFIDENCE_LABELS),
+        default="t1",
+        help="the drafter stage's confidence label (joint objective): t1 = 1 - TV(q, p_t), the "
+        "acceptance probability at T = 1 (default, the original recipe); greedy = accepted by "
+        "greedy verification, on the slots it reaches. The confidence stage always fits greedy",
+    )
+    p.add_argument(
+        "--confidence-sequences",
+        type=int,
+        default=None,
+        help="greedy continuations the confidence stage fits on (default 1024)",
+    )
     p.add_argument("--assistant-steps", type=int, default=None)
     p.add_argument("--stdlib", type=Path, default=None, help="corpus root (default: stdlib)")
     return p
 
 
 def _prepare(args: argparse.Namespace, log) -> tuple:  # type: ignore[no-untyped-def]
-    from dspark.train.corpus import load_corpus
+    from dspark.train.corpus import heldout_chunks, load_corpus
     from dspark.train.tokenizer import encode_documents, train_tokenizer
 
     corpus = load_corpus(
@@ -70,6 +95,9 @@ def _prepare(args: argparse.Namespace, log) -> tuple:  # type: ignore[no-untyped
     prompts = [t[:2000] for t in corpus.heldout]
     (args.out / "heldout_prompts.json").write_text(
         json.dumps({"files": corpus.heldout_files, "texts": prompts}, indent=0)
+    )
+    (args.out / "heldout_chunks.json").write_text(
+        json.dumps({"files": corpus.heldout_files, "texts": heldout_chunks(corpus.heldout)})
     )
     return tok, train_ids, heldout_ids
 
@@ -113,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dspark.train.drafter import run_drafter_stage
 
         run_drafter_stage(args, train_ids, heldout_ids, vocab, log)
+    if args.stage in ("all", "confidence"):
+        from dspark.train.confidence import run_confidence_stage
+
+        run_confidence_stage(args, tok, log)
     if args.stage in ("all", "assistant"):
         from dspark.train.target import assistant_config, train_target
 

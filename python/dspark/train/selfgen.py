@@ -12,7 +12,7 @@ import torch
 
 from dspark.train.target import sample_windows
 
-__all__ = ["generate_sequences"]
+__all__ = ["generate_sequences", "greedy_continuations"]
 
 
 def generate_sequences(
@@ -47,3 +47,31 @@ def generate_sequences(
             )
         rows.append(out[:, :total_len])
     return torch.cat(rows)
+
+
+def greedy_continuations(
+    target: torch.nn.Module, prompts: list[list[int]], new_tokens: int, *, batch: int = 32
+) -> list[torch.Tensor]:
+    """Each prompt followed by ``new_tokens`` greedy tokens of the target (1-D int64 each, in
+    the order of ``prompts``); prompts of equal length run batched."""
+    out: list[torch.Tensor | None] = [None] * len(prompts)
+    by_len: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_len.setdefault(len(p), []).append(i)
+    for _, idx in sorted(by_len.items()):
+        for start in range(0, len(idx), batch):
+            part = idx[start : start + batch]
+            ids = torch.tensor([prompts[i] for i in part], dtype=torch.int64)
+            with torch.no_grad():
+                gen = target.generate(  # type: ignore[operator]
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    do_sample=False,
+                    top_k=None,
+                    top_p=None,
+                )
+            for j, i in enumerate(part):
+                out[i] = gen[j, : ids.shape[1] + new_tokens]
+    return [t for t in out if t is not None]
