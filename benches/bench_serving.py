@@ -12,7 +12,9 @@ requests). Policies:
 * ``threshold``: the prefix whose confidence reaches ``--threshold``;
 * ``scheduled``: the paper's scheduler over a steps-per-second table MEASURED HERE at start,
   on each target (timed single-sequence forwards of n tokens, best of ``--reps``, n = powers of
-  two up to N_max * (K + 1) and that number itself);
+  two up to N_max * (K + 1) and that number itself), read linearly between sizes on the native
+  target (ragged: its cost follows the token count) and as a step function on HF (padded);
+  both schedulers add each round's measured cost outside the target forward to the table;
 * ``pipelined``: the pipelined scheduler over the same table;
 * ``scheduled-engine``: the scheduler over the table the engine measures itself at first use
   (``verify="scheduled"`` with no table: batched rows of K + 1 tokens after a short context).
@@ -124,13 +126,15 @@ def run_target(
     texts: list[list[int]],
     args: argparse.Namespace,
     stops: list[int],
+    interpolation: str = "step",
 ) -> dict[str, Any]:
+    tab = {"steps_per_second": table, "steps_interpolation": interpolation}
     verify: dict[str, Any] = {
         "full": {"verify": "full"},
         "threshold": {"verify": float(args.threshold)},
-        "scheduled": {"verify": "scheduled", "steps_per_second": table},
+        "scheduled": {"verify": "scheduled", **tab},
         "scheduled-engine": {"verify": "scheduled"},
-        "pipelined": {"verify": "pipelined", "steps_per_second": table},
+        "pipelined": {"verify": "pipelined", **tab},
     }
     specs = {p: dspark.Speculator(target, drafter, seed=0, **verify[p]) for p in args.policies}
     # Warm-up, every speculator at the largest batch: first calls allocate, and
@@ -291,7 +295,7 @@ def main() -> int:
             "native steps/s table (measured here): " + ", ".join(f"{n}:{s:.0f}" for n, s in table)
         )
         results["native target (candle, ragged)"] = run_target(
-            "native", native, ndrafter, table, texts, args, stops
+            "native", native, ndrafter, table, texts, args, stops, "linear"
         )
     if "hf" in args.targets:
         import torch

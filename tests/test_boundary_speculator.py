@@ -79,6 +79,8 @@ def test_stop_token_ids_must_be_in_the_vocabulary(spec):
         {"verify": True},
         {"verify": "scheduled", "steps_per_second": [(-1, 5.0)]},
         {"verify": "scheduled", "steps_per_second": [("a", "b")]},
+        {"verify": "scheduled", "steps_per_second": [(1, 5.0)], "steps_interpolation": "cubic"},
+        {"verify": "pipelined", "steps_per_second": [(1, 5.0)], "steps_interpolation": 3},
     ],
 )
 def test_bad_speculator_options_are_typed(target, drafter, kwargs):

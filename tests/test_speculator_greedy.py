@@ -95,9 +95,21 @@ def test_threshold_and_scheduled_verify_stay_exact(spec_target, target, checkpoi
     drafter = load_drafter("TorchDrafter", checkpoint("own"), target)
     sps = [(1, 100.0), (8, 90.0), (64, 20.0)]
     # "scheduled" without a table measures one on the target at first use.
-    policies = [(0.5, None), ("scheduled", sps), ("scheduled", None), ("pipelined", sps)]
-    for verify, table in policies:
-        spec = dspark.Speculator(spec_target, drafter, verify=verify, steps_per_second=table)
+    policies = [
+        (0.5, None, "step"),
+        ("scheduled", sps, "step"),
+        ("scheduled", sps, "linear"),
+        ("scheduled", None, "step"),
+        ("pipelined", sps, "linear"),
+    ]
+    for verify, table, interpolation in policies:
+        spec = dspark.Speculator(
+            spec_target,
+            drafter,
+            verify=verify,
+            steps_per_second=table,
+            steps_interpolation=interpolation,
+        )
         result = spec.generate(PROMPTS, NEW)
         assert result.tokens == reference
         assert result.stats.drafted_tokens <= result.stats.request_rounds * drafter.block_size

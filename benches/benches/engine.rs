@@ -4,6 +4,8 @@
 //! they are where a change to the matmul micro-kernel or the decoder layer shows first. Every
 //! call runs inside [`dspark::threads::in_round`], under the thread policy of a round.
 //!
+//! Under mimalloc, the allocator the Python extension uses (see README "Threads").
+//!
 //! Run: `cargo bench -p dspark-benches --bench engine -- --warm-up-time 1 --measurement-time 3`
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -16,6 +18,9 @@ use dspark::drafter::ProposeOptions;
 use dspark::speculator::{LogitRows, TargetInput};
 use dspark::{Drafter, Qwen3Drafter, Qwen3Target, TargetModel};
 use std::hint::black_box;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CONTEXT: usize = 64;
 

@@ -297,6 +297,7 @@ class Speculator:
         verify: str = "full",
         threshold: float | None = None,
         steps_per_second: Sequence[tuple[int, float]] | None = None,
+        steps_interpolation: str | None = None,
         record_confidence: bool = False,
     ) -> None: ...
     def generate(

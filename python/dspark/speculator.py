@@ -129,6 +129,7 @@ class Speculator:
         seed: int | None = None,
         verify: str | float = "full",
         steps_per_second: Sequence[tuple[int, float]] | None = None,
+        steps_interpolation: str = "step",
         record_confidence: bool = False,
     ) -> None:
         """Check the pair and the options (typed errors), nothing runs yet.
@@ -142,9 +143,16 @@ class Speculator:
             seed: base of every random stream (``None``: a fresh random seed).
             verify: ``"full"``, a confidence threshold in ``[0, 1]``, ``"scheduled"`` (the
                 paper's scheduler) or ``"pipelined"``.
-            steps_per_second: ``(verified tokens, steps/s)`` table for ``"scheduled"`` (measured
-                on the target at first use when not given, kept by this speculator) and
-                ``"pipelined"`` (required).
+            steps_per_second: ``(verified tokens, steps/s)`` table of the target's forward for
+                ``"scheduled"`` (measured on the target at first use when not given, kept by
+                this speculator) and ``"pipelined"`` (required). The scheduler adds what each
+                round costs outside that forward (drafting, kernels; the mean of the call's
+                earlier rounds) to every entry.
+            steps_interpolation: how ``steps_per_second`` reads between its sizes: ``"step"``
+                (the value at the next profiled size, as a target padded to capture sizes
+                runs: SGLang's tables) or ``"linear"`` (a ragged target, such as
+                :class:`NativeTarget`, whose cost follows the token count; the scheduler's
+                early stop then does not halt at the first step of a sparse table).
             record_confidence: keep every verified slot's confidence and outcome in
                 ``stats.confidence_records`` (what ``dspark calibrate`` fits on).
         """
@@ -199,6 +207,7 @@ class Speculator:
             verify=mode,
             threshold=threshold,
             steps_per_second=self.steps_per_second if mode in ("scheduled", "pipelined") else None,
+            steps_interpolation=steps_interpolation,
             record_confidence=bool(record_confidence),
         )
         self.num_speculative_tokens = self._native.num_speculative_tokens

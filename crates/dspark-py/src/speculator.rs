@@ -165,7 +165,7 @@ impl PySpeculator {
     #[new]
     #[pyo3(signature = (target, drafter, *, num_speculative_tokens = None, temperature = 0.0,
         top_k = None, top_p = None, seed = None, verify = "full", threshold = None,
-        steps_per_second = None, record_confidence = false))]
+        steps_per_second = None, steps_interpolation = None, record_confidence = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -179,6 +179,7 @@ impl PySpeculator {
         verify: &str,
         threshold: Option<f64>,
         steps_per_second: Option<&Bound<'_, PyAny>>,
+        steps_interpolation: Option<&Bound<'_, PyAny>>,
         record_confidence: bool,
     ) -> PyResult<Self> {
         guard(|| {
@@ -196,11 +197,11 @@ impl PySpeculator {
                 ("full", _, _) => VerifyPolicy::Full,
                 ("threshold", Some(t), _) => VerifyPolicy::Threshold(t as f32),
                 ("scheduled", _, Some(t)) if !t.is_none() => {
-                    VerifyPolicy::Scheduled(sps_table(t, None)?)
+                    VerifyPolicy::Scheduled(sps_table(t, steps_interpolation)?)
                 }
                 ("scheduled", _, _) => VerifyPolicy::ScheduledMeasured,
                 ("pipelined", _, Some(t)) if !t.is_none() => {
-                    VerifyPolicy::Pipelined(sps_table(t, None)?)
+                    VerifyPolicy::Pipelined(sps_table(t, steps_interpolation)?)
                 }
                 (other, _, _) => {
                     return Err(err(Error::invalid(

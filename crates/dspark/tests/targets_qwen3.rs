@@ -334,6 +334,39 @@ fn try_clone_does_not_share_buffers() {
 }
 
 #[test]
+fn attention_over_transposed_keys_equals_the_row_layout() {
+    use dspark::drafter::layers::{causal_gqa_attention, causal_gqa_attention_kt};
+    let mut rng = Rng::new(9);
+    let cpu = Device::Cpu;
+    // hd 16 (values read in place) and hd 8 (values packed); 21 live tokens in a buffer of 32
+    // whose dead tail holds NaN (rolled-back rows must not leak into the result).
+    for hd in [16, 8] {
+        let (s, cap, kvh, heads, q_len) = (21, 32, 2, 6, 4);
+        let q =
+            Tensor::from_vec(rng.vec(q_len * heads * hd, 1.0), (q_len, heads, hd), &cpu).unwrap();
+        let k = Tensor::from_vec(rng.vec(s * kvh * hd, 1.0), (s, kvh, hd), &cpu).unwrap();
+        let v = Tensor::from_vec(rng.vec(s * kvh * hd, 1.0), (s, kvh, hd), &cpu).unwrap();
+        let nan_tail = |t: &Tensor, dim: usize| {
+            let mut dims = t.dims().to_vec();
+            dims[dim] = cap - s;
+            let tail = Tensor::full(f32::NAN, dims, &cpu).unwrap();
+            Tensor::cat(&[t, &tail], dim).unwrap()
+        };
+        let kt = nan_tail(&k.permute((1, 2, 0)).unwrap().contiguous().unwrap(), 2);
+        let vb = nan_tail(&v, 0);
+        let want = host(&causal_gqa_attention(&q, &k, &v, 0.3).unwrap());
+        assert!(want.iter().all(|x| x.is_finite()));
+        let fast = host(&causal_gqa_attention_kt(&q, &kt, &vb, s, 0.3).unwrap());
+        assert_eq!(fast, want, "hd {hd}");
+        // f64 takes the tensor path (keys transposed back): the same values.
+        let f64s = |t: &Tensor| t.to_dtype(candle_core::DType::F64).unwrap();
+        let slow = causal_gqa_attention_kt(&f64s(&q), &f64s(&kt), &f64s(&vb), s, 0.3).unwrap();
+        let slow = host(&slow.to_dtype(candle_core::DType::F32).unwrap());
+        assert!(max_abs_diff(&slow, &want) < 1e-5, "hd {hd}");
+    }
+}
+
+#[test]
 fn causal_attention_fast_path_equals_tensor_path() {
     use dspark::drafter::layers::causal_gqa_attention;
     let mut rng = Rng::new(5);

@@ -8,7 +8,7 @@
 //! the group's heads share one pass over the cache). Rows are processed in chunks so the score
 //! matrix stays small for long prefills.
 
-use super::packed::PackedMatrix;
+use super::packed::{PANEL, PackedMatrix, PanelView};
 use crate::sampling::fastmath::exp_with;
 
 /// Score values (rows × keys) per chunk of query rows at most.
@@ -36,28 +36,69 @@ impl<'a> HeadView<'a> {
     }
 }
 
+/// One key/value head as [`attend_head`] reads it. Values are rows at a stride either way:
+/// read where they lie when their rows fit whole panels (`hd` a multiple of 16), else packed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum HeadKv<'a> {
+    /// Keys as rows at a stride, packed per call.
+    Rows(HeadView<'a>, HeadView<'a>),
+    /// Keys already in panel layout `K: [S, hd]` (a cache that keeps its keys transposed):
+    /// nothing is packed.
+    KeyPanels(PanelView<'a>, HeadView<'a>),
+}
+
 /// `softmax(scale · q·kᵀ) · v` for `m` query rows `q: [m, hd]` against the keys and values of
 /// one head; row `i` sees the first `visible(i)` keys (at least one, at most `S`). Returns
-/// `[m, hd]`. `k` and `v` must hold `S` rows of `hd` values (callers check shapes).
+/// `[m, hd]`. `kv` must hold `S` keys and values of `hd` values (callers check shapes). Every
+/// layout gives the same bits.
 pub(crate) fn attend_head(
     q: &[f32],
     m: usize,
     hd: usize,
-    k: HeadView<'_>,
-    v: HeadView<'_>,
+    kv: HeadKv<'_>,
     scale: f32,
     visible: impl Fn(usize) -> usize,
 ) -> Vec<f32> {
-    let s = k.rows;
-    let kp = PackedMatrix::pack_strided(k.data, k.stride, s, hd);
-    let vt = PackedMatrix::pack_transposed(v.data, v.stride, hd, s);
+    let packed_keys;
+    let (k, v) = match kv {
+        HeadKv::Rows(k, v) => {
+            packed_keys = PackedMatrix::pack_strided(k.data, k.stride, k.rows, hd);
+            (packed_keys.view(), v)
+        }
+        HeadKv::KeyPanels(k, v) => (k, v),
+    };
+    let s = k.rows();
+    let in_place = if hd.is_multiple_of(PANEL) {
+        PanelView::new(v.data, hd, s, PANEL, v.stride)
+    } else {
+        None
+    };
+    match in_place {
+        Some(vt) => attend_panels(q, m, k, vt, scale, visible),
+        None => {
+            let vt = PackedMatrix::pack_transposed(v.data, v.stride, hd, s);
+            attend_panels(q, m, k, vt.view(), scale, visible)
+        }
+    }
+}
+
+/// [`attend_head`] over keys `k: [S, hd]` and values `vt: Vᵀ [hd, S]` in panel layout.
+fn attend_panels(
+    q: &[f32],
+    m: usize,
+    k: PanelView<'_>,
+    vt: PanelView<'_>,
+    scale: f32,
+    visible: impl Fn(usize) -> usize,
+) -> Vec<f32> {
+    let (s, hd) = (k.rows(), vt.rows());
     let mut out = Vec::with_capacity(m * hd);
     let chunk = (SCORES_PER_CHUNK / s.max(1)).clamp(1, m.max(1));
     let mut i0 = 0;
     while i0 < m {
         let rows = chunk.min(m - i0);
         let qs = &q[i0 * hd..(i0 + rows) * hd];
-        let mut scores = kp.matmul(qs, rows, None).unwrap_or_default();
+        let mut scores = k.matmul(qs, rows, None).unwrap_or_default();
         for (r, row) in scores.chunks_exact_mut(s.max(1)).enumerate() {
             softmax_prefix(row, visible(i0 + r).min(s).max(usize::from(s > 0)), scale);
         }
@@ -77,7 +118,7 @@ pub(crate) fn grouped<'a>(
     heads: usize,
     kv_heads: usize,
     hd: usize,
-    kv: impl Fn(usize) -> (HeadView<'a>, HeadView<'a>),
+    kv: impl Fn(usize) -> HeadKv<'a>,
     scale: f32,
     visible: impl Fn(usize) -> usize,
 ) -> Vec<f32> {
@@ -93,8 +134,7 @@ pub(crate) fn grouped<'a>(
                 rows.extend_from_slice(&q[at..at + hd]);
             }
         }
-        let (k, v) = kv(kh);
-        let o = attend_head(&rows, groups * q_len, hd, k, v, scale, |r| {
+        let o = attend_head(&rows, groups * q_len, hd, kv(kh), scale, |r| {
             visible(r % q_len)
         });
         for (r, src) in o.chunks_exact(hd).enumerate() {
@@ -161,8 +201,7 @@ mod tests {
             &q,
             m,
             hd,
-            kv(&k, off, stride, s),
-            kv(&v, off, stride, s),
+            HeadKv::Rows(kv(&k, off, stride, s), kv(&v, off, stride, s)),
             0.3,
             |i| past + i + 1,
         );
@@ -201,11 +240,54 @@ mod tests {
                 rows: 1100,
             }
         }
-        let all = attend_head(&q, m, hd, view(&k), view(&v), 0.25, |i| i + 1);
-        let last = attend_head(&q[(m - 1) * hd..], 1, hd, view(&k), view(&v), 0.25, |_| s);
+        let kv = HeadKv::Rows(view(&k), view(&v));
+        let all = attend_head(&q, m, hd, kv, 0.25, |i| i + 1);
+        let last = attend_head(&q[(m - 1) * hd..], 1, hd, kv, 0.25, |_| s);
         assert_eq!(&all[(m - 1) * hd..], &last[..]);
-        let first = attend_head(&q[..hd], 1, hd, view(&k), view(&v), 0.25, |_| 1);
+        let first = attend_head(&q[..hd], 1, hd, kv, 0.25, |_| 1);
         assert_eq!(&all[..hd], &v[..hd]);
         assert_eq!(first, v[..hd].to_vec());
+    }
+
+    #[test]
+    fn every_cache_layout_gives_the_same_bits() {
+        // Two kv heads of hd = 32 interleaved token-major (values read in place), the same keys
+        // transposed per head into a buffer of capacity 48 (keys as panel views), and both
+        // packed per call: one result.
+        let (s, hd, kvh, cap, m) = (37, 32, 2, 48, 7);
+        let stride = kvh * hd;
+        let (k, v, q) = (
+            values(s * stride, 7),
+            values(s * stride, 8),
+            values(m * hd, 9),
+        );
+        let mut kt = vec![f32::NAN; kvh * hd * cap]; // lanes past S must not matter
+        for j in 0..s {
+            for h in 0..kvh {
+                for d in 0..hd {
+                    kt[(h * hd + d) * cap + j] = k[j * stride + h * hd + d];
+                }
+            }
+        }
+        let past = s - m;
+        for h in 0..kvh {
+            let rows = HeadKv::Rows(
+                HeadView::new(&k, h * hd, stride, s),
+                HeadView::new(&v, h * hd, stride, s),
+            );
+            let kp = PackedMatrix::pack_strided(&k[h * hd..], stride, s, hd);
+            let vp = PackedMatrix::pack_transposed(&v[h * hd..], stride, hd, s);
+            let want = attend_panels(&q, m, kp.view(), vp.view(), 0.2, |i| past + i + 1);
+            let in_place = HeadKv::KeyPanels(
+                PanelView::new(&kt[h * hd * cap..], s, hd, PANEL, cap).unwrap(),
+                HeadView::new(&v, h * hd, stride, s),
+            );
+            assert!(want.iter().all(|x| x.is_finite()));
+            assert_eq!(attend_head(&q, m, hd, rows, 0.2, |i| past + i + 1), want);
+            assert_eq!(
+                attend_head(&q, m, hd, in_place, 0.2, |i| past + i + 1),
+                want
+            );
+        }
     }
 }

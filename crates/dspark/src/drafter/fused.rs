@@ -11,7 +11,8 @@
 
 use candle_core::{CpuStorage, DType, Storage, Tensor};
 
-use super::attention::{self, HeadView};
+use super::attention::{self, HeadKv, HeadView};
+use super::packed::{PANEL, PanelView};
 use crate::error::Result;
 #[cfg(target_arch = "x86_64")]
 use crate::sampling::fastmath::exp_with;
@@ -172,7 +173,7 @@ pub(crate) fn gqa_attention(
         with_f32(k, |ks| {
             with_f32(v, |vs| {
                 let view = |data, kh: usize| HeadView::new(data, kh * s * hd, hd, s);
-                let kv = |kh| (view(ks, kh), view(vs, kh));
+                let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
                 attention::grouped(qs, q_len, heads, kvh, hd, kv, scale as f32, |_| s)
             })
         })
@@ -207,10 +208,64 @@ pub(crate) fn causal_attention(
         with_f32(k, |ks| {
             with_f32(v, |vs| {
                 let view = |data, kh: usize| HeadView::new(data, kh * hd, kvh * hd, s);
-                let kv = |kh| (view(ks, kh), view(vs, kh));
+                let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
                 attention::grouped(qs, q_len, heads, kvh, hd, kv, scale, |i| past + i + 1)
             })
         })
     })???;
+    Some(Tensor::from_vec(out, (q_len, heads * hd), q.device()).map_err(Into::into))
+}
+
+/// [`causal_attention`] against a cache that keeps its keys transposed: `kt: [kv_heads, hd,
+/// cap]` (key `j` of head `h` is `kt[h, :, j]`) and `v: [cap, kv_heads, hd]`, of which the first
+/// `s` tokens are live (`q_len <= s <= cap`). The keys are multiplied where they lie as panels
+/// of 16 keys (`cap` a multiple of 16), so a decode step packs nothing; same bits as
+/// [`causal_attention`] on the same keys and values.
+pub(crate) fn causal_attention_kt(
+    q: &Tensor,
+    kt: &Tensor,
+    v: &Tensor,
+    s: usize,
+    scale: f64,
+) -> Option<Result<Tensor>> {
+    let &[q_len, heads, hd] = q.dims() else {
+        return None;
+    };
+    let &[kvh, khd, cap] = kt.dims() else {
+        return None;
+    };
+    if v.dims() != [cap, kvh, hd] || khd != hd || hd == 0 || kvh == 0 {
+        return None;
+    }
+    if s < q_len || s > cap || !cap.is_multiple_of(PANEL) {
+        return None;
+    }
+    if heads == 0 || !heads.is_multiple_of(kvh) {
+        return None;
+    }
+    let (past, scale) = (s - q_len, scale as f32);
+    let out = with_f32(q, |qs| {
+        with_f32(kt, |ks| {
+            with_f32(v, |vs| {
+                let keys: Option<Vec<PanelView<'_>>> = (0..kvh)
+                    .map(|kh| PanelView::new(&ks[kh * hd * cap..], s, hd, PANEL, cap))
+                    .collect();
+                let keys = keys?;
+                let kv = |kh: usize| {
+                    HeadKv::KeyPanels(keys[kh], HeadView::new(vs, kh * hd, kvh * hd, s))
+                };
+                Some(attention::grouped(
+                    qs,
+                    q_len,
+                    heads,
+                    kvh,
+                    hd,
+                    kv,
+                    scale,
+                    |i| past + i + 1,
+                ))
+            })
+        })
+    })????;
     Some(Tensor::from_vec(out, (q_len, heads * hd), q.device()).map_err(Into::into))
 }

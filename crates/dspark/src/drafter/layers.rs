@@ -390,6 +390,24 @@ pub fn gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<T
         .reshape((q_len, heads * hd))?)
 }
 
+/// [`causal_gqa_attention`] against a cache that keeps its keys transposed, `kt: [kv_heads, hd,
+/// cap]`, and its values token-major, `v: [cap, kv_heads, hd]`, of which the first `s` tokens
+/// are live: on the CPU the keys are read where they lie (no per-call packing), elsewhere the
+/// live keys are transposed back and [`causal_gqa_attention`] runs.
+pub fn causal_gqa_attention_kt(
+    q: &Tensor,
+    kt: &Tensor,
+    v: &Tensor,
+    s: usize,
+    scale: f64,
+) -> Result<Tensor> {
+    if let Some(y) = fused::causal_attention_kt(q, kt, v, s, scale) {
+        return y;
+    }
+    let k = kt.narrow(2, 0, s)?.permute((2, 0, 1))?.contiguous()?;
+    causal_gqa_attention(q, &k, &v.narrow(0, 0, s)?, scale)
+}
+
 /// Causal grouped-query attention of `Q` new tokens against a KV cache, for one request.
 ///
 /// `q` is `[Q, heads, hd]`; `k`, `v` are token-major `[S, kv_heads, hd]` with `S >= Q` (keys

@@ -181,6 +181,82 @@ impl PackedMatrix {
         n: usize,
         bias: Option<&[f32]>,
     ) -> Option<Vec<f32>> {
+        self.view().matmul_with(kernel, x, n, bias)
+    }
+
+    /// The matrix as a [`PanelView`] (panels and columns contiguous).
+    pub fn view(&self) -> PanelView<'_> {
+        PanelView {
+            data: &self.data,
+            rows: self.rows,
+            cols: self.cols,
+            panel_stride: self.cols * PANEL,
+            col_stride: PANEL,
+        }
+    }
+}
+
+/// A borrowed `W: [rows, cols]` in panel layout at any strides: panel `p`, column `k`, lane `j`
+/// (`W[p·PANEL + j, k]`) is `data[p · panel_stride + k · col_stride + j]`. Lanes past `rows` in
+/// the last panel are read but their outputs are dropped, so they may hold anything finite or
+/// not. A [`PackedMatrix`] is the contiguous case; a cache whose rows already sit in this
+/// layout (attention's values `Vᵀ`: panel `p`, column `k` is key `k`'s dimensions `16p ..`) is
+/// multiplied where it lies, with no packing, and gives the same bits as packing it first.
+#[derive(Debug, Clone, Copy)]
+pub struct PanelView<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    panel_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a> PanelView<'a> {
+    /// The view, or `None` when a lane of some panel's column would lie outside `data`.
+    pub fn new(
+        data: &'a [f32],
+        rows: usize,
+        cols: usize,
+        panel_stride: usize,
+        col_stride: usize,
+    ) -> Option<Self> {
+        if rows > 0 && cols > 0 {
+            let last = (rows.div_ceil(PANEL) - 1)
+                .checked_mul(panel_stride)?
+                .checked_add((cols - 1).checked_mul(col_stride)?)?
+                .checked_add(PANEL)?;
+            if last > data.len() {
+                return None;
+            }
+        }
+        Some(Self {
+            data,
+            rows,
+            cols,
+            panel_stride,
+            col_stride,
+        })
+    }
+
+    /// Output rows (`out`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// `y = x · Wᵀ (+ bias)` as [`PackedMatrix::matmul`], with the fastest kernel.
+    pub fn matmul(&self, x: &[f32], n: usize, bias: Option<&[f32]>) -> Option<Vec<f32>> {
+        self.matmul_with(Kernel::best(), x, n, bias)
+    }
+
+    /// [`Self::matmul`] with a chosen kernel (the portable one when `kernel` is not
+    /// [available](Kernel::available)).
+    pub fn matmul_with(
+        &self,
+        kernel: Kernel,
+        x: &[f32],
+        n: usize,
+        bias: Option<&[f32]>,
+    ) -> Option<Vec<f32>> {
         let kernel = if kernel.available() {
             kernel
         } else {
@@ -225,26 +301,41 @@ impl PackedMatrix {
         Some(y)
     }
 
+    /// The values of panels `p .. p + np` (from the first lane of the first to the last lane
+    /// of the last column of the last).
+    fn panels(&self, p: usize, np: usize) -> &'a [f32] {
+        let start = p * self.panel_stride;
+        let end = (p + np - 1) * self.panel_stride + (self.cols - 1) * self.col_stride + PANEL;
+        &self.data[start..end]
+    }
+
     /// Panels `p0 ..` (as many as `out` holds, `[panel][n][PANEL]`) of `x · Wᵀ`.
     fn panels_into(&self, kernel: Kernel, x: &[f32], n: usize, p0: usize, out: &mut [f32]) {
         let cols = self.cols;
-        let stride = cols * PANEL;
+        let strides = (self.panel_stride, self.col_stride);
+        let contiguous = strides == (cols * PANEL, PANEL);
+        let panels = self.rows.div_ceil(PANEL);
         let (group, max_rows) = tiling(kernel, n);
         for (g, block) in out.chunks_mut(group * n * PANEL).enumerate() {
             let p = p0 + g * group;
             let np = block.len() / (n * PANEL);
-            let w = &self.data[p * stride..(p + np) * stride];
+            let w = self.panels(p, np);
             // The first tile streams the group after next towards L1 as it goes (the hardware
-            // prefetcher alone leaves the FMAs waiting on memory at 7–12 rows).
-            let next = &self.data[((p + AHEAD * np) * stride).min(self.data.len())..];
-            let next = &next[..next.len().min(np * stride)];
+            // prefetcher alone leaves the FMAs waiting on memory at 7–12 rows). Only for a
+            // contiguous matrix, whose next group is one run of memory.
+            let ahead_np = np.min(panels.saturating_sub(p + AHEAD * np));
+            let next = if contiguous && ahead_np > 0 {
+                self.panels(p + AHEAD * np, ahead_np)
+            } else {
+                &[]
+            };
             let tiles = n.div_ceil(max_rows);
             let mut i0 = 0;
             for t in 0..tiles {
                 let m = n / tiles + usize::from(t < n % tiles);
                 let xs = &x[i0 * cols..(i0 + m) * cols];
                 let ahead = if t == 0 { next } else { &[] };
-                tile(kernel, w, np, cols, xs, m, block, n, i0, ahead);
+                tile(kernel, w, np, cols, strides, xs, m, block, n, i0, ahead);
                 i0 += m;
             }
         }
@@ -260,6 +351,7 @@ fn tile(
     w: &[f32],
     np: usize,
     cols: usize,
+    strides: (usize, usize),
     xs: &[f32],
     m: usize,
     out: &mut [f32],
@@ -267,7 +359,8 @@ fn tile(
     i0: usize,
     ahead: &[f32],
 ) {
-    debug_assert!(w.len() == np * cols * PANEL && xs.len() == m * cols);
+    debug_assert!(w.len() == (np - 1) * strides.0 + (cols - 1) * strides.1 + PANEL);
+    debug_assert!(xs.len() == m * cols);
     debug_assert!(out.len() == np * n * PANEL && i0 + m <= n && m <= TILE_ROWS);
     match kernel {
         #[cfg(target_arch = "x86_64")]
@@ -276,10 +369,10 @@ fn tile(
                 ($($m:literal),*) => {
                     match (m, np) {
                         $(
-                            ($m, 4) => x86::tile512::<$m, 4>(w, cols, xs, out, n, i0, ahead),
-                            ($m, 3) => x86::tile512::<$m, 3>(w, cols, xs, out, n, i0, ahead),
-                            ($m, 2) => x86::tile512::<$m, 2>(w, cols, xs, out, n, i0, ahead),
-                            ($m, _) => x86::tile512::<$m, 1>(w, cols, xs, out, n, i0, ahead),
+                            ($m, 4) => x86::tile512::<$m, 4>(w, cols, strides, xs, out, n, i0, ahead),
+                            ($m, 3) => x86::tile512::<$m, 3>(w, cols, strides, xs, out, n, i0, ahead),
+                            ($m, 2) => x86::tile512::<$m, 2>(w, cols, strides, xs, out, n, i0, ahead),
+                            ($m, _) => x86::tile512::<$m, 1>(w, cols, strides, xs, out, n, i0, ahead),
                         )*
                         _ => {}
                     }
@@ -289,8 +382,8 @@ fn tile(
                 ($($m:literal),*) => {
                     match (m, np) {
                         $(
-                            ($m, 2) => x86::tile512::<$m, 2>(w, cols, xs, out, n, i0, ahead),
-                            ($m, _) => x86::tile512::<$m, 1>(w, cols, xs, out, n, i0, ahead),
+                            ($m, 2) => x86::tile512::<$m, 2>(w, cols, strides, xs, out, n, i0, ahead),
+                            ($m, _) => x86::tile512::<$m, 1>(w, cols, strides, xs, out, n, i0, ahead),
                         )*
                         _ => {}
                     }
@@ -311,18 +404,18 @@ fn tile(
             // SAFETY: `Kernel::Avx2` is only chosen when the CPU supports AVX2 and FMA.
             unsafe {
                 match m {
-                    1 => x86::tile256::<1>(w, cols, xs, out, n, i0, ahead),
-                    2 => x86::tile256::<2>(w, cols, xs, out, n, i0, ahead),
-                    3 => x86::tile256::<3>(w, cols, xs, out, n, i0, ahead),
-                    4 => x86::tile256::<4>(w, cols, xs, out, n, i0, ahead),
-                    5 => x86::tile256::<5>(w, cols, xs, out, n, i0, ahead),
-                    _ => x86::tile256::<6>(w, cols, xs, out, n, i0, ahead),
+                    1 => x86::tile256::<1>(w, cols, strides, xs, out, n, i0, ahead),
+                    2 => x86::tile256::<2>(w, cols, strides, xs, out, n, i0, ahead),
+                    3 => x86::tile256::<3>(w, cols, strides, xs, out, n, i0, ahead),
+                    4 => x86::tile256::<4>(w, cols, strides, xs, out, n, i0, ahead),
+                    5 => x86::tile256::<5>(w, cols, strides, xs, out, n, i0, ahead),
+                    _ => x86::tile256::<6>(w, cols, strides, xs, out, n, i0, ahead),
                 }
             }
         }
         _ => {
             let _ = ahead;
-            tile_portable(w, np, cols, xs, m, out, n, i0)
+            tile_portable(w, np, cols, strides, xs, m, out, n, i0)
         }
     }
 }
@@ -333,6 +426,7 @@ fn tile_portable(
     w: &[f32],
     np: usize,
     cols: usize,
+    (ps, cs): (usize, usize),
     xs: &[f32],
     m: usize,
     out: &mut [f32],
@@ -340,11 +434,11 @@ fn tile_portable(
     i0: usize,
 ) {
     for r in 0..np {
-        let panel = &w[r * cols * PANEL..(r + 1) * cols * PANEL];
         for q in 0..m {
             let x = &xs[q * cols..(q + 1) * cols];
             let mut acc = [0f32; PANEL];
-            for (lanes, &xv) in panel.chunks_exact(PANEL).zip(x) {
+            for (k, &xv) in x.iter().enumerate() {
+                let lanes = &w[r * ps + k * cs..r * ps + k * cs + PANEL];
                 for (a, &wv) in acc.iter_mut().zip(lanes) {
                     *a = wv.mul_add(xv, *a);
                 }
@@ -363,19 +457,23 @@ mod x86 {
     /// `M` rows × `R` panels with AVX-512F.
     ///
     /// # Safety
-    /// AVX-512F must be available; `w` holds `R·cols·PANEL` values, `xs` `M·cols`, `out`
-    /// `R·n·PANEL` with `i0 + M <= n`.
+    /// AVX-512F must be available; `w` holds panel `r`'s column `k` at `r·ps + k·cs` for
+    /// `r < R`, `k < cols` (16 lanes each), `xs` `M·cols`, `out` `R·n·PANEL` with
+    /// `i0 + M <= n`.
     #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn tile512<const M: usize, const R: usize>(
         w: &[f32],
         cols: usize,
+        (ps, cs): (usize, usize),
         xs: &[f32],
         out: &mut [f32],
         n: usize,
         i0: usize,
         ahead: &[f32],
     ) {
-        debug_assert!(w.len() >= R * cols * PANEL && xs.len() >= M * cols);
+        debug_assert!(w.len() >= (R - 1) * ps + (cols - 1) * cs + PANEL);
+        debug_assert!(xs.len() >= M * cols);
         debug_assert!(out.len() >= R * n * PANEL && i0 + M <= n);
         let (wp, xp, op) = (w.as_ptr(), xs.as_ptr(), out.as_mut_ptr());
         let mut acc = [[_mm512_setzero_ps(); R]; M];
@@ -389,11 +487,11 @@ mod x86 {
                     unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(line * PANEL).cast()) };
                 }
             }
-            // SAFETY: `(r·cols + k)·PANEL + PANEL <= R·cols·PANEL` and `q·cols + k < M·cols`.
+            // SAFETY: `r·ps + k·cs + PANEL <= w.len()` and `q·cols + k < M·cols`.
             unsafe {
                 let mut wv = [_mm512_setzero_ps(); R];
                 for (r, v) in wv.iter_mut().enumerate() {
-                    *v = _mm512_loadu_ps(wp.add((r * cols + k) * PANEL));
+                    *v = _mm512_loadu_ps(wp.add(r * ps + k * cs));
                 }
                 for (q, aq) in acc.iter_mut().enumerate() {
                     let xb = _mm512_set1_ps(*xp.add(q * cols + k));
@@ -414,19 +512,21 @@ mod x86 {
     /// `M` rows × 1 panel (two 8-lane halves) with AVX2 + FMA.
     ///
     /// # Safety
-    /// AVX2 and FMA must be available; `w` holds `cols·PANEL` values, `xs` `M·cols`, `out`
-    /// `n·PANEL` with `i0 + M <= n`.
+    /// AVX2 and FMA must be available; `w` holds column `k` at `k·cs` (16 lanes each) for
+    /// `k < cols`, `xs` `M·cols`, `out` `n·PANEL` with `i0 + M <= n`.
     #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn tile256<const M: usize>(
         w: &[f32],
         cols: usize,
+        (_, cs): (usize, usize),
         xs: &[f32],
         out: &mut [f32],
         n: usize,
         i0: usize,
         ahead: &[f32],
     ) {
-        debug_assert!(w.len() >= cols * PANEL && xs.len() >= M * cols);
+        debug_assert!(w.len() >= (cols - 1) * cs + PANEL && xs.len() >= M * cols);
         debug_assert!(out.len() >= n * PANEL && i0 + M <= n);
         let (wp, xp, op) = (w.as_ptr(), xs.as_ptr(), out.as_mut_ptr());
         let mut acc = [[_mm256_setzero_ps(); 2]; M];
@@ -436,10 +536,10 @@ mod x86 {
                 // SAFETY: a prefetch never faults, and `k·PANEL < ahead.len()`.
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(k * PANEL).cast()) };
             }
-            // SAFETY: `k·PANEL + PANEL <= cols·PANEL` and `q·cols + k < M·cols`.
+            // SAFETY: `k·cs + PANEL <= w.len()` and `q·cols + k < M·cols`.
             unsafe {
-                let lo = _mm256_loadu_ps(wp.add(k * PANEL));
-                let hi = _mm256_loadu_ps(wp.add(k * PANEL + 8));
+                let lo = _mm256_loadu_ps(wp.add(k * cs));
+                let hi = _mm256_loadu_ps(wp.add(k * cs + 8));
                 for (q, aq) in acc.iter_mut().enumerate() {
                     let xb = _mm256_set1_ps(*xp.add(q * cols + k));
                     aq[0] = _mm256_fmadd_ps(lo, xb, aq[0]);
@@ -578,5 +678,43 @@ mod tests {
         let split = pool.install(|| p.matmul(&x, n, None).unwrap());
         let inline = p.matmul_with(Kernel::Portable, &x, n, None).unwrap();
         assert_eq!(split, inline);
+    }
+
+    #[test]
+    fn strided_views_give_the_packed_bits_and_refuse_short_data() {
+        // Wᵀ of a token-major [S, 2 heads, 32] buffer, head 1, read in place: panel p, column
+        // k is row k's dimensions 16p..16p+16; and the same keys transposed with capacity 48.
+        let (s, hd, stride, cap) = (21, 32, 64, 48);
+        let v = values(s * stride, 4);
+        let packed = PackedMatrix::pack_transposed(&v[hd..], stride, hd, s);
+        let view = PanelView::new(&v[hd..], hd, s, PANEL, stride).unwrap();
+        let mut kt = vec![f32::NAN; hd * cap];
+        for j in 0..s {
+            for d in 0..hd {
+                kt[d * cap + j] = v[j * stride + hd + d];
+            }
+        }
+        let keys = PackedMatrix::pack_strided(&v[hd..], stride, s, hd);
+        let kview = PanelView::new(&kt, s, hd, PANEL, cap).unwrap();
+        for n in [1, 3, 7, 12, 13] {
+            for k in [Kernel::Portable, Kernel::Avx2, Kernel::Avx512] {
+                let x = values(n * s, n as u32);
+                assert_eq!(
+                    view.matmul_with(k, &x, n, None),
+                    packed.matmul_with(k, &x, n, None)
+                );
+                let x = values(n * hd, n as u32 + 9);
+                assert_eq!(
+                    kview.matmul_with(k, &x, n, None),
+                    keys.matmul_with(k, &x, n, None)
+                );
+            }
+        }
+        // The last panel's 16 lanes of the last column must lie inside the data.
+        assert!(PanelView::new(&v[hd..], hd, s, PANEL, stride + 1).is_none());
+        assert!(PanelView::new(&kt, cap, hd, PANEL, cap).is_some());
+        assert!(PanelView::new(&kt, cap + 1, hd, PANEL, cap).is_none());
+        assert!(PanelView::new(&kt[..hd * cap - 1], cap, hd, PANEL, cap).is_none());
+        assert!(PanelView::new(&[], 0, 5, PANEL, 1).is_some());
     }
 }

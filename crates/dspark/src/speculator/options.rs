@@ -10,7 +10,10 @@ pub enum VerifyPolicy {
     Full,
     /// Truncate before the first slot whose confidence is below the threshold (in `[0, 1]`).
     Threshold(f32),
-    /// The paper's scheduler (Algorithm 1) over a steps-per-second table of the target.
+    /// The paper's scheduler (Algorithm 1) over a steps-per-second table of the target's
+    /// forward, with each round's measured cost outside it (drafting, kernels: the running
+    /// mean of the call's earlier rounds) added
+    /// ([`StepsPerSecond::with_overhead`](crate::sampling::StepsPerSecond::with_overhead)).
     Scheduled(StepsPerSecond),
     /// The scheduler over a table measured on the target at first use
     /// ([`measure_steps_per_second`](super::measure_steps_per_second)), kept by the
@@ -19,7 +22,7 @@ pub enum VerifyPolicy {
     /// ([`StepsPerSecond::with_overhead`](crate::sampling::StepsPerSecond::with_overhead)).
     ScheduledMeasured,
     /// The pipelined variant: the capacity from the previous round's (stale) confidences, then
-    /// the top slots by current survival.
+    /// the top slots by current survival (the table priced as for `Scheduled`).
     Pipelined(StepsPerSecond),
 }
 

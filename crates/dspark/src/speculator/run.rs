@@ -361,22 +361,22 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
                     });
                 }
                 let firsts: Vec<f32> = c.chunks(k).flat_map(|row| &row[..n]).copied().collect();
+                // What this call's rounds spent so far outside the target forward (drafting,
+                // kernels), per round: a round pays it whatever it verifies, so the scheduler
+                // weighs each table entry with it (the table is the target's forward alone).
+                let st = &run.stats;
+                let outside = (st.rounds > 0)
+                    .then(|| (st.drafter_seconds + st.kernel_seconds) / st.rounds as f64);
+                let priced = |sps: &StepsPerSecond| match outside {
+                    Some(secs) => sps.with_overhead(secs),
+                    None => sps.clone(),
+                };
                 let lens = match policy {
                     VerifyPolicy::Threshold(t) => threshold_lengths(&firsts, b, n, *t)?,
-                    VerifyPolicy::Scheduled(sps) => schedule_lengths(&firsts, b, n, sps)?,
+                    VerifyPolicy::Scheduled(sps) => schedule_lengths(&firsts, b, n, &priced(sps))?,
                     VerifyPolicy::ScheduledMeasured => {
-                        // The measured verify cost plus what this call's rounds spent so far
-                        // outside the target forward (drafting, kernels), per round.
-                        let st = &run.stats;
-                        let outside =
-                            (st.drafter_seconds + st.kernel_seconds) / st.rounds.max(1) as f64;
                         let sps = self.measured_table(b * (n + 1), n + 1)?;
-                        let sps = if st.rounds > 0 {
-                            sps.with_overhead(outside)
-                        } else {
-                            sps
-                        };
-                        schedule_lengths(&firsts, b, n, &sps)?
+                        schedule_lengths(&firsts, b, n, &priced(&sps))?
                     }
                     VerifyPolicy::Pipelined(sps) => {
                         // A request's previous-round confidences (its own current ones in
@@ -389,7 +389,7 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
                                 _ => firsts[j * n..(j + 1) * n].to_vec(),
                             })
                             .collect();
-                        schedule_pipelined(&stale, &firsts, b, n, sps)?
+                        schedule_pipelined(&stale, &firsts, b, n, &priced(sps))?
                     }
                     VerifyPolicy::Full => vec![n; b],
                 };

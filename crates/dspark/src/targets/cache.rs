@@ -1,23 +1,46 @@
 //! The rollback KV cache of the native target.
 //!
-//! Per request and layer, keys (normed and rotated at their positions) and values live in one
-//! token-major buffer `[capacity, kv_heads, head_dim]` each. A forward writes its new rows in
-//! place after the held ones (the buffer doubles when full, so appending costs the new rows,
-//! not the whole context); [`Qwen3Cache::truncate`] only moves the length back. Writes are in
-//! place, so the cache is not `Clone`: [`Qwen3Cache::try_clone`] copies its buffers.
+//! Per request and layer, keys (normed and rotated at their positions) live transposed in one
+//! buffer `[kv_heads, head_dim, capacity]` and values token-major in one `[capacity, kv_heads,
+//! head_dim]`; the capacity is a multiple of 16. On the CPU the buffers are plain host memory
+//! and [`Qwen3Cache::attend_host`] writes a forward's new rows and runs every request's
+//! attention in one pass, reading keys and values where they lie as panels of 16 keys and 16
+//! dimensions (no per-step packing, no tensor op per request), so a step's cost follows its
+//! token count. On other devices they are tensors and [`Qwen3Cache::write`] hands them to
+//! [`crate::drafter::layers::causal_gqa_attention_kt`]. A forward writes its new rows in place
+//! after the held ones (the buffer doubles when full, so appending costs the new rows, not the
+//! whole context); [`Qwen3Cache::truncate`] only moves the length back. Writes are in place, so
+//! the cache is not `Clone`: [`Qwen3Cache::try_clone`] copies its buffers.
 
 use candle_core::{DType, Device, Tensor};
 
+use crate::drafter::attention::{self, HeadKv, HeadView};
+use crate::drafter::packed::{PANEL, PanelView};
 use crate::error::{Error, Result};
 
 /// Smallest buffer allocated, in tokens.
 const MIN_CAPACITY: usize = 64;
 
-/// One layer's buffers of one request: `[capacity, kv_heads, head_dim]` each.
+/// One layer's buffers of one request: keys transposed, `[kv_heads, head_dim, capacity]`, and
+/// values, `[capacity, kv_heads, head_dim]`.
 #[derive(Debug)]
-struct Kv {
-    k: Tensor,
-    v: Tensor,
+enum Kv {
+    /// On the CPU: host memory, written and read in place.
+    Host { kt: Vec<f32>, v: Vec<f32> },
+    /// Elsewhere: device tensors.
+    Device { kt: Tensor, v: Tensor },
+}
+
+/// The buffers a forward's attention reads for one request and layer (see
+/// [`Qwen3Cache::write`]).
+#[derive(Debug)]
+pub(crate) struct LiveKv {
+    /// Keys, transposed: `[kv_heads, head_dim, capacity]`.
+    pub(crate) kt: Tensor,
+    /// Values: `[capacity, kv_heads, head_dim]`.
+    pub(crate) v: Tensor,
+    /// Tokens live in them (held plus the ones just written).
+    pub(crate) len: usize,
 }
 
 /// The KV cache of a batch of requests for a [`super::Qwen3Target`]
@@ -62,9 +85,15 @@ impl Qwen3Cache {
         for layers in &self.rows {
             let mut copied = Vec::with_capacity(layers.len());
             for kv in layers {
-                copied.push(Kv {
-                    k: kv.k.copy()?,
-                    v: kv.v.copy()?,
+                copied.push(match kv {
+                    Kv::Host { kt, v } => Kv::Host {
+                        kt: kt.clone(),
+                        v: v.clone(),
+                    },
+                    Kv::Device { kt, v } => Kv::Device {
+                        kt: kt.copy()?,
+                        v: v.copy()?,
+                    },
                 });
             }
             rows.push(copied);
@@ -137,50 +166,280 @@ impl Qwen3Cache {
         if needed <= cap {
             return Ok(());
         }
-        let new_cap = needed.max(cap.saturating_mul(2)).max(MIN_CAPACITY);
+        let new_cap = needed
+            .max(cap.saturating_mul(2))
+            .max(MIN_CAPACITY)
+            .checked_next_multiple_of(PANEL)
+            .ok_or_else(|| Error::too_large("kv cache", needed, usize::MAX as u64, ""))?;
         let (kvh, hd) = (self.kv_heads, self.head_dim);
         crate::limits::output_elements("kv cache", &[new_cap as u64, kvh as u64, hd as u64])?;
         let len = self.lengths[b];
         let mut layers = Vec::with_capacity(self.num_layers);
         for li in 0..self.num_layers {
-            let k = Tensor::zeros((new_cap, kvh, hd), DType::F32, &self.device)?;
-            let v = Tensor::zeros((new_cap, kvh, hd), DType::F32, &self.device)?;
-            if let Some(old) = self.rows[b].get(li)
-                && len > 0
-            {
-                k.slice_set(&old.k.narrow(0, 0, len)?, 0, 0)?;
-                v.slice_set(&old.v.narrow(0, 0, len)?, 0, 0)?;
-            }
-            layers.push(Kv { k, v });
+            let old = self.rows[b].get(li).filter(|_| len > 0);
+            layers.push(if self.device.is_cpu() {
+                let mut kt = vec![0f32; kvh * hd * new_cap];
+                let mut v = vec![0f32; new_cap * kvh * hd];
+                if let Some(Kv::Host { kt: okt, v: ov }) = old {
+                    for (dst, src) in kt.chunks_exact_mut(new_cap).zip(okt.chunks_exact(cap)) {
+                        dst[..len].copy_from_slice(&src[..len]);
+                    }
+                    v[..len * kvh * hd].copy_from_slice(&ov[..len * kvh * hd]);
+                }
+                Kv::Host { kt, v }
+            } else {
+                let kt = Tensor::zeros((kvh, hd, new_cap), DType::F32, &self.device)?;
+                let v = Tensor::zeros((new_cap, kvh, hd), DType::F32, &self.device)?;
+                if let Some(Kv::Device { kt: okt, v: ov }) = old {
+                    kt.slice_set(&okt.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+                    v.slice_set(&ov.narrow(0, 0, len)?, 0, 0)?;
+                }
+                Kv::Device { kt, v }
+            });
         }
         self.rows[b] = layers;
         self.capacity[b] = new_cap;
         Ok(())
     }
 
-    /// Write `k`, `v` (`[n, kv_heads, head_dim]`, contiguous) of request `b`'s new tokens into
-    /// layer `layer` after its held rows, and return the keys and values of everything the
-    /// request then sees (`[len + n, kv_heads, head_dim]`). Needs [`Qwen3Cache::reserve`] first;
-    /// the length moves only with [`Qwen3Cache::advance`].
+    /// Write `k`, `v` (`[n, kv_heads, head_dim]`) of request `b`'s new tokens into layer
+    /// `layer` after its held rows, and return the buffers with everything the request then
+    /// sees (`len + n` tokens), as tensors (a CPU cache copies its buffers into tensors: the
+    /// forward uses [`Qwen3Cache::attend_host`] there instead). Needs [`Qwen3Cache::reserve`]
+    /// first; the length moves only with [`Qwen3Cache::advance`].
     pub(crate) fn write(
-        &self,
+        &mut self,
         b: usize,
         layer: usize,
         k: &Tensor,
         v: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        let kv = self.rows[b]
-            .get(layer)
-            .ok_or_else(|| Error::invalid("cache", format!("request {b} has no buffers")))?;
-        let len = self.lengths[b];
+    ) -> Result<LiveKv> {
+        let (len, cap) = (self.lengths[b], self.capacity[b]);
+        let (kvh, hd) = (self.kv_heads, self.head_dim);
         let n = k.dims().first().copied().unwrap_or(0);
-        kv.k.slice_set(k, 0, len)?;
-        kv.v.slice_set(v, 0, len)?;
-        Ok((kv.k.narrow(0, 0, len + n)?, kv.v.narrow(0, 0, len + n)?))
+        let kv = self.rows[b]
+            .get_mut(layer)
+            .ok_or_else(|| Error::invalid("cache", format!("request {b} has no buffers")))?;
+        match kv {
+            Kv::Device { kt, v: vb } => {
+                kt.slice_set(&k.permute((1, 2, 0))?.contiguous()?, 2, len)?;
+                vb.slice_set(&v.contiguous()?, 0, len)?;
+                Ok(LiveKv {
+                    kt: kt.clone(),
+                    v: vb.clone(),
+                    len: len + n,
+                })
+            }
+            Kv::Host { kt, v: vb } => {
+                let ks = k.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let vs = v.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                write_rows(kt, vb, cap, kvh * hd, len, &ks, &vs);
+                let dev = k.device();
+                Ok(LiveKv {
+                    kt: Tensor::from_slice(kt, (kvh, hd, cap), dev)?,
+                    v: Tensor::from_slice(vb, (cap, kvh, hd), dev)?,
+                    len: len + n,
+                })
+            }
+        }
+    }
+
+    /// On a CPU cache: write every request's new keys and values (`k`, `v`: `[N, kv_heads,
+    /// head_dim]`, request `b`'s `m` rows at `rows[b] = (offset, m)`) into layer `layer` and
+    /// run causal grouped-query attention of `q: [N, heads, head_dim]` against each request's
+    /// cache in one pass, giving `[N, heads · head_dim]`. `None` when the cache is not on the
+    /// CPU or an input is not a contiguous f32 CPU tensor (the caller then goes through
+    /// [`Qwen3Cache::write`]). Needs [`Qwen3Cache::reserve`] first.
+    pub(crate) fn attend_host(
+        &mut self,
+        layer: usize,
+        rows: &[(usize, usize)],
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        scale: f64,
+    ) -> Option<Result<Tensor>> {
+        let (kvh, hd) = (self.kv_heads, self.head_dim);
+        let &[n, heads, qhd] = q.dims() else {
+            return None;
+        };
+        let ok = rows.len() == self.lengths.len()
+            && qhd == hd
+            && kvh > 0
+            && heads.is_multiple_of(kvh)
+            && k.dims() == [n, kvh, hd]
+            && v.dims() == [n, kvh, hd];
+        if !ok {
+            return None;
+        }
+        let out = with_f32(q, |qs| {
+            with_f32(k, |ks| {
+                with_f32(v, |vs| {
+                    self.attend_rows(layer, rows, heads, qs, ks, vs, scale as f32)
+                })
+            })
+        })????;
+        Some(Tensor::from_vec(out, (n, heads * hd), q.device()).map_err(Into::into))
+    }
+
+    /// [`Qwen3Cache::attend_host`] on host slices; `None` when a buffer is not host memory.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_rows(
+        &mut self,
+        layer: usize,
+        rows: &[(usize, usize)],
+        heads: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        scale: f32,
+    ) -> Option<Vec<f32>> {
+        let (kvh, hd) = (self.kv_heads, self.head_dim);
+        let (row_q, row_kv) = (heads * hd, kvh * hd);
+        let n = q.len() / row_q.max(1);
+        let mut out = vec![0f32; n * row_q];
+        for (b, &(off, m)) in rows.iter().enumerate() {
+            if m == 0 {
+                continue;
+            }
+            let (len, cap) = (self.lengths[b], self.capacity[b]);
+            let Some(Kv::Host { kt, v: vb }) = self.rows[b].get_mut(layer) else {
+                return None;
+            };
+            let (ks, vs) = (
+                &k[off * row_kv..(off + m) * row_kv],
+                &v[off * row_kv..(off + m) * row_kv],
+            );
+            write_rows(kt, vb, cap, row_kv, len, ks, vs);
+            let s = len + m;
+            let keys: Option<Vec<PanelView<'_>>> = (0..kvh)
+                .map(|h| PanelView::new(&kt[h * hd * cap..], s, hd, PANEL, cap))
+                .collect();
+            let keys = keys?;
+            let vb: &[f32] = vb;
+            let kv = |h: usize| HeadKv::KeyPanels(keys[h], HeadView::new(vb, h * hd, row_kv, s));
+            let qs = &q[off * row_q..(off + m) * row_q];
+            let o = attention::grouped(qs, m, heads, kvh, hd, kv, scale, |i| len + i + 1);
+            out[off * row_q..(off + m) * row_q].copy_from_slice(&o);
+        }
+        Some(out)
     }
 
     /// Request `b` now holds `n` more tokens (written by [`Qwen3Cache::write`] in every layer).
     pub(crate) fn advance(&mut self, b: usize, n: usize) {
         self.lengths[b] += n;
+    }
+}
+
+/// Write `n` new rows (`k`, `v`: `[n, row]` with `row = kv_heads · head_dim`) at position
+/// `len` of host buffers `kt: [row, cap]` (transposed) and `v: [cap, row]`.
+fn write_rows(
+    kt: &mut [f32],
+    v: &mut [f32],
+    cap: usize,
+    row: usize,
+    len: usize,
+    k: &[f32],
+    vs: &[f32],
+) {
+    let n = k.len() / row.max(1);
+    for (i, src) in k.chunks_exact(row.max(1)).enumerate() {
+        for (c, &x) in src.iter().enumerate() {
+            kt[c * cap + len + i] = x;
+        }
+    }
+    v[len * row..(len + n) * row].copy_from_slice(&vs[..n * row]);
+}
+
+/// Run `f` on the contiguous f32 values of CPU tensor `t`, or `None`.
+fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
+    use candle_core::{CpuStorage, Storage};
+    if !t.device().is_cpu() || t.dtype() != DType::F32 {
+        return None;
+    }
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(CpuStorage::F32(all)) = &*storage else {
+        return None;
+    };
+    let (lo, hi) = layout.contiguous_offsets()?;
+    Some(f(&all[lo..hi]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drafter::layers::causal_gqa_attention_kt;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
+                h as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_host_pass_equals_the_tensor_path_across_growth_and_rollback() {
+        // Two requests, 2 kv heads of 16, 4 query heads: steps of ragged sizes (one request
+        // idle in one step) that grow the buffers past 64 and 128 tokens, a rollback, then
+        // more; every step through `attend_host` on one cache and `write` + the tensor
+        // attention on a twin.
+        let (kvh, hd, heads) = (2, 16, 4);
+        let cpu = Device::Cpu;
+        let mut fast = Qwen3Cache::new(2, 1, kvh, hd, &cpu);
+        let mut slow = Qwen3Cache::new(2, 1, kvh, hd, &cpu);
+        let steps: [[usize; 2]; 6] = [[70, 3], [9, 0], [1, 60], [0, 9], [50, 1], [9, 9]];
+        for (t, sizes) in steps.iter().enumerate() {
+            if t == 4 {
+                fast.truncate(&[40, 50]).unwrap();
+                slow.truncate(&[40, 50]).unwrap();
+            }
+            let n: usize = sizes.iter().sum();
+            let mut rows = Vec::new();
+            let mut off = 0;
+            for (b, &m) in sizes.iter().enumerate() {
+                rows.push((off, m));
+                off += m;
+                for c in [&mut fast, &mut slow] {
+                    c.reserve(b, c.lengths()[b] + m).unwrap();
+                }
+            }
+            let seed = t as u32 * 3;
+            let q = Tensor::from_vec(values(n * heads * hd, seed), (n, heads, hd), &cpu).unwrap();
+            let k = Tensor::from_vec(values(n * kvh * hd, seed + 1), (n, kvh, hd), &cpu).unwrap();
+            let v = Tensor::from_vec(values(n * kvh * hd, seed + 2), (n, kvh, hd), &cpu).unwrap();
+            let got = fast
+                .attend_host(0, &rows, (&q, &k, &v), 0.25)
+                .unwrap()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            let mut want = Vec::new();
+            for (b, &(off, m)) in rows.iter().enumerate() {
+                if m == 0 {
+                    continue;
+                }
+                let live = slow
+                    .write(
+                        b,
+                        0,
+                        &k.narrow(0, off, m).unwrap(),
+                        &v.narrow(0, off, m).unwrap(),
+                    )
+                    .unwrap();
+                let q = q.narrow(0, off, m).unwrap();
+                let o = causal_gqa_attention_kt(&q, &live.kt, &live.v, live.len, 0.25).unwrap();
+                want.extend(o.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+            }
+            assert_eq!(got, want, "step {t}");
+            for (b, &(_, m)) in rows.iter().enumerate() {
+                fast.advance(b, m);
+                slow.advance(b, m);
+            }
+            assert!(fast.capacity.iter().all(|c| c % PANEL == 0));
+        }
+        assert_eq!(fast.lengths(), &[99, 60]);
+        assert!(fast.capacity[0] >= 128);
     }
 }

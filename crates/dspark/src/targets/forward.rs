@@ -11,7 +11,7 @@ use candle_core::{DType, Tensor};
 
 use super::cache::Qwen3Cache;
 use super::qwen3::Qwen3Target;
-use crate::drafter::layers::{causal_gqa_attention, matmul_t, rms_norm};
+use crate::drafter::layers::{causal_gqa_attention_kt, matmul_t, rms_norm};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_POSITION, output_elements};
 use crate::speculator::{LogitRows, TargetInput, TargetOutput};
@@ -142,23 +142,26 @@ impl Qwen3Target {
         let heads = self.heads();
         let scale = 1.0 / (heads.head_dim as f64).sqrt();
         let mut captured: Vec<Option<Tensor>> = vec![None; self.layers.len()];
-        let cache_ref = &*cache;
         for (li, layer) in self.layers.iter().enumerate() {
             if capture.contains(&li) {
                 captured[li] = Some(x.clone());
             }
+            let cache = &mut *cache;
             x = layer.forward(&x, heads, &self.rope, &cos, &sin, |q, k, v| {
+                if let Some(out) = cache.attend_host(li, &p.rows, (q, k, v), scale) {
+                    return out;
+                }
                 let mut outs = Vec::with_capacity(b_n);
                 for (b, &(off, m)) in p.rows.iter().enumerate() {
                     if m == 0 {
                         continue;
                     }
-                    let (kc, vc) =
-                        cache_ref.write(b, li, &k.narrow(0, off, m)?, &v.narrow(0, off, m)?)?;
-                    outs.push(causal_gqa_attention(
+                    let live = cache.write(b, li, &k.narrow(0, off, m)?, &v.narrow(0, off, m)?)?;
+                    outs.push(causal_gqa_attention_kt(
                         &q.narrow(0, off, m)?,
-                        &kc,
-                        &vc,
+                        &live.kt,
+                        &live.v,
+                        live.len,
                         scale,
                     )?);
                 }
