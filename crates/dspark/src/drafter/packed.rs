@@ -273,7 +273,9 @@ impl<'a> PanelView<'a> {
         // Panel-major result `[panel][n][PANEL]`: every task writes whole panels.
         let mut yp = vec![0f32; panels * n * PANEL];
         let work = n.saturating_mul(rows).saturating_mul(cols);
-        if panels > 1 && work >= PAR_MIN_MACS && crate::threads::use_pool(work) {
+        if cols == 0 {
+            // No inputs: every product is 0 (then + bias); no panel has a column to read.
+        } else if panels > 1 && work >= PAR_MIN_MACS && crate::threads::use_pool(work) {
             let per = panels
                 .div_ceil(rayon::current_num_threads() * 4)
                 .next_multiple_of(PANELS_512);
