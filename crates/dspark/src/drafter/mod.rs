@@ -19,7 +19,7 @@ pub(crate) mod attention;
 pub mod cache;
 pub(crate) mod decoder;
 mod forward;
-mod fused;
+pub(crate) mod fused;
 pub mod layers;
 pub mod packed;
 pub mod qwen3;

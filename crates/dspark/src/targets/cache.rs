@@ -15,6 +15,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::drafter::attention::{self, HeadKv, HeadView};
+use crate::drafter::fused::with_f32;
 use crate::drafter::packed::{PANEL, PanelView};
 use crate::error::{Error, Result};
 
@@ -347,20 +348,6 @@ fn write_rows(
         }
     }
     v[len * row..(len + n) * row].copy_from_slice(&vs[..n * row]);
-}
-
-/// Run `f` on the contiguous f32 values of CPU tensor `t`, or `None`.
-fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
-    use candle_core::{CpuStorage, Storage};
-    if !t.device().is_cpu() || t.dtype() != DType::F32 {
-        return None;
-    }
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Cpu(CpuStorage::F32(all)) = &*storage else {
-        return None;
-    };
-    let (lo, hi) = layout.contiguous_offsets()?;
-    Some(f(&all[lo..hi]))
 }
 
 #[cfg(test)]
