@@ -146,6 +146,33 @@ pub(crate) fn grouped<'a>(
     out
 }
 
+/// Causal grouped-query attention of `q: [Q, heads, hd]` against a cache that keeps its keys
+/// transposed, `kt: [kv_heads, hd, cap]`, and its values token-major, `v: [cap, kv_heads, hd]`,
+/// of which the first `s` tokens are live (query `i` sees keys `0 ..= s − Q + i`). The keys are
+/// read where they lie as panels of 16 keys. Returns `[Q, heads · hd]`, or `None` when the last
+/// key panel does not fit `kt` (`cap` must be a multiple of 16, `s <= cap`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn causal_transposed(
+    q: &[f32],
+    q_len: usize,
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+    (kt, v): (&[f32], &[f32]),
+    cap: usize,
+    s: usize,
+    scale: f32,
+) -> Option<Vec<f32>> {
+    let keys = (0..kv_heads)
+        .map(|h| PanelView::new(kt.get(h * hd * cap..)?, s, hd, PANEL, cap))
+        .collect::<Option<Vec<_>>>()?;
+    let kv = |h: usize| HeadKv::KeyPanels(keys[h], HeadView::new(v, h * hd, kv_heads * hd, s));
+    let past = s.checked_sub(q_len)?;
+    Some(grouped(q, q_len, heads, kv_heads, hd, kv, scale, |i| {
+        past + i + 1
+    }))
+}
+
 /// `row[..n] = softmax(scale · row[..n])`, `row[n..] = 0`.
 fn softmax_prefix(row: &mut [f32], n: usize, scale: f32) {
     let (live, masked) = row.split_at_mut(n);

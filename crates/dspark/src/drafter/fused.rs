@@ -12,7 +12,7 @@
 use candle_core::{CpuStorage, DType, Storage, Tensor};
 
 use super::attention::{self, HeadKv, HeadView};
-use super::packed::{PANEL, PanelView};
+use super::packed::PANEL;
 use crate::error::Result;
 #[cfg(target_arch = "x86_64")]
 use crate::sampling::fastmath::exp_with;
@@ -243,27 +243,11 @@ pub(crate) fn causal_attention_kt(
     if heads == 0 || !heads.is_multiple_of(kvh) {
         return None;
     }
-    let (past, scale) = (s - q_len, scale as f32);
     let out = with_f32(q, |qs| {
         with_f32(kt, |ks| {
             with_f32(v, |vs| {
-                let keys: Option<Vec<PanelView<'_>>> = (0..kvh)
-                    .map(|kh| PanelView::new(&ks[kh * hd * cap..], s, hd, PANEL, cap))
-                    .collect();
-                let keys = keys?;
-                let kv = |kh: usize| {
-                    HeadKv::KeyPanels(keys[kh], HeadView::new(vs, kh * hd, kvh * hd, s))
-                };
-                Some(attention::grouped(
-                    qs,
-                    q_len,
-                    heads,
-                    kvh,
-                    hd,
-                    kv,
-                    scale,
-                    |i| past + i + 1,
-                ))
+                let kv = (ks, vs);
+                attention::causal_transposed(qs, q_len, heads, kvh, hd, kv, cap, s, scale as f32)
             })
         })
     })????;

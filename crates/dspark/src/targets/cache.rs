@@ -14,9 +14,9 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::drafter::attention::{self, HeadKv, HeadView};
+use crate::drafter::attention;
 use crate::drafter::fused::with_f32;
-use crate::drafter::packed::{PANEL, PanelView};
+use crate::drafter::packed::PANEL;
 use crate::error::{Error, Result};
 
 /// Smallest buffer allocated, in tokens.
@@ -310,15 +310,9 @@ impl Qwen3Cache {
                 &v[off * row_kv..(off + m) * row_kv],
             );
             write_rows(kt, vb, cap, row_kv, len, ks, vs);
-            let s = len + m;
-            let keys: Option<Vec<PanelView<'_>>> = (0..kvh)
-                .map(|h| PanelView::new(&kt[h * hd * cap..], s, hd, PANEL, cap))
-                .collect();
-            let keys = keys?;
-            let vb: &[f32] = vb;
-            let kv = |h: usize| HeadKv::KeyPanels(keys[h], HeadView::new(vb, h * hd, row_kv, s));
             let qs = &q[off * row_q..(off + m) * row_q];
-            let o = attention::grouped(qs, m, heads, kvh, hd, kv, scale, |i| len + i + 1);
+            let kv = (&kt[..], &vb[..]);
+            let o = attention::causal_transposed(qs, m, heads, kvh, hd, kv, cap, len + m, scale)?;
             out[off * row_q..(off + m) * row_q].copy_from_slice(&o);
         }
         Some(out)
