@@ -22,6 +22,42 @@ def stable_seed(*parts: object) -> int:
     return zlib.crc32(repr(parts).encode())
 
 
+def _cuda_skip_reason() -> str | None:
+    """Why ``cuda``-marked tests cannot run here, or ``None`` when they can.
+
+    ``DSPARK_CUDA_TEST_DEVICE=cpu`` runs them on the CPU: a dry run of the tests themselves.
+    """
+    import os
+
+    import dspark
+
+    if os.environ.get("DSPARK_CUDA_TEST_DEVICE", "cuda") == "cpu":
+        return None
+
+    if dspark.build_info()["cuda_devices"] == 0:
+        return "needs the CUDA wheel and a CUDA device (build_info reports none)"
+    try:
+        import torch
+    except ImportError:
+        return "needs torch with CUDA (torch is not installed)"
+    if not torch.cuda.is_available():
+        return "needs torch with CUDA (torch.cuda.is_available() is False)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``cuda``-marked tests cleanly where there is no CUDA device or CUDA torch."""
+    marked = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if not marked:
+        return
+    reason = _cuda_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in marked:
+        item.add_marker(skip)
+
+
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A numpy generator seeded from the test's node id: deterministic per test."""

@@ -171,11 +171,15 @@ class FakeCuda:
 def test_cuda_tensors_are_refused_before_export():
     with pytest.raises(dspark.InputError) as e:
         _native._dlpack_describe(FakeCuda())
+    assert e.value.code == "device-unavailable"
     assert "CUDA tensors are not supported" in str(e.value)
     assert "move to CPU" in str(e.value)
+    assert "cuda:0" in str(e.value)
     assert not FakeCuda.exported
-    with pytest.raises(dspark.InputError):
+    with pytest.raises(dspark.InputError) as e:
         dspark.verify(FakeCuda(), np.zeros((1, 1), dtype=np.int64))
+    assert e.value.code == "device-unavailable"
+    assert "target_logits" in str(e.value)
 
 
 def test_readonly_arrays_are_accepted():

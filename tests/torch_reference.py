@@ -38,7 +38,7 @@ def draft_to_target(draft_vocab: int, target_vocab: int, d2t: torch.Tensor | Non
     """Target id of every draft id (``-1`` for padded draft ids ``>= V_t``)."""
     ids = torch.arange(draft_vocab, dtype=torch.int64)
     if d2t is not None:
-        return ids + d2t.to(torch.int64)
+        return ids + d2t.to(torch.int64).cpu()
     return torch.where(ids < target_vocab, ids, torch.full_like(ids, -1))
 
 
@@ -57,15 +57,16 @@ def markov_block(
 ) -> RefBlock:
     """Draft one block: slot k uses ``scale * (base_k + W2 @ W1[x_{k-1}])``, x_0 = anchor."""
     batch, slots, draft_vocab = base.shape
+    dev = base.device
     vt = draft_vocab if target_vocab is None else target_vocab
-    to_target = draft_to_target(draft_vocab, vt, d2t)
+    to_target = draft_to_target(draft_vocab, vt, d2t).to(dev)
     valid = to_target >= 0  # padded draft cols are masked
     w1f, w2f = w1.float(), w2.float()
-    prev = anchors.to(torch.int64)
-    tokens = torch.empty(batch, slots, dtype=torch.int64)
-    q_logits = torch.full((batch, slots, vt), NEG_INF)
-    prev_emb = torch.empty(batch, slots, w1.shape[1])
-    rows = torch.arange(batch)
+    prev = anchors.to(dtype=torch.int64, device=dev)
+    tokens = torch.empty(batch, slots, dtype=torch.int64, device=dev)
+    q_logits = torch.full((batch, slots, vt), NEG_INF, device=dev)
+    prev_emb = torch.empty(batch, slots, w1.shape[1], device=dev)
+    rows = torch.arange(batch, device=dev)
     for k in range(slots):
         emb = w1f[prev]  # [B, r]
         prev_emb[:, k] = emb
@@ -85,7 +86,7 @@ def markov_block(
             probs = torch.softmax(recorded, dim=-1)
             x = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         dst = to_target.clamp(min=0).expand(batch, -1)
-        q_k = torch.full((batch, vt), NEG_INF)
+        q_k = torch.full((batch, vt), NEG_INF, device=dev)
         q_k.scatter_(1, dst[:, valid], recorded[:, valid])
         q_logits[:, k] = q_k
         prev = to_target[x]
@@ -93,12 +94,14 @@ def markov_block(
     return RefBlock(tokens, q_logits, prev_emb)
 
 
-def _per_request(value: float | Sequence | torch.Tensor | None, batch: int, dtype) -> torch.Tensor:
+def _per_request(
+    value: float | Sequence | torch.Tensor | None, batch: int, dtype, device=None
+) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
-        return value.to(dtype)
+        return value.to(dtype=dtype, device=device)
     if isinstance(value, Sequence):
-        return torch.tensor(list(value), dtype=dtype)
-    return torch.full((batch,), value, dtype=dtype)
+        return torch.tensor(list(value), dtype=dtype, device=device)
+    return torch.full((batch,), value, dtype=dtype, device=device)
 
 
 def target_probs(
@@ -151,36 +154,37 @@ def verify(
     """Lossless rejection sampling of a block, batched (``u * q(x) < p(x)``, residual, bonus)."""
     batch, width, vocab = target_logits.shape
     slots = width - 1
-    temp = _per_request(temperature, batch, torch.float32)
-    topk = None if top_k is None else _per_request(top_k, batch, torch.int64)
-    topp = None if top_p is None else _per_request(top_p, batch, torch.float32)
+    dev = target_logits.device
+    temp = _per_request(temperature, batch, torch.float32, dev)
+    topk = None if top_k is None else _per_request(top_k, batch, torch.int64, dev)
+    topp = None if top_p is None else _per_request(top_p, batch, torch.float32, dev)
     p = target_probs(target_logits, temp, topk, topp)  # [B, K+1, V]
-    tok = draft_tokens.to(torch.int64)
+    tok = draft_tokens.to(dtype=torch.int64, device=dev)
     if draft_logits is None:
-        q = torch.zeros(batch, slots, vocab).scatter(-1, tok[..., None], 1.0)
+        q = torch.zeros(batch, slots, vocab, device=dev).scatter(-1, tok[..., None], 1.0)
     else:
         q = torch.softmax(draft_logits.float(), dim=-1)
     px = p[:, :slots].gather(-1, tok[..., None]).squeeze(-1)
     qx = q.gather(-1, tok[..., None]).squeeze(-1)
-    u = torch.rand(batch, slots, generator=generator)
+    u = torch.rand(batch, slots, generator=generator, device=dev)
     accept = u * qx < px
     n = (
-        torch.full((batch,), slots, dtype=torch.int64)
+        torch.full((batch,), slots, dtype=torch.int64, device=dev)
         if num_draft is None
-        else _per_request(num_draft, batch, torch.int64)
+        else _per_request(num_draft, batch, torch.int64, dev)
     )
-    pos = torch.arange(slots)
+    pos = torch.arange(slots, device=dev)
     accept &= pos[None, :] < n[:, None]
     accepted = torch.cumprod(accept.to(torch.int64), dim=-1).sum(-1)  # prefix length
     if stop_token_ids:
-        stops = torch.tensor(list(stop_token_ids), dtype=torch.int64)
+        stops = torch.tensor(list(stop_token_ids), dtype=torch.int64, device=dev)
         is_stop = torch.isin(tok, stops) & (pos[None, :] < accepted[:, None])
         first = torch.where(is_stop, pos[None, :], torch.full_like(tok, slots)).min(-1).values
         stopped = first < slots
         accepted = torch.where(stopped, first + 1, accepted)
     else:
-        stopped = torch.zeros(batch, dtype=torch.bool)
-    rows = torch.arange(batch)
+        stopped = torch.zeros(batch, dtype=torch.bool, device=dev)
+    rows = torch.arange(batch, device=dev)
     at = accepted.clamp(max=slots)
     p_at = p[rows, at]
     rejected = accepted < n
@@ -192,7 +196,7 @@ def verify(
     bonus_p = p[rows, n.clamp(max=slots)]
     dist = torch.where(rejected[:, None], residual, bonus_p)
     nxt = torch.multinomial(dist, 1, generator=generator).squeeze(1)
-    out = torch.full((batch, width), -1, dtype=torch.int64)
+    out = torch.full((batch, width), -1, dtype=torch.int64, device=dev)
     keep = pos[None, :] < accepted[:, None]
     out[:, :slots] = torch.where(keep, tok, out[:, :slots])
     write = ~stopped

@@ -17,6 +17,7 @@ from dspark._native import (
     VocabError,
     VocabLayout,
     __version__,
+    build_info,
     inspect,
 )
 from dspark._threads import ensure_rayon_threads
@@ -84,6 +85,7 @@ __all__ = [
     "VocabError",
     "VocabLayout",
     "__version__",
+    "build_info",
     "confidence",
     "inspect",
     "sample_block",

@@ -25,6 +25,8 @@ _INPUT = {
     "token-out-of-range",
     "invalid-argument",
     "too-large",
+    "device-unavailable",
+    "device-mismatch",
 }
 
 

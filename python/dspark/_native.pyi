@@ -2,7 +2,7 @@
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias, final
+from typing import Any, Literal, TypeAlias, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
@@ -111,6 +111,23 @@ class Report:
 def inspect(
     draft: str | os.PathLike[str], target: str | os.PathLike[str] | None = None
 ) -> Report: ...
+
+# What ``build_info`` returns (functional form: the stub names no class the module lacks).
+_BuildInfo = TypedDict(  # noqa: UP013 (a class would have to exist in the module)
+    "_BuildInfo",
+    {
+        "version": str,
+        "cuda": bool,
+        "cuda_devices": int,
+        "kernel_path": Literal["fast", "tensor"],
+    },
+)
+
+def build_info() -> _BuildInfo:
+    """The version, CUDA support (compiled, devices seen) and the host kernel path.
+
+    Raises ``InputError`` (code ``invalid-argument``) for an invalid ``DSPARK_KERNEL_PATH``.
+    """
 
 # --- kernels (DLPack in: numpy arrays, torch tensors, anything with ``__dlpack__``) ---------
 # Use the typed wrappers in ``dspark.kernels`` (re-exported as ``dspark.sample_block`` etc.);

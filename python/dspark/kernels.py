@@ -87,11 +87,22 @@ def _tensor(x: object, name: str) -> object:
         )
 
 
-def _out(like: object, arr: np.ndarray) -> Any:
+def _out(like: object, arr: Any) -> Any:
+    """A result in the caller's framework: torch on ``like``'s device when ``like`` is torch.
+
+    Results the engine leaves on a CUDA device (``_native.DeviceArray``) are taken by DLPack
+    with no copy; small host results (ids, counts, confidences) are moved to ``like``'s device.
+    """
+    if not isinstance(arr, np.ndarray):
+        import torch
+
+        return torch.from_dlpack(arr)
     if _is_torch(like):
         import torch
 
-        return torch.from_numpy(arr)
+        t = torch.from_numpy(arr)
+        device = like.device  # type: ignore[attr-defined]
+        return t if device.type == "cpu" else t.to(device)
     return arr
 
 

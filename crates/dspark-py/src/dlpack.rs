@@ -7,8 +7,11 @@
 //! leaves it alone), and calls the producer's deleter when the guard drops. While the guard lives,
 //! [`DlTensor::slice`] hands out `&[T]` views of the producer's memory.
 //!
-//! Only C-contiguous CPU tensors are accepted: anything else is an `InputError` (non-contiguous:
-//! `bad-shape`), never a silent copy.
+//! [`DlTensor::from_py`] accepts only C-contiguous host tensors: anything else is an `InputError`
+//! (non-contiguous: `bad-shape`; a CUDA tensor: `device-unavailable`), never a silent copy.
+//! [`DlTensor::from_py_device`] also accepts CUDA tensors in builds with the `cuda` feature
+//! (`dlpack_cuda` wraps them as candle tensors without a copy); it passes the consumer stream
+//! to `__dlpack__(stream=...)`, so the producer orders its pending writes before our reads.
 
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
@@ -25,38 +28,38 @@ use crate::errors::{PyDSparkError, guard, retype};
 /// `DLDevice`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct DLDevice {
-    device_type: i32,
-    device_id: i32,
+pub(crate) struct DLDevice {
+    pub(crate) device_type: i32,
+    pub(crate) device_id: i32,
 }
 
 /// `DLDataType`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct DLDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
+pub(crate) struct DLDataType {
+    pub(crate) code: u8,
+    pub(crate) bits: u8,
+    pub(crate) lanes: u16,
 }
 
 /// `DLTensor`: the plain description shared by both managed forms.
 #[repr(C)]
-struct RawDLTensor {
-    data: *mut c_void,
-    device: DLDevice,
-    ndim: i32,
-    dtype: DLDataType,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
+pub(crate) struct RawDLTensor {
+    pub(crate) data: *mut c_void,
+    pub(crate) device: DLDevice,
+    pub(crate) ndim: i32,
+    pub(crate) dtype: DLDataType,
+    pub(crate) shape: *mut i64,
+    pub(crate) strides: *mut i64,
+    pub(crate) byte_offset: u64,
 }
 
 /// `DLManagedTensor` (the legacy, unversioned capsule payload, name `"dltensor"`).
 #[repr(C)]
-struct DLManagedTensor {
-    dl_tensor: RawDLTensor,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+pub(crate) struct DLManagedTensor {
+    pub(crate) dl_tensor: RawDLTensor,
+    pub(crate) manager_ctx: *mut c_void,
+    pub(crate) deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
 }
 
 /// `DLPackVersion`.
@@ -78,11 +81,11 @@ struct DLManagedTensorVersioned {
 }
 
 const DL_CPU: i32 = 1;
-const DL_CUDA: i32 = 2;
+pub(crate) const DL_CUDA: i32 = 2;
 const DL_CUDA_HOST: i32 = 3;
 const DL_CUDA_MANAGED: i32 = 13;
 
-const NAME_LEGACY: &CStr = c"dltensor";
+pub(crate) const NAME_LEGACY: &CStr = c"dltensor";
 const NAME_LEGACY_USED: &CStr = c"used_dltensor";
 const NAME_VERSIONED: &CStr = c"dltensor_versioned";
 const NAME_VERSIONED_USED: &CStr = c"used_dltensor_versioned";
@@ -200,6 +203,7 @@ pub struct DlTensor {
     dtype: DlDtype,
     shape: Vec<usize>,
     name: String,
+    device: (i32, i32),
 }
 
 impl Drop for DlTensor {
@@ -229,7 +233,7 @@ fn input_error(e: Error) -> PyErr {
 }
 
 /// Ask `obj` for its DLPack device without exporting anything (None when it has no such method).
-fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
+pub(crate) fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
     if !obj.hasattr("__dlpack_device__")? {
         return Ok(None);
     }
@@ -240,14 +244,27 @@ fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
     Ok(Some((kind, id)))
 }
 
-fn device_error(name: &str, device_type: i32) -> PyErr {
-    let what = match device_type {
-        DL_CUDA | DL_CUDA_MANAGED => {
-            "CUDA tensors are not supported in this build; move to CPU".to_string()
+fn device_error(name: &str, device: (i32, i32), cuda_ok: bool) -> PyErr {
+    let (kind, id) = device;
+    let message = match kind {
+        DL_CUDA | DL_CUDA_MANAGED if !dspark::device::cuda_compiled() => {
+            "this dspark build has no CUDA support (CUDA tensors are not supported in this \
+             build; install the CUDA wheel, see the README's GPU build, or move to CPU)"
         }
-        other => format!("device type {other} is not supported; move the tensor to CPU"),
+        DL_CUDA_MANAGED => "CUDA managed memory is not supported; move to CPU or a cuda device",
+        DL_CUDA if !cuda_ok => "this argument is read on the host; move to CPU",
+        _ => {
+            return input_error(Error::invalid(
+                name,
+                format!("device type {kind} is not supported; move the tensor to CPU"),
+            ));
+        }
     };
-    input_error(Error::invalid(name, what))
+    input_error(Error::DeviceUnavailable {
+        name: name.to_string(),
+        device: format!("cuda:{id}"),
+        message: message.to_string(),
+    })
 }
 
 /// Refuse torch tensor kinds whose DLPack export would be wrong or impossible: the meta device
@@ -306,11 +323,41 @@ impl DlTensor {
     /// naming it, including exceptions raised by the producer's own `__dlpack__`.
     pub fn from_py(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Self> {
         let py = obj.py();
-        Self::from_py_inner(obj, name)
+        Self::from_py_inner(obj, name, None)
             .map_err(|e| retype(py, e, name, "could not be exported through DLPack"))
     }
 
-    fn from_py_inner(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Self> {
+    /// Like [`DlTensor::from_py`], but a CUDA tensor is accepted (in builds with the `cuda`
+    /// feature): `stream` is the consumer stream passed to `__dlpack__` for CUDA producers.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub fn from_py_device(
+        obj: &Bound<'_, PyAny>,
+        name: &str,
+        stream: Option<usize>,
+    ) -> PyResult<Self> {
+        let py = obj.py();
+        Self::from_py_inner(obj, name, Some(stream))
+            .map_err(|e| retype(py, e, name, "could not be exported through DLPack"))
+    }
+
+    /// `(DLPack device type, device id)`: `(1, 0)` for host memory, `(2, n)` for `cuda:n`.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub fn device(&self) -> (i32, i32) {
+        self.device
+    }
+
+    /// Whether the data lives on a CUDA device (not readable through [`DlTensor::slice`]).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub fn is_cuda(&self) -> bool {
+        self.device.0 == DL_CUDA
+    }
+
+    fn from_py_inner(
+        obj: &Bound<'_, PyAny>,
+        name: &str,
+        cuda_stream: Option<Option<usize>>,
+    ) -> PyResult<Self> {
+        let cuda_ok = cuda_stream.is_some() && dspark::device::cuda_compiled();
         let py = obj.py();
         if !obj.hasattr("__dlpack__")? {
             return Err(input_error(Error::UnsupportedDtype {
@@ -322,14 +369,19 @@ impl DlTensor {
             }));
         }
         check_torch_kind(obj, name)?;
-        if let Some((kind, _)) = dlpack_device(obj)?
+        let device = dlpack_device(obj)?;
+        if let Some((kind, id)) = device
             && kind != DL_CPU
             && kind != DL_CUDA_HOST
+            && !(kind == DL_CUDA && cuda_ok)
         {
-            return Err(device_error(name, kind));
+            return Err(device_error(name, (kind, id), cuda_ok));
         }
         let kwargs = PyDict::new(py);
         kwargs.set_item("max_version", (1u32, 0u32))?;
+        if let (Some((DL_CUDA, _)), Some(Some(stream))) = (device, cuda_stream) {
+            kwargs.set_item("stream", stream)?;
+        }
         let capsule = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
             Ok(c) => c,
             Err(e) if e.is_instance_of::<PyTypeError>(py) => obj.call_method0("__dlpack__")?,
@@ -350,13 +402,14 @@ impl DlTensor {
             dtype: DlDtype::F32,
             shape: Vec::new(),
             name: name.to_string(),
+            device: (DL_CPU, 0),
         };
-        guard.describe()?;
+        guard.describe(cuda_ok)?;
         Ok(guard)
     }
 
     /// Validate the raw tensor and fill in `data`, `numel`, `dtype`, `shape`.
-    fn describe(&mut self) -> PyResult<()> {
+    fn describe(&mut self, cuda_ok: bool) -> PyResult<()> {
         let name = self.name.clone();
         // SAFETY: the managed tensor is alive (we own it until drop) and its DLTensor fields
         // are initialised by the producer, per the DLPack contract.
@@ -366,8 +419,11 @@ impl DlTensor {
                 Owner::Versioned(p) => &(*p.as_ptr()).dl_tensor,
             }
         };
-        if raw.device.device_type != DL_CPU && raw.device.device_type != DL_CUDA_HOST {
-            return Err(device_error(&name, raw.device.device_type));
+        let device = (raw.device.device_type, raw.device.device_id);
+        let host = device.0 == DL_CPU || device.0 == DL_CUDA_HOST;
+        let cuda = device.0 == DL_CUDA && cuda_ok;
+        if !host && !cuda {
+            return Err(device_error(&name, device, cuda_ok));
         }
         let dtype = DlDtype::from_raw(raw.dtype).ok_or_else(|| {
             input_error(Error::UnsupportedDtype {
@@ -442,6 +498,7 @@ impl DlTensor {
         self.numel = numel;
         self.dtype = dtype;
         self.shape = dims;
+        self.device = if host { (DL_CPU, 0) } else { device };
         Ok(())
     }
 
@@ -472,7 +529,7 @@ impl DlTensor {
 
     /// Borrow the elements as `&[T]`; `None` when `T` is not this tensor's dtype.
     pub fn slice<T: DlElement>(&self) -> Option<&[T]> {
-        if T::DTYPE != self.dtype {
+        if T::DTYPE != self.dtype || self.device.0 != DL_CPU {
             return None;
         }
         if self.numel == 0 {
@@ -508,6 +565,7 @@ fn take_capsule(capsule: &Bound<'_, PyCapsule>, name: &str) -> PyResult<Owner> {
                 dtype: DlDtype::F32,
                 shape: Vec::new(),
                 name: name.to_string(),
+                device: (DL_CPU, 0),
             });
             return Err(input_error(Error::invalid(
                 name,

@@ -116,13 +116,6 @@ fn to_numpy3<'py, T: numpy::Element>(
     PyArray1::from_vec(py, v).reshape(shape)
 }
 
-/// Arrays of a drafted block: `(tokens [B,K] int64, draft_logits [B,K,V_t] f32, prev_embeddings [B,K,r] f32)`.
-type BlockArrays<'py> = (
-    Bound<'py, PyArray2<i64>>,
-    Bound<'py, PyArray3<f32>>,
-    Bound<'py, PyArray3<f32>>,
-);
-
 /// Draft one block with the Markov head. See `dspark.sample_block`.
 #[pyfunction]
 #[pyo3(signature = (base_logits, markov_w1, markov_w2, anchors, *, temperature = None, seed = None,
@@ -140,7 +133,7 @@ pub fn sample_block<'py>(
     d2t: Option<&Bound<'py, PyAny>>,
     top_k: Option<&Bound<'py, PyAny>>,
     logit_scale: Option<&Bound<'py, PyAny>>,
-) -> PyResult<BlockArrays<'py>> {
+) -> PyResult<Bound<'py, PyAny>> {
     guard(|| {
         // Scalars first: nothing is exported or allocated for a call with a bad argument.
         let temperature = args::opt_float32(temperature, "temperature", 0.0)?;
@@ -149,6 +142,12 @@ pub fn sample_block<'py>(
             args::opt_usize(target_vocab_size, "target_vocab_size", limits::MAX_VOCAB)?;
         let top_k = args::opt_usize(top_k, "top_k", u64::MAX)?;
         let seeds = seeds(seed)?;
+        #[cfg(feature = "cuda")]
+        if let Some(device) = crate::dlpack_cuda::cuda_device_of(base_logits)? {
+            let tensors = (base_logits, markov_w1, markov_w2, anchors, d2t);
+            let options = (temperature, seeds, target_vocab_size, top_k, logit_scale);
+            return crate::kernels_device::sample_block(py, &device, tensors, options);
+        }
         let base_t = DlTensor::from_py(base_logits, "base_logits")?;
         let w1_t = DlTensor::from_py(markov_w1, "markov_w1")?;
         let w2_t = DlTensor::from_py(markov_w2, "markov_w2")?;
@@ -164,43 +163,7 @@ pub fn sample_block<'py>(
             data: floats(&w2_t)?,
             dims: dims::<2>(&w2_t)?,
         };
-        let [b, k, draft_vocab] = base.dims;
-        // Every output size is checked before anything is allocated (a zero-size input can
-        // carry one huge dimension).
-        let vt_name = if target_vocab_size.is_some() {
-            "target_vocab_size"
-        } else {
-            "base_logits"
-        };
-        let vt = match target_vocab_size {
-            Some(v) => v,
-            None => limits::at_most("base_logits", draft_vocab as u64, limits::MAX_VOCAB)
-                .map_err(err)?,
-        };
-        output(vt_name, &[b, k, vt])?;
-        output("markov_w1", &[b, k, w1.dims[1]])?;
-        // Ids are copied once, then validated and used.
-        let anchor_ids = args::ids_1d(anchors, "anchors")?;
-        let anchor_ids = args::ids_in_vocab(&anchor_ids, "anchors", w1.dims[0])?;
-        let id_map = match (d2t.filter(|d| !d.is_none()), target_vocab_size) {
-            (Some(d2t), tv) => {
-                let offsets = args::ids_1d(d2t, "d2t")?;
-                let Some(tv) = tv else {
-                    return Err(err(Error::invalid(
-                        "target_vocab_size",
-                        "required when d2t is given",
-                    )));
-                };
-                dspark::IdMap::from_offsets(&offsets, draft_vocab, tv).map_err(err)?
-            }
-            (None, Some(tv)) if tv > draft_vocab => {
-                return Err(err(Error::MissingD2t {
-                    draft: draft_vocab,
-                    target: tv,
-                }));
-            }
-            (None, _) => dspark::IdMap::identity(vt).map_err(err)?,
-        };
+        let (anchor_ids, id_map) = block_ids(anchors, d2t, target_vocab_size, base.dims, w1.dims)?;
         let opts = BlockOptions {
             temperature,
             seeds,
@@ -215,12 +178,64 @@ pub fn sample_block<'py>(
         drop((base_t, w1_t, w2_t));
         let (b, k) = (block.batch, block.slots);
         let tokens = block.tokens.iter().map(|&t| i64::from(t)).collect();
-        Ok((
+        let arrays = (
             to_numpy2(py, tokens, [b, k])?,
             to_numpy3(py, block.draft_logits, [b, k, block.target_vocab])?,
             to_numpy3(py, block.prev_embeddings, [b, k, block.rank])?,
-        ))
+        );
+        Ok(arrays.into_pyobject(py)?.into_any())
     })
+}
+
+/// The validated anchors and id map of a block call: `base` is `[B, K, V_d]`, `w1` is
+/// `[V_in, r]`. Every output size is checked before anything is allocated (a zero-size input
+/// can carry one huge dimension); ids are copied once, then validated and used.
+pub(crate) fn block_ids(
+    anchors: &Bound<'_, PyAny>,
+    d2t: Option<&Bound<'_, PyAny>>,
+    target_vocab_size: Option<usize>,
+    base: [usize; 3],
+    w1: [usize; 2],
+) -> PyResult<(Vec<u32>, dspark::IdMap)> {
+    let [b, k, draft_vocab] = base;
+    // Every output size is checked before anything is allocated (a zero-size input can
+    // carry one huge dimension).
+    let vt_name = if target_vocab_size.is_some() {
+        "target_vocab_size"
+    } else {
+        "base_logits"
+    };
+    let vt = match target_vocab_size {
+        Some(v) => v,
+        None => {
+            limits::at_most("base_logits", draft_vocab as u64, limits::MAX_VOCAB).map_err(err)?
+        }
+    };
+    output(vt_name, &[b, k, vt])?;
+    output("markov_w1", &[b, k, w1[1]])?;
+    // Ids are copied once, then validated and used.
+    let anchor_ids = args::ids_1d(anchors, "anchors")?;
+    let anchor_ids = args::ids_in_vocab(&anchor_ids, "anchors", w1[0])?;
+    let id_map = match (d2t.filter(|d| !d.is_none()), target_vocab_size) {
+        (Some(d2t), tv) => {
+            let offsets = args::ids_1d(d2t, "d2t")?;
+            let Some(tv) = tv else {
+                return Err(err(Error::invalid(
+                    "target_vocab_size",
+                    "required when d2t is given",
+                )));
+            };
+            dspark::IdMap::from_offsets(&offsets, draft_vocab, tv).map_err(err)?
+        }
+        (None, Some(tv)) if tv > draft_vocab => {
+            return Err(err(Error::MissingD2t {
+                draft: draft_vocab,
+                target: tv,
+            }));
+        }
+        (None, _) => dspark::IdMap::identity(vt).map_err(err)?,
+    };
+    Ok((anchor_ids, id_map))
 }
 
 /// Arrays of a verification: `(tokens [B,K+1] int64, num_accepted [B] int64)`.
@@ -266,39 +281,24 @@ pub fn verify<'py>(
             Some(s) => args::ids_1d(s, "stop_token_ids")?,
             None => Vec::new(),
         };
+        #[cfg(feature = "cuda")]
+        if let Some(device) = crate::dlpack_cuda::cuda_device_of(target_logits)? {
+            let options = (temperature, top_k, top_p, seeds, num_draft, stops);
+            let out = crate::kernels_device::verify(
+                py,
+                &device,
+                (target_logits, draft_tokens, draft_logits),
+                options,
+            )?;
+            return verify_arrays(py, out);
+        }
         let target_t = DlTensor::from_py(target_logits, "target_logits")?;
         let target = Rows3 {
             data: floats(&target_t)?,
             dims: dims::<3>(&target_t)?,
         };
-        let [batch, width, vocab] = target.dims;
-        // The ids are copied once (a concurrent change of the caller's buffer is never read
-        // after validation), with their real shape: `[B, K]`, never a transposed `[K, B]`.
-        let (tokens, token_shape) = if draft_tokens.is_none() {
-            return Err(err(Error::invalid(
-                "draft_tokens",
-                "expected a [B, K] integer tensor, got None",
-            )));
-        } else {
-            args::ids(draft_tokens, "draft_tokens")?
-        };
-        if token_shape.len() != 2 {
-            return Err(err(Error::bad_shape(
-                "draft_tokens",
-                format!("expected 2 dimensions [B, K], got shape {token_shape:?}"),
-            )));
-        }
-        if width > 0 && token_shape != [batch, width - 1] {
-            return Err(err(Error::bad_shape(
-                "draft_tokens",
-                format!(
-                    "shape {token_shape:?}, expected [B, K] = [{batch}, {}] (target_logits is \
-                     [B, K+1, V] = {:?})",
-                    width - 1,
-                    target.dims
-                ),
-            )));
-        }
+        let vocab = target.dims[2];
+        let (tokens, token_shape) = draft_token_ids(draft_tokens, target.dims)?;
         let stop_token_ids = args::ids_in_vocab(&stops, "stop_token_ids", vocab)?;
         let q_t = draft_logits
             .filter(|d| !d.is_none())
@@ -319,17 +319,58 @@ pub fn verify<'py>(
             num_draft,
             stop_token_ids,
         };
-        let tokens = Tokens::new(&tokens, [token_shape[0], token_shape[1]]).map_err(err)?;
+        let tokens = Tokens::new(&tokens, token_shape).map_err(err)?;
         let out = py
             .detach(|| dspark::sampling::verify_slices(target, tokens, q, &opts))
             .map_err(err)?;
         drop((target_t, q_t));
-        let accepted = out.num_accepted.iter().map(|&n| i64::from(n)).collect();
-        Ok((
-            to_numpy2(py, out.tokens, [out.batch, out.width])?,
-            PyArray1::from_vec(py, accepted),
-        ))
+        verify_arrays(py, out)
     })
+}
+
+fn verify_arrays(
+    py: Python<'_>,
+    out: dspark::sampling::Verification,
+) -> PyResult<VerifyArrays<'_>> {
+    let accepted = out.num_accepted.iter().map(|&n| i64::from(n)).collect();
+    Ok((
+        to_numpy2(py, out.tokens, [out.batch, out.width])?,
+        PyArray1::from_vec(py, accepted),
+    ))
+}
+
+/// The `[B, K]` draft ids of a verify call against target logits `[B, K+1, V]`: copied once
+/// (a concurrent change of the caller's buffer is never read after validation), with their
+/// real shape: `[B, K]`, never a transposed `[K, B]`.
+pub(crate) fn draft_token_ids(
+    draft_tokens: &Bound<'_, PyAny>,
+    target_dims: [usize; 3],
+) -> PyResult<(Vec<i64>, [usize; 2])> {
+    let [batch, width, _] = target_dims;
+    if draft_tokens.is_none() {
+        return Err(err(Error::invalid(
+            "draft_tokens",
+            "expected a [B, K] integer tensor, got None",
+        )));
+    }
+    let (tokens, token_shape) = args::ids(draft_tokens, "draft_tokens")?;
+    if token_shape.len() != 2 {
+        return Err(err(Error::bad_shape(
+            "draft_tokens",
+            format!("expected 2 dimensions [B, K], got shape {token_shape:?}"),
+        )));
+    }
+    if width > 0 && token_shape != [batch, width - 1] {
+        return Err(err(Error::bad_shape(
+            "draft_tokens",
+            format!(
+                "shape {token_shape:?}, expected [B, K] = [{batch}, {}] (target_logits is \
+                 [B, K+1, V] = {target_dims:?})",
+                width - 1,
+            ),
+        )));
+    }
+    Ok((tokens, [token_shape[0], token_shape[1]]))
 }
 
 /// Build an STS calibration from a path (JSON) or a list of temperatures.
@@ -359,6 +400,13 @@ pub fn confidence<'py>(
     guard(|| {
         let bias = args::opt_float32(bias, "bias", 0.0)?;
         let cal = sts.filter(|s| !s.is_none()).map(self::sts).transpose()?;
+        #[cfg(feature = "cuda")]
+        if let Some(device) = crate::dlpack_cuda::cuda_device_of(hidden)? {
+            let tensors = (hidden, prev_embeddings, weight);
+            let (out, [b, k]) =
+                crate::kernels_device::confidence(py, &device, tensors, bias, cal.as_ref())?;
+            return to_numpy2(py, out, [b, k]);
+        }
         let hidden_t = DlTensor::from_py(hidden, "hidden")?;
         let weight_t = DlTensor::from_py(weight, "weight")?;
         let prev_t = prev_embeddings

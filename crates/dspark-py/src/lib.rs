@@ -3,13 +3,18 @@
 mod args;
 mod bridge;
 mod bridge_drafter;
+mod build_info;
 mod config;
 mod dlpack;
+#[cfg(feature = "cuda")]
+mod dlpack_cuda;
 mod drafter;
 mod errors;
 mod inspect;
 mod json;
 mod kernels;
+#[cfg(feature = "cuda")]
+mod kernels_device;
 mod native_target;
 mod pair;
 mod speculator;
@@ -35,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<vocab::PyIdMap>()?;
     m.add_class::<inspect::PyReport>()?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(build_info::build_info, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_describe, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_sum, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_test_panic, m)?)?;

@@ -239,6 +239,27 @@ pub enum Error {
         /// The unit, with a leading space (`" elements"`, `" bytes"`), or empty.
         unit: &'static str,
     },
+    /// A tensor lives on a device this build or machine cannot use (a CUDA tensor reaching a
+    /// build without the `cuda` feature, or a CUDA device that does not exist).
+    #[error("`{name}` is on {device}, which is not available here: {message}")]
+    DeviceUnavailable {
+        /// Argument name.
+        name: String,
+        /// The device the tensor is on, e.g. `cuda:0`.
+        device: String,
+        /// Why it cannot be used.
+        message: String,
+    },
+    /// The tensors of one call are on different devices.
+    #[error("`{name}` is on {found}, but the call runs on {expected}")]
+    DeviceMismatch {
+        /// The argument on the other device.
+        name: String,
+        /// Its device.
+        found: String,
+        /// The device of the call (its first tensor argument, or the model's device).
+        expected: String,
+    },
     /// Code the engine calls back into (a target or drafter implemented outside the engine,
     /// a streaming callback) failed; the embedder keeps the original error.
     #[error("{message}")]
@@ -284,6 +305,8 @@ impl Error {
             Error::TokenOutOfRange { .. } => "token-out-of-range",
             Error::InvalidArgument { .. } => "invalid-argument",
             Error::TooLarge { .. } => "too-large",
+            Error::DeviceUnavailable { .. } => "device-unavailable",
+            Error::DeviceMismatch { .. } => "device-mismatch",
             Error::Internal { .. } => "internal",
             Error::Callback { .. } => "callback",
             Error::Candle(_) => "backend",
@@ -316,6 +339,8 @@ impl Error {
             | Error::TokenOutOfRange { .. }
             | Error::InvalidArgument { .. }
             | Error::TooLarge { .. }
+            | Error::DeviceUnavailable { .. }
+            | Error::DeviceMismatch { .. }
             | Error::Callback { .. } => ErrorKind::Input,
             Error::Internal { .. } => ErrorKind::Internal,
             Error::Candle(_) => ErrorKind::Backend,

@@ -9,6 +9,9 @@
 
 pub mod checkpoint;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda_interop;
+pub mod device;
 pub mod drafter;
 pub mod error;
 pub mod files;

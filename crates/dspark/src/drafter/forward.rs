@@ -6,8 +6,10 @@ use candle_core::{DType, Device, Tensor};
 use super::cache::{DraftState, LayerKv};
 use super::decoder::{Heads, norm_rope};
 use super::layers::{f32_of, gqa_attention, matmul_t, rms_norm};
+use super::qwen3::DeviceHeads;
 use super::qwen3::Qwen3Drafter;
 use super::{Drafter, Proposal, ProposeOptions};
+use crate::device::kernel_path;
 use crate::error::{Error, Result};
 use crate::sampling::{BlockOptions, Floats, Mat, Rows3, confidence_slices, sample_block_slices};
 
@@ -56,6 +58,7 @@ impl Qwen3Drafter {
                 ),
             ));
         }
+        kernel_path()?;
         let skip = state.seek(start_position)?;
         if t <= skip {
             return Ok(());
@@ -197,7 +200,11 @@ impl Qwen3Drafter {
                 self.confidence.is_some(),
             ));
         }
+        kernel_path()?;
         let hidden = self.block_hidden(states, anchors)?;
+        if let Some(heads) = &self.device_heads {
+            return self.propose_on_device(heads, &hidden, anchors, opts);
+        }
         let base = host_f32(&self.base_logits(&hidden)?.to_dtype(DType::F32)?)?;
         let b_n = states.len();
         let r = self.spec.markov_rank;
@@ -239,6 +246,65 @@ impl Qwen3Drafter {
                     head.bias,
                     self.sts.as_ref(),
                 )?)
+            }
+        };
+        Ok(Proposal {
+            batch: b_n,
+            slots: k_n,
+            target_vocab: self.vocab.target,
+            tokens: block.tokens,
+            draft_logits: block.draft_logits,
+            confidence,
+        })
+    }
+
+    /// The end of [`Qwen3Drafter::propose_states`] on the device-generic path: the sampling
+    /// kernels' tensor fronts over the block hidden states `[B, K, H]`, base logits and the
+    /// heads where they are (only the drawn block comes back to the host).
+    fn propose_on_device(
+        &self,
+        heads: &DeviceHeads,
+        hidden: &Tensor,
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        let (b_n, k_n, _) = hidden.dims3()?;
+        let base = self.base_logits(hidden)?;
+        let anchor_ids = Tensor::from_slice(anchors, b_n, &self.device)?;
+        let block = crate::sampling::sample_block(
+            &base,
+            &heads.w1,
+            &heads.w2,
+            &anchor_ids,
+            &BlockOptions {
+                temperature: opts.temperature,
+                seeds: opts.seeds.clone(),
+                id_map: &self.id_map,
+                top_k: opts.top_k,
+                logit_scale: self.spec.logit_scale,
+            },
+        )?;
+        let confidence = match &heads.confidence {
+            None => None,
+            Some((weight, bias)) => {
+                let r = self.spec.markov_rank;
+                let prev = if self.spec.confidence_head_with_markov && r > 0 {
+                    Some(Tensor::from_slice(
+                        &block.prev_embeddings,
+                        (b_n, k_n, r),
+                        &self.device,
+                    )?)
+                } else {
+                    None
+                };
+                let c = crate::sampling::confidence(
+                    hidden,
+                    prev.as_ref(),
+                    weight,
+                    Some(bias),
+                    self.sts.as_ref(),
+                )?;
+                Some(host_f32(&c)?)
             }
         };
         Ok(Proposal {

@@ -7,12 +7,14 @@
 //! storage, writes one output in one pass on the calling thread, and performs the same
 //! operations in the same order per element as the candle chain it replaces (sums over a row
 //! may associate differently). Each returns `None` when the inputs are not contiguous f32 CPU
-//! tensors of the expected shapes; the callers in [`super::layers`] then use the candle chain.
+//! tensors of the expected shapes, or when the tensor path is forced on the CPU
+//! ([`crate::device::host_fast`]); the callers in [`super::layers`] then use the candle chain.
 
 use candle_core::{CpuStorage, DType, Storage, Tensor};
 
 use super::attention::{self, HeadKv, HeadView};
 use super::packed::PANEL;
+use crate::device::host_fast;
 use crate::error::Result;
 #[cfg(target_arch = "x86_64")]
 use crate::sampling::fastmath::exp_with;
@@ -30,6 +32,15 @@ pub(crate) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> 
     Some(f(&all[lo..hi]))
 }
 
+/// [`with_f32`] for the single-pass chains: `None` also when [`host_fast`] says the tensor
+/// path is forced (`DSPARK_KERNEL_PATH=tensor`), so the callers run their candle chains.
+fn fast_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
+    if !host_fast(t) {
+        return None;
+    }
+    with_f32(t, f)
+}
+
 /// A new tensor of `x`'s shape and device holding `values`.
 fn like(x: &Tensor, values: Vec<f32>) -> Result<Tensor> {
     Ok(Tensor::from_vec(values, x.shape(), x.device())?)
@@ -42,8 +53,8 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Option<Result<T
         return None;
     }
     let eps = eps as f32;
-    let out = with_f32(x, |xs| {
-        with_f32(weight, |ws| {
+    let out = fast_f32(x, |xs| {
+        fast_f32(weight, |ws| {
             let mut out = vec![0f32; xs.len()];
             for (row, o) in xs.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
                 let ss: f32 = row.iter().map(|v| v * v).sum();
@@ -71,9 +82,9 @@ pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Option<Result<Tens
         return None;
     }
     let half = rd / 2;
-    let out = with_f32(x, |xs| {
-        with_f32(cos, |cs| {
-            with_f32(sin, |ss| {
+    let out = fast_f32(x, |xs| {
+        fast_f32(cos, |cs| {
+            fast_f32(sin, |ss| {
                 let mut out = xs.to_vec();
                 for (i, (row, o)) in xs
                     .chunks_exact(hd)
@@ -102,7 +113,7 @@ pub(crate) fn scaled_softmax(x: &Tensor, scale: f64) -> Option<Result<Tensor>> {
         return None;
     }
     let scale = scale as f32;
-    let out = with_f32(x, |xs| {
+    let out = fast_f32(x, |xs| {
         let mut out = vec![0f32; xs.len()];
         for (row, o) in xs.chunks_exact(w).zip(out.chunks_exact_mut(w)) {
             let mut max = f32::NEG_INFINITY;
@@ -138,8 +149,8 @@ pub(crate) fn silu_mul(gate: &Tensor, up: &Tensor) -> Option<Result<Tensor>> {
     if gate.dims() != up.dims() {
         return None;
     }
-    let out = with_f32(gate, |gs| {
-        with_f32(up, |us| {
+    let out = fast_f32(gate, |gs| {
+        fast_f32(up, |us| {
             let mut out = vec![0f32; gs.len().min(us.len())];
             silu_mul_into(gs, us, &mut out);
             out
@@ -169,9 +180,9 @@ pub(crate) fn gqa_attention(
     if heads == 0 || !heads.is_multiple_of(kvh) {
         return None;
     }
-    let out = with_f32(q, |qs| {
-        with_f32(k, |ks| {
-            with_f32(v, |vs| {
+    let out = fast_f32(q, |qs| {
+        fast_f32(k, |ks| {
+            fast_f32(v, |vs| {
                 let view = |data, kh: usize| HeadView::new(data, kh * s * hd, hd, s);
                 let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
                 attention::grouped(qs, q_len, heads, kvh, hd, kv, scale as f32, |_| s)
@@ -204,9 +215,9 @@ pub(crate) fn causal_attention(
         return None;
     }
     let (past, scale) = (s - q_len, scale as f32);
-    let out = with_f32(q, |qs| {
-        with_f32(k, |ks| {
-            with_f32(v, |vs| {
+    let out = fast_f32(q, |qs| {
+        fast_f32(k, |ks| {
+            fast_f32(v, |vs| {
                 let view = |data, kh: usize| HeadView::new(data, kh * hd, kvh * hd, s);
                 let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
                 attention::grouped(qs, q_len, heads, kvh, hd, kv, scale, |i| past + i + 1)
@@ -243,9 +254,9 @@ pub(crate) fn causal_attention_kt(
     if heads == 0 || !heads.is_multiple_of(kvh) {
         return None;
     }
-    let out = with_f32(q, |qs| {
-        with_f32(kt, |ks| {
-            with_f32(v, |vs| {
+    let out = fast_f32(q, |qs| {
+        fast_f32(kt, |ks| {
+            fast_f32(v, |vs| {
                 let kv = (ks, vs);
                 attention::causal_transposed(qs, q_len, heads, kvh, hd, kv, cap, s, scale as f32)
             })

@@ -12,6 +12,11 @@
 //! register-blocked dot kernel of the Markov bias (each weight row read once, straight from the
 //! tensor's storage; split over the pool by column chunks only for large weights, from
 //! [`PAR_MIN_MACS`]), the rest through candle's matmul.
+//!
+//! Every host shortcut here (packing, the dot kernel, the single-pass `fused` chains) is taken
+//! only for tensors that pass [`crate::device::host_fast`]: with `DSPARK_KERNEL_PATH=tensor`
+//! the CPU runs the candle-op branch, the one a CUDA device runs (no cumsum or sort over the
+//! vocabulary anywhere in it), so it is tested without a GPU.
 
 use candle_core::{CpuStorage, D, DType, Device, Storage, Tensor};
 use rayon::prelude::*;
@@ -21,6 +26,7 @@ use std::sync::Arc;
 use super::fused;
 use super::packed::PackedMatrix;
 use crate::config::spec::RopeSpec;
+use crate::device::host_fast;
 use crate::error::{Error, Result};
 use crate::sampling::{Floats, Mat, bias_block};
 
@@ -36,10 +42,11 @@ pub const PAR_MIN_MACS: usize = 1 << 23;
 /// heads above 64 MiB of f32 keep the dot kernel instead of doubling their memory.
 pub const PACKED_HEAD_MAX: usize = 1 << 24;
 
-/// A packed copy of an output head `[V, H]` when it is on the CPU in f32 and at most
+/// A packed copy of an output head `[V, H]` when it takes the host fast path
+/// ([`crate::device::host_fast`]: CPU, f32, `DSPARK_KERNEL_PATH` not `tensor`) and is at most
 /// [`PACKED_HEAD_MAX`] elements (see [`Linear`]); `None` otherwise.
 pub fn output_head(head: &Tensor) -> Result<Option<Linear>> {
-    let host = head.device().is_cpu() && head.dtype() == DType::F32 && head.rank() == 2;
+    let host = host_fast(head) && head.rank() == 2;
     if !host || head.elem_count() > PACKED_HEAD_MAX {
         return Ok(None);
     }
@@ -91,8 +98,7 @@ impl Linear {
                 format!("{:?} for a weight of {out} outputs", b.dims()),
             ));
         }
-        let host = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
-        if !host(&weight) || bias.as_ref().is_some_and(|b| !host(b)) {
+        if !host_fast(&weight) || bias.as_ref().is_some_and(|b| !host_fast(b)) {
             return Ok(Self {
                 weight: Weight::Tensor(weight),
                 bias,
@@ -114,7 +120,7 @@ impl Linear {
     /// Apply to `x` of shape `[.., in]`, giving `[.., out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match &self.weight {
-            Weight::Packed(w, b) if x.device().is_cpu() && x.dtype() == DType::F32 => {
+            Weight::Packed(w, b) if host_fast(x) => {
                 let dims = x.dims();
                 let d_in = dims.last().copied().unwrap_or(0);
                 if dims.len() < 2 || d_in != w.cols() {
@@ -134,7 +140,29 @@ impl Linear {
                 }
                 Ok(Tensor::from_vec(y, shape, x.device())?)
             }
-            _ => matmul_t(x, &self.weight()?, self.bias.as_ref()),
+            Weight::Packed(..) => matmul_t(x, &self.weight()?, self.bias.as_ref()),
+            Weight::Tensor(w) => {
+                // Rows of any leading shape as one `[N, in]` product (candle's matmul does not
+                // broadcast a 2-D weight over a batch), with the packed arm's shape errors.
+                let dims = x.dims();
+                let d_in = w.dims().get(1).copied().unwrap_or(0);
+                if dims.len() < 2 || dims.last() != Some(&d_in) {
+                    return Err(Error::bad_shape(
+                        "x",
+                        format!("{dims:?} into a linear map of {d_in} inputs"),
+                    ));
+                }
+                if dims.len() == 2 {
+                    return matmul_t(x, w, self.bias.as_ref());
+                }
+                let n: usize = dims[..dims.len() - 1].iter().product();
+                let y = matmul_t(&x.reshape((n, d_in))?, w, self.bias.as_ref())?;
+                let mut shape = dims.to_vec();
+                if let Some(last) = shape.last_mut() {
+                    *last = self.out_dim();
+                }
+                Ok(y.reshape(shape)?)
+            }
         }
     }
 
@@ -181,8 +209,12 @@ fn matmul_t_small(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Optio
     let &[n, d_in] = x.dims() else {
         return Ok(None);
     };
-    let cpu_f32 = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
-    if n == 0 || n > SMALL_ROWS || !cpu_f32(x) || !cpu_f32(w) || bias.is_some_and(|b| !cpu_f32(b)) {
+    if n == 0
+        || n > SMALL_ROWS
+        || !host_fast(x)
+        || !host_fast(w)
+        || bias.is_some_and(|b| !host_fast(b))
+    {
         return Ok(None);
     }
     let &[out, w_in] = w.dims() else {

@@ -34,6 +34,19 @@ pub(crate) struct ConfidenceHead {
     pub(crate) bias: f32,
 }
 
+/// The Markov and confidence heads as tensors on the drafter's device, kept when the drafter
+/// runs the device-generic path ([`crate::device::use_tensor_path`]): the sampling kernels'
+/// tensor fronts then read them where they are.
+#[derive(Debug, Clone)]
+pub(crate) struct DeviceHeads {
+    /// `markov_w1` `[V_in, r]`.
+    pub(crate) w1: Tensor,
+    /// `markov_w2` `[V_d, r]`.
+    pub(crate) w2: Tensor,
+    /// The confidence head's weight `[H (+ r)]` and bias `[1]`, when the drafter has it.
+    pub(crate) confidence: Option<(Tensor, Tensor)>,
+}
+
 /// The calibration file read from a drafter directory when present.
 pub const STS_FILE: &str = "sts.json";
 
@@ -61,6 +74,8 @@ pub struct Qwen3Drafter {
     /// `[V_d · r]` on the host.
     pub(crate) markov_w2: Vec<f32>,
     pub(crate) confidence: Option<ConfidenceHead>,
+    /// The heads on the device, for the tensor path (`None` on the host fast path).
+    pub(crate) device_heads: Option<DeviceHeads>,
     pub(crate) rope: Rope,
     pub(crate) warnings: Vec<Warning>,
     /// Per-position temperatures for the confidence head (`sts.json`), if any.
@@ -218,6 +233,23 @@ impl Qwen3Drafter {
         } else {
             None
         };
+        let device_heads = if crate::device::use_tensor_path(device)? {
+            let r = spec.markov_rank;
+            let confidence = match &confidence {
+                None => None,
+                Some(c) => Some((
+                    Tensor::from_slice(&c.weight, c.weight.len(), device)?,
+                    Tensor::new(&[c.bias], device)?,
+                )),
+            };
+            Some(DeviceHeads {
+                w1: Tensor::from_slice(&markov_w1, (vocab.input, r), device)?,
+                w2: Tensor::from_slice(&markov_w2, (vocab.draft, r), device)?,
+                confidence,
+            })
+        } else {
+            None
+        };
         let mut warnings = spec.warnings.clone();
         warnings.extend(plan.warnings.iter().cloned());
         Ok(Self {
@@ -236,6 +268,7 @@ impl Qwen3Drafter {
             markov_w1,
             markov_w2,
             confidence,
+            device_heads,
             rope,
             warnings,
             sts: None,

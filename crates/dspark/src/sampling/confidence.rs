@@ -8,7 +8,10 @@ use crate::error::{Error, Result};
 use crate::limits::output_elements;
 use rayon::prelude::*;
 
+use super::generic;
 use super::par::worth_parallel;
+use crate::device::{KernelPath, kernel_path};
+use candle_core::{Device, Tensor};
 
 /// Confidences `[B·K]` from hidden states `[B, K, H]`, optional previous-token Markov embeddings
 /// `[B·K·r]` (as in [`super::DraftBlock::prev_embeddings`]), a weight of shape `[H (+ r)]` or
@@ -19,6 +22,10 @@ use super::par::worth_parallel;
 /// `non-finite` (NaN or ±inf in the weight or bias; in the hidden states or embeddings, found
 /// as a non-finite score, so it costs no extra pass), `invalid-argument` (an STS table shorter
 /// than `K`).
+///
+/// With `DSPARK_KERNEL_PATH=tensor` ([`crate::device`]) the validated inputs are scored by the
+/// device-generic tensor path (the one CUDA tensors take), with the same results to float
+/// rounding and the same errors; an invalid value of the variable is `invalid-argument`.
 pub fn confidence_slices(
     hidden: Rows3<'_>,
     prev_embeddings: Option<&[f32]>,
@@ -27,81 +34,26 @@ pub fn confidence_slices(
     bias: f32,
     sts: Option<&StsCalibration>,
 ) -> Result<Vec<f32>> {
+    let path = kernel_path()?;
     hidden.check("hidden")?;
-    let [b_n, k_n, h] = hidden.dims;
-    let rows = output_elements("hidden", &[b_n as u64, k_n as u64])?;
-    let n = match weight_shape {
-        [n] | [1, n] if *n == weight.len() => *n,
-        _ => {
-            return Err(Error::bad_shape(
-                "weight",
-                format!(
-                    "shape {weight_shape:?} with {} values, expected [H (+ r)] or [1, H (+ r)]",
-                    weight.len()
-                ),
-            ));
-        }
-    };
-    let r = match prev_embeddings {
-        None => {
-            if n != h {
-                return Err(Error::bad_shape(
-                    "weight",
-                    format!("{n} values, expected H = {h} (no Markov embeddings given)"),
-                ));
-            }
-            0
-        }
-        Some(e) => {
-            let Some(r) = n.checked_sub(h) else {
-                return Err(Error::bad_shape(
-                    "weight",
-                    format!("{n} values, fewer than H = {h}"),
-                ));
-            };
-            if rows.checked_mul(r) != Some(e.len()) {
-                return Err(Error::bad_shape(
-                    "prev_embeddings",
-                    format!(
-                        "{} values, expected B·K·r = {rows}·{r} (r = weight len − H)",
-                        e.len()
-                    ),
-                ));
-            }
-            r
-        }
-    };
-    if h + r == 0 && rows > 0 {
-        // No features: the output would not be bounded by the input.
-        return Err(Error::bad_shape(
-            "hidden",
-            format!(
-                "dims {:?}: the hidden size H must be at least 1",
-                hidden.dims
-            ),
-        ));
-    }
-    if !bias.is_finite() {
-        return Err(Error::NonFinite {
-            name: "bias".into(),
-            message: format!("{bias}"),
-        });
-    }
+    let [_, k_n, h] = hidden.dims;
+    let Geometry { rows, r } = geometry(
+        hidden.dims,
+        prev_embeddings.map(<[f32]>::len),
+        weight.len(),
+        weight_shape,
+    )?;
+    check_bias(bias)?;
     let mut w = vec![0f32; h + r];
     weight.read_into(0, &mut w);
-    if let Some(i) = w.iter().position(|x| !x.is_finite()) {
-        return Err(Error::NonFinite {
-            name: "weight".into(),
-            message: format!("{} at index {i}", w[i]),
-        });
-    }
+    check_weight(&w)?;
     if rows == 0 {
         return Ok(Vec::new());
     }
-    let temps: Vec<f32> = match sts {
-        Some(s) => (0..k_n).map(|k| s.temperature(k)).collect::<Result<_>>()?,
-        None => vec![1.0; k_n],
-    };
+    if path == KernelPath::Tensor {
+        return generic_slices(hidden, prev_embeddings, &w, bias, sts, r);
+    }
+    let temps = temperatures(sts, k_n)?;
     let (wh, we) = w.split_at(h);
     let score = |buf: &mut Vec<f32>, i: usize| -> Result<f32> {
         hidden.data.read_into(i * h, buf);
@@ -133,9 +85,145 @@ pub fn confidence_slices(
     }
 }
 
+/// The validated shape of one confidence call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geometry {
+    /// `B·K`.
+    pub(crate) rows: usize,
+    /// Markov features per row (`weight len − H`; 0 without embeddings).
+    pub(crate) r: usize,
+}
+
+/// Check hidden dims `[B, K, H]`, the number of Markov embedding values (`None`: not given)
+/// and the weight's length and shape; the errors of [`confidence_slices`].
+pub(crate) fn geometry(
+    dims: [usize; 3],
+    prev_len: Option<usize>,
+    weight_len: usize,
+    weight_shape: &[usize],
+) -> Result<Geometry> {
+    let [b_n, k_n, h] = dims;
+    let rows = output_elements("hidden", &[b_n as u64, k_n as u64])?;
+    let n = match weight_shape {
+        [n] | [1, n] if *n == weight_len => *n,
+        _ => {
+            return Err(Error::bad_shape(
+                "weight",
+                format!(
+                    "shape {weight_shape:?} with {weight_len} values, expected [H (+ r)] or \
+                     [1, H (+ r)]"
+                ),
+            ));
+        }
+    };
+    let r = match prev_len {
+        None => {
+            if n != h {
+                return Err(Error::bad_shape(
+                    "weight",
+                    format!("{n} values, expected H = {h} (no Markov embeddings given)"),
+                ));
+            }
+            0
+        }
+        Some(len) => {
+            let Some(r) = n.checked_sub(h) else {
+                return Err(Error::bad_shape(
+                    "weight",
+                    format!("{n} values, fewer than H = {h}"),
+                ));
+            };
+            if rows.checked_mul(r) != Some(len) {
+                return Err(Error::bad_shape(
+                    "prev_embeddings",
+                    format!("{len} values, expected B·K·r = {rows}·{r} (r = weight len − H)"),
+                ));
+            }
+            r
+        }
+    };
+    if h + r == 0 && rows > 0 {
+        // No features: the output would not be bounded by the input.
+        return Err(Error::bad_shape(
+            "hidden",
+            format!("dims {dims:?}: the hidden size H must be at least 1"),
+        ));
+    }
+    Ok(Geometry { rows, r })
+}
+
+/// `non-finite` naming `bias` unless it is finite.
+pub(crate) fn check_bias(bias: f32) -> Result<()> {
+    if bias.is_finite() {
+        return Ok(());
+    }
+    Err(Error::NonFinite {
+        name: "bias".into(),
+        message: format!("{bias}"),
+    })
+}
+
+/// `non-finite` naming `weight` and the first bad index, unless every value is finite.
+pub(crate) fn check_weight(w: &[f32]) -> Result<()> {
+    match w.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(Error::NonFinite {
+            name: "weight".into(),
+            message: format!("{} at index {i}", w[i]),
+        }),
+    }
+}
+
+/// `T_k` for slots `0..K` (all `1` without STS); `invalid-argument` for a short table.
+pub(crate) fn temperatures(sts: Option<&StsCalibration>, k_n: usize) -> Result<Vec<f32>> {
+    match sts {
+        Some(s) => (0..k_n).map(|k| s.temperature(k)).collect(),
+        None => Ok(vec![1.0; k_n]),
+    }
+}
+
+/// [`confidence_slices`] through the device-generic tensor path (validated inputs, `rows > 0`):
+/// the slices become CPU tensors (f16/bf16 kept as they are, widened by the tensor path).
+fn generic_slices(
+    hidden: Rows3<'_>,
+    prev_embeddings: Option<&[f32]>,
+    w: &[f32],
+    bias: f32,
+    sts: Option<&StsCalibration>,
+    r: usize,
+) -> Result<Vec<f32>> {
+    let cpu = Device::Cpu;
+    let dims = hidden.dims;
+    let shape = (dims[0], dims[1], dims[2]);
+    let t = match hidden.data {
+        Floats::F32(v) => Tensor::from_slice(v, shape, &cpu)?,
+        Floats::F16(v) => Tensor::from_slice(v, shape, &cpu)?,
+        Floats::BF16(v) => Tensor::from_slice(v, shape, &cpu)?,
+    };
+    let prev = prev_embeddings
+        .map(|e| Tensor::from_slice(e, (dims[0], dims[1], r), &cpu))
+        .transpose()?;
+    let head = generic::confidence::Head {
+        weight: Tensor::from_slice(w, w.len(), &cpu)?,
+        bias: Tensor::new(&[bias], &cpu)?,
+        checked: true,
+    };
+    let out = generic::confidence::scores(
+        &t,
+        prev.as_ref(),
+        &head,
+        Geometry {
+            rows: dims[0] * dims[1],
+            r,
+        },
+        sts,
+    )?;
+    Ok(out.flatten_all()?.to_vec1::<f32>()?)
+}
+
 /// The `non-finite` error of row `i` (request `i / K`, slot `i % K`), naming the input that
 /// holds a NaN or infinity (or the overflow, when both are finite).
-fn non_finite_row(hidden: &[f32], prev: Option<&[f32]>, i: usize, k_n: usize) -> Error {
+pub(crate) fn non_finite_row(hidden: &[f32], prev: Option<&[f32]>, i: usize, k_n: usize) -> Error {
     let at = format!("request {}, slot {}", i / k_n, i % k_n);
     let bad = |x: &[f32]| x.iter().find(|v| !v.is_finite()).copied();
     let (name, message) = if let Some(v) = bad(hidden) {

@@ -18,11 +18,14 @@ use super::categorical::{
 use super::dist::non_finite;
 use super::fastmath::{Unfused, dot};
 use super::filter::top_k_members;
+use super::generic;
 use super::markov_check::{Geometry, validate};
 use super::rng::{Stream, Tag};
 use super::view::{BLOCK, Floats, Mat, Rows3, Seeds};
+use crate::device::{KernelPath, kernel_path};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
+use candle_core::Device;
 use rayon::prelude::*;
 
 use super::par::{for_each_chunk_init, map_chunks_mut, map_range, worth_parallel};
@@ -75,8 +78,38 @@ pub fn sample_block_slices(
     anchors: &[u32],
     opts: &BlockOptions<'_>,
 ) -> Result<DraftBlock> {
+    let on = match kernel_path()? {
+        KernelPath::Fast => None,
+        KernelPath::Tensor => Some(Device::Cpu),
+    };
+    sample_block_slices_on(on.as_ref(), base, w1, w2, anchors, opts)
+}
+
+/// [`sample_block_slices`] on an explicit kernel path: `None` runs the host slice kernel
+/// (whatever [`crate::device::KERNEL_PATH_ENV`] says), `Some(device)` the device-generic tensor
+/// kernel on `device` (the inputs are uploaded there). Validation and results are the same on
+/// both.
+pub fn sample_block_slices_on(
+    device: Option<&Device>,
+    base: Rows3<'_>,
+    w1: Mat<'_>,
+    w2: Mat<'_>,
+    anchors: &[u32],
+    opts: &BlockOptions<'_>,
+) -> Result<DraftBlock> {
     let g = validate(&base, &w1, &w2, anchors, opts)?;
     let streams = opts.seeds.streams(g.batch, "seeds")?;
+    // An empty block has nothing to upload (its dims may not even form a tensor shape).
+    if let Some(dev) = device.filter(|_| g.batch > 0 && g.slots > 0) {
+        let up = |f: Floats<'_>, dims: &[usize]| generic::transfer::upload(f, dims, dev);
+        let (b, m1, m2) = (
+            up(base.data, &base.dims)?,
+            up(w1.data, &w1.dims)?,
+            up(w2.data, &w2.dims)?,
+        );
+        let out = generic::markov::sample_block_tensors(&g, &streams, &b, &m1, &m2, anchors, opts)?;
+        return out.to_host();
+    }
     let (b_n, k_n, vt, r) = (g.batch, g.slots, g.target_vocab, g.rank);
     if b_n == 0 || k_n == 0 {
         return Ok(DraftBlock {
@@ -474,7 +507,9 @@ mod tests {
                     top_k: None,
                     logit_scale: 1.25,
                 };
-                let out = sample_block_slices(
+                // The fast kernel's exact accumulation order (whatever the kernel path switch says).
+                let out = sample_block_slices_on(
+                    None,
                     Rows3::new(Floats::F32(&base), [b_n, k_n, vd]).unwrap(),
                     Mat::new(Floats::F32(&w1), [vt, r]).unwrap(),
                     Mat::new(Floats::F32(&w2), [vd, r]).unwrap(),

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::limits::output_elements;
 
 /// Validated geometry.
-pub(super) struct Geometry {
+pub(crate) struct Geometry {
     pub batch: usize,
     pub slots: usize,
     /// `V_t`.
@@ -17,7 +17,7 @@ pub(super) struct Geometry {
     pub rank: usize,
 }
 
-pub(super) fn validate(
+pub(crate) fn validate(
     base: &Rows3<'_>,
     w1: &Mat<'_>,
     w2: &Mat<'_>,
@@ -27,21 +27,32 @@ pub(super) fn validate(
     base.check("base_logits")?;
     w1.check("markov_w1")?;
     w2.check("markov_w2")?;
-    let [batch, slots, draft_vocab] = base.dims;
-    let [input_vocab, rank] = w1.dims;
-    if w2.dims[0] != draft_vocab {
+    validate_dims(base.dims, w1.dims, w2.dims, anchors, opts)
+}
+
+/// The checks of [`validate`] that need only the shapes (shared with the tensor path).
+pub(crate) fn validate_dims(
+    base: [usize; 3],
+    w1: [usize; 2],
+    w2: [usize; 2],
+    anchors: &[u32],
+    opts: &BlockOptions<'_>,
+) -> Result<Geometry> {
+    let [batch, slots, draft_vocab] = base;
+    let [input_vocab, rank] = w1;
+    if w2[0] != draft_vocab {
         return Err(Error::bad_shape(
             "markov_w2",
             format!(
                 "{} rows, but base logits have V_d = {draft_vocab} columns",
-                w2.dims[0]
+                w2[0]
             ),
         ));
     }
-    if w2.dims[1] != rank {
+    if w2[1] != rank {
         return Err(Error::bad_shape(
             "markov_w2",
-            format!("rank {} differs from markov_w1 rank {rank}", w2.dims[1]),
+            format!("rank {} differs from markov_w1 rank {rank}", w2[1]),
         ));
     }
     if anchors.len() != batch {

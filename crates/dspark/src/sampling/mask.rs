@@ -1,8 +1,9 @@
 //! Masking of padded vocabulary columns: last-dim columns `[valid, V)` become `-inf`.
 //!
 //! A draft head padded above the target vocabulary (`V_d > V_t`) must never emit an id `>= V_t`.
-//! [`mask_padded_rows`] is the tensor front (a candle [`CustomOp1`], so a device kernel can slot
-//! in later); [`mask_padded_slice`] is the in-place slice core.
+//! [`mask_padded_rows`] is the tensor front (a candle [`CustomOp1`]: a slice loop on the CPU, the
+//! `kernels/mask.cu` PTX kernel on CUDA); [`mask_padded_slice`] is the in-place slice core. The
+//! CPU body is the oracle of the CUDA one.
 
 use crate::error::{Error, Result};
 use candle_core::backend::BackendStorage;
@@ -40,7 +41,7 @@ fn fill_tail<T: Copy + Send + Sync>(data: &mut [T], cols: usize, valid: usize, v
     }
 }
 
-/// The masking op (CPU; CUDA reports that it is not implemented yet).
+/// The masking op: CPU slice loop, or (with the `cuda` feature) one PTX kernel launch.
 #[derive(Debug, Clone, Copy)]
 pub struct MaskPadded {
     /// Number of leading columns to keep.
@@ -83,10 +84,10 @@ impl CustomOp1 for MaskPadded {
             CpuStorage::BF16(v) => {
                 CpuStorage::BF16(self.masked(&v[start..end], cols, bf16::NEG_INFINITY))
             }
-            other => {
+            _ => {
                 return Err(candle_core::Error::msg(format!(
                     "mask_padded_rows: unsupported dtype {:?} (need f32, f64, f16 or bf16)",
-                    other.dtype()
+                    storage.dtype()
                 )));
             }
         };
@@ -96,19 +97,124 @@ impl CustomOp1 for MaskPadded {
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
         &self,
-        _storage: &candle_core::CudaStorage,
-        _layout: &Layout,
+        storage: &candle_core::CudaStorage,
+        layout: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        Err(candle_core::Error::Cuda(
-            "dspark mask_padded_rows is not yet implemented on CUDA (the Tensor front \
-             `mask_padded_rows` moves the data through the CPU)"
-                .into(),
+        let (start, end) = layout.contiguous_offsets().ok_or_else(|| {
+            candle_core::Error::msg("mask_padded_rows: the input must be contiguous")
+        })?;
+        let cols = layout.dims().last().copied().unwrap_or(1);
+        check(end - start, cols, self.valid).map_err(candle_core::Error::wrap)?;
+        let slice = cuda::mask(storage, start, end - start, cols, self.valid)?;
+        Ok((
+            candle_core::CudaStorage {
+                slice,
+                device: storage.device.clone(),
+            },
+            layout.shape().clone(),
         ))
     }
 }
 
-/// Return `logits` with last-dim columns `[valid, V)` set to `-inf` (f32/f64/f16/bf16, any rank
-/// >= 1). Tensors on other devices are moved through the CPU and back.
+/// The CUDA body of [`MaskPadded`]: one grid-stride launch of `kernels/mask.cu`, which copies
+/// values or writes the `-inf` bit pattern, so one kernel per element width serves every dtype.
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::super::cuda_ptx::{BLOCK, MASK, grid_stride};
+    use candle_core::CudaDevice;
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+    use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
+
+    /// `-inf` bit patterns: f16, bf16, f32, f64.
+    const NEG_INF_F16: u16 = 0xFC00;
+    const NEG_INF_BF16: u16 = 0xFF80;
+    const NEG_INF_F32: u32 = 0xFF80_0000;
+    const NEG_INF_F64: u64 = 0xFFF0_0000_0000_0000;
+
+    /// Mask `n` contiguous elements from `start` of `storage` (rows of `cols`, keep `valid`).
+    pub(super) fn mask(
+        storage: &candle_core::CudaStorage,
+        start: usize,
+        n: usize,
+        cols: usize,
+        valid: usize,
+    ) -> candle_core::Result<CudaStorageSlice> {
+        let dev = &storage.device;
+        let k = Kernel {
+            dev,
+            start,
+            n,
+            cols,
+            valid,
+        };
+        Ok(match &storage.slice {
+            CudaStorageSlice::F32(s) => {
+                CudaStorageSlice::F32(k.run(s, "dspark_mask_padded_b32", NEG_INF_F32)?)
+            }
+            CudaStorageSlice::F64(s) => {
+                CudaStorageSlice::F64(k.run(s, "dspark_mask_padded_b64", NEG_INF_F64)?)
+            }
+            CudaStorageSlice::F16(s) => {
+                CudaStorageSlice::F16(k.run(s, "dspark_mask_padded_b16", NEG_INF_F16)?)
+            }
+            CudaStorageSlice::BF16(s) => {
+                CudaStorageSlice::BF16(k.run(s, "dspark_mask_padded_b16", NEG_INF_BF16)?)
+            }
+            _ => {
+                return Err(candle_core::Error::msg(format!(
+                    "mask_padded_rows: unsupported dtype {:?} (need f32, f64, f16 or bf16)",
+                    storage.dtype()
+                )));
+            }
+        })
+    }
+
+    struct Kernel<'a> {
+        dev: &'a CudaDevice,
+        start: usize,
+        n: usize,
+        cols: usize,
+        valid: usize,
+    }
+
+    impl Kernel<'_> {
+        /// Launch `name` over `src[start..start + n]` into a new buffer; `neg_inf` is the
+        /// `-inf` bit pattern of `T`, of `T`'s width.
+        fn run<T: DeviceRepr, B: DeviceRepr>(
+            &self,
+            src: &CudaSlice<T>,
+            name: &str,
+            neg_inf: B,
+        ) -> candle_core::Result<CudaSlice<T>> {
+            debug_assert_eq!(size_of::<T>(), size_of::<B>());
+            // SAFETY: the kernel writes every one of the `n` elements before anyone reads them.
+            let mut out = unsafe { self.dev.alloc::<T>(self.n)? };
+            let Some(cfg) = grid_stride(self.n, BLOCK as usize) else {
+                return Ok(out);
+            };
+            let func = MASK.func(self.dev, name)?;
+            let stream = self.dev.cuda_stream();
+            let src = src.slice(self.start..self.start + self.n);
+            let mut args = stream.launch_builder(&func);
+            args.arg(&self.n)
+                .arg(&self.cols)
+                .arg(&self.valid)
+                .arg(&neg_inf)
+                .arg(&src)
+                .arg(&mut out);
+            // SAFETY: the arguments match the kernel's signature
+            // `(size_t n, size_t cols, size_t valid, T neg_inf, const T *src, T *dst)`, and
+            // `src`/`out` hold `n` elements of `T`'s width.
+            unsafe { args.launch(cfg) }.w()?;
+            Ok(out)
+        }
+    }
+}
+
+/// Return `logits` with last-dim columns `[valid, V)` set to `-inf` (f32/f64/f16/bf16, rank at
+/// least 1). CPU and CUDA tensors stay where they are; tensors on other devices are moved
+/// through the CPU and back.
 pub fn mask_padded_rows(logits: &Tensor, valid: usize) -> Result<Tensor> {
     let Some(&cols) = logits.dims().last() else {
         return Err(Error::bad_shape(
@@ -123,10 +229,40 @@ pub fn mask_padded_rows(logits: &Tensor, valid: usize) -> Result<Tensor> {
         ));
     }
     let op = MaskPadded { valid };
-    if logits.device().is_cpu() {
+    if logits.device().is_cpu() || logits.device().is_cuda() {
         Ok(logits.contiguous()?.apply_op1_no_bwd(&op)?)
     } else {
         let cpu = logits.to_device(&Device::Cpu)?.contiguous()?;
         Ok(cpu.apply_op1_no_bwd(&op)?.to_device(logits.device())?)
+    }
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod cuda_tests {
+    use super::*;
+    use candle_core::DType;
+
+    /// On a machine with a GPU (the binary needs a driver to load at all): the PTX kernel
+    /// against the CPU body (the oracle), every dtype, bit for bit.
+    #[test]
+    fn cuda_matches_cpu() -> Result<()> {
+        let Ok(gpu) = Device::new_cuda(0) else {
+            return Ok(());
+        };
+        let (rows, cols) = (5, 1031);
+        let vals: Vec<f32> = (0..rows * cols).map(|i| (i % 97) as f32 - 48.0).collect();
+        let base = Tensor::from_vec(vals, (rows, cols), &Device::Cpu)?;
+        for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            for valid in [0, 1, 1000, cols] {
+                let t = base.to_dtype(dtype)?;
+                let want = mask_padded_rows(&t, valid)?.to_dtype(DType::F64)?;
+                let got = mask_padded_rows(&t.to_device(&gpu)?, valid)?;
+                assert!(got.device().is_cuda());
+                let got = got.to_dtype(DType::F64)?.to_device(&Device::Cpu)?;
+                let (g, w) = (got.to_vec2::<f64>()?, want.to_vec2::<f64>()?);
+                assert_eq!(g, w, "{dtype:?}, valid {valid}");
+            }
+        }
+        Ok(())
     }
 }

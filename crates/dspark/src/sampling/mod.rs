@@ -16,10 +16,14 @@
 mod bias;
 mod categorical;
 mod confidence;
+#[cfg(feature = "cuda")]
+mod cuda_ptx;
 mod dist;
 pub(crate) mod fastmath;
 mod filter;
+pub(crate) mod generic;
 mod markov;
+mod markov_bias_op;
 mod markov_check;
 mod mask;
 mod par;
@@ -34,10 +38,12 @@ mod view;
 
 pub(crate) use bias::bias_block;
 pub use confidence::confidence_slices;
-pub use markov::{BlockOptions, DraftBlock, sample_block_slices};
+pub use generic::markov::DeviceBlock;
+pub use markov::{BlockOptions, DraftBlock, sample_block_slices, sample_block_slices_on};
+pub use markov_bias_op::{MarkovBias, markov_bias};
 pub use mask::{MaskPadded, mask_padded_rows, mask_padded_slice};
 pub use schedule::{StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths};
 pub use sts::StsCalibration;
-pub use tensor::{confidence, sample_block, verify};
-pub use verify::{Verification, VerifyOptions, verify_slices};
+pub use tensor::{confidence, sample_block, sample_block_on_device, verify};
+pub use verify::{Verification, VerifyOptions, verify_slices, verify_slices_on};
 pub use view::{Floats, Mat, PerRequest, Rows3, Seeds, Tokens};

@@ -2,12 +2,20 @@
 //!
 //! CPU tensors that are already contiguous are read in place (no copy); others are copied to a
 //! contiguous CPU buffer first. Results come back as plain vectors (or a CPU→device tensor).
+//! `verify` and `sample_block` run the device-generic kernels instead for tensors that take the
+//! tensor path ([`crate::device::use_tensor_path`]): off the CPU, or on it when forced; the
+//! logits then stay where they are and only ids and a few numbers per row come back.
 
 use super::confidence::confidence_slices;
+use super::generic::markov::{DeviceBlock, sample_block_tensors};
+use super::generic::transfer::check_float;
+use super::generic::verify::verify_tensors;
 use super::markov::{BlockOptions, DraftBlock, sample_block_slices};
+use super::markov_check::validate_dims;
 use super::sts::StsCalibration;
-use super::verify::{Verification, VerifyOptions, verify_slices};
+use super::verify::{Verification, VerifyOptions, prepare, verify_slices};
 use super::view::{Floats, Mat, Rows3, Tokens};
+use crate::device::{same_device, use_tensor_path};
 use crate::error::{Error, Result};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
@@ -90,6 +98,9 @@ pub fn sample_block(
             })
         })
         .collect::<Result<_>>()?;
+    if use_tensor_path(base.device())? {
+        return block_on_device(base, w1, w2, &a, opts)?.to_host();
+    }
     with_floats(base, "base_logits", |b| {
         with_floats(w1, "markov_w1", |m1| {
             with_floats(w2, "markov_w2", |m2| {
@@ -103,6 +114,39 @@ pub fn sample_block(
             })
         })
     })
+}
+
+fn block_on_device(
+    base: &Tensor,
+    w1: &Tensor,
+    w2: &Tensor,
+    anchors: &[u32],
+    opts: &BlockOptions<'_>,
+) -> Result<DeviceBlock> {
+    let bd = dims::<3>(base, "base_logits", "[B, K, V_d]")?;
+    let d1 = dims::<2>(w1, "markov_w1", "[V_in, r]")?;
+    let d2 = dims::<2>(w2, "markov_w2", "[V_d, r]")?;
+    let dev = base.device();
+    same_device(dev, &[("markov_w1", w1), ("markov_w2", w2)])?;
+    check_float(base, "base_logits")?;
+    check_float(w1, "markov_w1")?;
+    check_float(w2, "markov_w2")?;
+    let g = validate_dims(bd, d1, d2, anchors, opts)?;
+    let streams = opts.seeds.streams(g.batch, "seeds")?;
+    sample_block_tensors(&g, &streams, base, w1, w2, anchors, opts)
+}
+
+/// [`sample_block`] on the device-generic path whatever the device, with the `[B, K, V_t]`
+/// draft logits and the embeddings left on `base`'s device (only the tokens come back):
+/// `anchors` are `B` target ids.
+pub fn sample_block_on_device(
+    base: &Tensor,
+    w1: &Tensor,
+    w2: &Tensor,
+    anchors: &[u32],
+    opts: &BlockOptions<'_>,
+) -> Result<DeviceBlock> {
+    block_on_device(base, w1, w2, anchors, opts)
 }
 
 /// Tensor front of [`verify_slices`]: `target` `[B, K+1, V]`, `draft_tokens` `[B, K]` integer
@@ -120,6 +164,21 @@ pub fn verify(
         data: &toks,
         dims: tokd,
     };
+    if use_tensor_path(target.device())? {
+        let dev = target.device();
+        check_float(target, "target_logits")?;
+        let dd = match draft_logits {
+            Some(d) => {
+                same_device(dev, &[("draft_logits", d)])?;
+                let dd = dims::<3>(d, "draft_logits", "[B, K, V]")?;
+                check_float(d, "draft_logits")?;
+                Some(dd)
+            }
+            None => None,
+        };
+        let plan = prepare(td, toks, dd, opts)?;
+        return verify_tensors(&plan, target, toks.data, draft_logits);
+    }
     with_floats(target, "target_logits", |t| {
         let t = Rows3 { data: t, dims: td };
         match draft_logits {
@@ -137,6 +196,10 @@ pub fn verify(
 /// Tensor front of [`confidence_slices`]: `hidden` `[B, K, H]`, `prev_embeddings` `[B, K, r]`,
 /// `weight` `[H(+r)]` or `[1, H(+r)]`, `bias` one value. Returns `[B, K]` f32 on `hidden`'s
 /// device.
+///
+/// Off the CPU (and on it with `DSPARK_KERNEL_PATH=tensor`, see [`crate::device`]) the head runs
+/// as tensor operations where the inputs are, with the same errors (`device-mismatch` for an
+/// argument on another device); nothing but one scalar check is copied to the host.
 pub fn confidence(
     hidden: &Tensor,
     prev_embeddings: Option<&Tensor>,
@@ -144,6 +207,15 @@ pub fn confidence(
     bias: Option<&Tensor>,
     sts: Option<&StsCalibration>,
 ) -> Result<Tensor> {
+    if crate::device::use_tensor_path(hidden.device())? {
+        return super::generic::confidence::confidence_tensor(
+            hidden,
+            prev_embeddings,
+            weight,
+            bias,
+            sts,
+        );
+    }
     let hd = dims::<3>(hidden, "hidden", "[B, K, H]")?;
     let b = match bias {
         None => 0.0,

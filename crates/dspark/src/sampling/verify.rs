@@ -8,12 +8,15 @@
 
 use super::categorical::{BlockSum, Check, row_argmax};
 use super::dist::{Dist, non_finite};
+use super::generic;
 use super::par::{map_range, worth_parallel};
 use super::residual::{Proposal, sample_residual};
 use super::rng::{Stream, Tag};
 use super::view::{Floats, PerRequest, Rows3, Seeds, Tokens};
+use crate::device::{KernelPath, kernel_path};
 use crate::error::{Error, Result};
 use crate::limits::output_elements;
+use candle_core::Device;
 
 /// Options of [`verify_slices`].
 #[derive(Debug, Clone, PartialEq)]
@@ -70,17 +73,22 @@ impl Verification {
 }
 
 /// Per-request settings after validation.
-struct Request {
-    temperature: f32,
-    top_k: Option<usize>,
-    top_p: f32,
-    stream: Stream,
-    num_draft: usize,
+pub(crate) struct Request {
+    /// Temperature (finite, `>= 0`).
+    pub temperature: f32,
+    /// Top-k (`None` = off).
+    pub top_k: Option<usize>,
+    /// Top-p in `(0, 1]`.
+    pub top_p: f32,
+    /// The request's random stream.
+    pub stream: Stream,
+    /// Drafts to verify.
+    pub num_draft: usize,
 }
 
 impl Request {
     /// `T == 0`, or so small that `1/T` overflows (the distribution is then the argmax).
-    fn greedy(&self) -> bool {
+    pub(crate) fn greedy(&self) -> bool {
         !(1.0 / self.temperature).is_finite()
     }
 }
@@ -97,16 +105,95 @@ pub fn verify_slices(
     draft_logits: Option<Rows3<'_>>,
     opts: &VerifyOptions,
 ) -> Result<Verification> {
+    let on = match kernel_path()? {
+        KernelPath::Fast => None,
+        KernelPath::Tensor => Some(Device::Cpu),
+    };
+    verify_slices_on(on.as_ref(), target, draft_tokens, draft_logits, opts)
+}
+
+/// [`verify_slices`] on an explicit kernel path: `None` runs the host slice kernel (whatever
+/// [`crate::device::KERNEL_PATH_ENV`] says), `Some(device)` the device-generic tensor kernel on
+/// `device` (the inputs are uploaded there). Validation and results are the same on both.
+pub fn verify_slices_on(
+    device: Option<&Device>,
+    target: Rows3<'_>,
+    draft_tokens: Tokens<'_>,
+    draft_logits: Option<Rows3<'_>>,
+    opts: &VerifyOptions,
+) -> Result<Verification> {
     target.check("target_logits")?;
     draft_tokens.check("draft_tokens")?;
+    if let Some(d) = &draft_logits {
+        d.check("draft_logits")?;
+    }
+    let plan = prepare(
+        target.dims,
+        draft_tokens,
+        draft_logits.map(|d| d.dims),
+        opts,
+    )?;
+    // An empty batch has nothing to upload (its dims may not even form a tensor shape).
+    if let Some(dev) = device.filter(|_| plan.dims[0] > 0) {
+        let upload = |r: Rows3<'_>| generic::transfer::upload(r.data, &r.dims, dev);
+        let t = upload(target)?;
+        let d = draft_logits.map(upload).transpose()?;
+        return generic::verify::verify_tensors(&plan, &t, draft_tokens.data, d.as_ref());
+    }
     let [batch, width, vocab] = target.dims;
+    let k = width - 1;
+    let draft_tokens = draft_tokens.data;
+    let (requests, stops) = (&plan.requests, &plan.stops);
+    // Small calls stay on this thread (see `par`). Fewer requests than threads: also split each
+    // request's target/draft row pair.
+    let rows_read = 1 + usize::from(draft_logits.is_some());
+    let par = worth_parallel(batch * width * vocab * rows_read);
+    let split = par && batch < rayon::current_num_threads();
+    let rows: Vec<(Vec<i64>, u32)> = map_range::<_, Result<_>, _>(par, batch, |r| {
+        let (req, drafts) = (&requests[r], &draft_tokens[r * k..(r + 1) * k]);
+        if split {
+            verify_one::<true>(r, req, target, drafts, draft_logits, stops)
+        } else {
+            verify_one::<false>(r, req, target, drafts, draft_logits, stops)
+        }
+    })?;
+    let mut tokens = Vec::with_capacity(batch * width);
+    let mut num_accepted = Vec::with_capacity(batch);
+    for (t, a) in rows {
+        tokens.extend(t);
+        num_accepted.push(a);
+    }
+    Ok(Verification {
+        batch,
+        width,
+        tokens,
+        num_accepted,
+    })
+}
+
+/// A validated verification call: its geometry, per-request settings and sorted stop ids.
+pub(crate) struct Plan {
+    /// `[B, K+1, V]`.
+    pub dims: [usize; 3],
+    /// One per request.
+    pub requests: Vec<Request>,
+    /// Sorted stop token ids.
+    pub stops: Vec<u32>,
+}
+
+/// Validate a call from its shapes (`draft_logits`: the dims of the optional draft logits),
+/// the draft tokens and the options: the checks of every kernel path.
+pub(crate) fn prepare(
+    dims: [usize; 3],
+    draft_tokens: Tokens<'_>,
+    draft_logits: Option<[usize; 3]>,
+    opts: &VerifyOptions,
+) -> Result<Plan> {
+    let [batch, width, vocab] = dims;
     if width == 0 || vocab == 0 {
         return Err(Error::bad_shape(
             "target_logits",
-            format!(
-                "dims {:?}: need K+1 >= 1 rows and a non-empty vocabulary",
-                target.dims
-            ),
+            format!("dims {dims:?}: need K+1 >= 1 rows and a non-empty vocabulary"),
         ));
     }
     let k = width - 1;
@@ -127,47 +214,19 @@ pub fn verify_slices(
     }
     // `[B, K+1]` outputs (bounded by the target's own size since `V >= 1`; checked anyway).
     output_elements("target_logits", &[batch as u64, width as u64])?;
-    let draft_tokens = draft_tokens.data;
-    if let Some(d) = &draft_logits {
-        d.check("draft_logits")?;
-        if d.dims != [batch, k, vocab] {
-            return Err(Error::bad_shape(
-                "draft_logits",
-                format!(
-                    "dims {:?}, expected [B, K, V] = {:?}",
-                    d.dims,
-                    [batch, k, vocab]
-                ),
-            ));
-        }
+    if let Some(d) = draft_logits.filter(|&d| d != [batch, k, vocab]) {
+        return Err(Error::bad_shape(
+            "draft_logits",
+            format!("dims {d:?}, expected [B, K, V] = {:?}", [batch, k, vocab]),
+        ));
     }
-    let requests = resolve(batch, k, vocab, draft_tokens, opts)?;
+    let requests = resolve(batch, k, vocab, draft_tokens.data, opts)?;
     let mut stops = opts.stop_token_ids.clone();
     stops.sort_unstable();
-    // Small calls stay on this thread (see `par`). Fewer requests than threads: also split each
-    // request's target/draft row pair.
-    let rows_read = 1 + usize::from(draft_logits.is_some());
-    let par = worth_parallel(batch * width * vocab * rows_read);
-    let split = par && batch < rayon::current_num_threads();
-    let rows: Vec<(Vec<i64>, u32)> = map_range::<_, Result<_>, _>(par, batch, |r| {
-        let (req, drafts) = (&requests[r], &draft_tokens[r * k..(r + 1) * k]);
-        if split {
-            verify_one::<true>(r, req, target, drafts, draft_logits, &stops)
-        } else {
-            verify_one::<false>(r, req, target, drafts, draft_logits, &stops)
-        }
-    })?;
-    let mut tokens = Vec::with_capacity(batch * width);
-    let mut num_accepted = Vec::with_capacity(batch);
-    for (t, a) in rows {
-        tokens.extend(t);
-        num_accepted.push(a);
-    }
-    Ok(Verification {
-        batch,
-        width,
-        tokens,
-        num_accepted,
+    Ok(Plan {
+        dims,
+        requests,
+        stops,
     })
 }
 
@@ -454,7 +513,7 @@ fn verify_one<'a, const SPLIT: bool>(
     Ok((out, accepted as u32))
 }
 
-fn greedy_check(st: &Check, where_: impl Fn() -> String) -> Result<()> {
+pub(crate) fn greedy_check(st: &Check, where_: impl Fn() -> String) -> Result<()> {
     if st.non_finite() {
         return Err(non_finite(
             "target_logits",

@@ -2,7 +2,8 @@
 //!
 //! Per request and layer, keys (normed and rotated at their positions) live transposed in one
 //! buffer `[kv_heads, head_dim, capacity]` and values token-major in one `[capacity, kv_heads,
-//! head_dim]`; the capacity is a multiple of 16. On the CPU the buffers are plain host memory
+//! head_dim]`; the capacity is a multiple of 16. On the CPU (fast kernel path, see
+//! [`crate::device::fast_on`]) the buffers are plain host memory
 //! and [`Qwen3Cache::attend_host`] writes a forward's new rows and runs every request's
 //! attention in one pass, reading keys and values where they lie as panels of 16 keys and 16
 //! dimensions (no per-step packing, no tensor op per request), so a step's cost follows its
@@ -178,7 +179,7 @@ impl Qwen3Cache {
         let mut layers = Vec::with_capacity(self.num_layers);
         for li in 0..self.num_layers {
             let old = self.rows[b].get(li).filter(|_| len > 0);
-            layers.push(if self.device.is_cpu() {
+            layers.push(if crate::device::fast_on(&self.device) {
                 let mut kt = vec![0f32; kvh * hd * new_cap];
                 let mut v = vec![0f32; new_cap * kvh * hd];
                 if let Some(Kv::Host { kt: okt, v: ov }) = old {
@@ -366,6 +367,10 @@ mod tests {
         // attention on a twin.
         let (kvh, hd, heads) = (2, 16, 4);
         let cpu = Device::Cpu;
+        if !crate::device::fast_on(&cpu) {
+            // DSPARK_KERNEL_PATH=tensor: the cache keeps tensors, there is no host pass.
+            return;
+        }
         let mut fast = Qwen3Cache::new(2, 1, kvh, hd, &cpu);
         let mut slow = Qwen3Cache::new(2, 1, kvh, hd, &cpu);
         let steps: [[usize; 2]; 6] = [[70, 3], [9, 0], [1, 60], [0, 9], [50, 1], [9, 9]];

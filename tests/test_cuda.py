@@ -1,0 +1,207 @@
+"""The device path on a CUDA GPU against the CPU fast path (``pytest -m cuda``).
+
+Run by ``scripts/gpu_check.sh`` on a GPU machine with the CUDA wheel; skipped elsewhere.
+``DSPARK_CUDA_TEST_DEVICE=cpu`` runs the same tests with every "device" tensor on the CPU
+(a dry run of the tests themselves, under whichever kernel path is selected).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import check_distribution, stable_seed  # noqa: E402
+
+import dspark  # noqa: E402
+
+DEVICE = os.environ.get("DSPARK_CUDA_TEST_DEVICE", "cuda")
+ON_GPU = DEVICE.startswith("cuda")
+pytestmark = [pytest.mark.cuda, pytest.mark.torch]
+
+B, K = 8, 7
+
+
+def gen(*parts: object) -> torch.Generator:
+    return torch.Generator().manual_seed(stable_seed(*parts))
+
+
+def on_device(*ts: torch.Tensor) -> list[torch.Tensor]:
+    return [t.to(DEVICE) for t in ts]
+
+
+def agreement(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Fraction of rows of ``a`` and ``b`` (host copies) that are identical."""
+    a, b = a.cpu(), b.cpu()
+    return float((a == b).all(dim=-1).float().mean())
+
+
+def verify_inputs(vocab: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+    """Target logits, draft logits close to them and drafts sampled from the draft."""
+    g = gen("verify", vocab, str(dtype), seed)
+    target = torch.randn(B, K + 1, vocab, generator=g) * 3
+    draft = target[:, :K] + torch.randn(B, K, vocab, generator=g)
+    q = torch.softmax(draft, dim=-1).reshape(B * K, vocab)
+    drafts = torch.multinomial(q, 1, generator=g).reshape(B, K)
+    return target.to(dtype), drafts, draft.to(dtype)
+
+
+def test_build_info_reports_the_build():
+    info = dspark.build_info()
+    assert set(info) == {"version", "cuda", "cuda_devices", "kernel_path"}
+    assert info["kernel_path"] in ("fast", "tensor")
+    if ON_GPU:
+        assert info["cuda"] is True
+        assert info["cuda_devices"] >= 1
+
+
+@pytest.mark.parametrize("vocab", [1000, 151936])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_verify_matches_the_cpu_fast_path(vocab, dtype):
+    target, drafts, draft = verify_inputs(vocab, dtype, 0)
+    t_d, k_d, q_d = on_device(target, drafts, draft)
+    greedy_cpu = dspark.verify(target, drafts, temperature=0.0)
+    greedy_dev = dspark.verify(t_d, k_d, temperature=0.0)
+    assert greedy_dev.tokens.device == t_d.device
+    assert torch.equal(greedy_dev.tokens.cpu(), greedy_cpu.tokens)
+    assert torch.equal(greedy_dev.num_accepted.cpu(), greedy_cpu.num_accepted)
+    options = [
+        {"temperature": 1.0},
+        {"temperature": 0.7, "top_k": 50},
+        {"temperature": 1.3, "top_p": 0.9},
+        {
+            "temperature": [0.0, 1.0, 0.5, 2.0, 1.0, 0.0, 1.0, 0.9],
+            "top_k": [None, 5, 1, None, 7, 3, None, 2],
+        },
+        {"temperature": 1.0, "num_draft": [0, 1, 2, 3, 4, 5, 6, 7], "stop_token_ids": [3, 17]},
+    ]
+    same = total = 0
+    for i, opts in enumerate(options):
+        for seed in range(25):
+            cpu = dspark.verify(target, drafts, draft, seed=seed * 31 + i, **opts)
+            dev = dspark.verify(t_d, k_d, q_d, seed=seed * 31 + i, **opts)
+            same += int(agreement(dev.tokens, cpu.tokens) * B + 0.5)
+            total += B
+    assert same / total >= 0.99, f"{same}/{total} rows identical"
+
+
+def block_inputs(dv: int, r: int, seed: int) -> tuple[torch.Tensor, ...]:
+    g = gen("block", dv, r, seed)
+    base = torch.randn(B, K, dv, generator=g) * 2
+    w1 = torch.randn(dv, r, generator=g) * 0.3
+    w2 = torch.randn(dv, r, generator=g) * 0.3
+    anchors = torch.randint(0, dv, (B,), generator=g)
+    return base, w1, w2, anchors
+
+
+@pytest.mark.parametrize("vocab", [1000, 151936])
+def test_sample_block_matches_the_cpu_fast_path(vocab):
+    base, w1, w2, anchors = block_inputs(vocab, 32, 0)
+    dev = on_device(base, w1, w2, anchors)
+    cpu = dspark.sample_block(base, w1, w2, anchors, temperature=0.0)
+    got = dspark.sample_block(*dev, temperature=0.0)
+    assert got.draft_logits.device == dev[0].device
+    assert torch.equal(got.tokens.cpu(), cpu.tokens)
+    q_cpu, q_dev = cpu.draft_logits, got.draft_logits.cpu()
+    assert torch.equal(torch.isfinite(q_dev), torch.isfinite(q_cpu))
+    torch.testing.assert_close(got.prev_embeddings.cpu(), cpu.prev_embeddings)
+    same = total = 0
+    for seed in range(20):
+        for kw in ({"temperature": 1.0}, {"temperature": 0.6, "top_k": 40}):
+            c = dspark.sample_block(base, w1, w2, anchors, seed=seed, **kw)
+            d = dspark.sample_block(*dev, seed=seed, **kw)
+            same += int(agreement(d.tokens, c.tokens) * B + 0.5)
+            total += B
+    assert same / total >= 0.99, f"{same}/{total} rows identical"
+
+
+def test_sample_block_padded_vocabulary_never_emits_padding():
+    base, w1, w2, anchors = block_inputs(640, 16, 1)
+    base[..., 600:] = 50.0  # padded columns would win if they were not masked
+    dev = on_device(base, w1, w2, anchors)
+    for seed in range(5):
+        got = dspark.sample_block(*dev, temperature=1.0, seed=seed, target_vocab_size=600)
+        assert int(got.tokens.max()) < 600
+        assert got.draft_logits.shape[-1] == 600
+
+
+def test_confidence_matches_the_cpu_fast_path():
+    g = gen("confidence")
+    hidden = torch.randn(B, K, 256, generator=g)
+    prev = torch.randn(B, K, 32, generator=g)
+    weight = torch.randn(256 + 32, generator=g) * 0.05
+    cpu = dspark.confidence(hidden, prev, weight, 0.1, sts=[1.0 + 0.1 * i for i in range(K)])
+    sts = [1.0 + 0.1 * i for i in range(K)]
+    dev = dspark.confidence(*on_device(hidden, prev, weight), 0.1, sts=sts)
+    assert dev.device.type == torch.device(DEVICE).type
+    torch.testing.assert_close(dev.cpu(), cpu, rtol=1e-5, atol=1e-6)
+
+
+def test_verify_on_the_device_is_lossless():
+    """The first emitted token of a row follows the target's slot-0 distribution exactly."""
+    vocab, rows = 12, 6000
+    g = gen("lossless")
+    p_logits = torch.randn(vocab, generator=g) * 1.5
+    q_logits = torch.randn(vocab, generator=g) * 1.5
+    drafts = torch.multinomial(torch.softmax(q_logits, -1), rows, replacement=True, generator=g)
+    target = p_logits.expand(rows, 2, vocab).contiguous()
+    draft = q_logits.expand(rows, 1, vocab).contiguous()
+    t_d, k_d, q_d = on_device(target, drafts[:, None], draft)
+    out = dspark.verify(t_d, k_d, q_d, temperature=1.0, seed=list(range(rows)))
+    first = out.tokens[:, 0].cpu().numpy()
+    check_distribution(first, torch.softmax(p_logits, -1).double().numpy(), what="first token")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs two devices: cuda and cpu")
+def test_mixed_devices_are_a_typed_error():
+    target, drafts, draft = verify_inputs(100, torch.float32, 2)
+    with pytest.raises(dspark.InputError) as e:
+        dspark.verify(target.to(DEVICE), drafts, draft)  # draft logits left on the host
+    assert e.value.code == "device-mismatch"
+    assert "draft_logits" in str(e.value)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="counts CUDA copies")
+def test_verify_reads_logits_on_the_device_without_host_copies():
+    """Only ids and counts cross to the host: device-to-host copy time stays far below what
+    copying the logits once would take."""
+    from torch.profiler import ProfilerActivity, profile
+
+    target, drafts, draft = verify_inputs(151936, torch.float32, 3)
+    t_d, k_d, q_d = on_device(target, drafts, draft)
+    dspark.verify(t_d, k_d, q_d, temperature=1.0)  # warm-up (module loads)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for seed in range(5):
+            dspark.verify(t_d, k_d, q_d, temperature=1.0, seed=seed)
+        torch.cuda.synchronize()
+    dtoh_us = sum(e.device_time_total for e in prof.key_averages() if "DtoH" in e.key)
+    logits_bytes = (t_d.numel() + q_d.numel()) * 4
+    # 64 GB/s is above any host link: a single logits copy would take at least this long.
+    one_copy_us = logits_bytes / 64e9 * 1e6
+    assert dtoh_us < one_copy_us, f"{dtoh_us:.0f} us of device-to-host copies in 5 calls"
+
+
+def test_speculator_with_a_device_target_equals_target_only_greedy(tmp_path):
+    from tiny_models import greedy_reference, make_target, write_drafter
+
+    target = make_target().to(DEVICE)
+    path = write_drafter(tmp_path / "drafter", target.cpu(), "shared")
+    target = target.to(DEVICE)
+    drafter = dspark.Drafter.from_pretrained(path, target)
+    prompts = [[(5 * i + 3 * j + 1) % 250 for j in range(3 + i)] for i in range(4)]
+    want = [greedy_reference(target, p, 10) for p in prompts]
+    got = dspark.Speculator(target, drafter).generate(prompts, 10)
+    assert got.tokens == want
+
+
+def test_same_seed_same_draws_on_repeat():
+    target, drafts, draft = verify_inputs(5000, torch.float32, 4)
+    t_d, k_d, q_d = on_device(target, drafts, draft)
+    a = dspark.verify(t_d, k_d, q_d, temperature=1.0, seed=[1, 2, 3, 4, 5, 6, 7, 8])
+    b = dspark.verify(t_d, k_d, q_d, temperature=1.0, seed=[1, 2, 3, 4, 5, 6, 7, 8])
+    assert torch.equal(a.tokens.cpu(), b.tokens.cpu())
+    assert np.all(a.num_accepted.cpu().numpy() <= K)
