@@ -19,6 +19,17 @@ fn host_f32(t: &Tensor) -> Result<Vec<f32>> {
 }
 
 impl Qwen3Drafter {
+    /// The Markov sampler's options of one drafting call (both kernel paths).
+    fn block_options<'a>(&'a self, opts: &ProposeOptions) -> BlockOptions<'a> {
+        BlockOptions {
+            temperature: opts.temperature,
+            seeds: opts.seeds.clone(),
+            id_map: &self.id_map,
+            top_k: opts.top_k,
+            logit_scale: self.spec.logit_scale,
+        }
+    }
+
     /// `[N, heads, hd]` → normed (per head) and rotated.
     fn norm_rope(&self, x: &Tensor, norm: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         norm_rope(&self.rope, x, norm, self.spec.rms_norm_eps, cos, sin)
@@ -222,13 +233,7 @@ impl Qwen3Drafter {
                 dims: [self.vocab.draft, r],
             },
             anchors,
-            &BlockOptions {
-                temperature: opts.temperature,
-                seeds: opts.seeds.clone(),
-                id_map: &self.id_map,
-                top_k: opts.top_k,
-                logit_scale: self.spec.logit_scale,
-            },
+            &self.block_options(opts),
         )?;
         let confidence = match &self.confidence {
             None => None,
@@ -276,13 +281,7 @@ impl Qwen3Drafter {
             &heads.w1,
             &heads.w2,
             &anchor_ids,
-            &BlockOptions {
-                temperature: opts.temperature,
-                seeds: opts.seeds.clone(),
-                id_map: &self.id_map,
-                top_k: opts.top_k,
-                logit_scale: self.spec.logit_scale,
-            },
+            &self.block_options(opts),
         )?;
         let confidence = match &heads.confidence {
             None => None,
