@@ -8,6 +8,9 @@ Rows, each against peers measured in the same run on the same device:
   device's measured read bandwidth).
 - ``sample_block``: ``dspark.sample_block`` (T = 1, rank 64) at the same shapes against the
   torch-ops reference.
+- ``speculator``: the bundled native pair (``NativeTarget`` + ``Drafter``, greedy, full
+  verification) with weights on the device against the same pair on the CPU fast path, at
+  B = 1 and B = 8: tokens/s and the greedy tokens' agreement (they must be equal).
 
 Targets (issue 10): verify within 3x of the floor at B = 64 and 5x faster than torch;
 block sampling 3x faster than torch.
@@ -134,6 +137,42 @@ def block_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
     return rows
 
 
+def speculator_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    from dspark.demo import bundled_dir
+
+    root = bundled_dir()
+    pairs = {}
+    for where in ("cpu", str(device)):
+        target = dspark.NativeTarget.from_pretrained(root / "target", device=where)
+        pairs[where] = dspark.Speculator(
+            target, dspark.Drafter.from_pretrained(root / "drafter", target), seed=0
+        )
+    rows = []
+    new = 16 if args.quick else 64
+    for b in (1, 8):
+        prompts = [[(13 * i + 7 * j + 3) % 2900 for j in range(32 + 5 * i)] for i in range(b)]
+        out, secs = {}, {}
+        for where, spec in pairs.items():
+            spec.generate(prompts, 4)  # warm-up (kernels loaded, caches sized)
+            t0 = time.perf_counter()
+            out[where] = spec.generate(prompts, new).tokens
+            secs[where] = time.perf_counter() - t0
+        tokens = sum(len(t) for t in out["cpu"])
+        rows.append(
+            {
+                "kernel": "speculator",
+                "B": b,
+                "new_tokens": new,
+                "device_tokens_per_s": tokens / secs[str(device)],
+                "cpu_tokens_per_s": tokens / secs["cpu"],
+                "speedup_vs_cpu": secs["cpu"] / secs[str(device)],
+                "greedy_equal": out["cpu"] == out[str(device)],
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
@@ -152,7 +191,9 @@ def main(argv: list[str] | None = None) -> None:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "build_info": dspark.build_info(),
         "read_bandwidth_gbps": bw / 1e9,
-        "rows": verify_rows(args, device, bw) + block_rows(args, device),
+        "rows": verify_rows(args, device, bw)
+        + block_rows(args, device)
+        + speculator_rows(args, device),
     }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,8 @@
 # 1. installs the wheel into a private folder (nothing else is touched);
 # 2. `pytest -m cuda`: CUDA against the CPU fast path, losslessness, the speculator with an HF
 #    target on the GPU, no per-round host copy of logits;
-# 3. benches/bench_cuda.py: verify and block sampling against torch ops and the HBM floor.
+# 3. benches/bench_cuda.py: verify and block sampling against torch ops and the HBM floor, and
+#    the bundled native pair on the device against the CPU.
 #
 # Results (JSON, logs) go to $OUT when set (the device tool's folder), else target/gpu_check.
 # Exit status: 0 only when the tests pass and the benchmark ran.

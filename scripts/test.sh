@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything and run every test: the Rust engine tests, then the Python suite; then the
-# kernel and drafter suites again on the device-generic tensor path, forced on the CPU with
-# DSPARK_KERNEL_PATH=tensor (the code a CUDA device runs, tested without a GPU).
+# kernel, drafter, target and speculator suites again on the device-generic tensor path, forced
+# on the CPU with DSPARK_KERNEL_PATH=tensor (the code a CUDA device runs, tested without a GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/dspark-target}"
@@ -11,9 +11,10 @@ python3 -m pytest tests
 
 tensor_tests=()
 for f in crates/dspark/tests/sampling_*.rs crates/dspark/tests/drafter_*.rs \
-    crates/dspark/tests/boundary_kernels.rs crates/dspark/tests/targets_*.rs; do
+    crates/dspark/tests/boundary_kernels.rs crates/dspark/tests/targets_*.rs \
+    crates/dspark/tests/speculator_*.rs; do
     tensor_tests+=(--test "$(basename "$f" .rs)")
 done
 DSPARK_KERNEL_PATH=tensor cargo test -p dspark --lib "${tensor_tests[@]}"
 DSPARK_KERNEL_PATH=tensor python3 -m pytest tests/test_kernels_*.py tests/test_drafter_*.py \
-    tests/test_build_info.py
+    tests/test_build_info.py tests/test_devices.py

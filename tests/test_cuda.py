@@ -198,6 +198,24 @@ def test_speculator_with_a_device_target_equals_target_only_greedy(tmp_path):
     assert got.tokens == want
 
 
+def test_native_pair_on_the_device_equals_the_cpu_fast_path():
+    # NativeTarget + Drafter with their weights on the device: the round loop verifies on the
+    # device and returns the CPU path's greedy tokens.
+    from dspark.demo import bundled_dir
+
+    root = bundled_dir()
+    target = dspark.NativeTarget.from_pretrained(root / "target", device=DEVICE)
+    drafter = dspark.Drafter.from_pretrained(root / "drafter", target)
+    assert target.device == drafter.device == ("cuda:0" if DEVICE == "cuda" else DEVICE)
+    cpu_target = dspark.NativeTarget.from_pretrained(root / "target")
+    cpu_drafter = dspark.Drafter.from_pretrained(root / "drafter", cpu_target)
+    cpu = dspark.Speculator(cpu_target, cpu_drafter)
+    prompts = [[(11 * i + 5 * j + 2) % 2900 for j in range(6 + 9 * i)] for i in range(3)]
+    want = cpu.generate_target_only(prompts, 24).tokens
+    assert dspark.Speculator(target, drafter).generate(prompts, 24).tokens == want
+    assert cpu.generate(prompts, 24).tokens == want
+
+
 def test_same_seed_same_draws_on_repeat():
     target, drafts, draft = verify_inputs(5000, torch.float32, 4)
     t_d, k_d, q_d = on_device(target, drafts, draft)

@@ -1,4 +1,5 @@
-//! Criterion benches of the engine on the bundled tiny pair (CPU): one native Qwen3 target
+//! Criterion benches of the engine on the bundled tiny pair (CPU), and of the packed matmul
+//! micro-kernel under them (weights in L2 vs streamed from memory): one native Qwen3 target
 //! forward over `S` new tokens after a 64-token context (S = 1 is an autoregressive step, S = 9 a
 //! K = 8 verification), and one drafter proposal. These two are a speculative round's cost, so
 //! they are where a change to the matmul micro-kernel or the decoder layer shows first. Every
@@ -95,5 +96,39 @@ fn bench_target(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_target);
+/// The packed micro-kernel alone: `n` rows times a weight that stays in L2 (`[512, 192]`,
+/// 384 KiB), and times weights streamed from memory (a ring of `[3000, 192]` matrices larger
+/// than the L3, the shape of the bundled pair's logit head): rows per second of MACs show
+/// whether a verification's product is compute- or bandwidth-bound.
+fn bench_packed(c: &mut Criterion) {
+    use dspark::drafter::packed::PackedMatrix;
+    let values = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 2_654_435_761 + seed) % 1000) as f32 / 1000.0 - 0.5)
+            .collect()
+    };
+    let cached = PackedMatrix::pack(&values(512 * 192, 1), 512, 192).unwrap();
+    let ring: Vec<PackedMatrix> = (0..24)
+        .map(|s| PackedMatrix::pack(&values(3000 * 192, s), 3000, 192).unwrap())
+        .collect();
+    let mut group = c.benchmark_group("packed_matmul");
+    for n in [1usize, 4, 6, 9, 12] {
+        let x = values(n * 192, 7);
+        group.throughput(Throughput::Elements((n * 512 * 192) as u64));
+        group.bench_with_input(BenchmarkId::new("l2_512x192", n), &n, |bch, &n| {
+            bch.iter(|| black_box(cached.matmul(&x, n, None).unwrap()))
+        });
+        group.throughput(Throughput::Elements((n * 3000 * 192) as u64));
+        let mut next = 0;
+        group.bench_with_input(BenchmarkId::new("stream_3000x192", n), &n, |bch, &n| {
+            bch.iter(|| {
+                next = (next + 1) % ring.len();
+                black_box(ring[next].matmul(&x, n, None).unwrap())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_packed, bench_target);
 criterion_main!(benches);

@@ -200,8 +200,14 @@ class Drafter:
         target_config: str,
         embed_tokens: Any = None,
         lm_head: Any = None,
+        sts: Any = None,
+        device: str = "cpu",
     ) -> Drafter:
-        """Load; ``embed_tokens``/``lm_head`` (DLPack, CPU) are required where shared."""
+        """Load onto ``device`` (``cpu``, ``cuda``, ``cuda:N``); ``embed_tokens``/``lm_head``
+        (DLPack, CPU) are required where shared."""
+    @property
+    def device(self) -> str:
+        """``cpu`` or ``cuda:N``."""
     @property
     def block_size(self) -> int: ...
     @property
@@ -249,8 +255,13 @@ class Drafter:
         Returns ``(tokens [B,K] int64, draft_logits [B,K,V_t] float32, confidence [B,K] | None)``.
         """
     @staticmethod
-    def load_native(path: str | os.PathLike[str], target: NativeTarget, sts: Any = None) -> Drafter:
-        """Load for a native target, sharing its embedding / lm_head (no copy)."""
+    def load_native(
+        path: str | os.PathLike[str],
+        target: NativeTarget,
+        sts: Any = None,
+        device: str | None = None,
+    ) -> Drafter:
+        """Load for a native target, sharing its embedding / lm_head (no copy), on its device."""
     def new_state(self) -> DraftState: ...
     def propose_states(
         self,
@@ -281,11 +292,14 @@ class DraftState:
 
 @final
 class NativeTarget:
-    """The engine's candle Qwen3 causal LM (f32 on the CPU)."""
+    """The engine's candle Qwen3 causal LM (on the CPU or a CUDA device)."""
 
     @staticmethod
-    def load(path: str | os.PathLike[str]) -> NativeTarget:
-        """Load an HF ``Qwen3ForCausalLM`` directory (config.json + safetensors)."""
+    def load(path: str | os.PathLike[str], device: str = "cpu") -> NativeTarget:
+        """Load an HF ``Qwen3ForCausalLM`` directory (config.json + safetensors) onto ``device``."""
+    @property
+    def device(self) -> str:
+        """``cpu`` or ``cuda:N``."""
     @property
     def vocab_size(self) -> int: ...
     @property

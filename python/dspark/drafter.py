@@ -186,7 +186,12 @@ class Drafter:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike[str], target: Any, *, sts: Any = None
+        cls,
+        path: str | os.PathLike[str],
+        target: Any,
+        *,
+        sts: Any = None,
+        device: str | None = None,
     ) -> Drafter:
         """Load the drafter at ``path`` (``config.json`` + safetensors) for ``target``.
 
@@ -199,7 +204,18 @@ class Drafter:
         uses ``sts.json`` next to the checkpoint when present (written by ``dspark
         calibrate``), ``False`` turns calibration off, a path reads that JSON, a list of floats
         is the table itself.
+
+        ``device``: where the drafter runs, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (a CUDA
+        device needs the CUDA wheel, README "GPU build"). ``None`` (default): a native
+        target's device (its weights are shared, so a native target's drafter runs there), the
+        CPU for other targets.
         """
+        if device is not None and not isinstance(device, str):
+            raise_error(
+                InputError,
+                "invalid-argument",
+                f"device: expected a str such as 'cpu' or 'cuda:0', got {type(device).__name__}",
+            )
         native_target = getattr(target, "_native_target", None)
         if isinstance(native_target, _native.NativeTarget):
             if not isinstance(path, (str, bytes, os.PathLike)):
@@ -208,7 +224,7 @@ class Drafter:
                     "invalid-argument",
                     f"path: expected a path (str or os.PathLike), got {type(path).__name__}",
                 )
-            return cls(_native.Drafter.load_native(os.fspath(path), native_target, sts))
+            return cls(_native.Drafter.load_native(os.fspath(path), native_target, sts, device))
         config, embed, lm_head = _target_parts(target)
         try:
             text = json.dumps(config, default=str, allow_nan=False)
@@ -224,9 +240,14 @@ class Drafter:
         share_embed, share_head = _native.Drafter.plan_sharing(path, text)
         e = _cpu(embed(), "embed_tokens") if share_embed else None
         h = _cpu(lm_head(), "lm_head") if share_head else None
-        return cls(_native.Drafter.load(path, text, e, h, sts))
+        return cls(_native.Drafter.load(path, text, e, h, sts, device or "cpu"))
 
     # -- contract members ------------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        """Where the drafter runs: ``"cpu"`` or ``"cuda:N"``."""
+        return self._native.device
+
     @property
     def sts_temperatures(self) -> list[float] | None:
         """The confidence calibration in use (per-position temperatures), or ``None``."""

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from dspark import _native
+from dspark._errors import raise_error
+from dspark._native import InputError
 
 __all__ = ["NativeTarget"]
 
@@ -33,12 +35,24 @@ class NativeTarget:
         self._config = config
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str]) -> NativeTarget:
-        """Load an HF ``Qwen3ForCausalLM`` directory (typed ``dspark`` errors)."""
-        native = _native.NativeTarget.load(path)
+    def from_pretrained(cls, path: str | os.PathLike[str], *, device: str = "cpu") -> NativeTarget:
+        """Load an HF ``Qwen3ForCausalLM`` directory (typed ``dspark`` errors) onto ``device``:
+        ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, README "GPU build")."""
+        if not isinstance(device, str):
+            raise_error(
+                InputError,
+                "invalid-argument",
+                f"device: expected a str such as 'cpu' or 'cuda:0', got {type(device).__name__}",
+            )
+        native = _native.NativeTarget.load(path, device)
         root = Path(path)
         config = json.loads((root / "config.json").read_text()) if root.is_dir() else {}
         return cls(native, root, config)
+
+    @property
+    def device(self) -> str:
+        """Where the weights live: ``"cpu"`` or ``"cuda:N"``."""
+        return str(self._native_target.device)
 
     @property
     def num_hidden_layers(self) -> int:

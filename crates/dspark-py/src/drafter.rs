@@ -12,10 +12,11 @@ use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods};
 use pyo3::prelude::*;
 
 use dspark::checkpoint::{Inventory, LoadPlan};
+use dspark::device::{device_name, parse_device};
 use dspark::sampling::{PerRequest, Seeds, StsCalibration};
 use dspark::{
     DraftSpec, DraftState, Drafter, Error, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights,
-    TargetSpec, WeightSource, limits,
+    TargetModel, TargetSpec, WeightSource, limits,
 };
 
 use crate::args;
@@ -186,20 +187,33 @@ impl PyDrafter {
 
 #[pymethods]
 impl PyDrafter {
-    /// Load the drafter at `path` for a native target, sharing its embed / lm_head (no copy).
+    /// Load the drafter at `path` for a native target, sharing its embed / lm_head (no copy),
+    /// on the target's device (`device`, when given, must name it).
     #[staticmethod]
-    #[pyo3(signature = (path, target, sts = None))]
+    #[pyo3(signature = (path, target, sts = None, device = None))]
     fn load_native(
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
         target: &Bound<'_, crate::native_target::PyNativeTarget>,
         sts: Option<&Bound<'_, PyAny>>,
+        device: Option<&str>,
     ) -> PyResult<Self> {
         guard(|| {
             let path = args::path(path, "path")?;
             let t = &target.get().inner;
+            let on = t.device();
+            if let Some(spec) = device {
+                let asked = parse_device("device", spec).map_err(err)?;
+                if !asked.same_device(&on) {
+                    return Err(err(Error::DeviceMismatch {
+                        name: "device".into(),
+                        found: device_name(&asked),
+                        expected: device_name(&on),
+                    }));
+                }
+            }
             let inner = py
-                .detach(|| Qwen3Drafter::load(&path, &t.target_spec(), t.shared_weights()))
+                .detach(|| Qwen3Drafter::load_on(&path, &t.target_spec(), t.shared_weights(), &on))
                 .map_err(err)?;
             let inner = with_sts(inner, sts)?;
             Ok(Self {
@@ -226,7 +240,8 @@ impl PyDrafter {
     /// Load the drafter at `path` for the target described by `target_config` (JSON text);
     /// `embed_tokens` / `lm_head` are the target's weights, required where the plan shares them.
     #[staticmethod]
-    #[pyo3(signature = (path, target_config, embed_tokens = None, lm_head = None, sts = None))]
+    #[pyo3(signature = (path, target_config, embed_tokens = None, lm_head = None, sts = None, device = "cpu"))]
+    #[allow(clippy::too_many_arguments)]
     fn load(
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
@@ -234,9 +249,11 @@ impl PyDrafter {
         embed_tokens: Option<&Bound<'_, PyAny>>,
         lm_head: Option<&Bound<'_, PyAny>>,
         sts: Option<&Bound<'_, PyAny>>,
+        device: &str,
     ) -> PyResult<Self> {
         guard(|| {
             let path = args::path(path, "path")?;
+            let device = parse_device("device", device).map_err(err)?;
             let target = target_spec(&args::string(target_config, "target_config")?)?;
             let (share_embed, share_head) =
                 py.detach(|| plan_sharing(&path, &target)).map_err(err)?;
@@ -249,13 +266,19 @@ impl PyDrafter {
                 lm_head: take(lm_head, share_head, "lm_head")?,
             };
             let inner = py
-                .detach(|| Qwen3Drafter::load(&path, &target, shared))
+                .detach(|| Qwen3Drafter::load_on(&path, &target, shared, &device))
                 .map_err(err)?;
             let inner = with_sts(inner, sts)?;
             Ok(Self {
                 inner: Arc::new(inner),
             })
         })
+    }
+
+    /// Where the drafter runs: `cpu` or `cuda:N`.
+    #[getter]
+    fn device(&self) -> PyResult<String> {
+        guard(|| Ok(device_name(self.inner.device())))
     }
 
     /// The confidence calibration's temperatures, or `None`.

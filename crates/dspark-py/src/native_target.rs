@@ -3,18 +3,18 @@
 
 use std::sync::Arc;
 
-use candle_core::Device;
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 
 use dspark::Error;
+use dspark::device::{device_name, parse_device};
 use dspark::speculator::{LogitRows, TargetInput, TargetModel};
 use dspark::targets::Qwen3Target;
 
 use crate::args;
 use crate::errors::{err, guard};
 
-/// A native Qwen3 target (weights in candle, f32 on the CPU).
+/// A native Qwen3 target (weights in candle, on the CPU or a CUDA device).
 #[pyclass(name = "NativeTarget", module = "dspark._native", frozen)]
 pub struct PyNativeTarget {
     pub(crate) inner: Arc<Qwen3Target>,
@@ -22,13 +22,16 @@ pub struct PyNativeTarget {
 
 #[pymethods]
 impl PyNativeTarget {
-    /// Load an HF `Qwen3ForCausalLM` directory (`config.json` + safetensors).
+    /// Load an HF `Qwen3ForCausalLM` directory (`config.json` + safetensors) onto `device`
+    /// (`cpu`, `cuda` or `cuda:N`).
     #[staticmethod]
-    fn load(py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (path, device = "cpu"))]
+    fn load(py: Python<'_>, path: &Bound<'_, PyAny>, device: &str) -> PyResult<Self> {
         guard(|| {
             let path = args::path(path, "path")?;
+            let device = parse_device("device", device).map_err(err)?;
             let inner = py
-                .detach(|| Qwen3Target::load(&path, &Device::Cpu))
+                .detach(|| Qwen3Target::load(&path, &device))
                 .map_err(err)?;
             Ok(Self {
                 inner: Arc::new(inner),
@@ -40,6 +43,12 @@ impl PyNativeTarget {
     #[getter]
     fn vocab_size(&self) -> PyResult<usize> {
         guard(|| Ok(self.inner.vocab_size()))
+    }
+
+    /// Where the weights live: `cpu` or `cuda:N`.
+    #[getter]
+    fn device(&self) -> PyResult<String> {
+        guard(|| Ok(device_name(&self.inner.device())))
     }
 
     /// Number of decoder layers.

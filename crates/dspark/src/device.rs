@@ -109,6 +109,44 @@ pub fn cuda_device_count() -> usize {
     }
 }
 
+/// The device named `spec`: `cpu`, `cuda` (device 0) or `cuda:N`. Errors: `invalid-argument`
+/// for any other name; `device-unavailable` for a CUDA device on a build without the `cuda`
+/// feature, or one the driver does not have (`name` is the argument that asked for it).
+pub fn parse_device(name: &str, spec: &str) -> Result<Device> {
+    let s = spec.trim().to_ascii_lowercase();
+    let ordinal = match s.as_str() {
+        "cpu" => return Ok(Device::Cpu),
+        "cuda" => 0,
+        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(n)) => n,
+            _ => {
+                return Err(Error::invalid(
+                    name,
+                    format!("{spec:?}: expected \"cpu\", \"cuda\" or \"cuda:N\""),
+                ));
+            }
+        },
+    };
+    let unavailable = |message: String| Error::DeviceUnavailable {
+        name: name.to_string(),
+        device: format!("cuda:{ordinal}"),
+        message,
+    };
+    if !cuda_compiled() {
+        return Err(unavailable(
+            "this build has no `cuda` feature (install the CUDA wheel: README \"GPU build\")"
+                .into(),
+        ));
+    }
+    let count = cuda_device_count();
+    if ordinal >= count {
+        return Err(unavailable(format!(
+            "the driver reports {count} CUDA device(s)"
+        )));
+    }
+    Device::new_cuda(ordinal).map_err(|e| unavailable(e.to_string()))
+}
+
 /// A short name of a device: `cpu`, `cuda:N` or `metal:N`.
 pub fn device_name(device: &Device) -> String {
     match device.location() {
@@ -159,6 +197,24 @@ mod tests {
         assert_eq!(device_name(&Device::Cpu), "cpu");
         if !cuda_compiled() {
             assert_eq!(cuda_device_count(), 0);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn device_names_parse_or_fail_typed() -> Result<()> {
+        assert!(parse_device("device", "cpu")?.is_cpu());
+        assert!(parse_device("device", " CPU ")?.is_cpu());
+        for bad in ["", "gpu", "cuda:", "cuda:-1", "cuda:x", "cpu:0", "metal"] {
+            let e = parse_device("device", bad).err().map(|e| e.code());
+            assert_eq!(e, Some("invalid-argument"), "{bad:?}");
+        }
+        // Without the feature (or past the driver's devices) CUDA is a typed refusal.
+        let far = parse_device("device", "cuda:4096").err().map(|e| e.code());
+        assert_eq!(far, Some("device-unavailable"));
+        if !cuda_compiled() {
+            let e = parse_device("device", "cuda").err().map(|e| e.to_string());
+            assert!(e.is_some_and(|m| m.contains("no `cuda` feature")));
         }
         Ok(())
     }

@@ -1,0 +1,80 @@
+"""Choosing where the native target and the drafter run (``device=``), on any machine.
+
+The CUDA half of the contract (the same greedy tokens on ``cuda:0`` as on the CPU) is in
+``tests/test_cuda.py``; here: the CPU is explicit or implied, a CUDA device this build or machine
+cannot give is a typed ``device-unavailable`` error, a malformed name is ``invalid-argument``,
+and a drafter cannot be put elsewhere than the native target whose weights it shares.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import dspark
+from dspark.demo import bundled_dir
+
+ROOT = bundled_dir()
+
+
+@pytest.fixture(scope="module")
+def native() -> dspark.NativeTarget:
+    return dspark.NativeTarget.from_pretrained(ROOT / "target", device="cpu")
+
+
+def test_cpu_is_the_default_and_can_be_named(native: dspark.NativeTarget) -> None:
+    assert native.device == "cpu"
+    assert dspark.NativeTarget.from_pretrained(ROOT / "target").device == "cpu"
+    implied = dspark.Drafter.from_pretrained(ROOT / "drafter", native)
+    named = dspark.Drafter.from_pretrained(ROOT / "drafter", native, device=" CPU ")
+    assert implied.device == named.device == "cpu"
+    prompt = [[5, 17, 99, 3, 250, 7]]
+    a = dspark.Speculator(native, implied).generate(prompt, 12)
+    b = dspark.Speculator(native, named).generate(prompt, 12)
+    assert (
+        a.tokens
+        == b.tokens
+        == dspark.Speculator(native, named).generate_target_only(prompt, 12).tokens
+    )
+
+
+@pytest.mark.parametrize("bad", ["", "gpu", "cuda:", "cuda:x", "cuda:-1", "cpu:0", "metal"])
+def test_malformed_device_names_are_invalid_arguments(
+    native: dspark.NativeTarget, bad: str
+) -> None:
+    with pytest.raises(dspark.InputError) as e:
+        dspark.NativeTarget.from_pretrained(ROOT / "target", device=bad)
+    assert e.value.code == "invalid-argument"
+    with pytest.raises(dspark.InputError) as e:
+        dspark.Drafter.from_pretrained(ROOT / "drafter", native, device=bad)
+    assert e.value.code == "invalid-argument"
+
+
+@pytest.mark.parametrize("bad", [0, None, b"cpu", ["cpu"]])
+def test_non_string_devices_are_invalid_arguments(native: dspark.NativeTarget, bad: object) -> None:
+    if bad is not None:
+        with pytest.raises(dspark.InputError) as e:
+            dspark.NativeTarget.from_pretrained(ROOT / "target", device=bad)  # type: ignore[arg-type]
+        assert e.value.code == "invalid-argument"
+        with pytest.raises(dspark.InputError) as e:
+            dspark.Drafter.from_pretrained(ROOT / "drafter", native, device=bad)  # type: ignore[arg-type]
+        assert e.value.code == "invalid-argument"
+
+
+def test_a_cuda_device_this_machine_lacks_is_device_unavailable() -> None:
+    info = dspark.build_info()
+    missing = f"cuda:{info['cuda_devices']}"  # one past the last device the driver reports
+    names = [missing] if info["cuda"] else ["cuda", "cuda:0", missing]
+    for name in names:
+        with pytest.raises(dspark.InputError) as e:
+            dspark.NativeTarget.from_pretrained(ROOT / "target", device=name)
+        assert e.value.code == "device-unavailable", name
+        assert "cuda:" in str(e.value)
+
+
+def test_the_drafter_of_a_native_target_runs_on_its_device(native: dspark.NativeTarget) -> None:
+    # The drafter shares the target's embedding and lm_head: another device is a mismatch (or,
+    # where that device cannot exist here, unavailable), never a silent copy.
+    with pytest.raises(dspark.InputError) as e:
+        dspark.Drafter.from_pretrained(ROOT / "drafter", native, device="cuda:0")
+    want = "device-mismatch" if dspark.build_info()["cuda_devices"] > 0 else "device-unavailable"
+    assert e.value.code == want
