@@ -130,10 +130,13 @@ impl Linear {
                     ));
                 }
                 let n = dims[..dims.len() - 1].iter().product();
-                let xs = x.flatten_all()?.to_vec1::<f32>()?;
-                let y = w
-                    .matmul(&xs, n, b.as_deref().map(Vec::as_slice))
-                    .ok_or_else(|| Error::bad_shape("x", "does not fill [.., in]"))?;
+                let bias = b.as_deref().map(Vec::as_slice);
+                // Read in place when contiguous (no copy of the activations), else one copy.
+                let y = match fused::with_f32(x, |xs| w.matmul(xs, n, bias)) {
+                    Some(y) => y,
+                    None => w.matmul(&x.flatten_all()?.to_vec1::<f32>()?, n, bias),
+                }
+                .ok_or_else(|| Error::bad_shape("x", "does not fill [.., in]"))?;
                 let mut shape = dims.to_vec();
                 if let Some(last) = shape.last_mut() {
                     *last = w.rows();

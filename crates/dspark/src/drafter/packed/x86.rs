@@ -1,0 +1,105 @@
+//! The AVX-512 and AVX2 register tiles of [`super::PanelView`].
+
+use std::arch::x86_64::*;
+
+use super::{Dst, PANEL};
+
+/// `M` rows × `R` panels with AVX-512F.
+///
+/// # Safety
+/// AVX-512F must be available; `w` holds panel `r`'s column `k` at `r·ps + k·cs` for
+/// `r < R`, `k < cols` (16 lanes each), `xs` `M·cols`; `dst` is writable for `M` rows × `R`
+/// panels (see [`Dst`]).
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn tile512<const M: usize, const R: usize>(
+    w: &[f32],
+    cols: usize,
+    (ps, cs): (usize, usize),
+    xs: &[f32],
+    dst: Dst,
+    ahead: &[f32],
+) {
+    debug_assert!(w.len() >= (R - 1) * ps + (cols - 1) * cs + PANEL);
+    debug_assert!(xs.len() >= M * cols);
+    let (wp, xp) = (w.as_ptr(), xs.as_ptr());
+    let mut acc = [[_mm512_setzero_ps(); R]; M];
+    // One cache line of `ahead` per panel line read: the next group arrives as this ends.
+    let (ap, lines) = (ahead.as_ptr(), ahead.len() / PANEL);
+    for k in 0..cols {
+        for l in 0..R {
+            let line = k * R + l;
+            if line < lines {
+                // SAFETY: a prefetch never faults, and `line·PANEL < ahead.len()`.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(line * PANEL).cast()) };
+            }
+        }
+        // SAFETY: `r·ps + k·cs + PANEL <= w.len()` and `q·cols + k < M·cols`.
+        unsafe {
+            let mut wv = [_mm512_setzero_ps(); R];
+            for (r, v) in wv.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(wp.add(r * ps + k * cs));
+            }
+            for (q, aq) in acc.iter_mut().enumerate() {
+                let xb = _mm512_set1_ps(*xp.add(q * cols + k));
+                for (a, v) in aq.iter_mut().zip(&wv) {
+                    *a = _mm512_fmadd_ps(*v, xb, *a);
+                }
+            }
+        }
+    }
+    let mut lanes = [0f32; PANEL];
+    for (q, aq) in acc.iter().enumerate() {
+        for (r, a) in aq.iter().enumerate() {
+            // SAFETY: `lanes` holds 16 values; `dst` by the caller's contract.
+            unsafe {
+                _mm512_storeu_ps(lanes.as_mut_ptr(), *a);
+                dst.put(q, r, R, &lanes);
+            }
+        }
+    }
+}
+
+/// `M` rows × 1 panel (two 8-lane halves) with AVX2 + FMA.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `w` holds column `k` at `k·cs` (16 lanes each) for
+/// `k < cols`, `xs` `M·cols`; `dst` is writable for `M` rows × 1 panel (see [`Dst`]).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn tile256<const M: usize>(
+    w: &[f32],
+    cols: usize,
+    (_, cs): (usize, usize),
+    xs: &[f32],
+    dst: Dst,
+    ahead: &[f32],
+) {
+    debug_assert!(w.len() >= (cols - 1) * cs + PANEL && xs.len() >= M * cols);
+    let (wp, xp) = (w.as_ptr(), xs.as_ptr());
+    let mut acc = [[_mm256_setzero_ps(); 2]; M];
+    let (ap, lines) = (ahead.as_ptr(), ahead.len() / PANEL);
+    for k in 0..cols {
+        if k < lines {
+            // SAFETY: a prefetch never faults, and `k·PANEL < ahead.len()`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(k * PANEL).cast()) };
+        }
+        // SAFETY: `k·cs + PANEL <= w.len()` and `q·cols + k < M·cols`.
+        unsafe {
+            let lo = _mm256_loadu_ps(wp.add(k * cs));
+            let hi = _mm256_loadu_ps(wp.add(k * cs + 8));
+            for (q, aq) in acc.iter_mut().enumerate() {
+                let xb = _mm256_set1_ps(*xp.add(q * cols + k));
+                aq[0] = _mm256_fmadd_ps(lo, xb, aq[0]);
+                aq[1] = _mm256_fmadd_ps(hi, xb, aq[1]);
+            }
+        }
+    }
+    let mut lanes = [0f32; PANEL];
+    for (q, aq) in acc.iter().enumerate() {
+        // SAFETY: `lanes` holds 16 values; `dst` by the caller's contract.
+        unsafe {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), aq[0]);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), aq[1]);
+            dst.put(q, 0, 1, &lanes);
+        }
+    }
+}
