@@ -8,12 +8,15 @@ Rows, each against peers measured in the same run on the same device:
   device's measured read bandwidth).
 - ``sample_block``: ``dspark.sample_block`` (T = 1, rank 64) at the same shapes against the
   torch-ops reference.
+- ``drafter_propose``: ``dspark.Drafter.propose`` of a Qwen3-4B-shaped drafter (5 layers, hidden
+  2560, V = 151936; random weights, embed / lm_head shared with the target) on the device
+  against ``dspark.TorchDrafter`` of the same checkpoint on the same device, at B in {1, 8}.
 - ``speculator``: the bundled native pair (``NativeTarget`` + ``Drafter``, greedy, full
   verification) with weights on the device against the same pair on the CPU fast path, at
   B = 1 and B = 8: tokens/s and the greedy tokens' agreement (they must be equal).
 
 Targets (issue 10): verify within 3x of the floor at B = 64 and 5x faster than torch;
-block sampling 3x faster than torch.
+block sampling 3x faster than torch; drafter propose at least as fast as TorchDrafter.
 
     python benches/bench_cuda.py --out results.json          # on a GPU
     python benches/bench_cuda.py --device cpu --quick        # a smoke run of the script
@@ -22,9 +25,11 @@ block sampling 3x faster than torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -137,6 +142,132 @@ def block_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
     return rows
 
 
+def drafter_checkpoint(root: Path, dims: dict, device: torch.device) -> dict:
+    """Write a random DSpark drafter of ``dims`` to ``root``; return its target dict (config
+    plus the embedding and lm_head the drafter shares, on ``device``)."""
+    from safetensors.torch import save_file
+
+    h, v, ffn = dims["hidden"], dims["vocab"], dims["intermediate"]
+    heads, kvh, hd, layers = dims["heads"], dims["kv_heads"], dims["head_dim"], dims["layers"]
+    ids, rank, block = [1, 17, 33], 64, 8
+    g = torch.Generator(device=device).manual_seed(7)
+
+    def w(*shape: int, scale: float = 0.02) -> torch.Tensor:
+        return (torch.randn(*shape, device=device, generator=g) * scale).cpu()
+
+    target_cfg = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": ffn,
+        "num_hidden_layers": 36,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kvh,
+        "head_dim": hd,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 40960,
+        "tie_word_embeddings": False,
+    }
+    cfg = dict(target_cfg)
+    cfg.update(
+        {
+            "architectures": ["Qwen3DSparkModel"],
+            "num_hidden_layers": layers,
+            "num_target_layers": 36,
+            "block_size": block,
+            "mask_token_id": v - 1,
+            "target_layer_ids": ids,
+            "num_anchors": 16,
+            "markov_rank": rank,
+            "markov_head_type": "vanilla",
+            "enable_confidence_head": True,
+            "confidence_head_with_markov": True,
+            "layer_types": ["full_attention"] * layers,
+        }
+    )
+    t = {
+        "fc.weight": w(h, len(ids) * h),
+        "hidden_norm.weight": torch.ones(h),
+        "norm.weight": torch.ones(h),
+        "markov_head.markov_w1.weight": w(v, rank),
+        "markov_head.markov_w2.weight": w(v, rank),
+        "confidence_head.proj.weight": w(1, h + rank),
+        "confidence_head.proj.bias": torch.zeros(1),
+    }
+    for i in range(layers):
+        p = f"layers.{i}."
+        t[p + "self_attn.q_proj.weight"] = w(heads * hd, h)
+        t[p + "self_attn.k_proj.weight"] = w(kvh * hd, h)
+        t[p + "self_attn.v_proj.weight"] = w(kvh * hd, h)
+        t[p + "self_attn.o_proj.weight"] = w(h, heads * hd)
+        t[p + "self_attn.q_norm.weight"] = torch.ones(hd)
+        t[p + "self_attn.k_norm.weight"] = torch.ones(hd)
+        t[p + "mlp.gate_proj.weight"] = w(ffn, h)
+        t[p + "mlp.up_proj.weight"] = w(ffn, h)
+        t[p + "mlp.down_proj.weight"] = w(h, ffn)
+        t[p + "input_layernorm.weight"] = torch.ones(h)
+        t[p + "post_attention_layernorm.weight"] = torch.ones(h)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(cfg))
+    save_file(t, root / "model.safetensors")
+    embed = torch.randn(v, h, device=device, generator=g) * 0.02
+    lm_head = torch.randn(v, h, device=device, generator=g) * 0.02
+    return {"config": target_cfg, "embed_tokens": embed, "lm_head": lm_head}
+
+
+def torch_drafter_on(path: Path, target: dict, device: torch.device) -> object:
+    """``dspark.TorchDrafter`` of ``path`` with every weight moved to ``device``."""
+    ref = dspark.TorchDrafter.from_pretrained(path, target)
+    wts = ref.weights
+    for f in dataclasses.fields(wts):
+        value = getattr(wts, f.name)
+        if isinstance(value, torch.Tensor):
+            setattr(wts, f.name, value.to(device))
+    wts.layers = [{k: x.to(device) for k, x in layer.items()} for layer in wts.layers]
+    for k, value in vars(wts.rope).items():
+        if isinstance(value, torch.Tensor):
+            setattr(wts.rope, k, value.to(device))
+    return ref
+
+
+def drafter_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    dims = (
+        {"hidden": 256, "vocab": 4096, "intermediate": 512, "heads": 4, "kv_heads": 2}
+        | {"head_dim": 64, "layers": 2}
+        if args.quick
+        else {"hidden": 2560, "vocab": 151936, "intermediate": 9728, "heads": 32, "kv_heads": 8}
+        | {"head_dim": 128, "layers": 5}
+    )
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "drafter"
+        target = drafter_checkpoint(path, dims, device)
+        ours = dspark.Drafter.from_pretrained(path, target, device=str(device))
+        ref = torch_drafter_on(path, target, device)
+        width = 3 * dims["hidden"]
+        for b in (1, 8):
+            g = torch.Generator(device=device).manual_seed(b)
+            context = torch.randn(b, 64, width, device=device, generator=g)
+            anchors = torch.randint(0, dims["vocab"] - 1, (b,), device=device, generator=g)
+            t_ours = timeit(partial(ours.propose, context, anchors), device, runs=args.runs)
+            t_ref = timeit(partial(ref.propose, context, anchors), device, runs=args.runs)
+            rows.append(
+                {
+                    "kernel": "drafter_propose",
+                    "B": b,
+                    "context": 64,
+                    "dims": dims,
+                    "dspark_ms": t_ours * 1e3,
+                    "torch_drafter_ms": t_ref * 1e3,
+                    "speedup_vs_torch_drafter": t_ref / t_ours,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def speculator_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
     from dspark.demo import bundled_dir
 
@@ -193,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         "read_bandwidth_gbps": bw / 1e9,
         "rows": verify_rows(args, device, bw)
         + block_rows(args, device)
+        + drafter_rows(args, device)
         + speculator_rows(args, device),
     }
     if args.out:

@@ -78,3 +78,35 @@ def test_the_drafter_of_a_native_target_runs_on_its_device(native: dspark.Native
         dspark.Drafter.from_pretrained(ROOT / "drafter", native, device="cuda:0")
     want = "device-mismatch" if dspark.build_info()["cuda_devices"] > 0 else "device-unavailable"
     assert e.value.code == want
+
+
+@pytest.mark.torch
+def test_a_torch_targets_drafter_follows_it_where_this_build_can(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    from tiny_models import make_target, write_drafter
+
+    target = make_target()
+    path = write_drafter(tmp_path / "drafter", target, "shared")
+    assert dspark.Drafter.from_pretrained(path, target).device == "cpu"
+
+    class OnGpu:
+        """The HF target as a model on ``cuda:0`` reports itself (weights stay on the CPU)."""
+
+        device = torch.device("cuda:0")
+        config = target.config
+
+        def get_input_embeddings(self):  # type: ignore[no-untyped-def]
+            return target.get_input_embeddings()
+
+        def get_output_embeddings(self):  # type: ignore[no-untyped-def]
+            return target.get_output_embeddings()
+
+    if dspark.build_info()["cuda"]:
+        assert dspark.Drafter.from_pretrained(path, OnGpu()).device == "cuda:0"
+    else:
+        # The CPU wheel keeps such a drafter on the CPU (the target's logits cross once per
+        # round) rather than refusing a target it can serve.
+        assert dspark.Drafter.from_pretrained(path, OnGpu()).device == "cpu"
+        with pytest.raises(dspark.InputError) as e:
+            dspark.Drafter.from_pretrained(path, OnGpu(), device="cuda:0")
+        assert e.value.code == "device-unavailable"

@@ -132,6 +132,18 @@ def _target_parts(target: Any) -> tuple[dict[str, Any], Any, Any]:
     )
 
 
+def _default_device(target: Any) -> str:
+    """The device of a torch target (an HF model or a weights dict) when this build can run
+    there, else ``"cpu"``."""
+    dev = getattr(target, "device", None)
+    if isinstance(target, dict):
+        dev = getattr(target.get("embed_tokens"), "device", None)
+    name = str(dev) if dev is not None else "cpu"
+    if name.startswith("cuda") and _native.build_info()["cuda"]:
+        return name
+    return "cpu"
+
+
 class DraftState:
     """One request's drafter context KV cache. Make it with :meth:`Drafter.new_state`."""
 
@@ -206,9 +218,9 @@ class Drafter:
         is the table itself.
 
         ``device``: where the drafter runs, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (a CUDA
-        device needs the CUDA wheel, README "GPU build"). ``None`` (default): a native
-        target's device (its weights are shared, so a native target's drafter runs there), the
-        CPU for other targets.
+        device needs the CUDA wheel, README "GPU build"). ``None`` (default): the target's
+        device (a native target's weights are shared, so its drafter always runs there); for a
+        torch target on a GPU with the CPU wheel, the CPU (its logits cross to the host).
         """
         if device is not None and not isinstance(device, str):
             raise_error(
@@ -240,7 +252,7 @@ class Drafter:
         share_embed, share_head = _native.Drafter.plan_sharing(path, text)
         e = _cpu(embed(), "embed_tokens") if share_embed else None
         h = _cpu(lm_head(), "lm_head") if share_head else None
-        return cls(_native.Drafter.load(path, text, e, h, sts, device or "cpu"))
+        return cls(_native.Drafter.load(path, text, e, h, sts, device or _default_device(target)))
 
     # -- contract members ------------------------------------------------------------------
     @property

@@ -63,6 +63,9 @@ class SpeculationStats:
         position_accepts: per draft position k, how often it was then accepted.
         drafter_seconds / target_seconds / kernel_seconds: time split.
         total_seconds: wall time of the call (the ``on_round`` hook excluded).
+        prefill_seconds: of ``total_seconds``, the time to first token (the prompts' prefill
+            and, when speculating, the drafter's first context extension); the rest is the
+            decode phase.
         confidence_records: ``(position, confidence, accepted)`` of every verified slot whose
             earlier slots were all accepted (only with ``record_confidence=True``).
     """
@@ -78,6 +81,7 @@ class SpeculationStats:
     target_seconds: float = 0.0
     kernel_seconds: float = 0.0
     total_seconds: float = 0.0
+    prefill_seconds: float = 0.0
     confidence_records: list[tuple[int, float, bool]] = field(default_factory=list)
 
     @property

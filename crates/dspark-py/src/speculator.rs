@@ -49,6 +49,7 @@ fn result<'py>(py: Python<'py>, g: Generation) -> PyResult<(Vec<Vec<u32>>, Bound
     d.set_item("target_seconds", s.target_seconds)?;
     d.set_item("kernel_seconds", s.kernel_seconds)?;
     d.set_item("total_seconds", s.total_seconds)?;
+    d.set_item("prefill_seconds", s.prefill_seconds)?;
     let records: Vec<(u32, f32, bool)> = s
         .confidence_records
         .iter()

@@ -654,6 +654,9 @@ fn stats_of_a_perfect_and_a_corrupted_oracle() {
     assert_eq!(st.position_accepts, vec![12; K]);
     assert_eq!(st.per_position_acceptance(), vec![1.0; K]);
     assert!(st.total_seconds >= st.target_seconds);
+    // The prefill is part of the call, and of the target's time; rounds came after it.
+    assert!(st.prefill_seconds > 0.0 && st.prefill_seconds <= st.total_seconds);
+    assert!(st.prefill_seconds < st.total_seconds || st.rounds == 0);
 
     // Slot 2 always wrong: two accepted + the correction per round. Budget 16 = 1 + 5 rounds
     // of 3, the last round verifies only 2 drafts.
@@ -677,6 +680,8 @@ fn stats_of_a_perfect_and_a_corrupted_oracle() {
     assert_eq!(base.stats.rounds, 15);
     assert_eq!(base.stats.committed_tokens, 45);
     assert_eq!(base.stats.acceptance_length(), 1.0);
+    assert!(base.stats.prefill_seconds > 0.0);
+    assert!(base.stats.prefill_seconds <= base.stats.total_seconds);
     assert_eq!(base.tokens, g.tokens);
 }
 

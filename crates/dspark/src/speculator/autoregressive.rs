@@ -25,6 +25,7 @@ pub fn target_only<T: TargetModel>(
     let mut hook = 0.0;
     if run.any_active() {
         run.prefill()?;
+        run.stats.prefill_seconds = t0.elapsed().as_secs_f64();
         hook += run.report(&mut on_round)?;
         while run.any_active() {
             let act = run.active();

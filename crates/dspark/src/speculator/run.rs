@@ -199,6 +199,7 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
                 }
             }
             run.stats.drafter_seconds += t.elapsed().as_secs_f64();
+            run.stats.prefill_seconds = t0.elapsed().as_secs_f64();
             hook += run.report(&mut on_round)?;
             while run.any_active() {
                 // Decode-sized work: inline on this thread (crate::threads).

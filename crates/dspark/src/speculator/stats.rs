@@ -39,6 +39,10 @@ pub struct Stats {
     pub kernel_seconds: f64,
     /// Wall time of the call, the streaming callback excluded.
     pub total_seconds: f64,
+    /// Of [`Self::total_seconds`], the time to first token: the prompts' prefill (and, when
+    /// speculating, the drafter's first context extension), up to every request's first
+    /// token. The rest is the decode phase.
+    pub prefill_seconds: f64,
     /// Per verified slot, when [`SpeculatorOptions::record_confidence`](super::SpeculatorOptions)
     /// is set and the drafter has a confidence head.
     pub confidence_records: Vec<ConfidenceRecord>,
