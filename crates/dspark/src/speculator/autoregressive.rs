@@ -5,11 +5,10 @@ use std::time::Instant;
 
 use super::options::{Request, SpeculatorOptions, Use};
 use super::run::check_sampling;
-use super::state::{Run, select_rows, with_floats};
+use super::state::{Run, select_rows, verify_where};
 use super::target::{LogitRows, TargetModel};
 use super::{Generation, OnRound};
 use crate::error::Result;
-use crate::sampling::{Rows3, Tokens, verify_slices};
 
 /// Autoregressive decoding of `target` alone, on the same seeds and stop rules as
 /// [`Speculator::generate`] (the baseline: greedy output is identical).
@@ -41,22 +40,10 @@ pub fn target_only<T: TargetModel>(
             let t1 = Instant::now();
             let logits = select_rows(&out.logits, &act, b)?;
             let seeds = act.iter().map(|&i| run.seed(i, Use::Verify)).collect();
+            let options = run.verify_options(seeds, None);
             let v = crate::threads::in_round(|| {
-                with_floats(&logits, |p| {
-                    verify_slices(
-                        Rows3 {
-                            data: p,
-                            dims: [act.len(), 1, run.vocab],
-                        },
-                        Tokens {
-                            data: &[],
-                            dims: [act.len(), 0],
-                        },
-                        None,
-                        &run.verify_options(seeds, None),
-                    )
-                })
-            })??;
+                verify_where(&logits, run.vocab, Vec::new(), 0, None, &options)
+            })?;
             for &i in &act {
                 run.lengths[i] += 1;
             }

@@ -3,20 +3,16 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use candle_core::Tensor;
-
 use super::options::{Request, SpeculatorOptions, Use, VerifyPolicy};
 use super::profile::measure_steps_per_second;
-use super::state::{Run, select_rows, with_floats};
+use super::state::{Run, select_rows, verify_where};
 use super::stats::ConfidenceRecord;
 use super::target::{LogitRows, TargetModel};
 use super::{Generation, OnRound};
-use crate::device::use_tensor_path;
 use crate::drafter::{Drafter, ProposeOptions};
 use crate::error::{Error, Result};
 use crate::sampling::{
-    Floats, Rows3, Seeds, StepsPerSecond, Tokens, schedule_lengths, schedule_pipelined,
-    threshold_lengths, verify, verify_slices,
+    Seeds, StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths,
 };
 
 /// Speculative decoding of a [`TargetModel`] with a [`Drafter`].
@@ -291,35 +287,8 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             .transpose()?;
         let seeds = act.iter().map(|&i| run.seed(i, Use::Verify)).collect();
         let options = run.verify_options(seeds, Some(lens.clone()));
-        let verification = if use_tensor_path(logits.device())? {
-            // A device target (or the forced tensor path): the logits stay where the target
-            // left them; the drafts (and, when sampling, the draft logits) go to them.
-            let dev = logits.device();
-            let drafts = Tensor::from_vec(drafts, (act.len(), kmax), dev)?;
-            let q = match q {
-                Some(q) => Some(Tensor::from_vec(q, (act.len(), kmax, v_t), dev)?),
-                None => None,
-            };
-            verify(&logits, &drafts, q.as_ref(), &options)?
-        } else {
-            with_floats(&logits, |p| {
-                verify_slices(
-                    Rows3 {
-                        data: p,
-                        dims: [act.len(), width, v_t],
-                    },
-                    Tokens {
-                        data: &drafts,
-                        dims: [act.len(), kmax],
-                    },
-                    q.as_deref().map(|q| Rows3 {
-                        data: Floats::F32(q),
-                        dims: [act.len(), kmax, v_t],
-                    }),
-                    &options,
-                )
-            })??
-        };
+        // Where the target left the logits: on a device only the verdicts come back.
+        let verification = verify_where(&logits, v_t, drafts, kmax, q, &options)?;
         let t4 = Instant::now();
         if self.options.record_confidence
             && let Some(c) = &proposal.confidence

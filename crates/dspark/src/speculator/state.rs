@@ -9,10 +9,11 @@ use super::options::{Request, SpeculatorOptions, Use, derive_seed};
 use super::stats::Stats;
 use super::target::{LogitRows, TargetInput, TargetModel, TargetOutput};
 use super::{OnRound, RoundUpdate};
+use crate::device::use_tensor_path;
 use crate::error::{Error, Result};
 use crate::limits::{MAX_BATCH, MAX_POSITION, at_most};
 use crate::sampling::{
-    Floats, PerRequest, Rows3, Seeds, Tokens, Verification, VerifyOptions, verify_slices,
+    Floats, PerRequest, Rows3, Seeds, Tokens, Verification, VerifyOptions, verify, verify_slices,
 };
 
 /// The state of one generation: per-request lengths, anchors, outputs, the target cache.
@@ -177,20 +178,8 @@ impl<'a, T: TargetModel> Run<'a, T> {
             Tensor::stack(&per?, 0)?
         };
         let seeds = act.iter().map(|&i| self.seed(i, Use::Prefill)).collect();
-        let v = with_floats(&picked, |p| {
-            verify_slices(
-                Rows3 {
-                    data: p,
-                    dims: [act.len(), 1, self.vocab],
-                },
-                Tokens {
-                    data: &[],
-                    dims: [act.len(), 0],
-                },
-                None,
-                &self.verify_options(seeds, None),
-            )
-        })??;
+        let options = self.verify_options(seeds, None);
+        let v = verify_where(&picked, self.vocab, Vec::new(), 0, None, &options)?;
         for (j, &i) in act.iter().enumerate() {
             let t = v.emitted(j).first().copied().unwrap_or(0);
             self.anchors[i] = t as u32;
@@ -279,6 +268,57 @@ pub(crate) fn select_rows(t: &Tensor, act: &[usize], b: usize) -> Result<Tensor>
     let idx: Vec<u32> = act.iter().map(|&i| i as u32).collect();
     let idx = Tensor::from_vec(idx, act.len(), t.device())?;
     Ok(t.index_select(&idx, 0)?)
+}
+
+/// Verify `drafts` (`[B, k]` ids, row-major) against `logits` `[B, k + 1, V]` where the
+/// logits are: on a device (or under the forced tensor path) with the tensor-path kernel, the
+/// drafts and the `[B, k, V]` draft logits `q` going to them and only the verdicts coming back;
+/// on the host with the slice kernel over the logits in place.
+pub(crate) fn verify_where(
+    logits: &Tensor,
+    vocab: usize,
+    drafts: Vec<i64>,
+    k: usize,
+    q: Option<Vec<f32>>,
+    options: &VerifyOptions,
+) -> Result<Verification> {
+    let b = logits.dims().first().copied().unwrap_or(0);
+    if logits.dims() != [b, k + 1, vocab] || drafts.len() != b * k {
+        return Err(Error::Callback {
+            message: format!(
+                "logits of shape {:?} for {} drafts in rows of {k} over a vocabulary of {vocab}",
+                logits.dims(),
+                drafts.len()
+            ),
+        });
+    }
+    let v = vocab;
+    if use_tensor_path(logits.device())? {
+        let dev = logits.device();
+        let drafts = Tensor::from_vec(drafts, (b, k), dev)?;
+        let q = match q {
+            Some(q) => Some(Tensor::from_vec(q, (b, k, v), dev)?),
+            None => None,
+        };
+        return verify(logits, &drafts, q.as_ref(), options);
+    }
+    with_floats(logits, |p| {
+        verify_slices(
+            Rows3 {
+                data: p,
+                dims: [b, k + 1, v],
+            },
+            Tokens {
+                data: &drafts,
+                dims: [b, k],
+            },
+            q.as_deref().map(|q| Rows3 {
+                data: Floats::F32(q),
+                dims: [b, k, v],
+            }),
+            options,
+        )
+    })?
 }
 
 /// Run `f` over the values of `t` as host floats: borrowed when `t` is a contiguous f32 / f16
