@@ -214,3 +214,38 @@ fn empty_context_and_state_errors() {
         .unwrap_err();
     assert_eq!(e.code(), "bad-shape");
 }
+
+#[test]
+fn a_proposal_for_verification_is_the_same_proposal() {
+    // `propose_for_verify` may leave a device path's draft logits where they are; tokens,
+    // confidences and the logits' values are those of `propose_cached` on either path.
+    let (_dir, d) = load(&Tiny::default());
+    let ctx = context(2, 2, 9);
+    let mut states = Vec::new();
+    for b in 0..2 {
+        let mut s = d.new_state().unwrap();
+        d.extend(&mut s, &ctx.get(b).unwrap(), 0).unwrap();
+        states.push(s);
+    }
+    let refs: Vec<&DraftState> = states.iter().collect();
+    let tensor_path = dspark::device::kernel_path().unwrap() == dspark::device::KernelPath::Tensor;
+    for opts in [ProposeOptions::default(), sampled(11)] {
+        let want = d.propose_cached(&refs, &[9, 4], &opts).unwrap();
+        let (got, kept) = d.propose_for_verify(&refs, &[9, 4], &opts).unwrap();
+        assert_eq!(got.tokens, want.tokens);
+        assert_eq!(got.confidence, want.confidence);
+        match kept {
+            Some(t) => {
+                assert!(tensor_path, "the host path returns its logits on the host");
+                assert!(got.draft_logits.is_empty());
+                assert_eq!(t.dims(), [2, want.slots, want.target_vocab]);
+                let values = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                assert_eq!(values, want.draft_logits);
+            }
+            None => {
+                assert!(!tensor_path, "the device path keeps its logits");
+                assert_eq!(got.draft_logits, want.draft_logits);
+            }
+        }
+    }
+}

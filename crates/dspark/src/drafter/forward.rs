@@ -196,25 +196,25 @@ impl Qwen3Drafter {
         })
     }
 
-    /// [`Drafter::propose_cached`].
-    pub(crate) fn propose_states(
+    /// [`Drafter::propose_cached`] (`keep = false`) and [`Drafter::propose_for_verify`]
+    /// (`keep = true`: on the device path the draft logits stay on the device, returned beside
+    /// a proposal whose `draft_logits` is empty).
+    pub(crate) fn propose_states_kept(
         &self,
         states: &[&DraftState],
         anchors: &[u32],
         opts: &ProposeOptions,
-    ) -> Result<Proposal> {
+        keep: bool,
+    ) -> Result<(Proposal, Option<Tensor>)> {
         let k_n = self.num_draft_tokens();
         if states.is_empty() && anchors.is_empty() {
-            return Ok(Proposal::empty(
-                k_n,
-                self.vocab.target,
-                self.confidence.is_some(),
-            ));
+            let empty = Proposal::empty(k_n, self.vocab.target, self.confidence.is_some());
+            return Ok((empty, None));
         }
         kernel_path()?;
         let hidden = self.block_hidden(states, anchors)?;
         if let Some(heads) = &self.device_heads {
-            return self.propose_on_device(heads, &hidden, anchors, opts);
+            return self.propose_on_device(heads, &hidden, anchors, opts, keep);
         }
         let base = host_f32(&self.base_logits(&hidden)?.to_dtype(DType::F32)?)?;
         let b_n = states.len();
@@ -253,52 +253,47 @@ impl Qwen3Drafter {
                 )?)
             }
         };
-        Ok(Proposal {
+        let proposal = Proposal {
             batch: b_n,
             slots: k_n,
             target_vocab: self.vocab.target,
             tokens: block.tokens,
             draft_logits: block.draft_logits,
             confidence,
-        })
+        };
+        Ok((proposal, None))
     }
 
-    /// The end of [`Qwen3Drafter::propose_states`] on the device-generic path: the sampling
-    /// kernels' tensor fronts over the block hidden states `[B, K, H]`, base logits and the
-    /// heads where they are (only the drawn block comes back to the host).
+    /// The end of [`Qwen3Drafter::propose_states_kept`] on the device-generic path: the
+    /// sampling kernels' tensor fronts over the block hidden states `[B, K, H]`, base logits and
+    /// the heads where they are (the drawn tokens and the confidences come back to the host;
+    /// the draft logits too unless `keep`).
     fn propose_on_device(
         &self,
         heads: &DeviceHeads,
         hidden: &Tensor,
         anchors: &[u32],
         opts: &ProposeOptions,
-    ) -> Result<Proposal> {
+        keep: bool,
+    ) -> Result<(Proposal, Option<Tensor>)> {
         let (b_n, k_n, _) = hidden.dims3()?;
         let base = self.base_logits(hidden)?;
-        let anchor_ids = Tensor::from_slice(anchors, b_n, &self.device)?;
-        let block = crate::sampling::sample_block(
+        let block = crate::sampling::sample_block_on_device(
             &base,
             &heads.w1,
             &heads.w2,
-            &anchor_ids,
+            anchors,
             &self.block_options(opts),
         )?;
         let confidence = match &heads.confidence {
             None => None,
             Some((weight, bias)) => {
                 let r = self.spec.markov_rank;
-                let prev = if self.spec.confidence_head_with_markov && r > 0 {
-                    Some(Tensor::from_slice(
-                        &block.prev_embeddings,
-                        (b_n, k_n, r),
-                        &self.device,
-                    )?)
-                } else {
-                    None
-                };
+                let prev = (self.spec.confidence_head_with_markov && r > 0)
+                    .then_some(&block.prev_embeddings);
                 let c = crate::sampling::confidence(
                     hidden,
-                    prev.as_ref(),
+                    prev,
                     weight,
                     Some(bias),
                     self.sts.as_ref(),
@@ -306,13 +301,19 @@ impl Qwen3Drafter {
                 Some(host_f32(&c)?)
             }
         };
-        Ok(Proposal {
+        let (draft_logits, kept) = if keep {
+            (Vec::new(), Some(block.draft_logits))
+        } else {
+            (host_f32(&block.draft_logits)?, None)
+        };
+        let proposal = Proposal {
             batch: b_n,
             slots: k_n,
             target_vocab: self.vocab.target,
             tokens: block.tokens,
-            draft_logits: block.draft_logits,
+            draft_logits,
             confidence,
-        })
+        };
+        Ok((proposal, kept))
     }
 }

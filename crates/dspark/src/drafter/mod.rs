@@ -181,6 +181,18 @@ pub trait Drafter {
         anchors: &[u32],
         opts: &ProposeOptions,
     ) -> Result<Proposal>;
+    /// [`Drafter::propose_cached`] for a consumer that verifies next (the engine's round): a
+    /// drafter whose draft logits live on a device may leave them there, returned as
+    /// `Some([B, K, V_t])` beside a proposal whose `draft_logits` is then empty, so that
+    /// verification reads them in place. The default returns the host proposal and `None`.
+    fn propose_for_verify(
+        &self,
+        states: &[&Self::State],
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<(Proposal, Option<Tensor>)> {
+        Ok((self.propose_cached(states, anchors, opts)?, None))
+    }
     /// Stateless drafting: `context` is `[B, T, L·H_t]`, request `b`'s context covers positions
     /// `start_positions[b] ..` (one value broadcasts) and its anchor sits right after it.
     fn propose(

@@ -375,7 +375,16 @@ impl Drafter for Qwen3Drafter {
         anchors: &[u32],
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
-        self.propose_states(states, anchors, opts)
+        Ok(self.propose_states_kept(states, anchors, opts, false)?.0)
+    }
+
+    fn propose_for_verify(
+        &self,
+        states: &[&DraftState],
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<(Proposal, Option<Tensor>)> {
+        self.propose_states_kept(states, anchors, opts, true)
     }
 
     fn propose(
@@ -408,6 +417,6 @@ impl Drafter for Qwen3Drafter {
             states.push(s);
         }
         let refs: Vec<&DraftState> = states.iter().collect();
-        self.propose_states(&refs, anchors, opts)
+        Ok(self.propose_states_kept(&refs, anchors, opts, false)?.0)
     }
 }

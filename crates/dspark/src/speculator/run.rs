@@ -3,6 +3,8 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
+use candle_core::Tensor;
+
 use super::options::{Request, SpeculatorOptions, Use, VerifyPolicy};
 use super::profile::measure_steps_per_second;
 use super::state::{Run, select_rows, verify_where};
@@ -220,7 +222,8 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             .iter()
             .map(|&i| run.seed(i, Use::Draft))
             .collect::<Vec<_>>();
-        let proposal = self.drafter.propose_cached(
+        // A device drafter keeps its draft logits where verification will read them.
+        let (mut proposal, device_q) = self.drafter.propose_for_verify(
             &refs,
             &anchors,
             &ProposeOptions {
@@ -267,21 +270,25 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         let t3 = Instant::now();
         let logits = select_rows(&out.logits, &act, b)?;
         let v_t = run.vocab;
-        let q: Option<Vec<f32>> = (self.options.temperature > 0.0)
+        // Sampling: the draft logits `[B, K, V_t]` of the first `kmax` slots, where they are.
+        let q: Option<Tensor> = (self.options.temperature > 0.0)
             .then(|| {
-                let per = k * v_t;
-                if proposal.draft_logits.len() != act.len() * per {
-                    return Err(Error::Callback {
-                        message: "the drafter's draft logits are not [B, K, V_t]".into(),
-                    });
-                }
+                let bad = || Error::Callback {
+                    message: "the drafter's draft logits are not [B, K, V_t]".into(),
+                };
+                let full = match device_q {
+                    Some(t) if t.dims() == [act.len(), k, v_t] => t,
+                    Some(_) => return Err(bad()),
+                    None if proposal.draft_logits.len() == act.len() * k * v_t => {
+                        let host = std::mem::take(&mut proposal.draft_logits);
+                        Tensor::from_vec(host, (act.len(), k, v_t), &candle_core::Device::Cpu)?
+                    }
+                    None => return Err(bad()),
+                };
                 Ok(if kmax == k {
-                    proposal.draft_logits.clone()
+                    full
                 } else {
-                    (0..act.len())
-                        .flat_map(|j| &proposal.draft_logits[j * per..j * per + kmax * v_t])
-                        .copied()
-                        .collect()
+                    full.narrow(1, 0, kmax)?
                 })
             })
             .transpose()?;

@@ -272,18 +272,20 @@ pub(crate) fn select_rows(t: &Tensor, act: &[usize], b: usize) -> Result<Tensor>
 
 /// Verify `drafts` (`[B, k]` ids, row-major) against `logits` `[B, k + 1, V]` where the
 /// logits are: on a device (or under the forced tensor path) with the tensor-path kernel, the
-/// drafts and the `[B, k, V]` draft logits `q` going to them and only the verdicts coming back;
-/// on the host with the slice kernel over the logits in place.
+/// drafts and the `[B, k, V]` draft logits `q` going to them (a device drafter's are there
+/// already) and only the verdicts coming back; on the host with the slice kernel over the
+/// logits in place.
 pub(crate) fn verify_where(
     logits: &Tensor,
     vocab: usize,
     drafts: Vec<i64>,
     k: usize,
-    q: Option<Vec<f32>>,
+    q: Option<Tensor>,
     options: &VerifyOptions,
 ) -> Result<Verification> {
     let b = logits.dims().first().copied().unwrap_or(0);
-    if logits.dims() != [b, k + 1, vocab] || drafts.len() != b * k {
+    let q_ok = q.as_ref().is_none_or(|q| q.dims() == [b, k, vocab]);
+    if logits.dims() != [b, k + 1, vocab] || drafts.len() != b * k || !q_ok {
         return Err(Error::Callback {
             message: format!(
                 "logits of shape {:?} for {} drafts in rows of {k} over a vocabulary of {vocab}",
@@ -297,28 +299,34 @@ pub(crate) fn verify_where(
         let dev = logits.device();
         let drafts = Tensor::from_vec(drafts, (b, k), dev)?;
         let q = match q {
-            Some(q) => Some(Tensor::from_vec(q, (b, k, v), dev)?),
+            Some(q) => Some(q.to_device(dev)?),
             None => None,
         };
         return verify(logits, &drafts, q.as_ref(), options);
     }
-    with_floats(logits, |p| {
-        verify_slices(
-            Rows3 {
-                data: p,
-                dims: [b, k + 1, v],
-            },
-            Tokens {
-                data: &drafts,
-                dims: [b, k],
-            },
-            q.as_deref().map(|q| Rows3 {
-                data: Floats::F32(q),
-                dims: [b, k, v],
-            }),
-            options,
-        )
-    })?
+    let host = |q: Option<Floats<'_>>| {
+        with_floats(logits, |p| {
+            verify_slices(
+                Rows3 {
+                    data: p,
+                    dims: [b, k + 1, v],
+                },
+                Tokens {
+                    data: &drafts,
+                    dims: [b, k],
+                },
+                q.map(|q| Rows3 {
+                    data: q,
+                    dims: [b, k, v],
+                }),
+                options,
+            )
+        })?
+    };
+    match q {
+        None => host(None),
+        Some(q) => with_floats(&q, |q| host(Some(q)))?,
+    }
 }
 
 /// Run `f` over the values of `t` as host floats: borrowed when `t` is a contiguous f32 / f16
