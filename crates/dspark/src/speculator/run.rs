@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 
 use super::options::{Request, SpeculatorOptions, Use, VerifyPolicy};
 use super::profile::measure_steps_per_second;
@@ -281,7 +281,7 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
                     Some(_) => return Err(bad()),
                     None if proposal.draft_logits.len() == act.len() * k * v_t => {
                         let host = std::mem::take(&mut proposal.draft_logits);
-                        Tensor::from_vec(host, (act.len(), k, v_t), &candle_core::Device::Cpu)?
+                        Tensor::from_vec(host, (act.len(), k, v_t), &Device::Cpu)?
                     }
                     None => return Err(bad()),
                 };

@@ -288,13 +288,14 @@ pub(crate) fn verify_where(
     if logits.dims() != [b, k + 1, vocab] || drafts.len() != b * k || !q_ok {
         return Err(Error::Callback {
             message: format!(
-                "logits of shape {:?} for {} drafts in rows of {k} over a vocabulary of {vocab}",
+                "logits of shape {:?} (draft logits {:?}) for {} drafts in rows of {k} over a \
+                 vocabulary of {vocab}",
                 logits.dims(),
+                q.as_ref().map(Tensor::dims),
                 drafts.len()
             ),
         });
     }
-    let v = vocab;
     if use_tensor_path(logits.device())? {
         let dev = logits.device();
         let drafts = Tensor::from_vec(drafts, (b, k), dev)?;
@@ -309,7 +310,7 @@ pub(crate) fn verify_where(
             verify_slices(
                 Rows3 {
                     data: p,
-                    dims: [b, k + 1, v],
+                    dims: [b, k + 1, vocab],
                 },
                 Tokens {
                     data: &drafts,
@@ -317,7 +318,7 @@ pub(crate) fn verify_where(
                 },
                 q.map(|q| Rows3 {
                     data: q,
-                    dims: [b, k, v],
+                    dims: [b, k, vocab],
                 }),
                 options,
             )
