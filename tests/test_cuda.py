@@ -198,6 +198,47 @@ def test_speculator_with_a_device_target_equals_target_only_greedy(tmp_path):
     assert got.tokens == want
 
 
+def _dtoh_bytes(prof: object, trace: os.PathLike[str]) -> int:
+    """Bytes the profiled region copied from any device to the host (every framework in the
+    process: torch and dspark alike), from the profiler's trace of CUDA copies."""
+    import json
+
+    prof.export_chrome_trace(os.fspath(trace))  # type: ignore[attr-defined]
+    events = json.loads(open(trace).read())["traceEvents"]
+    copies = [e for e in events if str(e.get("name", "")).startswith("Memcpy DtoH")]
+    assert copies, "the profiler saw no device-to-host copy (the ids must cross)"
+    return sum(int(e["args"]["bytes"]) for e in copies)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="counts CUDA copies")
+def test_speculator_keeps_an_hf_targets_logits_on_the_device(tmp_path):
+    """An HF target on the GPU: its logits and hidden states are read in place; over a whole
+    generation only ids and counts reach the host, less than one round's logits."""
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import Qwen3ForCausalLM
+
+    from dspark.demo import bundled_dir
+
+    root = bundled_dir()
+    model = Qwen3ForCausalLM.from_pretrained(root / "target", torch_dtype=torch.float32)
+    model = model.to(DEVICE).eval()
+    drafter = dspark.Drafter.from_pretrained(root / "drafter", model)
+    assert drafter.device.startswith("cuda")
+    spec = dspark.Speculator(model, drafter)
+    prompts = [[(13 * i + 7 * j + 3) % 2900 for j in range(5 + 4 * i)] for i in range(4)]
+    spec.generate(prompts, 4)  # warm-up: module loads, first allocations
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = spec.generate(prompts, 24)
+        torch.cuda.synchronize()
+    assert out.stats.rounds >= 2
+    one_round = len(prompts) * (drafter.block_size + 1) * model.config.vocab_size * 4
+    copied = _dtoh_bytes(prof, tmp_path / "trace.json")
+    assert copied < one_round, f"{copied} bytes to the host; one round's logits: {one_round}"
+    want = spec.generate_target_only(prompts, 24).tokens
+    assert out.tokens == want
+
+
 def test_native_pair_on_the_device_equals_the_cpu_fast_path():
     # NativeTarget + Drafter with their weights on the device: the round loop verifies on the
     # device and returns the CPU path's greedy tokens.

@@ -110,3 +110,29 @@ def test_a_torch_targets_drafter_follows_it_where_this_build_can(tmp_path) -> No
         with pytest.raises(dspark.InputError) as e:
             dspark.Drafter.from_pretrained(path, OnGpu(), device="cuda:0")
         assert e.value.code == "device-unavailable"
+
+
+def test_a_python_target_declaring_a_gpu_still_runs_on_the_cpu_wheel(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A target's ``device`` attribute says where its outputs live; the CPU wheel reads a
+    target that declares a GPU (but hands over host tensors) on the host, same tokens."""
+    pytest.importorskip("torch")
+    if dspark.build_info()["cuda"]:
+        pytest.skip("the CUDA wheel would look for that device")
+    from tiny_models import make_target, write_drafter
+
+    from dspark.target import HFTarget
+
+    model = make_target()
+    path = write_drafter(tmp_path / "drafter", model, "shared")
+    drafter = dspark.Drafter.from_pretrained(path, model)
+    assert HFTarget(model).device == "cpu"
+
+    class Declares(HFTarget):
+        @property
+        def device(self) -> str:
+            return "cuda:0"
+
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6]]
+    want = dspark.Speculator(model, drafter).generate(prompts, 8).tokens
+    got = dspark.Speculator(Declares(model), drafter).generate(prompts, 8).tokens
+    assert got == want

@@ -194,6 +194,8 @@ class TargetModel(Protocol):
     """A target the speculator can drive: forward on new tokens with a cache, and crop.
 
     The cache is opaque to the speculator; it holds ``B`` requests, each with its own length.
+    An optional ``device`` attribute (``"cuda:0"``...) says where the outputs live; with the
+    CUDA build, CUDA logits and hidden states are read in place whether or not it is set.
     """
 
     @property

@@ -123,6 +123,12 @@ class HFTarget:
         """Logical vocabulary (config ``vocab_size``)."""
         return self._vocab
 
+    @property
+    def device(self) -> str:
+        """Where the model runs (``"cpu"``, ``"cuda:0"``...): its logits and hidden states stay
+        there, and the engine reads them in place when this build has CUDA."""
+        return str(self._device())
+
     def config_dict(self) -> dict[str, Any]:
         """The (text) config as a plain dict, for ``dspark.inspect``-style checks."""
         return dict(_text_config(self.model.config).to_dict())

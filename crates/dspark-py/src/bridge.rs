@@ -5,6 +5,10 @@
 //! A Python exception raised inside a call is kept in the shared [`Stash`] and the engine sees
 //! an [`Error::Callback`]; the speculator glue re-raises the original exception, so a target's
 //! own typed error reaches the user unchanged.
+//!
+//! A target whose logits are CUDA tensors (the `cuda` build) is read where they are: its
+//! logits and hidden states are borrowed through DLPack on its stream, the rows the round uses
+//! are gathered on the device, and only token ids and accepted counts cross to the host.
 
 use std::sync::{Arc, Mutex};
 
@@ -101,6 +105,82 @@ fn gather_f32(t: &DlTensor, offsets: &[usize], width: usize) -> Result<Vec<f32>>
     Ok(out)
 }
 
+/// The device a Python target declares through a `device` attribute (a `torch.device` or a
+/// string); the CPU when it has none or when this build has no CUDA.
+fn declared_device(obj: &Bound<'_, PyAny>) -> PyResult<Device> {
+    let Ok(dev) = obj.getattr("device") else {
+        return Ok(Device::Cpu);
+    };
+    let name = dev.str()?.to_string();
+    if !cfg!(feature = "cuda") || !name.starts_with("cuda") {
+        return Ok(Device::Cpu);
+    }
+    dspark::device::parse_device("device", &name).map_err(crate::errors::err)
+}
+
+/// A target's outputs as it returned them: host views, or (the `cuda` build) CUDA tensors
+/// borrowed in place.
+enum Raw {
+    Host {
+        logits: DlTensor,
+        hidden: DlTensor,
+    },
+    #[cfg(feature = "cuda")]
+    Device(crate::bridge_device::DeviceOutput),
+}
+
+impl Raw {
+    /// Read `logits` and `hidden` where they live (a CUDA pair stays on its device).
+    fn read(logits: &Bound<'_, PyAny>, hidden: &Bound<'_, PyAny>) -> PyResult<Self> {
+        #[cfg(feature = "cuda")]
+        if let Some(device) = crate::dlpack_cuda::cuda_device_of(logits)? {
+            return crate::bridge_device::DeviceOutput::read(logits, hidden, &device)
+                .map(Raw::Device);
+        }
+        Ok(Raw::Host {
+            logits: host_view(logits, "logits")?,
+            hidden: host_view(hidden, "hidden_states")?,
+        })
+    }
+
+    fn logits_shape(&self) -> &[usize] {
+        match self {
+            Raw::Host { logits, .. } => logits.shape(),
+            #[cfg(feature = "cuda")]
+            Raw::Device(d) => d.logits_shape(),
+        }
+    }
+
+    fn hidden_shape(&self) -> &[usize] {
+        match self {
+            Raw::Host { hidden, .. } => hidden.shape(),
+            #[cfg(feature = "cuda")]
+            Raw::Device(d) => d.hidden_shape(),
+        }
+    }
+
+    /// `(logits rows [R, vocab], hidden states [B * S, width])` as `f32` tensors of their own,
+    /// on the device the target returned them on. The shapes were checked.
+    fn gather(self, rows: &[usize], vocab: usize) -> Result<(Tensor, Tensor)> {
+        match self {
+            Raw::Host { logits, hidden } => {
+                let vp = logits.shape()[2];
+                let offsets: Vec<usize> = rows.iter().map(|&r| r * vp).collect();
+                let l = gather_f32(&logits, &offsets, vocab)?;
+                let (n, width) = (hidden.shape()[0] * hidden.shape()[1], hidden.shape()[2]);
+                let offsets: Vec<usize> = (0..n).map(|r| r * width).collect();
+                let h = gather_f32(&hidden, &offsets, width)?;
+                Ok((
+                    Tensor::from_vec(l, (rows.len(), vocab), &Device::Cpu)?,
+                    Tensor::from_vec(h, (n, width), &Device::Cpu)?,
+                ))
+            }
+            #[cfg(feature = "cuda")]
+            Raw::Device(d) => d.gather(rows, vocab),
+        }
+    }
+}
+
 /// A Python object implementing `dspark.protocols.TargetModel` (HF targets come wrapped in
 /// `dspark.target.HFTarget`).
 pub struct PyTarget {
@@ -110,6 +190,8 @@ pub struct PyTarget {
     vocab: usize,
     layers: usize,
     hidden: usize,
+    /// Where the target says it runs (its `device` attribute; the CPU when it has none).
+    device: Device,
     stash: Stash,
 }
 
@@ -134,6 +216,7 @@ impl PyTarget {
             vocab: int_attr(obj, "vocab_size")?,
             layers: int_attr(obj, "num_hidden_layers")?,
             hidden: int_attr(obj, "hidden_size")?,
+            device: declared_device(obj)?,
             stash,
         })
     }
@@ -159,7 +242,7 @@ impl TargetModel for PyTarget {
     }
 
     fn device(&self) -> Device {
-        Device::Cpu
+        self.device.clone()
     }
 
     fn new_cache(&self, batch: usize) -> Result<PyTargetCache> {
@@ -178,7 +261,7 @@ impl TargetModel for PyTarget {
         capture_layer_ids: &[usize],
     ) -> Result<TargetOutput> {
         let (b, s) = (input.batch(), input.width);
-        let (logits, hidden) = self.call(|py| {
+        let raw = self.call(|py| {
             let ids: Vec<i64> = input.tokens.iter().map(|&t| i64::from(t)).collect();
             let mut ids = PyArray1::from_vec(py, ids).reshape([b, s])?.into_any();
             if let Some(f) = &self.from_numpy {
@@ -197,15 +280,12 @@ impl TargetModel for PyTarget {
                     "returned no hidden states (output_hidden_states=True is ignored)",
                 )));
             }
-            Ok((
-                host_view(&out.getattr("logits")?, "logits")?,
-                host_view(&hidden, "hidden_states")?,
-            ))
+            Raw::read(&out.getattr("logits")?, &hidden)
         })?;
         for (len, &n) in cache.lengths.iter_mut().zip(input.num_tokens) {
             *len += n;
         }
-        let (ld, hd) = (logits.shape().to_vec(), hidden.shape().to_vec());
+        let (ld, hd) = (raw.logits_shape().to_vec(), raw.hidden_shape().to_vec());
         let width = capture_layer_ids.len() * self.hidden;
         if ld.len() != 3 || ld[0] != b || ld[1] != s || ld[2] < self.vocab {
             return Err(Error::Callback {
@@ -223,26 +303,18 @@ impl TargetModel for PyTarget {
                 ),
             });
         }
-        let vp = ld[2];
-        let (rows, offsets): (usize, Vec<usize>) = match input.logits {
-            LogitRows::All => (s, (0..b * s).map(|r| r * vp).collect()),
-            LogitRows::Last => (
-                1,
-                (0..b)
-                    .map(|r| (r * s + input.num_tokens[r].max(1) - 1) * vp)
-                    .collect(),
-            ),
+        // The flat rows `[B * S]` of the logits the round reads.
+        let rows: Vec<usize> = match input.logits {
+            LogitRows::All => (0..b * s).collect(),
+            LogitRows::Last => (0..b)
+                .map(|r| r * s + input.num_tokens[r].max(1) - 1)
+                .collect(),
         };
-        let logits = gather_f32(&logits, &offsets, self.vocab)?;
-        let n_h = b * s;
-        let hidden = gather_f32(
-            &hidden,
-            &(0..n_h).map(|r| r * width).collect::<Vec<_>>(),
-            width,
-        )?;
+        let per_row = rows.len() / b.max(1);
+        let (logits, hidden_states) = raw.gather(&rows, self.vocab)?;
         Ok(TargetOutput {
-            logits: Tensor::from_vec(logits, (b, rows, self.vocab), &Device::Cpu)?,
-            hidden_states: Tensor::from_vec(hidden, (b, s, width), &Device::Cpu)?,
+            logits: logits.reshape((b, per_row, self.vocab))?,
+            hidden_states: hidden_states.reshape((b, s, width))?,
         })
     }
 

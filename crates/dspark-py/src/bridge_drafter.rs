@@ -91,8 +91,17 @@ impl PyDraftModel {
         Python::attach(|py| f(py).map_err(|e| self.stash.keep(py, e)))
     }
 
-    /// A torch tensor (numpy when torch is missing) holding `t`'s values.
+    /// A torch tensor (numpy when torch is missing) holding `t`'s values; a CUDA `t` (a torch
+    /// target's hidden states on its device) goes to torch through DLPack, on the device.
     fn to_py<'py>(&self, py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+        #[cfg(feature = "cuda")]
+        if t.device().is_cuda() {
+            let t = t
+                .to_dtype(candle_core::DType::F32)
+                .map_err(|e| crate::errors::err(e.into()))?;
+            let arr = Bound::new(py, crate::dlpack_cuda::DeviceArray::new(t)?)?;
+            return py.import("torch")?.call_method1("from_dlpack", (arr,));
+        }
         let dims = t.dims().to_vec();
         let values = t
             .to_dtype(candle_core::DType::F32)

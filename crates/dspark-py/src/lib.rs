@@ -2,6 +2,8 @@
 
 mod args;
 mod bridge;
+#[cfg(feature = "cuda")]
+mod bridge_device;
 mod bridge_drafter;
 mod build_info;
 mod config;
