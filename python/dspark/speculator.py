@@ -54,6 +54,9 @@ class SpeculationStats:
 
     Attributes:
         rounds: speculative rounds (one batched draft + verify each).
+        plain_rounds: of ``rounds``, those in which a scheduling policy drafted nothing (one
+            target-only step per request: drafting did not pay at that batch; see README
+            "Verify policies").
         request_rounds: sum over requests of the rounds each took part in.
         committed_tokens: tokens committed by rounds (accepted drafts + correction/bonus).
         drafted_tokens: draft tokens sent to verification.
@@ -71,6 +74,7 @@ class SpeculationStats:
     """
 
     rounds: int = 0
+    plain_rounds: int = 0
     request_rounds: int = 0
     committed_tokens: int = 0
     drafted_tokens: int = 0

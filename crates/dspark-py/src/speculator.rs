@@ -39,6 +39,7 @@ fn result<'py>(py: Python<'py>, g: Generation) -> PyResult<(Vec<Vec<u32>>, Bound
     let s = &g.stats;
     let d = PyDict::new(py);
     d.set_item("rounds", s.rounds)?;
+    d.set_item("plain_rounds", s.plain_rounds)?;
     d.set_item("request_rounds", s.request_rounds)?;
     d.set_item("committed_tokens", s.committed_tokens)?;
     d.set_item("drafted_tokens", s.drafted_tokens)?;

@@ -118,9 +118,28 @@ fn check_bookkeeping(s: &Speculator<ToyTarget, OracleDrafter>, reqs: &[Request],
         };
         assert_eq!(ctx, want, "request {i}: drafter context");
         assert_eq!(tl.cache[i], want, "request {i}: target cache");
+        // Plain rounds (no proposal) charge a forward too: counted in total below.
         let charged = usize::from(!out.is_empty()) + rounds_of[i];
-        assert_eq!(tl.row_forwards[i], charged, "request {i}: forwards charged");
+        assert!(
+            tl.row_forwards[i] >= charged,
+            "request {i}: forwards charged"
+        );
+        if g.stats.plain_rounds == 0 {
+            assert_eq!(tl.row_forwards[i], charged, "request {i}: forwards charged");
+        }
     }
+    let plain_request_rounds = g.stats.request_rounds - rounds_of.iter().sum::<usize>();
+    assert_eq!(
+        tl.row_forwards.iter().sum::<usize>(),
+        g.tokens.iter().filter(|t| !t.is_empty()).count()
+            + rounds_of.iter().sum::<usize>()
+            + plain_request_rounds,
+        "every forward row is a prefill, a drafted or a plain request-round"
+    );
+    assert!(
+        g.stats.plain_rounds <= plain_request_rounds,
+        "a plain round serves one request at least"
+    );
     if let Some(first) = tl.calls.first() {
         assert_eq!(
             first.logits,
@@ -131,12 +150,12 @@ fn check_bookkeeping(s: &Speculator<ToyTarget, OracleDrafter>, reqs: &[Request],
         assert!(tl.calls.iter().all(|c| c.capture == CAPTURE));
     }
     let st = &g.stats;
-    assert_eq!(st.rounds, dl.proposals.len());
+    assert_eq!(st.rounds, dl.proposals.len() + st.plain_rounds);
     assert_eq!(
         st.rounds + usize::from(!tl.calls.is_empty()),
         tl.calls.len()
     );
-    assert_eq!(st.request_rounds, rounds_of.iter().sum::<usize>());
+    assert!(st.request_rounds >= rounds_of.iter().sum::<usize>());
     let prefilled = g.tokens.iter().filter(|t| !t.is_empty()).count();
     let total: usize = g.tokens.iter().map(Vec::len).sum();
     assert_eq!(st.committed_tokens + prefilled, total);
@@ -182,6 +201,66 @@ fn greedy_equals_target_only_for_every_policy_and_length() {
             }
         }
     }
+}
+
+#[test]
+fn a_scheduler_that_cannot_afford_drafts_takes_plain_steps_and_keeps_the_output() {
+    // A table whose cost grows with every verified token exactly as a batch of single steps
+    // does (held tokens/s past 2 tokens): a verified draft (survival < 1) never beats a plain
+    // step, and proposing costs time, so the scheduler stops drafting after its first round,
+    // drafting again only to refresh (or for a request without confidences yet).
+    let linear = StepsPerSecond::linear(vec![(1, 1000.0), (2, 500.0)]).unwrap();
+    let reqs: Vec<Request> = (0..5)
+        .map(|i| Request::new(prompt(i + 40, 2 + i as usize), 45))
+        .collect();
+    let reference = greedy_reference(&reqs);
+    for policy in [
+        VerifyPolicy::Scheduled(linear.clone()),
+        VerifyPolicy::Pipelined(linear.clone()),
+    ] {
+        let options = SpeculatorOptions {
+            verify: policy.clone(),
+            ..SpeculatorOptions::default()
+        };
+        let s = speculator(Mode::Greedy { corrupt_every: 3 }, options);
+        let g = s.generate(&reqs, None).unwrap();
+        assert_eq!(g.tokens, reference, "{}", policy.name());
+        check_bookkeeping(&s, &reqs, &g);
+        let st = &g.stats;
+        let drafted = st.rounds - st.plain_rounds;
+        assert!(st.plain_rounds > 0, "{}: {st:?}", policy.name());
+        // The first round drafts (no confidences yet), then refreshes after plain streaks of
+        // 1, 2, 4... up to REFRESH_ROUNDS.
+        let refresh = dspark::speculator::REFRESH_ROUNDS;
+        let mut bound = (1, 0, 1);
+        while bound.1 < st.rounds {
+            bound = (
+                bound.0 + 1,
+                bound.1 + 1 + bound.2,
+                (bound.2 * 2).min(refresh),
+            );
+        }
+        assert!(drafted >= 1);
+        assert!(
+            drafted <= bound.0,
+            "{}: {drafted} drafted rounds of {}",
+            policy.name(),
+            st.rounds
+        );
+        assert!(st.plain_rounds >= 3 * drafted, "{st:?}");
+    }
+    // The same batch on a flat table (a forward costs the same for any size): drafting pays,
+    // every round drafts.
+    let flat = StepsPerSecond::linear(vec![(1, 100.0), (4096, 100.0)]).unwrap();
+    let options = SpeculatorOptions {
+        verify: VerifyPolicy::Scheduled(flat),
+        ..SpeculatorOptions::default()
+    };
+    let s = speculator(Mode::Greedy { corrupt_every: 3 }, options);
+    let g = s.generate(&reqs, None).unwrap();
+    assert_eq!(g.tokens, reference);
+    assert_eq!(g.stats.plain_rounds, 0);
+    check_bookkeeping(&s, &reqs, &g);
 }
 
 #[test]
@@ -556,7 +635,11 @@ fn lossless(mode: Mode, options: SpeculatorOptions, label: &str) -> Stats {
         assert_eq!(out.len(), 4);
         counts[(out[0] as usize * SV + out[1] as usize) * SV + out[2] as usize] += 1;
     }
-    assert!(g.stats.accepted_tokens > 0, "{label}: nothing accepted");
+    // (A scheduler that drafts nothing it can verify takes plain steps instead.)
+    assert!(
+        g.stats.accepted_tokens > 0 || g.stats.plain_rounds > 0,
+        "{label}: nothing accepted"
+    );
     for slots in [(0, 1), (1, 2)] {
         assert_follows(
             &pair(&counts, slots),
@@ -592,6 +675,14 @@ fn sampled_output_has_the_target_distribution() {
         sampled(0, VerifyPolicy::Scheduled(big)),
         "T=1 scheduled",
     ));
+    // A table no draft can pay for: after the first (drafted) round, plain target-only steps.
+    let linear = StepsPerSecond::linear(vec![(1, 1000.0), (2, 500.0)]).unwrap();
+    let st = lossless(
+        Mode::Sampling,
+        sampled(0, VerifyPolicy::Scheduled(linear)),
+        "T=1 scheduled, plain rounds",
+    );
+    assert!(st.plain_rounds > 0 && st.plain_rounds < st.rounds, "{st:?}");
 }
 
 #[test]

@@ -15,16 +15,28 @@
 //!    extended with the target features of the accepted positions (DeepSpec
 //!    `verified_target_hidden[:, :accepted + 1]`).
 //!
+//! Under a scheduling policy (`scheduled`, `pipelined`) a round may also draft nothing: when the
+//! scheduler's objective (expected tokens per second, from the measured acceptance and each
+//! request's latest confidences, the steps-per-second table and the measured cost of drafting)
+//! says one target-only step of
+//! every request beats the best drafted round, steps 1-2 are skipped and the round is an
+//! autoregressive step whose features still extend the drafter's context (module `drafting`).
+//! A large batch on a compute-bound target decodes at target-only speed instead of paying for
+//! drafts it cannot afford to verify; a drafted round every [`REFRESH_ROUNDS`] keeps the
+//! confidences current.
+//!
 //! Randomness: request `r`'s draws at position `p` come from counter-based streams keyed by
 //! `(seed, r, p, use)` ([`derive_seed`]), so results depend on neither batch order nor thread
 //! count. [`target_only`] decodes without a drafter on the same streams (the baseline).
 //!
 //! Submodules: `target` ([`TargetModel`]), `options`, `stats`, `generation`, `run` (the loop),
+//! `drafting` (whether a round drafts, and the round that does not),
 //! `state` (one generation's bookkeeping), `autoregressive` ([`target_only`]), `profile`
 //! ([`measure_steps_per_second`]) and [`contract`] (the suite every `TargetModel` passes).
 
 mod autoregressive;
 pub mod contract;
+mod drafting;
 mod generation;
 mod options;
 mod profile;
@@ -34,6 +46,7 @@ mod stats;
 mod target;
 
 pub use autoregressive::target_only;
+pub use drafting::REFRESH_ROUNDS;
 pub use generation::{Generation, OnRound, RoundUpdate};
 pub use options::{Request, SpeculatorOptions, VerifyPolicy, derive_seed};
 pub use profile::measure_steps_per_second;

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 
+use super::drafting::{costs, recalibrated, unit};
 use super::options::{Request, SpeculatorOptions, Use, VerifyPolicy};
 use super::profile::measure_steps_per_second;
 use super::state::{Run, select_rows, verify_where};
@@ -215,6 +216,16 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
     /// One round for every active request.
     fn round(&self, run: &mut Run<'_, T>, states: &mut [D::State]) -> Result<()> {
         let act = run.active();
+        if matches!(self.options.verify, VerifyPolicy::ScheduledMeasured) {
+            // Profiled once, outside the round's timings (which price the scheduler's table).
+            self.measured_table(
+                act.len() * (self.num_speculative + 1),
+                self.num_speculative + 1,
+            )?;
+        }
+        if !self.drafts_this_round(run, &act)? {
+            return self.plain_round(run, states, &act);
+        }
         let t0 = Instant::now();
         let anchors: Vec<u32> = act.iter().map(|&i| run.anchors[i]).collect();
         let refs: Vec<&D::State> = act.iter().map(|&i| &states[i]).collect();
@@ -251,6 +262,9 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             });
         }
         let t1 = Instant::now();
+        run.propose_seconds += (t1 - t0).as_secs_f64();
+        run.proposed += act.len();
+        run.since_draft = 0;
         let lens = self.verify_lengths(run, &act, proposal.confidence.as_deref(), k)?;
         let kmax = lens.iter().copied().max().unwrap_or(0);
         let width = kmax + 1;
@@ -312,6 +326,19 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             }
         }
         let kept = run.commit_round(&act, &lens, &verification);
+        if let Some(c) = &proposal.confidence {
+            // The slots `commit_round` counted as attempts, with what the head predicted.
+            for (j, &n) in lens.iter().enumerate() {
+                let accepted = (verification.num_accepted[j] as usize).min(kept[j]);
+                let slots = (accepted + 1).min(n);
+                if run.predicted.len() < slots {
+                    run.predicted.resize(slots, 0.0);
+                }
+                for (slot, sum) in run.predicted.iter_mut().enumerate().take(slots) {
+                    *sum += unit(c[j * k + slot]);
+                }
+            }
+        }
         let mut new_lengths = run.target.cache_lengths(&run.cache);
         for (j, &i) in act.iter().enumerate() {
             // The caches hold the anchor and every kept token but the last (the next anchor).
@@ -326,6 +353,8 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             run.lengths[i] = new_lengths[i];
         }
         let t6 = Instant::now();
+        run.rest_seconds += ((t2 - t1) + (t4 - t3) + (t6 - t4)).as_secs_f64();
+        run.rest_rounds += act.len();
         let st = &mut run.stats;
         st.rounds += 1;
         st.drafter_seconds += (t1 - t0).as_secs_f64() + (t6 - t5).as_secs_f64();
@@ -353,13 +382,18 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
                         message: "the drafter's confidences are not [B, K]".into(),
                     });
                 }
-                let firsts: Vec<f32> = c.chunks(k).flat_map(|row| &row[..n]).copied().collect();
-                // What this call's rounds spent so far outside the target forward (drafting,
-                // kernels), per round: a round pays it whatever it verifies, so the scheduler
-                // weighs each table entry with it (the table is the target's forward alone).
-                let st = &run.stats;
-                let outside = (st.rounds > 0)
-                    .then(|| (st.drafter_seconds + st.kernel_seconds) / st.rounds as f64);
+                let raw: Vec<f32> = c.chunks(k).flat_map(|row| &row[..n]).copied().collect();
+                // The schedulers read survival: each confidence rescaled by how its position's
+                // predictions have fared in this call (the threshold keeps the raw values).
+                let firsts = match policy {
+                    VerifyPolicy::Threshold(_) => raw,
+                    _ => recalibrated(&raw, n, run),
+                };
+                // What a drafted round of this batch spends outside the target forward
+                // (proposing, kernels, the context extension), from this call's earlier rounds:
+                // a round pays it whatever it verifies, so the scheduler weighs each table
+                // entry with it (the table is the target's forward alone).
+                let outside = costs(run).map(|(propose, rest)| b as f64 * (propose + rest));
                 let priced = |sps: &StepsPerSecond| match outside {
                     Some(secs) => sps.with_overhead(secs),
                     None => sps.clone(),

@@ -18,6 +18,9 @@ pub struct ConfidenceRecord {
 pub struct Stats {
     /// Speculative rounds (one batched draft + verify each).
     pub rounds: usize,
+    /// Of [`Self::rounds`], those in which a scheduling policy drafted nothing: every active
+    /// request took one target-only step (drafting was not worth its cost at that batch).
+    pub plain_rounds: usize,
     /// Sum over requests of the rounds each took part in.
     pub request_rounds: usize,
     /// Tokens committed by rounds (accepted drafts + correction/bonus).

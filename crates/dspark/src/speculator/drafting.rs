@@ -1,0 +1,239 @@
+//! Whether a round drafts at all, and the round that does not (see the module docs of
+//! [`crate::speculator`]).
+//!
+//! The paper's scheduler chooses how many drafts each request verifies, for a round whose
+//! drafting is already paid. Over a batch on a compute-bound target the best choice can be no
+//! draft at all, and then the proposal itself was the waste. Before proposing, a scheduling
+//! policy weighs the two rounds it can run with the same objective `Θ = E[tokens] · SPS'`:
+//! - drafted: the scheduler's lengths over each request's expected acceptance (the call's
+//!   measured per-position acceptance, its latest confidences weighing in as a prior), the
+//!   table priced with the measured cost of proposing and of the rest of a round;
+//! - plain: one token per request, the table priced with the rest of a round only.
+//!
+//! It drafts unless the plain round is strictly faster. The costs are this call's running
+//! means per request-round (the batch may shrink as requests finish). A request without
+//! confidences yet forces a drafted round, and so does a streak of plain rounds (which add no
+//! confidences): 1 plain round after drafting stopped paying, then 2, 4… up to
+//! [`REFRESH_ROUNDS`] (back to 1 whenever drafting pays again), so an early misjudgement
+//! costs a round or two while a batch where drafting never pays drafts once in 17 rounds.
+//! A plain round is exactly a target-only step (same seeds, so greedy output is unchanged and
+//! sampling stays exact); its features extend the drafter's context like any committed token.
+
+use std::time::Instant;
+
+use super::options::{Use, VerifyPolicy};
+use super::run::Speculator;
+use super::state::{Run, select_rows, verify_where};
+use super::target::{LogitRows, TargetModel};
+use crate::drafter::Drafter;
+use crate::error::Result;
+use crate::sampling::{StepsPerSecond, schedule_lengths};
+
+/// Most plain rounds in a row before a round drafts again, to refresh the confidences the
+/// choice is made from.
+pub const REFRESH_ROUNDS: usize = 16;
+
+/// Observations a request's latest confidence counts as, against the call's measured
+/// acceptance at the same position.
+const PRIOR: f64 = 4.0;
+
+/// `(propose, rest)`: this call's mean seconds per request-round spent proposing, and spent
+/// outside the target forward and the proposal (0 before a round has ended); `None` before
+/// the first proposal.
+pub(super) fn costs<T: TargetModel>(run: &Run<'_, T>) -> Option<(f64, f64)> {
+    if run.proposed == 0 {
+        return None;
+    }
+    let rest = if run.rest_rounds == 0 {
+        0.0
+    } else {
+        run.rest_seconds / run.rest_rounds as f64
+    };
+    Some((run.propose_seconds / run.proposed as f64, rest))
+}
+
+/// A confidence as a probability: clamped to `[0, 1]`, NaN as `0` (as the schedulers read it).
+pub(super) fn unit(c: f32) -> f64 {
+    if c.is_nan() {
+        0.0
+    } else {
+        f64::from(c.clamp(0.0, 1.0))
+    }
+}
+
+/// `c` (`[B·n]` confidences) rescaled per position by this call's record there:
+/// `c·(accepted + PRIOR) / (predicted + PRIOR)`, clamped to `[0, 1]`. A head that is right on
+/// average leaves it as it is; on text easier (or harder) than the head's training data the
+/// scheduler reads the acceptance it actually sees, and each request keeps its own ranking.
+pub(super) fn recalibrated<T: TargetModel>(c: &[f32], n: usize, run: &Run<'_, T>) -> Vec<f32> {
+    let st = &run.stats;
+    let scale: Vec<f64> = (0..n)
+        .map(|k| {
+            let accepted = st.position_accepts.get(k).copied().unwrap_or(0) as f64;
+            let predicted = run.predicted.get(k).copied().unwrap_or(0.0);
+            (accepted + PRIOR) / (predicted + PRIOR)
+        })
+        .collect();
+    c.iter()
+        .enumerate()
+        .map(|(i, &x)| (unit(x) * scale[i % n]).min(1.0) as f32)
+        .collect()
+}
+
+/// Expected tokens a round commits when request `r` verifies `lens[r]` of its `n` drafts
+/// with confidences `c` (`[B·n]`): one each, plus the survival of every verified slot.
+fn expected_tokens(c: &[f32], n: usize, lens: &[usize]) -> f64 {
+    let mut tau = lens.len() as f64;
+    for (r, &len) in lens.iter().enumerate() {
+        let mut a = 1.0;
+        for &x in &c[r * n..r * n + len] {
+            a *= unit(x);
+            tau += a;
+        }
+    }
+    tau
+}
+
+/// Whether drafting beats a plain round for a batch of `b` requests whose latest confidences
+/// are `stale` (`[B·n]`), given the table `sps` and the per-request-round costs.
+pub(super) fn drafting_pays(
+    stale: &[f32],
+    b: usize,
+    n: usize,
+    sps: &StepsPerSecond,
+    (propose, rest): (f64, f64),
+) -> Result<bool> {
+    let bf = b as f64;
+    let drafted = sps.with_overhead(bf * (propose + rest));
+    let lens = schedule_lengths(stale, b, n, &drafted)?;
+    let verified = b + lens.iter().sum::<usize>();
+    let theta_drafted = expected_tokens(stale, n, &lens) * drafted.sps(verified);
+    let theta_plain = bf * sps.with_overhead(bf * rest).sps(b);
+    Ok(theta_drafted >= theta_plain)
+}
+
+impl<T: TargetModel, D: Drafter> Speculator<T, D> {
+    /// Whether this round of the active requests `act` drafts (see the module docs).
+    pub(super) fn drafts_this_round(&self, run: &mut Run<'_, T>, act: &[usize]) -> Result<bool> {
+        let n = self.num_speculative_tokens();
+        let b = act.len();
+        let table = match &self.options().verify {
+            VerifyPolicy::Scheduled(s) | VerifyPolicy::Pipelined(s) => s.clone(),
+            VerifyPolicy::ScheduledMeasured => match self.measured_steps_per_second() {
+                Some(t) => t,
+                None => return Ok(true),
+            },
+            VerifyPolicy::Full | VerifyPolicy::Threshold(_) => return Ok(true),
+        };
+        if n == 0 {
+            return Ok(true);
+        }
+        if run.since_draft >= run.refresh_after {
+            // A refresh: if drafting still does not pay after it, the next streak is longer.
+            run.refresh_after = (run.refresh_after * 2).min(REFRESH_ROUNDS);
+            return Ok(true);
+        }
+        let Some(costs) = costs(run) else {
+            return Ok(true);
+        };
+        // Each slot's acceptance: the call's measured rate at that position, with the
+        // request's latest confidence counted as PRIOR observations (one hard round must not
+        // stop drafting for a request whose text is mostly easy).
+        let st = &run.stats;
+        let rate = |k: usize, c: f32| {
+            let accepts = st.position_accepts.get(k).copied().unwrap_or(0) as f64;
+            let attempts = st.position_attempts.get(k).copied().unwrap_or(0) as f64;
+            let c = unit(c);
+            ((accepts + PRIOR * c) / (attempts + PRIOR)) as f32
+        };
+        let mut survival = Vec::with_capacity(b * n);
+        for &i in act {
+            match &run.stale[i] {
+                Some(s) if s.len() == n => {
+                    survival.extend(s.iter().enumerate().map(|(k, &c)| rate(k, c)));
+                }
+                _ => return Ok(true),
+            }
+        }
+        let pays = drafting_pays(&survival, b, n, &table, costs)?;
+        if pays {
+            run.refresh_after = 1;
+        }
+        Ok(pays)
+    }
+
+    /// A round without drafts: one target-only step of every active request (same seeds as
+    /// [`super::target_only`]), its features appended to each drafter context.
+    pub(super) fn plain_round(
+        &self,
+        run: &mut Run<'_, T>,
+        states: &mut [D::State],
+        act: &[usize],
+    ) -> Result<()> {
+        let b = run.requests.len();
+        let mut ids = vec![0u32; b];
+        let mut num = vec![0usize; b];
+        for &i in act {
+            ids[i] = run.anchors[i];
+            num[i] = 1;
+        }
+        let t0 = Instant::now();
+        let out = run.forward(&ids, 1, &num, LogitRows::All)?;
+        let t1 = Instant::now();
+        let logits = select_rows(&out.logits, act, b)?;
+        let seeds = act.iter().map(|&i| run.seed(i, Use::Verify)).collect();
+        let options = run.verify_options(seeds, None);
+        let verification = verify_where(&logits, run.vocab, Vec::new(), 0, None, &options)?;
+        let kept = run.commit_round(act, &vec![0; act.len()], &verification);
+        let t2 = Instant::now();
+        for (j, &i) in act.iter().enumerate() {
+            // The cache took the anchor; the committed token is the next anchor.
+            let feats = out.hidden_states.get(i)?.narrow(0, 0, kept[j])?;
+            self.drafter()
+                .extend(&mut states[i], &feats, run.lengths[i])?;
+            run.lengths[i] += kept[j];
+        }
+        let t3 = Instant::now();
+        run.since_draft += 1;
+        run.rest_seconds += ((t2 - t1) + (t3 - t2)).as_secs_f64();
+        run.rest_rounds += act.len();
+        let st = &mut run.stats;
+        st.rounds += 1;
+        st.plain_rounds += 1;
+        st.target_seconds += (t1 - t0).as_secs_f64();
+        st.kernel_seconds += (t2 - t1).as_secs_f64();
+        st.drafter_seconds += (t3 - t2).as_secs_f64();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compute_bound_batch_stops_drafting_and_a_cheap_draft_keeps_it() {
+        // Forward time linear in tokens (compute-bound): 1 ms per token.
+        let linear = StepsPerSecond::linear(vec![(1, 1000.0), (512, 1000.0 / 512.0)]).unwrap();
+        let (b, n) = (16, 4);
+        let conf = vec![0.7f32; b * n];
+        // Drafting costs 0.5 ms per request: verifying more tokens cannot pay for it.
+        assert!(!drafting_pays(&conf, b, n, &linear, (5e-4, 1e-5)).unwrap());
+        // A flat table (memory-bound: a forward costs the same for 1 or 64 tokens) with cheap
+        // drafting: speculation pays.
+        let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
+        assert!(drafting_pays(&conf[..n], 1, n, &flat, (1e-4, 1e-5)).unwrap());
+        // The same confidences on a table whose cost grows slower than the tokens verified
+        // (a forward of 512 tokens costs 128 of one): drafting pays again.
+        let sublinear = StepsPerSecond::linear(vec![(1, 1000.0), (512, 1000.0 / 128.0)]).unwrap();
+        assert!(drafting_pays(&conf, b, n, &sublinear, (5e-5, 1e-5)).unwrap());
+    }
+
+    #[test]
+    fn expected_tokens_counts_survival_products() {
+        let c = [0.5f32, 0.5, 1.0, 0.2];
+        // Request 0 verifies 2 slots: 1 + 0.5 + 0.25; request 1 verifies 1: 1 + 1.0.
+        let tau = expected_tokens(&c, 2, &[2, 1]);
+        assert!((tau - 3.75).abs() < 1e-12, "{tau}");
+    }
+}
