@@ -3,10 +3,10 @@
 
 use std::time::Instant;
 
-use super::options::{Request, SpeculatorOptions, Use};
+use super::options::{Request, SpeculatorOptions};
 use super::run::check_sampling;
-use super::state::{Run, select_rows, verify_where};
-use super::target::{LogitRows, TargetModel};
+use super::state::Run;
+use super::target::TargetModel;
 use super::{Generation, OnRound};
 use crate::error::Result;
 
@@ -28,29 +28,14 @@ pub fn target_only<T: TargetModel>(
         hook += run.report(&mut on_round)?;
         while run.any_active() {
             let act = run.active();
-            let b = requests.len();
-            let mut ids = vec![0u32; b];
-            let mut num = vec![0usize; b];
-            for &i in &act {
-                ids[i] = run.anchors[i];
-                num[i] = 1;
-            }
             let t = Instant::now();
-            let out = crate::threads::in_round(|| run.forward(&ids, 1, &num, LogitRows::All))?;
-            let t1 = Instant::now();
-            let logits = select_rows(&out.logits, &act, b)?;
-            let seeds = act.iter().map(|&i| run.seed(i, Use::Verify)).collect();
-            let options = run.verify_options(seeds, None);
-            let v = crate::threads::in_round(|| {
-                verify_where(&logits, run.vocab, Vec::new(), 0, None, &options)
-            })?;
+            let (_, _, forward) = crate::threads::in_round(|| run.step(&act))?;
             for &i in &act {
                 run.lengths[i] += 1;
             }
-            run.commit_round(&act, &vec![0; act.len()], &v);
             run.stats.rounds += 1;
-            run.stats.target_seconds += (t1 - t).as_secs_f64();
-            run.stats.kernel_seconds += t1.elapsed().as_secs_f64();
+            run.stats.target_seconds += forward;
+            run.stats.kernel_seconds += t.elapsed().as_secs_f64() - forward;
             hook += run.report(&mut on_round)?;
         }
     }

@@ -21,10 +21,10 @@
 
 use std::time::Instant;
 
-use super::options::{Use, VerifyPolicy};
+use super::options::VerifyPolicy;
 use super::run::Speculator;
-use super::state::{Run, select_rows, verify_where};
-use super::target::{LogitRows, TargetModel};
+use super::state::Run;
+use super::target::TargetModel;
 use crate::drafter::Drafter;
 use crate::error::Result;
 use crate::sampling::{StepsPerSecond, schedule_lengths};
@@ -170,21 +170,8 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         states: &mut [D::State],
         act: &[usize],
     ) -> Result<()> {
-        let b = run.requests.len();
-        let mut ids = vec![0u32; b];
-        let mut num = vec![0usize; b];
-        for &i in act {
-            ids[i] = run.anchors[i];
-            num[i] = 1;
-        }
         let t0 = Instant::now();
-        let out = run.forward(&ids, 1, &num, LogitRows::All)?;
-        let t1 = Instant::now();
-        let logits = select_rows(&out.logits, act, b)?;
-        let seeds = act.iter().map(|&i| run.seed(i, Use::Verify)).collect();
-        let options = run.verify_options(seeds, None);
-        let verification = verify_where(&logits, run.vocab, Vec::new(), 0, None, &options)?;
-        let kept = run.commit_round(act, &vec![0; act.len()], &verification);
+        let (out, kept, forward) = run.step(act)?;
         let t2 = Instant::now();
         for (j, &i) in act.iter().enumerate() {
             // The cache took the anchor; the committed token is the next anchor.
@@ -195,13 +182,14 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         }
         let t3 = Instant::now();
         run.since_draft += 1;
-        run.rest_seconds += ((t2 - t1) + (t3 - t2)).as_secs_f64();
+        let kernels = (t2 - t0).as_secs_f64() - forward;
+        run.rest_seconds += kernels + (t3 - t2).as_secs_f64();
         run.rest_rounds += act.len();
         let st = &mut run.stats;
         st.rounds += 1;
         st.plain_rounds += 1;
-        st.target_seconds += (t1 - t0).as_secs_f64();
-        st.kernel_seconds += (t2 - t1).as_secs_f64();
+        st.target_seconds += forward;
+        st.kernel_seconds += kernels;
         st.drafter_seconds += (t3 - t2).as_secs_f64();
         Ok(())
     }

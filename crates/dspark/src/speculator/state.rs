@@ -250,6 +250,29 @@ impl<'a, T: TargetModel> Run<'a, T> {
         kept_all
     }
 
+    /// One target-only step of the active requests `act`: each anchor through the target, the
+    /// next token drawn on target-only's seeds and committed. Returns the forward's output,
+    /// the tokens each request kept and the seconds the forward took; `lengths` is the
+    /// caller's to advance (by one: the cache took the anchor).
+    pub(crate) fn step(&mut self, act: &[usize]) -> Result<(TargetOutput, Vec<usize>, f64)> {
+        let b = self.requests.len();
+        let mut ids = vec![0u32; b];
+        let mut num = vec![0usize; b];
+        for &i in act {
+            ids[i] = self.anchors[i];
+            num[i] = 1;
+        }
+        let t = Instant::now();
+        let out = self.forward(&ids, 1, &num, LogitRows::All)?;
+        let forward = t.elapsed().as_secs_f64();
+        let logits = select_rows(&out.logits, act, b)?;
+        let seeds = act.iter().map(|&i| self.seed(i, Use::Verify)).collect();
+        let options = self.verify_options(seeds, None);
+        let v = verify_where(&logits, self.vocab, Vec::new(), 0, None, &options)?;
+        let kept = self.commit_round(act, &vec![0; act.len()], &v);
+        Ok((out, kept, forward))
+    }
+
     /// Call the streaming hook (if any) with what is new; returns the seconds spent in it.
     pub(crate) fn report(&mut self, hook: &mut Option<OnRound<'_>>) -> Result<f64> {
         let Some(f) = hook.as_mut() else {
