@@ -17,7 +17,8 @@
 //! [`REFRESH_ROUNDS`] (back to 1 whenever drafting pays again), so an early misjudgement
 //! costs a round or two while a batch where drafting never pays drafts once in 17 rounds.
 //! A plain round is exactly a target-only step (same seeds, so greedy output is unchanged and
-//! sampling stays exact); its features extend the drafter's context like any committed token.
+//! sampling stays exact); its features extend the drafter's context like any committed token,
+//! in one call before the request's next proposal.
 
 use std::time::Instant;
 
@@ -162,35 +163,57 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         Ok(pays)
     }
 
-    /// A round without drafts: one target-only step of every active request (same seeds as
-    /// [`super::target_only`]), its features appended to each drafter context.
-    pub(super) fn plain_round(
+    /// Append the plain rounds' pending features of the requests `act` to their drafter
+    /// contexts (before they propose); returns the seconds it took.
+    pub(super) fn flush_pending(
         &self,
         run: &mut Run<'_, T>,
         states: &mut [D::State],
         act: &[usize],
-    ) -> Result<()> {
+    ) -> Result<f64> {
+        let t = Instant::now();
+        for &i in act {
+            let (start, rows) = std::mem::take(&mut run.pending[i]);
+            if rows.is_empty() {
+                continue;
+            }
+            let feats = if rows.len() == 1 {
+                rows[0].clone()
+            } else {
+                candle_core::Tensor::cat(&rows, 0)?
+            };
+            self.drafter().extend(&mut states[i], &feats, start)?;
+        }
+        Ok(t.elapsed().as_secs_f64())
+    }
+
+    /// A round without drafts: one target-only step of every active request (same seeds as
+    /// [`super::target_only`]), its features appended to each drafter context.
+    pub(super) fn plain_round(&self, run: &mut Run<'_, T>, act: &[usize]) -> Result<()> {
         let t0 = Instant::now();
         let (out, kept, forward) = run.step(act)?;
-        let t2 = Instant::now();
         for (j, &i) in act.iter().enumerate() {
-            // The cache took the anchor; the committed token is the next anchor.
+            // The cache took the anchor; the committed token is the next anchor. Its features
+            // wait for the request's next proposal (one extension of many rows then, instead
+            // of a one-row extension every round).
             let feats = out.hidden_states.get(i)?.narrow(0, 0, kept[j])?;
-            self.drafter()
-                .extend(&mut states[i], &feats, run.lengths[i])?;
+            let (start, rows) = &mut run.pending[i];
+            if rows.is_empty() {
+                *start = run.lengths[i];
+            }
+            rows.push(feats);
             run.lengths[i] += kept[j];
         }
         let t3 = Instant::now();
         run.since_draft += 1;
-        let kernels = (t2 - t0).as_secs_f64() - forward;
-        run.rest_seconds += kernels + (t3 - t2).as_secs_f64();
+        let kernels = (t3 - t0).as_secs_f64() - forward;
+        run.rest_seconds += kernels;
         run.rest_rounds += act.len();
         let st = &mut run.stats;
         st.rounds += 1;
         st.plain_rounds += 1;
         st.target_seconds += forward;
         st.kernel_seconds += kernels;
-        st.drafter_seconds += (t3 - t2).as_secs_f64();
         Ok(())
     }
 }

@@ -224,8 +224,9 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             )?;
         }
         if !self.drafts_this_round(run, &act)? {
-            return self.plain_round(run, states, &act);
+            return self.plain_round(run, &act);
         }
+        let flushed = self.flush_pending(run, states, &act)?;
         let t0 = Instant::now();
         let anchors: Vec<u32> = act.iter().map(|&i| run.anchors[i]).collect();
         let refs: Vec<&D::State> = act.iter().map(|&i| &states[i]).collect();
@@ -353,11 +354,11 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             run.lengths[i] = new_lengths[i];
         }
         let t6 = Instant::now();
-        run.rest_seconds += ((t2 - t1) + (t4 - t3) + (t6 - t4)).as_secs_f64();
+        run.rest_seconds += ((t2 - t1) + (t4 - t3) + (t6 - t4)).as_secs_f64() + flushed;
         run.rest_rounds += act.len();
         let st = &mut run.stats;
         st.rounds += 1;
-        st.drafter_seconds += (t1 - t0).as_secs_f64() + (t6 - t5).as_secs_f64();
+        st.drafter_seconds += (t1 - t0).as_secs_f64() + (t6 - t5).as_secs_f64() + flushed;
         st.target_seconds += (t3 - t2).as_secs_f64();
         st.kernel_seconds += ((t2 - t1) + (t4 - t3) + (t5 - t4)).as_secs_f64();
         Ok(())

@@ -44,6 +44,10 @@ pub(crate) struct Run<'a, T: TargetModel> {
     /// next one drafts anyway (module `drafting`).
     pub(crate) since_draft: usize,
     pub(crate) refresh_after: usize,
+    /// Per request, the target features of plain rounds not yet in its drafter context, and
+    /// the position the first of them belongs at: appended in one call before the request's
+    /// next proposal (module `drafting`).
+    pub(crate) pending: Vec<(usize, Vec<Tensor>)>,
     /// Per draft position, the confidences of the slots counted in
     /// `stats.position_attempts`, summed: what the head predicted there, against
     /// `stats.position_accepts`, what happened (the schedulers' online recalibration).
@@ -109,6 +113,7 @@ impl<'a, T: TargetModel> Run<'a, T> {
             since_draft: 0,
             refresh_after: 1,
             predicted: Vec::new(),
+            pending: vec![(0, Vec::new()); b],
             stats: Stats::default(),
         })
     }
