@@ -25,9 +25,10 @@ loop calls it once per round; it pads every request to the round's longest row, 
 requests stay in its batch as padded rows). Per policy and N: tokens/s, acceptance length τ,
 target tokens verified per committed token (``(drafted_tokens + request_rounds) /
 committed_tokens``), the speedup over target-only decoding of the same N requests on the same
-target, and whether the greedy output equals target-only's. Each row is the fastest of
-``--repeats`` identical runs. Writes ``OUT.json`` and ``OUT.png`` (throughput against N, one
-panel per target; needs matplotlib, else skipped with a message).
+target, and whether the greedy output equals target-only's. N = 1 serves
+``--single-prompts`` requests (default 8) one at a time, tokens and times summed. Each row is
+the fastest of ``--repeats`` identical runs. Writes ``OUT.json`` and ``OUT.png`` (throughput
+against N, one panel per target; needs matplotlib, else skipped with a message).
 
     nice -n 19 python benches/bench_serving.py [--concurrency 1 4 16 32] [--new-tokens 64]
 """
@@ -94,27 +95,41 @@ def hf_table(model: Any, sizes: list[int], reps: int) -> list[tuple[int, float]]
     return timed_table(forward, sizes, reps)
 
 
-def measure(sp: Any, prompts: list[list[int]], n: int, stops: list[int], target_only: bool) -> dict:
-    """One row from one call (greedy: the outputs and counts are the same on every call, only
-    the time varies with the machine's load)."""
-    res = (sp.generate_target_only if target_only else sp.generate)(prompts, n, stops)
-    st = res.stats
-    toks = sum(len(t) for t in res.tokens)
-    secs = st.total_seconds
+def measure(
+    sp: Any, batches: list[list[list[int]]], n: int, stops: list[int], target_only: bool
+) -> dict:
+    """One row: each batch in ``batches`` as one call, one after another (greedy: the outputs
+    and counts are the same on every call, only the time varies with the machine's load)."""
+    call = sp.generate_target_only if target_only else sp.generate
+    tokens: list[list[int]] = []
+    secs = 0.0
+    sums = dict.fromkeys(("rounds", "request_rounds", "committed", "verified"), 0)
+    for prompts in batches:
+        res = call(prompts, n, stops)
+        st = res.stats
+        tokens.extend(res.tokens)
+        secs += st.total_seconds
+        sums["rounds"] += st.rounds
+        sums["request_rounds"] += st.request_rounds
+        sums["committed"] += st.committed_tokens
+        sums["verified"] += st.drafted_tokens + st.request_rounds
+    toks = sum(len(t) for t in tokens)
     return {
         "tokens": toks,
         "seconds": secs,
         "tokens_per_second": toks / secs if secs > 0 else float("nan"),
-        "tau": None if target_only else st.acceptance_length,
-        "verified_per_committed": (
+        "tau": (
             None
-            if target_only or not st.committed_tokens
-            else (st.drafted_tokens + st.request_rounds) / st.committed_tokens
+            if target_only or not sums["request_rounds"]
+            else sums["committed"] / sums["request_rounds"]
         ),
-        "rounds": st.rounds,
-        "request_rounds": st.request_rounds,
-        "stopped_by_eos": sum(1 for t in res.tokens if t and stops and t[-1] in stops),
-        "outputs": res.tokens,
+        "verified_per_committed": (
+            None if target_only or not sums["committed"] else sums["verified"] / sums["committed"]
+        ),
+        "rounds": sums["rounds"],
+        "request_rounds": sums["request_rounds"],
+        "stopped_by_eos": sum(1 for t in tokens if t and stops and t[-1] in stops),
+        "outputs": tokens,
     }
 
 
@@ -145,18 +160,25 @@ def run_target(
         sp.generate(widest, 2, stops)
     rows: dict[str, Any] = {}
     for n in args.concurrency:
-        prompts = prompts_for(texts, n, args.prompt_tokens, args.cycle_stride)
+        if n == 1:
+            # One request at a time over several prompts: a single 64-token request is about
+            # eight rounds, so one scheduling decision would move the row by an eighth.
+            singles = prompts_for(texts, args.single_prompts, args.prompt_tokens, args.cycle_stride)
+            batches = [[p] for p in singles]
+        else:
+            batches = [prompts_for(texts, n, args.prompt_tokens, args.cycle_stride)]
         row: dict[str, Any] = {}
         # Repeats go round every row in turn; the fastest run of each row counts.
         for _ in range(args.repeats):
             for p in ("target-only", *args.policies):
                 sp = specs[args.policies[0] if p == "target-only" else p]
-                r = measure(sp, prompts, args.new_tokens, stops, p == "target-only")
+                r = measure(sp, batches, args.new_tokens, stops, p == "target-only")
                 if p not in row or r["seconds"] < row[p]["seconds"]:
                     row[p] = r
         base = row["target-only"]
         print(
-            f"  [{name}] N={n}: {base['stopped_by_eos']} of {n} requests end on <|endoftext|> "
+            f"  [{name}] N={n}: {base['stopped_by_eos']} of {len(base['outputs'])} requests end "
+            "on <|endoftext|> "
             f"before {args.new_tokens} tokens (target-only)",
             flush=True,
         )
@@ -234,6 +256,12 @@ def main() -> int:
     ap.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     ap.add_argument("--targets", nargs="+", choices=("native", "hf"), default=["native", "hf"])
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument(
+        "--single-prompts",
+        type=int,
+        default=8,
+        help="N = 1 runs this many prompts, one request at a time",
+    )
     ap.add_argument("--prompt-tokens", type=int, default=96)
     ap.add_argument("--cycle-stride", type=int, default=32)
     ap.add_argument("--threshold", type=float, default=0.5)
@@ -331,6 +359,7 @@ def main() -> int:
         "config": {
             "concurrency": args.concurrency,
             "new_tokens": args.new_tokens,
+            "single_prompts": args.single_prompts,
             "prompt_tokens": args.prompt_tokens,
             "cycle_stride": args.cycle_stride,
             "threshold": args.threshold,
