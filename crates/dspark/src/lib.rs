@@ -21,6 +21,8 @@ pub mod limits;
 pub mod sampling;
 pub mod speculator;
 pub mod targets;
+#[cfg(test)]
+mod test_values;
 pub mod threads;
 pub mod vocab;
 

@@ -198,14 +198,7 @@ crate::sampling::fastmath::multiversion! {
 mod tests {
     use super::*;
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
-                h as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
+    use crate::test_values::values;
 
     #[test]
     fn matches_a_direct_softmax_with_strided_heads_and_causal_rows() {

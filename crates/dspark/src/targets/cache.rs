@@ -350,14 +350,7 @@ mod tests {
     use super::*;
     use crate::drafter::layers::causal_gqa_attention_kt;
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
-                h as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
+    use crate::test_values::values;
 
     #[test]
     fn the_host_pass_equals_the_tensor_path_across_growth_and_rollback() {

@@ -566,14 +566,7 @@ mod x86;
 mod tests {
     use super::*;
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
-                h as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
+    use crate::test_values::values;
 
     /// `x · Wᵀ (+ b)` in f64, the oracle.
     fn reference(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f64> {

@@ -218,14 +218,7 @@ mod tests {
     use crate::sampling::{Floats, Rows3, confidence_slices};
     use candle_core::Device;
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
-                h as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
+    use crate::test_values::values;
 
     /// `sigmoid((w·[h ; e] + b) / T_k)` in f64 for `rows` rows of `H` hidden values.
     fn reference(h: &[f32], e: Option<&[f32]>, w: &[f32], b: f32, temps: &[f32]) -> Vec<f64> {
