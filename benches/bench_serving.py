@@ -11,13 +11,15 @@ requests). Policies:
 * ``full``: every round verifies the whole block;
 * ``threshold``: the prefix whose confidence reaches ``--threshold``;
 * ``scheduled``: the paper's scheduler over a steps-per-second table MEASURED HERE at start,
-  on each target (timed single-sequence forwards of n tokens, best of ``--reps``, n = powers of
-  two up to N_max * (K + 1) and that number itself), read linearly between sizes on the native
+  on each target (timed single-sequence forwards of n tokens, best of ``--reps``, n = every size
+  up to 2 (K + 1), then sizes growing by at most 25% up to N_max * (K + 1), as the engine
+  profiles), read linearly between sizes on the native
   target (ragged: its cost follows the token count) and as a step function on HF (padded);
   both schedulers add each round's measured cost outside the target forward to the table;
 * ``pipelined``: the pipelined scheduler over the same table;
 * ``scheduled-engine``: the scheduler over the table the engine measures itself at first use
-  (``verify="scheduled"`` with no table: batched rows of K + 1 tokens after a short context).
+  (``verify="scheduled"`` with no table: batched rows of K + 1 tokens after a short context),
+  refined online by the forwards its rounds time (one speculator serves every N and repeat).
 
 Targets: the engine's native Qwen3 (``dspark.NativeTarget``: ragged batches, a round's cost
 follows the total verified tokens) and the same weights as an HF transformers model (the engine
@@ -58,6 +60,17 @@ def prompts_for(texts: list[list[int]], n: int, prompt_tokens: int, stride: int)
         end = min(len(ids), prompt_tokens + cycle * stride)
         out.append(ids[:end])
     return out
+
+
+def profile_sizes(max_tokens: int, row_tokens: int) -> list[int]:
+    """Every size up to ``2 * row_tokens`` (a kernel's row tiling puts steps in small forwards),
+    then sizes growing by at most 25%, up to ``max_tokens`` (the engine's profile)."""
+    dense = min(max_tokens, max(2 * row_tokens, 1))
+    sizes = list(range(1, dense + 1))
+    while sizes[-1] < max_tokens:
+        n = sizes[-1]
+        sizes.append(min(max(int(n * 1.25), n + 1), max_tokens))
+    return sizes
 
 
 def timed_table(forward: Any, sizes: list[int], reps: int) -> list[tuple[int, float]]:
@@ -103,13 +116,14 @@ def measure(
     call = sp.generate_target_only if target_only else sp.generate
     tokens: list[list[int]] = []
     secs = 0.0
-    sums = dict.fromkeys(("rounds", "request_rounds", "committed", "verified"), 0)
+    sums = dict.fromkeys(("rounds", "plain_rounds", "request_rounds", "committed", "verified"), 0)
     for prompts in batches:
         res = call(prompts, n, stops)
         st = res.stats
         tokens.extend(res.tokens)
         secs += st.total_seconds
         sums["rounds"] += st.rounds
+        sums["plain_rounds"] += st.plain_rounds
         sums["request_rounds"] += st.request_rounds
         sums["committed"] += st.committed_tokens
         sums["verified"] += st.drafted_tokens + st.request_rounds
@@ -127,6 +141,7 @@ def measure(
             None if target_only or not sums["committed"] else sums["verified"] / sums["committed"]
         ),
         "rounds": sums["rounds"],
+        "plain_rounds": sums["plain_rounds"],
         "request_rounds": sums["request_rounds"],
         "stopped_by_eos": sum(1 for t in tokens if t and stops and t[-1] in stops),
         "outputs": tokens,
@@ -197,7 +212,7 @@ def print_table(name: str, rows: dict[str, Any], policies: list[str]) -> None:
     print(f"\n{name}")
     print(
         f"  {'N':>3} {'policy':16s} {'tok/s':>8s} {'vs t-o':>7s} {'vs full':>7s} {'tau':>5s} "
-        f"{'verif/commit':>12s} {'rounds':>6s}  greedy==target-only"
+        f"{'verif/commit':>12s} {'rounds':>6s} {'plain':>5s}  greedy==target-only"
     )
     for n, row in rows.items():
         full = row.get("full")
@@ -216,7 +231,7 @@ def print_table(name: str, rows: dict[str, Any], policies: list[str]) -> None:
             same = "-" if p == "target-only" else str(r["greedy_matches_target"])
             print(
                 f"  {n:>3} {p:16s} {r['tokens_per_second']:8.1f} {ratio:>7s} {vs_full:>7s} "
-                f"{tau:>5s} {vpc:>12s} {r['rounds']:>6d}  {same}"
+                f"{tau:>5s} {vpc:>12s} {r['rounds']:>6d} {r['plain_rounds']:>5d}  {same}"
             )
 
 
@@ -297,9 +312,7 @@ def main() -> int:
     sts_in_use = getattr(ndrafter, "sts_temperatures", None)
     k = ndrafter.block_size
     max_tokens = max(args.concurrency) * (k + 1)
-    sizes = sorted(
-        {1 << p for p in range(max_tokens.bit_length()) if 1 << p < max_tokens} | {max_tokens}
-    )
+    sizes = profile_sizes(max_tokens, k + 1)
     print(
         f"{max(args.concurrency)} held-out prompts max ({len(texts)} files, cycled), "
         f"{args.prompt_tokens} prompt tokens, up to {args.new_tokens} new tokens, stop "

@@ -425,6 +425,7 @@ def test_schedulers(conf, threshold, table, interpolation):
     for lengths in (
         outcome(dspark.schedule_threshold, conf, threshold),
         outcome(dspark.schedule_lengths, conf, table, interpolation),
+        outcome(dspark.schedule_lengths, conf, table, interpolation, ahead=conf),
         outcome(dspark.schedule_pipelined, conf, conf, table, interpolation),
     ):
         if lengths is None:

@@ -78,6 +78,27 @@ def reference_lengths(c, table):
     return lengths
 
 
+def reference_lengths_ahead(c, table, ahead):
+    """Algorithm 1 with the look-ahead: a slot also pays if it and its request's next slots,
+    priced with ``ahead``, would raise the objective."""
+    b, k = c.shape
+    lengths, tokens, tau = [0] * b, b, float(b)
+    theta = tau * _sps(table, tokens)
+    for a, r, j in _ranked(c):
+        nxt = (tau + a) * _sps(table, tokens + 1)
+        pays = nxt > theta
+        t, s = tau + a, a
+        for m, i in enumerate(range(j + 1, k), start=2):
+            s *= min(max(float(ahead[r, i]), 0.0), 1.0)
+            t += s
+            pays = pays or t * _sps(table, tokens + m) > theta
+        if not pays:
+            break
+        theta, tau, tokens = nxt, tau + a, tokens + 1
+        lengths[r] += 1
+    return lengths
+
+
 def reference_pipelined(stale, current, table):
     b = stale.shape[0]
     tau, best, cap = float(b), b * _sps(table, b), 0
@@ -100,6 +121,22 @@ def test_schedulers_match_a_python_reference(rng):
         stale = np.clip(c + rng.normal(0, 0.1, c.shape), 0, 1).astype(np.float32)
         assert dspark.schedule_lengths(c, table) == reference_lengths(c, table)
         assert dspark.schedule_pipelined(stale, c, table) == reference_pipelined(stale, c, table)
+        assert dspark.schedule_lengths(c, table, ahead=stale) == reference_lengths_ahead(
+            c, table, stale
+        )
+
+
+def test_look_ahead_crosses_a_cliff_and_checks_its_shape():
+    # Verifying up to 3 tokens costs one step, 4+ cost twice: the early stop halts before
+    # the cliff; predicted acceptance high enough to repay it lets the scan cross.
+    table = [(3, 10.0), (4, 5.0), (9, 5.0)]
+    c = np.full((1, 8), 0.95, np.float32)
+    assert dspark.schedule_lengths(c, table) == [2]
+    assert dspark.schedule_lengths(c, table, ahead=np.full((1, 8), 0.95, np.float32)) == [8]
+    assert dspark.schedule_lengths(c, table, ahead=np.zeros((1, 8), np.float32)) == [2]
+    with pytest.raises(dspark.InputError) as e:
+        dspark.schedule_lengths(c, table, ahead=np.ones((1, 7), np.float32))
+    assert e.value.code == "bad-shape"
 
 
 def test_scheduler_extremes():

@@ -175,6 +175,8 @@ def schedule_lengths(
     confidence: _Tensor,
     steps_per_second: list[tuple[int, float]] | list[list[float]],
     interpolation: str | None = None,
+    *,
+    ahead: _Tensor | None = None,
 ) -> list[int]: ...
 def schedule_pipelined(
     stale: _Tensor,

@@ -294,15 +294,30 @@ def schedule_lengths(
     confidence: Any,
     steps_per_second: Sequence[tuple[int, float]],
     interpolation: str = "step",
+    *,
+    ahead: Any | None = None,
 ) -> list[int]:
     """The paper's scheduler: admit slots by survival while tokens x SPS strictly improves.
 
     ``steps_per_second`` is a table of ``(total verified tokens, steps per second)`` points,
     read as a step function (``"step"``: the value at the smallest profiled size ``>= n``) or
     interpolated (``"linear"``); past the last point tokens/s is held constant.
+
+    ``ahead`` (``[B, K]`` like ``confidence``): each slot's acceptance predicted WITHOUT this
+    round's draws (e.g. measured in earlier rounds). A slot is then also admitted when it and
+    its request's next slots, priced with ``ahead``, would improve the objective, so the scan
+    can cross a cliff in the table; still lossless, since no choice reads a later slot's
+    current confidence.
     """
     table = _table(steps_per_second)
-    return list(_native.schedule_lengths(_tensor(confidence, "confidence"), table, interpolation))
+    return list(
+        _native.schedule_lengths(
+            _tensor(confidence, "confidence"),
+            table,
+            interpolation,
+            ahead=None if ahead is None else _tensor(ahead, "ahead"),
+        )
+    )
 
 
 def schedule_pipelined(

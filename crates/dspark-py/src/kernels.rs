@@ -535,18 +535,31 @@ pub(crate) fn sps_table(
     .map_err(err)
 }
 
-/// The paper's scheduler (admit by survival while expected tokens × SPS strictly improves).
+/// The paper's scheduler (admit by survival while expected tokens × SPS strictly improves);
+/// with `ahead` (`[B, K]`, acceptance predicted without this round's draws), the look-ahead
+/// variant that can cross a cliff in the table.
 #[pyfunction]
-#[pyo3(signature = (confidence, steps_per_second, interpolation = None))]
+#[pyo3(signature = (confidence, steps_per_second, interpolation = None, *, ahead = None))]
 pub fn schedule_lengths(
     confidence: &Bound<'_, PyAny>,
     steps_per_second: &Bound<'_, PyAny>,
     interpolation: Option<&Bound<'_, PyAny>>,
+    ahead: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Vec<usize>> {
     guard(|| {
         let sps = sps_table(steps_per_second, interpolation)?;
         let (c, b, k) = conf_matrix(confidence, "confidence")?;
-        dspark::sampling::schedule_lengths(&c, b, k, &sps).map_err(err)
+        let Some(ahead) = ahead.filter(|a| !a.is_none()) else {
+            return dspark::sampling::schedule_lengths(&c, b, k, &sps).map_err(err);
+        };
+        let (a, b2, k2) = conf_matrix(ahead, "ahead")?;
+        if (b, k) != (b2, k2) {
+            return Err(err(Error::bad_shape(
+                "ahead",
+                format!("shape [{b2}, {k2}] differs from confidence [{b}, {k}]"),
+            )));
+        }
+        dspark::sampling::schedule_lengths_ahead(&c, b, k, &sps, &a).map_err(err)
     })
 }
 

@@ -1,5 +1,6 @@
 //! Verify-length scheduling: the paper's Appendix A counterexample (early stop is lossless, a
-//! global search on current confidences is not), the pipelined variant, and basic properties.
+//! global search on current confidences is not, a look-ahead on predicted acceptance is), the
+//! pipelined variant, and basic properties.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,7 +9,8 @@ mod sampling_support;
 use dspark::IdMap;
 use dspark::sampling::{
     BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, StepsPerSecond, Tokens, VerifyOptions,
-    sample_block_slices, schedule_lengths, schedule_pipelined, threshold_lengths, verify_slices,
+    sample_block_slices, schedule_lengths, schedule_lengths_ahead, schedule_pipelined,
+    threshold_lengths, verify_slices,
 };
 use sampling_support::{assert_differs, assert_follows, histogram};
 
@@ -94,6 +96,71 @@ fn appendix_a_pipelined_with_truly_stale_confidences_is_lossless() {
         3,
     );
     assert_follows(&counts, &[0.7, 0.3], "pipelined");
+}
+
+#[test]
+fn appendix_a_look_ahead_on_predicted_acceptance_is_lossless() {
+    // Predicted acceptance 0.9 at slot 2 (from earlier rounds, not this draw): slot 1 is
+    // admitted on the promise of slot 2 (Θ 1.134 > 1 across the cliff at 2 tokens), then slot
+    // 2 is verified exactly when its own survival pays (c_2 = 0.9 after token 0). The choice
+    // for slot 1 never reads c_2, so the output follows p while the scan crosses the cliff.
+    let lengths = |c: &[f32]| schedule_lengths_ahead(c, 1, 2, &sps(), &[0.8, 0.9]).unwrap()[0];
+    assert_eq!(lengths(&[0.8, 0.9]), 2);
+    assert_eq!(lengths(&[0.8, 0.0]), 1);
+    let counts = appendix_a(|c, _| lengths(c), 4);
+    assert_follows(&counts, &[0.7, 0.3], "look-ahead");
+}
+
+#[test]
+fn look_ahead_crosses_a_cliff_the_early_stop_cannot() {
+    // A CPU-like table: 1-6 tokens cost little more than one, 7+ cost a row tile more.
+    let ms = [0.65, 0.73, 0.88, 1.09, 1.29, 1.27, 1.99, 2.21, 2.36];
+    let table = StepsPerSecond::linear(
+        ms.iter()
+            .enumerate()
+            .map(|(i, m)| (i + 1, 1e3 / m))
+            .collect(),
+    )
+    .unwrap()
+    .with_overhead(2e-3);
+    let high = [0.97f32; 8];
+    assert_eq!(schedule_lengths(&high, 1, 8, &table).unwrap(), vec![5]);
+    assert_eq!(
+        schedule_lengths_ahead(&high, 1, 8, &table, &[0.97; 8]).unwrap(),
+        vec![8]
+    );
+    // Predicted acceptance too low to repay the cliff: it stops where the early stop does.
+    assert_eq!(
+        schedule_lengths_ahead(&high, 1, 8, &table, &[0.3; 8]).unwrap(),
+        vec![5]
+    );
+    // Past the cliff the current survival still rules: a low slot ends the request there.
+    let dip = [0.97f32, 0.97, 0.97, 0.97, 0.97, 0.97, 0.05, 0.97];
+    assert_eq!(
+        schedule_lengths_ahead(&dip, 1, 8, &table, &[0.97; 8]).unwrap(),
+        vec![6]
+    );
+}
+
+#[test]
+fn look_ahead_of_zero_is_the_paper_scheduler() {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let table = StepsPerSecond::linear(vec![(1, 100.0), (8, 80.0), (32, 20.0)]).unwrap();
+    for _ in 0..200 {
+        let c: Vec<f32> = (0..4 * 5).map(|_| next()).collect();
+        assert_eq!(
+            schedule_lengths_ahead(&c, 4, 5, &table, &[0.0; 20]).unwrap(),
+            schedule_lengths(&c, 4, 5, &table).unwrap()
+        );
+    }
+    let err = schedule_lengths_ahead(&[0.5; 4], 2, 2, &table, &[0.5; 3]).unwrap_err();
+    assert_eq!(err.code(), "bad-shape");
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //! - [`verify_slices`] / [`verify`]: lossless rejection sampling.
 //! - [`confidence_slices`] / [`confidence`]: the confidence head, with optional
 //!   [`StsCalibration`].
-//! - [`threshold_lengths`], [`schedule_lengths`], [`schedule_pipelined`]: verify-length policies.
+//! - [`threshold_lengths`], [`schedule_lengths`], [`schedule_lengths_ahead`],
+//!   [`schedule_pipelined`]: verify-length policies.
 
 mod bias;
 mod categorical;
@@ -42,7 +43,9 @@ pub use generic::markov::DeviceBlock;
 pub use markov::{BlockOptions, DraftBlock, sample_block_slices, sample_block_slices_on};
 pub use markov_bias_op::{MarkovBias, markov_bias};
 pub use mask::{MaskPadded, mask_padded_rows, mask_padded_slice};
-pub use schedule::{StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths};
+pub use schedule::{
+    StepsPerSecond, schedule_lengths, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
+};
 pub use sts::StsCalibration;
 pub use tensor::{confidence, sample_block, sample_block_on_device, verify};
 pub use verify::{Verification, VerifyOptions, verify_slices, verify_slices_on};

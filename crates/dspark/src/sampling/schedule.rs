@@ -1,5 +1,5 @@
 //! Verify-length policies: a static confidence threshold, the paper's early-stop scheduler
-//! (Algorithm 1) and the pipelined variant.
+//! (Algorithm 1), the same with a look-ahead on predicted acceptance, and the pipelined variant.
 //!
 //! Confidences are `[B·K]` row-major; `c_{r,j}` estimates P(draft `j` accepted | drafts `< j`
 //! accepted). Values outside `[0, 1]` are clamped and NaN counts as `0` (never admitted early).
@@ -122,6 +122,18 @@ impl StepsPerSecond {
         }
     }
 
+    /// The `(tokens, steps/s)` entries, tokens increasing.
+    pub fn points(&self) -> &[(usize, f64)] {
+        &self.points
+    }
+
+    /// A table over `points`, read the way this one is (step or linear).
+    ///
+    /// Errors: as [`StepsPerSecond::linear`].
+    pub fn with_points(&self, points: Vec<(usize, f64)>) -> Result<Self> {
+        Self::build(points, self.step)
+    }
+
     /// `SPS(n)`. Past the last profiled size `N`, tokens/s is held constant:
     /// `SPS(n) = SPS(N)·N/n`.
     pub fn sps(&self, tokens: usize) -> f64 {
@@ -173,6 +185,57 @@ pub fn schedule_lengths(
     for (tokens, (a, r, _)) in (batch + 1..).zip(ranked(confidence, batch, slots)) {
         let next = (tau + a) * sps.sps(tokens);
         if next <= theta {
+            break;
+        }
+        theta = next;
+        tau += a;
+        lengths[r] += 1;
+    }
+    Ok(lengths)
+}
+
+/// The paper's scheduler with a look-ahead that cannot anticipate the current draws.
+///
+/// Algorithm 1's early stop cannot cross a cliff in the table: where one more verified token
+/// costs a step (a kernel's row tile, a CUDA-graph size), the first slot past it lowers `Θ`
+/// even when the slots after it would more than repay it, and the scan stops. Here a slot
+/// `(r, j)`, taken in the same survival order, is also admitted when `Θ` strictly improves
+/// with it and its request's next `m` slots for some `m`, those priced with `ahead` (`[B·K]`,
+/// like `confidence`): per request and position, the acceptance predicted WITHOUT this
+/// round's draws (`ahead[r·K + i]` ≈ P(slot `i` accepted | slots `< i` accepted), e.g. from
+/// earlier rounds), so the continuation's survival is `a_{r,j}·Π ahead[r·K + j+1..=j+m]`. The
+/// scan stops at the first slot admitted neither way.
+///
+/// Lossless as the early stop is: whether slot `(r, j)` is verified depends on the survivals
+/// ranked before it, its own `a_{r,j}` (drafts before `j`: `c_j` reads `x_{<j}`) and `ahead`,
+/// never on a draw the verification of `(r, j)` could condition. `ahead` all zero is
+/// [`schedule_lengths`]. Values are read as confidences are (clamped to `[0, 1]`, NaN as 0).
+///
+/// Errors: `bad-shape` (`confidence` or `ahead` not `B·K` values), `too-large`.
+pub fn schedule_lengths_ahead(
+    confidence: &[f32],
+    batch: usize,
+    slots: usize,
+    sps: &StepsPerSecond,
+    ahead: &[f32],
+) -> Result<Vec<usize>> {
+    check_shape(confidence, batch, slots, "confidence")?;
+    check_shape(ahead, batch, slots, "ahead")?;
+    let mut lengths = vec![0; batch];
+    let mut tau = batch as f64;
+    let mut theta = tau * sps.sps(batch);
+    for (tokens, (a, r, j)) in (batch + 1..).zip(ranked(confidence, batch, slots)) {
+        let next = (tau + a) * sps.sps(tokens);
+        let pays = next > theta || {
+            // The request's continuation past `j`, on predicted acceptance.
+            let (mut t, mut s) = (tau + a, a);
+            (j + 1..slots).zip(tokens + 1..).any(|(i, n)| {
+                s *= conf(ahead, r * slots + i);
+                t += s;
+                t * sps.sps(n) > theta
+            })
+        };
+        if !pays {
             break;
         }
         theta = next;

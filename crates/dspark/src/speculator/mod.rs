@@ -32,12 +32,14 @@
 //! Submodules: `target` ([`TargetModel`]), `options`, `stats`, `generation`, `run` (the loop),
 //! `drafting` (whether a round drafts, and the round that does not),
 //! `state` (one generation's bookkeeping), `autoregressive` ([`target_only`]), `profile`
-//! ([`measure_steps_per_second`]) and [`contract`] (the suite every `TargetModel` passes).
+//! ([`measure_steps_per_second`]), `observed` (the forward timings that refine a measured
+//! table online) and [`contract`] (the suite every `TargetModel` passes).
 
 mod autoregressive;
 pub mod contract;
 mod drafting;
 mod generation;
+mod observed;
 mod options;
 mod profile;
 mod run;
@@ -46,7 +48,7 @@ mod stats;
 mod target;
 
 pub use autoregressive::target_only;
-pub use drafting::REFRESH_ROUNDS;
+pub use drafting::{PLAIN_MARGIN, REFRESH_ROUNDS};
 pub use generation::{Generation, OnRound, RoundUpdate};
 pub use options::{Request, SpeculatorOptions, VerifyPolicy, derive_seed};
 pub use profile::measure_steps_per_second;

@@ -11,15 +11,17 @@ pub enum VerifyPolicy {
     /// Truncate before the first slot whose confidence is below the threshold (in `[0, 1]`).
     Threshold(f32),
     /// The paper's scheduler (Algorithm 1) over a steps-per-second table of the target's
-    /// forward, with each round's measured cost outside it (drafting, kernels: the running
-    /// mean of the call's earlier rounds) added
-    /// ([`StepsPerSecond::with_overhead`](crate::sampling::StepsPerSecond::with_overhead)).
+    /// forward, with each round's measured cost outside it (drafting, kernels: the
+    /// speculator's recent medians per request) added
+    /// ([`StepsPerSecond::with_overhead`](crate::sampling::StepsPerSecond::with_overhead)),
+    /// looking past a cliff in the table on the acceptance earlier rounds measured
+    /// ([`schedule_lengths_ahead`](crate::sampling::schedule_lengths_ahead)).
     Scheduled(StepsPerSecond),
-    /// The scheduler over a table measured on the target at first use
+    /// `Scheduled` over a table measured on the target at first use
     /// ([`measure_steps_per_second`](super::measure_steps_per_second)), kept by the
-    /// speculator, with each round's measured cost outside the verify pass (drafting,
-    /// kernels: the running mean of the call's earlier rounds) added
-    /// ([`StepsPerSecond::with_overhead`](crate::sampling::StepsPerSecond::with_overhead)).
+    /// speculator and refined online by the timings of the forwards its rounds run: per token
+    /// count the median of the latest, and their median ratio to the profile scaling the rest
+    /// ([`Speculator::measured_steps_per_second`](super::Speculator::measured_steps_per_second)).
     ScheduledMeasured,
     /// The pipelined variant: the capacity from the previous round's (stale) confidences, then
     /// the top slots by current survival (the table priced as for `Scheduled`).

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::target::{LogitRows, TargetInput, TargetModel};
 use crate::error::{Error, Result};
+use crate::limits::{MAX_BATCH, MAX_BLOCK, at_most};
 use crate::sampling::StepsPerSecond;
 
 /// Context tokens each profiling row holds before the timed forwards.
@@ -13,11 +14,31 @@ const PROFILE_CONTEXT: usize = 32;
 /// Timed repeats per size (the fastest counts: the others carry noise from the machine).
 const PROFILE_REPEATS: usize = 3;
 
-/// Measure `SPS(n)` on `target` for `n` in powers of two up to `max_tokens` (and `max_tokens`
-/// itself), spreading `n` verified tokens over rows of at most `row_tokens` each, every row
+/// Past the dense range, each profiled size is at most this factor above the previous one.
+const PROFILE_GROWTH: f64 = 1.25;
+
+/// The sizes [`measure_steps_per_second`] times: every `n` up to `2·row_tokens` (a kernel's
+/// row tiling puts steps in the cost of small forwards, where one round's verify length
+/// decides; the scheduler's early stop must see them), then sizes growing by at most
+/// [`PROFILE_GROWTH`], and `max_tokens` itself.
+pub(super) fn profile_sizes(max_tokens: usize, row_tokens: usize) -> Vec<usize> {
+    let dense = max_tokens.min(row_tokens.saturating_mul(2).max(1));
+    let mut sizes: Vec<usize> = (1..=dense).collect();
+    let mut n = dense;
+    while n < max_tokens {
+        n = ((n as f64 * PROFILE_GROWTH) as usize).clamp(n + 1, max_tokens);
+        sizes.push(n);
+    }
+    sizes
+}
+
+/// Measure `SPS(n)` on `target` for every `n` up to `2·row_tokens` (a kernel's row tiling puts
+/// steps in the cost of small forwards), then sizes growing by at most 25% up to `max_tokens`,
+/// each the fastest of 3 timed forwards (taken round all sizes in turn), spreading `n` verified tokens over rows of at most `row_tokens` each, every row
 /// after a short context, the way a batched verification looks. Uses a throwaway cache.
 ///
-/// Errors: `invalid-argument` for zero sizes, and the target's own errors.
+/// Errors: `invalid-argument` for zero sizes, `too-large` past [`MAX_BATCH`] tokens or
+/// [`MAX_BLOCK`] + 1 tokens per row, and the target's own errors.
 pub fn measure_steps_per_second<T: TargetModel>(
     target: &T,
     max_tokens: usize,
@@ -29,13 +50,11 @@ pub fn measure_steps_per_second<T: TargetModel>(
             "profiling needs at least one token per row and in total",
         ));
     }
+    at_most("max_tokens", max_tokens as u64, MAX_BATCH)?;
+    at_most("row_tokens", row_tokens as u64, MAX_BLOCK + 1)?;
     let vocab = target.vocab_size().max(1);
     let token = |i: usize| ((i * 7919 + 13) % vocab) as u32;
-    let mut sizes: Vec<usize> = (0..)
-        .map(|p| 1usize << p)
-        .take_while(|&n| n < max_tokens)
-        .collect();
-    sizes.push(max_tokens);
+    let sizes = profile_sizes(max_tokens, row_tokens);
     let rows = max_tokens.div_ceil(row_tokens);
     let mut cache = target.new_cache(rows)?;
     let context: Vec<u32> = (0..rows * PROFILE_CONTEXT).map(token).collect();
@@ -50,27 +69,58 @@ pub fn measure_steps_per_second<T: TargetModel>(
         &[],
     )?;
     let base = target.cache_lengths(&cache);
-    let mut points = Vec::with_capacity(sizes.len());
-    for &n in &sizes {
-        let mut num = vec![0usize; rows];
-        for (r, slot) in num.iter_mut().enumerate() {
-            *slot = n.saturating_sub(r * row_tokens).min(row_tokens);
-        }
-        let ids: Vec<u32> = (0..rows * row_tokens).map(token).collect();
-        let input = TargetInput {
-            tokens: &ids,
-            width: row_tokens,
-            num_tokens: &num,
-            logits: LogitRows::All,
-        };
-        let mut best = f64::INFINITY;
-        for _ in 0..PROFILE_REPEATS {
+    let inputs: Vec<(Vec<u32>, Vec<usize>)> = sizes
+        .iter()
+        .map(|&n| {
+            let num = (0..rows)
+                .map(|r| n.saturating_sub(r * row_tokens).min(row_tokens))
+                .collect();
+            ((0..rows * row_tokens).map(token).collect(), num)
+        })
+        .collect();
+    // The repeats go round all sizes in turn, so a slow spell of the machine does not bias
+    // one size.
+    let mut best = vec![f64::INFINITY; sizes.len()];
+    for _ in 0..PROFILE_REPEATS {
+        for ((ids, num), best) in inputs.iter().zip(&mut best) {
+            let input = TargetInput {
+                tokens: ids,
+                width: row_tokens,
+                num_tokens: num,
+                logits: LogitRows::All,
+            };
             let t = Instant::now();
             target.forward(&mut cache, &input, &[])?;
-            best = best.min(t.elapsed().as_secs_f64());
+            *best = best.min(t.elapsed().as_secs_f64());
             target.truncate(&mut cache, &base)?;
         }
-        points.push((n, 1.0 / best.max(1e-9)));
     }
+    let points = sizes
+        .iter()
+        .zip(best)
+        .map(|(&n, s)| (n, 1.0 / s.max(1e-9)))
+        .collect();
     StepsPerSecond::linear(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profile_sizes;
+
+    #[test]
+    fn sizes_are_dense_over_two_rows_then_geometric_up_to_the_maximum() {
+        assert_eq!(profile_sizes(9, 9), (1..=9).collect::<Vec<_>>());
+        assert_eq!(profile_sizes(1, 9), vec![1]);
+        let s = profile_sizes(288, 9);
+        assert_eq!(&s[..18], &(1..=18).collect::<Vec<_>>()[..]);
+        assert_eq!(s.last(), Some(&288));
+        for w in s.windows(2) {
+            assert!(w[0] < w[1], "{s:?}");
+            assert!(
+                w[1] as f64 <= (w[0] as f64 * 1.25).max(w[0] as f64 + 1.0),
+                "{s:?}"
+            );
+        }
+        assert!(s.len() < 40, "{} sizes", s.len());
+    }
 }

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 
-use super::drafting::{costs, recalibrated, unit};
+use super::drafting::{expected_acceptance, recalibrated, unit};
+use super::observed::{Costs, ForwardTimes, RoundCosts};
 use super::options::{Request, SpeculatorOptions, Use, VerifyPolicy};
 use super::profile::measure_steps_per_second;
 use super::state::{Run, select_rows, verify_where};
@@ -15,7 +16,7 @@ use super::{Generation, OnRound};
 use crate::drafter::{Drafter, ProposeOptions};
 use crate::error::{Error, Result};
 use crate::sampling::{
-    Seeds, StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths,
+    Seeds, StepsPerSecond, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
 };
 
 /// Speculative decoding of a [`TargetModel`] with a [`Drafter`].
@@ -26,8 +27,18 @@ pub struct Speculator<T: TargetModel, D: Drafter> {
     options: SpeculatorOptions,
     /// Drafts verified per round at most.
     num_speculative: usize,
-    /// `(max tokens, table)` measured for [`VerifyPolicy::ScheduledMeasured`].
-    measured: Mutex<Option<(usize, StepsPerSecond)>>,
+    /// What the scheduling policies price rounds with, kept across calls.
+    observed: Mutex<Observed>,
+}
+
+/// What the scheduling policies learn while serving (module `observed`): the measured table
+/// (profiled up to `max tokens` at first use, refined by the forwards the rounds time) and the
+/// costs of a round outside the forward.
+#[derive(Debug, Default)]
+struct Observed {
+    profile: Option<(usize, StepsPerSecond)>,
+    times: ForwardTimes,
+    costs: RoundCosts,
 }
 
 fn mismatch(message: String) -> Error {
@@ -118,7 +129,7 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             drafter,
             options,
             num_speculative: n,
-            measured: Mutex::new(None),
+            observed: Mutex::new(Observed::default()),
         })
     }
 
@@ -143,28 +154,86 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
     }
 
     /// The steps-per-second table measured on the target, at least up to `tokens` verified
-    /// tokens (measured on first use, again when a larger batch needs more).
+    /// tokens (profiled on first use, again when a larger batch needs more), refined by the
+    /// forwards observed since (module `observed`).
     fn measured_table(&self, tokens: usize, row_tokens: usize) -> Result<StepsPerSecond> {
-        let mut slot = self.measured.lock().map_err(|_| Error::Internal {
-            message: "the measured steps-per-second table's lock is poisoned".into(),
-        })?;
-        match &*slot {
-            Some((max, table)) if *max >= tokens => Ok(table.clone()),
+        let mut slot = self.observed()?;
+        let profile = match &slot.profile {
+            Some((max, table)) if *max >= tokens => table.clone(),
             _ => {
-                let want = tokens.max(slot.as_ref().map_or(0, |s| s.0));
+                let want = tokens.max(slot.profile.as_ref().map_or(0, |s| s.0));
                 let table = measure_steps_per_second(&self.target, want, row_tokens)?;
-                *slot = Some((want, table.clone()));
-                Ok(table)
+                slot.profile = Some((want, table.clone()));
+                table
             }
-        }
+        };
+        slot.times.refine(&profile)
     }
 
-    /// The table [`VerifyPolicy::ScheduledMeasured`] uses, once measured.
+    /// The table [`VerifyPolicy::ScheduledMeasured`] uses, once measured: the profile refined
+    /// by the forwards observed so far.
     pub fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
-        self.measured
-            .lock()
-            .ok()
-            .and_then(|s| s.as_ref().map(|(_, t)| t.clone()))
+        let slot = self.observed.lock().ok()?;
+        let (_, profile) = slot.profile.as_ref()?;
+        slot.times.refine(profile).ok()
+    }
+
+    fn observed(&self) -> Result<std::sync::MutexGuard<'_, Observed>> {
+        self.observed.lock().map_err(|_| Error::Internal {
+            message: "the speculator's observed costs' lock is poisoned".into(),
+        })
+    }
+
+    /// Whether the policy schedules (and so learns from what rounds cost).
+    fn schedules(&self) -> bool {
+        matches!(
+            self.options.verify,
+            VerifyPolicy::Scheduled(_)
+                | VerifyPolicy::ScheduledMeasured
+                | VerifyPolicy::Pipelined(_)
+        )
+    }
+
+    /// Time one round's target forward over `tokens` total tokens into the measured table
+    /// (only under [`VerifyPolicy::ScheduledMeasured`]).
+    pub(super) fn observe_forward(&self, tokens: usize, seconds: f64) -> Result<()> {
+        if matches!(self.options.verify, VerifyPolicy::ScheduledMeasured) {
+            self.observed()?.times.record(tokens, seconds);
+        }
+        Ok(())
+    }
+
+    /// Keep what a round of `batch` requests spent outside its forward: `propose` seconds
+    /// proposing (`None`: a plain round) and `rest` seconds besides (under a scheduling policy).
+    pub(super) fn observe_round(
+        &self,
+        batch: usize,
+        propose: Option<f64>,
+        rest: f64,
+    ) -> Result<()> {
+        if self.schedules() {
+            let costs = &mut self.observed()?.costs;
+            match propose {
+                Some(p) => costs.record_drafted(batch, p, rest),
+                None => costs.record_plain(batch, rest),
+            }
+        }
+        Ok(())
+    }
+
+    /// Keep what appending `rows` pending plain-round features cost before a drafted round of
+    /// `batch` requests (under a scheduling policy).
+    pub(super) fn observe_flush(&self, batch: usize, rows: usize, seconds: f64) -> Result<()> {
+        if self.schedules() {
+            self.observed()?.costs.record_flush(batch, rows, seconds);
+        }
+        Ok(())
+    }
+
+    /// Per-request costs of a round of `batch` requests outside the forward, from what the
+    /// rounds of this speculator observed (`None` before a drafted round was timed).
+    pub(super) fn round_costs(&self, batch: usize) -> Result<Option<Costs>> {
+        Ok(self.observed()?.costs.get(batch))
     }
 
     /// Generate for every request (prompts of any lengths, each its own budget, stop tokens
@@ -263,8 +332,6 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             });
         }
         let t1 = Instant::now();
-        run.propose_seconds += (t1 - t0).as_secs_f64();
-        run.proposed += act.len();
         run.since_draft = 0;
         let lens = self.verify_lengths(run, &act, proposal.confidence.as_deref(), k)?;
         let kmax = lens.iter().copied().max().unwrap_or(0);
@@ -283,6 +350,7 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         let t2 = Instant::now();
         let out = run.forward(&ids, width, &num, LogitRows::All)?;
         let t3 = Instant::now();
+        self.observe_forward(num.iter().sum(), (t3 - t2).as_secs_f64())?;
         let logits = select_rows(&out.logits, &act, b)?;
         let v_t = run.vocab;
         // Sampling: the draft logits `[B, K, V_t]` of the first `kmax` slots, where they are.
@@ -354,8 +422,11 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             run.lengths[i] = new_lengths[i];
         }
         let t6 = Instant::now();
-        run.rest_seconds += ((t2 - t1) + (t4 - t3) + (t6 - t4)).as_secs_f64() + flushed;
-        run.rest_rounds += act.len();
+        self.observe_round(
+            act.len(),
+            Some((t1 - t0).as_secs_f64()),
+            ((t2 - t1) + (t4 - t3) + (t6 - t4)).as_secs_f64(),
+        )?;
         let st = &mut run.stats;
         st.rounds += 1;
         st.drafter_seconds += (t1 - t0).as_secs_f64() + (t6 - t5).as_secs_f64() + flushed;
@@ -391,20 +462,27 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
                     _ => recalibrated(&raw, n, run),
                 };
                 // What a drafted round of this batch spends outside the target forward
-                // (proposing, kernels, the context extension), from this call's earlier rounds:
+                // (proposing, kernels, the context extension), from the rounds observed so far:
                 // a round pays it whatever it verifies, so the scheduler weighs each table
                 // entry with it (the table is the target's forward alone).
-                let outside = costs(run).map(|(propose, rest)| b as f64 * (propose + rest));
+                let outside = self
+                    .round_costs(b)?
+                    .map(|c| b as f64 * (c.propose + c.drafted_rest));
                 let priced = |sps: &StepsPerSecond| match outside {
                     Some(secs) => sps.with_overhead(secs),
                     None => sps.clone(),
                 };
+                // The scheduler looks past a cliff in the table on the acceptance expected
+                // from earlier rounds (never from this round's draws: lossless).
+                let ahead = expected_acceptance(run, act, n);
                 let lens = match policy {
                     VerifyPolicy::Threshold(t) => threshold_lengths(&firsts, b, n, *t)?,
-                    VerifyPolicy::Scheduled(sps) => schedule_lengths(&firsts, b, n, &priced(sps))?,
+                    VerifyPolicy::Scheduled(sps) => {
+                        schedule_lengths_ahead(&firsts, b, n, &priced(sps), &ahead)?
+                    }
                     VerifyPolicy::ScheduledMeasured => {
                         let sps = self.measured_table(b * (n + 1), n + 1)?;
-                        schedule_lengths(&firsts, b, n, &priced(&sps))?
+                        schedule_lengths_ahead(&firsts, b, n, &priced(&sps), &ahead)?
                     }
                     VerifyPolicy::Pipelined(sps) => {
                         // A request's previous-round confidences (its own current ones in

@@ -33,13 +33,6 @@ pub(crate) struct Run<'a, T: TargetModel> {
     pub(crate) shown: Vec<usize>,
     /// Per request, the previous round's confidences (the pipelined policy's stale input).
     pub(crate) stale: Vec<Option<Vec<f32>>>,
-    /// What drafting cost so far: seconds proposing, over the request-rounds proposed.
-    pub(crate) propose_seconds: f64,
-    pub(crate) proposed: usize,
-    /// What every round cost outside the target forward and the proposal (kernels, cache
-    /// truncation, the drafter's context extension), over its request-rounds.
-    pub(crate) rest_seconds: f64,
-    pub(crate) rest_rounds: usize,
     /// Rounds since the last one that drafted, and the streak of plain rounds after which the
     /// next one drafts anyway (module `drafting`).
     pub(crate) since_draft: usize,
@@ -106,10 +99,6 @@ impl<'a, T: TargetModel> Run<'a, T> {
             anchors: vec![0; b],
             shown: vec![0; b],
             stale: vec![None; b],
-            propose_seconds: 0.0,
-            proposed: 0,
-            rest_seconds: 0.0,
-            rest_rounds: 0,
             since_draft: 0,
             refresh_after: 1,
             predicted: Vec::new(),
