@@ -67,6 +67,7 @@ fn policies() -> Vec<VerifyPolicy> {
         VerifyPolicy::Full,
         VerifyPolicy::Threshold(0.5),
         VerifyPolicy::Scheduled(sps()),
+        VerifyPolicy::ScheduledMeasured,
     ]
 }
 
@@ -194,6 +195,13 @@ fn greedy_equals_target_only_for_every_policy_and_length() {
                     ..SpeculatorOptions::default()
                 };
                 let s = speculator(Mode::Greedy { corrupt_every }, options);
+                if policy == VerifyPolicy::ScheduledMeasured {
+                    // The table is profiled on the target at first use (forwards of its own
+                    // that the bookkeeping below must not count): measure it first.
+                    s.generate(&reqs, None).unwrap();
+                    *s.target().log.borrow_mut() = Default::default();
+                    *s.drafter().log.borrow_mut() = Default::default();
+                }
                 let g = s.generate(&reqs, None).unwrap();
                 let what = format!("{} n={n:?} corrupt={corrupt_every}", policy.name());
                 assert_eq!(g.tokens, reference, "{what}");
@@ -270,6 +278,55 @@ fn a_scheduler_that_cannot_afford_drafts_takes_plain_steps_and_keeps_the_output(
     assert_eq!(g.tokens, reference);
     assert_eq!(g.stats.plain_rounds, 0);
     check_bookkeeping(&s, &reqs, &g);
+}
+
+#[test]
+fn a_measured_table_is_profiled_once_and_refined_by_the_rounds() {
+    let reqs = batch();
+    let options = SpeculatorOptions {
+        verify: VerifyPolicy::ScheduledMeasured,
+        ..SpeculatorOptions::default()
+    };
+    let s = speculator(Mode::Greedy { corrupt_every: 3 }, options);
+    assert!(
+        s.measured_steps_per_second().is_none(),
+        "nothing measured yet"
+    );
+    let g = s.generate(&reqs, None).unwrap();
+    assert_eq!(g.tokens, greedy_reference(&reqs));
+    let table = s.measured_steps_per_second().unwrap();
+    let sizes: Vec<usize> = table.points().iter().map(|p| p.0).collect();
+    // The profile: every size up to two rows of K + 1 tokens (the batch's rows here), then
+    // sizes at most 25% apart, up to the first round's B·(K + 1) (a budget of 1 ends at the
+    // prefill).
+    let first_round = reqs.iter().filter(|r| r.max_new_tokens > 1).count();
+    let max = first_round * (K + 1);
+    let dense = (2 * (K + 1)).min(max);
+    for n in 1..=dense {
+        assert!(sizes.contains(&n), "{n} not profiled: {sizes:?}");
+    }
+    assert!(sizes.contains(&max), "{sizes:?}");
+    assert!(
+        table.points().iter().all(|p| p.1.is_finite() && p.1 > 0.0),
+        "{table:?}"
+    );
+    // A second call keeps the profile (no new sizes unless rounds time new counts) and the
+    // table stays valid.
+    s.generate(&reqs, None).unwrap();
+    let again = s.measured_steps_per_second().unwrap();
+    for n in &sizes {
+        assert!(again.points().iter().any(|p| p.0 == *n));
+    }
+    // A table given by the caller is used as given: nothing is measured.
+    let given = speculator(
+        Mode::Greedy { corrupt_every: 3 },
+        SpeculatorOptions {
+            verify: VerifyPolicy::Scheduled(sps()),
+            ..SpeculatorOptions::default()
+        },
+    );
+    given.generate(&reqs, None).unwrap();
+    assert!(given.measured_steps_per_second().is_none());
 }
 
 #[test]
