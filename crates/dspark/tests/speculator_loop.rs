@@ -317,6 +317,29 @@ fn a_measured_table_is_profiled_once_and_refined_by_the_rounds() {
     for n in &sizes {
         assert!(again.points().iter().any(|p| p.0 == *n));
     }
+    // A batch past MAX_PROFILE_TOKENS verified tokens profiles up to that size only (one
+    // round each here: a budget of 2 verifies the anchor alone after the prefill).
+    let many: Vec<Request> = (0..600)
+        .map(|i| Request::new(prompt(i + 100, 1), 2))
+        .collect();
+    let big = speculator(
+        Mode::Greedy { corrupt_every: 3 },
+        SpeculatorOptions {
+            verify: VerifyPolicy::ScheduledMeasured,
+            ..SpeculatorOptions::default()
+        },
+    );
+    big.generate(&many, None).unwrap();
+    let cap = dspark::speculator::MAX_PROFILE_TOKENS;
+    assert!(many.len() * (K + 1) > cap);
+    let last = big
+        .measured_steps_per_second()
+        .unwrap()
+        .points()
+        .last()
+        .unwrap()
+        .0;
+    assert_eq!(last, cap);
     // A table given by the caller is used as given: nothing is measured.
     let given = speculator(
         Mode::Greedy { corrupt_every: 3 },

@@ -11,7 +11,8 @@ use super::{Generation, OnRound};
 use crate::error::Result;
 
 /// Autoregressive decoding of `target` alone, on the same seeds and stop rules as
-/// [`Speculator::generate`] (the baseline: greedy output is identical).
+/// [`Speculator::generate`](super::Speculator::generate) (the baseline: greedy output is
+/// identical).
 pub fn target_only<T: TargetModel>(
     target: &T,
     options: &SpeculatorOptions,

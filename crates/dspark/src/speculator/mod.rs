@@ -51,7 +51,7 @@ pub use autoregressive::target_only;
 pub use drafting::{PLAIN_MARGIN, REFRESH_ROUNDS};
 pub use generation::{Generation, OnRound, RoundUpdate};
 pub use options::{Request, SpeculatorOptions, VerifyPolicy, derive_seed};
-pub use profile::measure_steps_per_second;
+pub use profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
 pub use run::Speculator;
 pub use stats::{ConfidenceRecord, Stats};
 pub use target::{LogitRows, TargetInput, TargetModel, TargetOutput};

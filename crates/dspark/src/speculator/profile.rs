@@ -14,6 +14,12 @@ const PROFILE_CONTEXT: usize = 32;
 /// Timed repeats per size (the fastest counts: the others carry noise from the machine).
 const PROFILE_REPEATS: usize = 3;
 
+/// The most verified tokens the engine profiles for [`VerifyPolicy::ScheduledMeasured`]
+/// (larger batches read the table past its end: tokens/s held constant).
+///
+/// [`VerifyPolicy::ScheduledMeasured`]: super::VerifyPolicy::ScheduledMeasured
+pub const MAX_PROFILE_TOKENS: usize = 4096;
+
 /// Past the dense range, each profiled size is at most this factor above the previous one.
 const PROFILE_GROWTH: f64 = 1.25;
 

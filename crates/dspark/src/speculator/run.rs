@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor};
 use super::drafting::{expected_acceptance, recalibrated, unit};
 use super::observed::{Costs, ForwardTimes, RoundCosts};
 use super::options::{Request, SpeculatorOptions, Use, VerifyPolicy};
-use super::profile::measure_steps_per_second;
+use super::profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
 use super::state::{Run, select_rows, verify_where};
 use super::stats::ConfidenceRecord;
 use super::target::{LogitRows, TargetModel};
@@ -157,6 +157,9 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
     /// tokens (profiled on first use, again when a larger batch needs more), refined by the
     /// forwards observed since (module `observed`).
     fn measured_table(&self, tokens: usize, row_tokens: usize) -> Result<StepsPerSecond> {
+        // Past MAX_PROFILE_TOKENS the table holds tokens/s constant: a huge batch's first
+        // round must not wait on a profile of its whole size.
+        let tokens = tokens.min(MAX_PROFILE_TOKENS.max(row_tokens));
         let mut slot = self.observed()?;
         let profile = match &slot.profile {
             Some((max, table)) if *max >= tokens => table.clone(),

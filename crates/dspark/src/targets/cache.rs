@@ -4,10 +4,10 @@
 //! buffer `[kv_heads, head_dim, capacity]` and values token-major in one `[capacity, kv_heads,
 //! head_dim]`; the capacity is a multiple of 16. On the CPU (fast kernel path, see
 //! [`crate::device::fast_on`]) the buffers are plain host memory
-//! and [`Qwen3Cache::attend_host`] writes a forward's new rows and runs every request's
+//! and `Qwen3Cache::attend_host` writes a forward's new rows and runs every request's
 //! attention in one pass, reading keys and values where they lie as panels of 16 keys and 16
 //! dimensions (no per-step packing, no tensor op per request), so a step's cost follows its
-//! token count. On other devices they are tensors and [`Qwen3Cache::write`] hands them to
+//! token count. On other devices they are tensors and `Qwen3Cache::write` hands them to
 //! [`crate::drafter::layers::causal_gqa_attention_kt`]. A forward writes its new rows in place
 //! after the held ones (the buffer doubles when full, so appending costs the new rows, not the
 //! whole context); [`Qwen3Cache::truncate`] only moves the length back. Writes are in place, so
