@@ -91,7 +91,7 @@ def reference_lengths_ahead(c, table, ahead):
         for m, i in enumerate(range(j + 1, k), start=2):
             s *= min(max(float(ahead[r, i]), 0.0), 1.0)
             t += s
-            pays = pays or t * _sps(table, tokens + m) > theta
+            pays = pays or (s > 0 and t * _sps(table, tokens + m) > theta)
         if not pays:
             break
         theta, tau, tokens = nxt, tau + a, tokens + 1

@@ -178,20 +178,7 @@ pub fn schedule_lengths(
     sps: &StepsPerSecond,
 ) -> Result<Vec<usize>> {
     check_shape(confidence, batch, slots, "confidence")?;
-    let mut lengths = vec![0; batch];
-    let mut tau = batch as f64;
-    let mut theta = tau * sps.sps(batch);
-    // Admitting the n-th slot (n from 1) makes the batch `batch + n` tokens.
-    for (tokens, (a, r, _)) in (batch + 1..).zip(ranked(confidence, batch, slots)) {
-        let next = (tau + a) * sps.sps(tokens);
-        if next <= theta {
-            break;
-        }
-        theta = next;
-        tau += a;
-        lengths[r] += 1;
-    }
-    Ok(lengths)
+    Ok(scan(confidence, batch, slots, sps, None))
 }
 
 /// The paper's scheduler with a look-ahead that cannot anticipate the current draws.
@@ -221,20 +208,35 @@ pub fn schedule_lengths_ahead(
 ) -> Result<Vec<usize>> {
     check_shape(confidence, batch, slots, "confidence")?;
     check_shape(ahead, batch, slots, "ahead")?;
+    Ok(scan(confidence, batch, slots, sps, Some(ahead)))
+}
+
+/// Algorithm 1's scan (shapes checked): admit ranked slots while `Θ` strictly improves, or,
+/// with `ahead`, while it would with the slot's predicted continuation.
+fn scan(
+    confidence: &[f32],
+    batch: usize,
+    slots: usize,
+    sps: &StepsPerSecond,
+    ahead: Option<&[f32]>,
+) -> Vec<usize> {
     let mut lengths = vec![0; batch];
     let mut tau = batch as f64;
     let mut theta = tau * sps.sps(batch);
+    // Admitting the n-th slot (n from 1) makes the batch `batch + n` tokens.
     for (tokens, (a, r, j)) in (batch + 1..).zip(ranked(confidence, batch, slots)) {
         let next = (tau + a) * sps.sps(tokens);
-        let pays = next > theta || {
-            // The request's continuation past `j`, on predicted acceptance.
-            let (mut t, mut s) = (tau + a, a);
-            (j + 1..slots).zip(tokens + 1..).any(|(i, n)| {
-                s *= conf(ahead, r * slots + i);
-                t += s;
-                t * sps.sps(n) > theta
-            })
-        };
+        let pays = next > theta
+            || ahead.is_some_and(|ahead| {
+                // The request's continuation past `j`, on predicted acceptance.
+                let (mut t, mut s) = (tau + a, a);
+                // A continuation predicted to fail adds nothing worth verifying.
+                (j + 1..slots).zip(tokens + 1..).any(|(i, n)| {
+                    s *= conf(ahead, r * slots + i);
+                    t += s;
+                    s > 0.0 && t * sps.sps(n) > theta
+                })
+            });
         if !pays {
             break;
         }
@@ -242,7 +244,7 @@ pub fn schedule_lengths_ahead(
         tau += a;
         lengths[r] += 1;
     }
-    Ok(lengths)
+    lengths
 }
 
 /// The pipelined variant: the capacity `K*` maximizes `Θ` over all prefixes of the STALE
