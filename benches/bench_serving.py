@@ -30,8 +30,9 @@ committed_tokens``), the speedup over target-only decoding of the same N request
 target, and whether the greedy output equals target-only's. N = 1 serves
 ``--single-prompts`` requests (default 8) one at a time, tokens and times summed. Every call
 runs ``--repeats`` times, the policies interleaved call by call (a slow spell of the machine
-hits them alike), and the fastest run of each call counts. Writes ``OUT.json`` and ``OUT.png`` (throughput
-against N, one panel per target; needs matplotlib, else skipped with a message).
+hits them alike), and the fastest run of each call counts. Writes ``OUT.json`` and
+``OUT.png`` (throughput against N, one panel per target; needs matplotlib, else skipped with a
+message).
 
     nice -n 19 python benches/bench_serving.py [--concurrency 1 4 16 32] [--new-tokens 64]
 """
