@@ -11,12 +11,12 @@
 //! - plain: one token per request, the table priced with the rest of a plain round.
 //!
 //! It drafts unless the best drafted round verifies nothing or the plain round is faster by
-//! more than [`PLAIN_MARGIN`]: a plain round
-//! teaches nothing (no confidences, no acceptance), the switch has costs the model prices only
-//! on average (the deferred extension, a refresh round), and near a tie the estimates' noise
-//! would decide. The costs are the speculator's recent
-//! medians per request at the nearest batch size (module `observed`; the batch shrinks as
-//! requests finish). A request without confidences yet forces a drafted round, and so does a streak of plain rounds (which add no
+//! more than [`PLAIN_MARGIN`]: a plain round teaches nothing (no confidences, no acceptance),
+//! the switch has costs the model prices only on average (the deferred extension, a refresh
+//! round), and near a tie the estimates' noise would decide. The costs are the speculator's
+//! recent medians per request at the nearest batch size (module `observed`; the batch shrinks
+//! as requests finish). A request without confidences yet forces a drafted round, and so does
+//! a streak of plain rounds (which add no
 //! confidences): 1 plain round after drafting stopped paying, then 2, 4… up to
 //! [`REFRESH_ROUNDS`] (back to 1 whenever drafting pays again), so an early misjudgement
 //! costs a round or two while a batch where drafting never pays drafts once in 17 rounds.
@@ -120,7 +120,7 @@ fn expected_tokens(c: &[f32], n: usize, lens: &[usize]) -> f64 {
 
 /// Whether drafting beats a plain round for a batch of `b` requests whose latest confidences
 /// are `stale` (`[B·n]`), given the table `sps`, the per-request costs outside the forward and
-/// the scheduler's look-ahead `ahead` (`[n]`).
+/// the scheduler's look-ahead `ahead` (`[B·n]`).
 pub(super) fn drafting_pays(
     stale: &[f32],
     b: usize,
@@ -141,13 +141,19 @@ pub(super) fn drafting_pays(
 
 impl<T: TargetModel, D: Drafter> Speculator<T, D> {
     /// Whether this round of the active requests `act` drafts (see the module docs).
-    pub(super) fn drafts_this_round(&self, run: &mut Run<'_, T>, act: &[usize]) -> Result<bool> {
+    /// `measured`: this round's measured table (under `ScheduledMeasured`).
+    pub(super) fn drafts_this_round(
+        &self,
+        run: &mut Run<'_, T>,
+        act: &[usize],
+        measured: Option<&StepsPerSecond>,
+    ) -> Result<bool> {
         let n = self.num_speculative_tokens();
         let b = act.len();
         let table = match &self.options().verify {
             VerifyPolicy::Scheduled(s) | VerifyPolicy::Pipelined(s) => s.clone(),
-            VerifyPolicy::ScheduledMeasured => match self.measured_steps_per_second() {
-                Some(t) => t,
+            VerifyPolicy::ScheduledMeasured => match measured {
+                Some(t) => t.clone(),
                 None => return Ok(true),
             },
             VerifyPolicy::Full | VerifyPolicy::Threshold(_) => return Ok(true),

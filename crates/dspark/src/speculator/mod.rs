@@ -32,8 +32,9 @@
 //! Submodules: `target` ([`TargetModel`]), `options`, `stats`, `generation`, `run` (the loop),
 //! `drafting` (whether a round drafts, and the round that does not),
 //! `state` (one generation's bookkeeping), `autoregressive` ([`target_only`]), `profile`
-//! ([`measure_steps_per_second`]), `observed` (the forward timings that refine a measured
-//! table online) and [`contract`] (the suite every `TargetModel` passes).
+//! ([`measure_steps_per_second`]), `observed` (what rounds cost, learned while serving: the
+//! forward timings that refine a measured table, the costs outside the forward) and
+//! [`contract`] (the suite every `TargetModel` passes).
 
 mod autoregressive;
 pub mod contract;

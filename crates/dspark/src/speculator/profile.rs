@@ -40,8 +40,9 @@ pub(super) fn profile_sizes(max_tokens: usize, row_tokens: usize) -> Vec<usize> 
 
 /// Measure `SPS(n)` on `target` for every `n` up to `2·row_tokens` (a kernel's row tiling puts
 /// steps in the cost of small forwards), then sizes growing by at most 25% up to `max_tokens`,
-/// each the fastest of 3 timed forwards (taken round all sizes in turn), spreading `n` verified tokens over rows of at most `row_tokens` each, every row
-/// after a short context, the way a batched verification looks. Uses a throwaway cache.
+/// each the fastest of 3 timed forwards (taken round all sizes in turn). `n` verified tokens
+/// are spread over rows of at most `row_tokens` each, every row after a short context, the
+/// way a batched verification looks. Uses a throwaway cache.
 ///
 /// Errors: `invalid-argument` for zero sizes, `too-large` past [`MAX_BATCH`] tokens or
 /// [`MAX_BLOCK`] + 1 tokens per row, and the target's own errors.

@@ -288,14 +288,15 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
     /// One round for every active request.
     fn round(&self, run: &mut Run<'_, T>, states: &mut [D::State]) -> Result<()> {
         let act = run.active();
-        if matches!(self.options.verify, VerifyPolicy::ScheduledMeasured) {
-            // Profiled once, outside the round's timings (which price the scheduler's table).
-            self.measured_table(
-                act.len() * (self.num_speculative + 1),
-                self.num_speculative + 1,
-            )?;
-        }
-        if !self.drafts_this_round(run, &act)? {
+        // The measured table, once per round (profiled at first use, outside the round's
+        // timings, which price the scheduler's table).
+        let measured = matches!(self.options.verify, VerifyPolicy::ScheduledMeasured)
+            .then(|| {
+                let row = self.num_speculative + 1;
+                self.measured_table(act.len() * row, row)
+            })
+            .transpose()?;
+        if !self.drafts_this_round(run, &act, measured.as_ref())? {
             return self.plain_round(run, &act);
         }
         let flushed = self.flush_pending(run, states, &act)?;
@@ -336,7 +337,13 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         }
         let t1 = Instant::now();
         run.since_draft = 0;
-        let lens = self.verify_lengths(run, &act, proposal.confidence.as_deref(), k)?;
+        let lens = self.verify_lengths(
+            run,
+            &act,
+            proposal.confidence.as_deref(),
+            k,
+            measured.as_ref(),
+        )?;
         let kmax = lens.iter().copied().max().unwrap_or(0);
         let width = kmax + 1;
         let b = run.requests.len();
@@ -439,13 +446,15 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
     }
 
     /// Drafts to verify per active request: the policy's choice, capped by the budget (a round
-    /// commits at most drafts + 1 tokens).
+    /// commits at most drafts + 1 tokens). `measured`: this round's measured table (under
+    /// [`VerifyPolicy::ScheduledMeasured`]).
     fn verify_lengths(
         &self,
         run: &mut Run<'_, T>,
         act: &[usize],
         confidence: Option<&[f32]>,
         k: usize,
+        measured: Option<&StepsPerSecond>,
     ) -> Result<Vec<usize>> {
         let n = self.num_speculative.min(k);
         let b = act.len();
@@ -484,7 +493,10 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
                         schedule_lengths_ahead(&firsts, b, n, &priced(sps), &ahead)?
                     }
                     VerifyPolicy::ScheduledMeasured => {
-                        let sps = self.measured_table(b * (n + 1), n + 1)?;
+                        let sps = match measured {
+                            Some(t) => t.clone(),
+                            None => self.measured_table(b * (n + 1), n + 1)?,
+                        };
                         schedule_lengths_ahead(&firsts, b, n, &priced(&sps), &ahead)?
                     }
                     VerifyPolicy::Pipelined(sps) => {
