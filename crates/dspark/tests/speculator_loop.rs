@@ -353,6 +353,25 @@ fn a_measured_table_is_profiled_once_and_refined_by_the_rounds() {
 }
 
 #[test]
+fn profiling_sizes_out_of_range_are_typed_errors() {
+    use dspark::limits::{MAX_BATCH, MAX_BLOCK};
+    use dspark::speculator::measure_steps_per_second;
+    let t = toy();
+    let code = |max: usize, row: usize| measure_steps_per_second(&t, max, row).unwrap_err();
+    assert_eq!(code(0, 7).code(), "invalid-argument");
+    assert_eq!(code(7, 0).code(), "invalid-argument");
+    let e = code(MAX_BATCH as usize + 1, 7);
+    assert_eq!(e.code(), "too-large");
+    assert!(e.to_string().contains("max_tokens"), "{e}");
+    let e = code(7, MAX_BLOCK as usize + 2);
+    assert_eq!(e.code(), "too-large");
+    assert!(e.to_string().contains("row_tokens"), "{e}");
+    // In range: every size the profile names, each priced.
+    let table = measure_steps_per_second(&t, 7, 7).unwrap();
+    assert_eq!(table.points().len(), 7);
+}
+
+#[test]
 fn greedy_equals_target_only_with_sampling_drafter_and_bf16_logits() {
     let reqs = batch();
     for mode in [Mode::Sampling, Mode::Greedy { corrupt_every: 2 }] {
