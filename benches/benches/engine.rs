@@ -101,7 +101,7 @@ fn bench_target(c: &mut Criterion) {
 /// than the L3, the shape of the bundled pair's logit head): rows per second of MACs show
 /// whether a verification's product is compute- or bandwidth-bound.
 fn bench_packed(c: &mut Criterion) {
-    use dspark::drafter::packed::PackedMatrix;
+    use dspark::nn::packed::PackedMatrix;
     let values = |n: usize, seed: usize| -> Vec<f32> {
         (0..n)
             .map(|i| ((i * 2_654_435_761 + seed) % 1000) as f32 / 1000.0 - 0.5)

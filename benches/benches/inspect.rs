@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use dspark::config::ModelShape;
 use dspark::config::spec::{MarkovHeadType, NoiseToken, NoiseTokenSource, RopeSpec};
 use dspark::{ConfigFormat, DraftSpec, Inventory, LoadPlan, TargetSpec};
 
@@ -50,7 +51,6 @@ fn spec(d: &Dims, format: ConfigFormat) -> DraftSpec {
         source: "bench/config.json".into(),
         format,
         architecture: "Qwen3DSparkModel".into(),
-        model_type: Some("qwen3".into()),
         block_size: 7,
         sample_from_anchor: true,
         noise_token: NoiseToken {
@@ -64,29 +64,32 @@ fn spec(d: &Dims, format: ConfigFormat) -> DraftSpec {
         markov_head_type: MarkovHeadType::Vanilla,
         confidence_head: true,
         confidence_head_with_markov: true,
-        vocab_size: d.vocab,
-        draft_vocab_size: d.vocab,
-        hidden_size: d.h,
-        target_hidden_size: d.h,
-        num_hidden_layers: d.layers,
-        num_attention_heads: d.heads,
-        num_key_value_heads: d.kv,
-        head_dim: d.hd,
-        intermediate_size: d.inter,
-        rms_norm_eps: 1e-6,
-        rope: RopeSpec {
-            theta: 1e6,
-            rope_type: "default".into(),
-            partial_rotary_factor: 1.0,
-            factor: None,
-            original_max_position_embeddings: None,
-            neox_style: true,
+        shape: ModelShape {
+            model_type: Some("qwen3".into()),
+            vocab_size: d.vocab,
+            hidden_size: d.h,
+            num_hidden_layers: d.layers,
+            num_attention_heads: d.heads,
+            num_key_value_heads: d.kv,
+            head_dim: d.hd,
+            intermediate_size: d.inter,
+            rms_norm_eps: 1e-6,
+            rope: RopeSpec {
+                theta: 1e6,
+                rope_type: "default".into(),
+                partial_rotary_factor: 1.0,
+                factor: None,
+                original_max_position_embeddings: None,
+                neox_style: true,
+            },
+            max_position_embeddings: Some(40960),
+            hidden_act: "silu".into(),
+            attention_bias: false,
+            tie_word_embeddings: false,
         },
-        max_position_embeddings: Some(40960),
+        draft_vocab_size: d.vocab,
+        target_hidden_size: d.h,
         logit_scale: 1.0,
-        hidden_act: "silu".into(),
-        attention_bias: false,
-        tie_word_embeddings: false,
         final_logit_softcapping: None,
         warnings: Vec::new(),
     }

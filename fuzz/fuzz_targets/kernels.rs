@@ -4,11 +4,8 @@
 //! token outside `[0, V_t)` (or `-1` padding for verify), never a probability outside [0, 1].
 #![no_main]
 
-use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, StepsPerSecond, Tokens, VerifyOptions,
-    confidence_slices, mask_padded_slice, sample_block_slices, schedule_lengths,
-    schedule_pipelined, threshold_lengths, verify_slices,
-};
+use dspark::sampling::{BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions, confidence_slices, mask_padded_slice, sample_block_slices, verify_slices};
+use dspark::schedule::{StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths};
 use dspark::{IdMap, VocabSizes};
 use half::{bf16, f16};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};

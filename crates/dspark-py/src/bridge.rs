@@ -2,15 +2,14 @@
 //! `dspark.protocols.TargetModel` protocol) and a Python drafter ([`PyDraftModel`], the
 //! `DrafterProtocol`), each called once per round with the GIL taken only for the call.
 //!
-//! A Python exception raised inside a call is kept in the shared [`Stash`] and the engine sees
-//! an [`Error::Callback`]; the speculator glue re-raises the original exception, so a target's
-//! own typed error reaches the user unchanged.
+//! A Python exception raised inside a call travels inside the engine's [`Error::Callback`]
+//! and is re-raised unchanged when the error reaches Python (`errors::err`), so a target's own
+//! typed error reaches the user as it was. What a target returns is converted as it is; the
+//! engine's round loop checks every target's output shapes.
 //!
 //! A target whose logits are CUDA tensors (the `cuda` build) is read where they are: its
 //! logits and hidden states are borrowed through DLPack on its stream, the rows the round uses
 //! are gathered on the device, and only token ids and accepted counts cross to the host.
-
-use std::sync::{Arc, Mutex};
 
 use candle_core::{Device, Tensor};
 use numpy::{PyArray1, PyArrayMethods};
@@ -21,26 +20,7 @@ use dspark::speculator::{LogitRows, TargetInput, TargetModel, TargetOutput};
 use dspark::{Error, Result};
 
 use crate::dlpack::DlTensor;
-
-/// The first Python exception raised inside an engine call.
-#[derive(Clone, Default)]
-pub struct Stash(Arc<Mutex<Option<PyErr>>>);
-
-impl Stash {
-    /// Keep `e` (the first one wins) and turn it into the engine's `callback` error.
-    pub fn keep(&self, py: Python<'_>, e: PyErr) -> Error {
-        let message = e.value(py).to_string();
-        if let Ok(mut slot) = self.0.lock() {
-            slot.get_or_insert(e);
-        }
-        Error::Callback { message }
-    }
-
-    /// The kept exception, if any (taken out).
-    pub fn take(&self) -> Option<PyErr> {
-        self.0.lock().ok().and_then(|mut s| s.take())
-    }
-}
+use crate::errors::{callback_error, err};
 
 /// Read an integer attribute of a Python object.
 pub fn int_attr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
@@ -73,34 +53,18 @@ fn host_view(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<DlTensor> {
     DlTensor::from_py(&host_tensor(obj)?, name)
 }
 
-/// Copy `[rows…]` slices of a float DLPack tensor into one `f32` vector: `pick(i)` gives the
+/// Copy `[rows…]` slices of a float DLPack tensor into one `f32` vector: `offsets[i]` is the
 /// element offset of output row `i`, `width` values each.
-fn gather_f32(t: &DlTensor, offsets: &[usize], width: usize) -> Result<Vec<f32>> {
+fn gather_f32(t: &DlTensor, offsets: &[usize], width: usize) -> PyResult<Vec<f32>> {
+    let values = t.floats()?;
     let mut out = Vec::with_capacity(offsets.len() * width);
-    macro_rules! copy {
-        ($s:expr, $f:expr) => {{
-            for &o in offsets {
-                let row = $s.get(o..o + width).ok_or_else(|| {
-                    Error::bad_shape(t.name(), "row outside the tensor".to_string())
-                })?;
-                out.extend(row.iter().map($f));
-            }
-        }};
-    }
-    if let Some(s) = t.slice::<f32>() {
-        copy!(s, |&x: &f32| x)
-    } else if let Some(s) = t.slice::<half::bf16>() {
-        copy!(s, |x: &half::bf16| x.to_f32())
-    } else if let Some(s) = t.slice::<half::f16>() {
-        copy!(s, |x: &half::f16| x.to_f32())
-    } else {
-        return Err(Error::UnsupportedDtype {
-            name: t.name().to_string(),
-            message: format!(
-                "{} (expected float32, float16 or bfloat16)",
-                t.dtype().name()
-            ),
-        });
+    for &o in offsets {
+        values.extend_f32(o, width, &mut out).ok_or_else(|| {
+            err(Error::bad_shape(
+                t.name(),
+                "row outside the tensor".to_string(),
+            ))
+        })?;
     }
     Ok(out)
 }
@@ -115,7 +79,7 @@ fn declared_device(obj: &Bound<'_, PyAny>) -> PyResult<Device> {
     if !cfg!(feature = "cuda") || !name.starts_with("cuda") {
         return Ok(Device::Cpu);
     }
-    dspark::device::parse_device("device", &name).map_err(crate::errors::err)
+    dspark::device::parse_device("device", &name).map_err(err)
 }
 
 /// A target's outputs as it returned them: host views, or (the `cuda` build) CUDA tensors
@@ -133,7 +97,7 @@ impl Raw {
     /// Read `logits` and `hidden` where they live (a CUDA pair stays on its device).
     fn read(logits: &Bound<'_, PyAny>, hidden: &Bound<'_, PyAny>) -> PyResult<Self> {
         #[cfg(feature = "cuda")]
-        if let Some(device) = crate::dlpack_cuda::cuda_device_of(logits)? {
+        if let Some(device) = crate::dlpack::cuda::cuda_device_of(logits)? {
             return crate::bridge_device::DeviceOutput::read(logits, hidden, &device)
                 .map(Raw::Device);
         }
@@ -159,26 +123,39 @@ impl Raw {
         }
     }
 
-    /// `(logits rows [R, vocab], hidden states [B * S, width])` as `f32` tensors of their own,
-    /// on the device the target returned them on. The shapes were checked.
-    fn gather(self, rows: &[usize], vocab: usize) -> Result<(Tensor, Tensor)> {
+    /// `(logits, hidden states)` as `f32` tensors of their own, on the device the target
+    /// returned them on: for logits of the expected `[B, S, >= vocab]` and 3-D hidden states,
+    /// logits rows `rows` (flat `[B * S]` indices) as `[B, R / B, vocab]` and the hidden states
+    /// as returned; anything else whole, as returned, for the round loop's shape check.
+    fn gather(self, b: usize, s: usize, rows: &[usize], vocab: usize) -> PyResult<TargetOutput> {
+        let ld = self.logits_shape().to_vec();
+        let hd = self.hidden_shape().to_vec();
+        let shaped = ld.len() == 3 && ld[0] == b && ld[1] == s && ld[2] >= vocab && hd.len() == 3;
+        let per_row = rows.len() / b.max(1);
         match self {
-            Raw::Host { logits, hidden } => {
-                let vp = logits.shape()[2];
+            Raw::Host { logits, hidden } if shaped => {
+                let vp = ld[2];
                 let offsets: Vec<usize> = rows.iter().map(|&r| r * vp).collect();
                 let l = gather_f32(&logits, &offsets, vocab)?;
-                let (n, width) = (hidden.shape()[0] * hidden.shape()[1], hidden.shape()[2]);
-                let offsets: Vec<usize> = (0..n).map(|r| r * width).collect();
-                let h = gather_f32(&hidden, &offsets, width)?;
-                Ok((
-                    Tensor::from_vec(l, (rows.len(), vocab), &Device::Cpu)?,
-                    Tensor::from_vec(h, (n, width), &Device::Cpu)?,
-                ))
+                let h = hidden.floats()?.to_f32_vec();
+                Ok(TargetOutput {
+                    logits: host_tensor_of(l, &[b, per_row, vocab])?,
+                    hidden_states: host_tensor_of(h, &hd)?,
+                })
             }
+            Raw::Host { logits, hidden } => Ok(TargetOutput {
+                logits: host_tensor_of(logits.floats()?.to_f32_vec(), &ld)?,
+                hidden_states: host_tensor_of(hidden.floats()?.to_f32_vec(), &hd)?,
+            }),
             #[cfg(feature = "cuda")]
-            Raw::Device(d) => d.gather(rows, vocab),
+            Raw::Device(d) => d.gather(shaped.then_some(rows), b, vocab).map_err(err),
         }
     }
+}
+
+/// A host `f32` tensor of `shape` holding `values`.
+fn host_tensor_of(values: Vec<f32>, shape: &[usize]) -> PyResult<Tensor> {
+    Tensor::from_vec(values, shape, &Device::Cpu).map_err(|e| err(e.into()))
 }
 
 /// A Python object implementing `dspark.protocols.TargetModel` (HF targets come wrapped in
@@ -192,7 +169,6 @@ pub struct PyTarget {
     hidden: usize,
     /// Where the target says it runs (its `device` attribute; the CPU when it has none).
     device: Device,
-    stash: Stash,
 }
 
 /// The cache of a [`PyTarget`]: the Python cache object and the row lengths it holds.
@@ -203,7 +179,7 @@ pub struct PyTargetCache {
 
 impl PyTarget {
     /// Wrap `obj`, reading its sizes once.
-    pub fn new(obj: &Bound<'_, PyAny>, stash: Stash) -> PyResult<Self> {
+    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
         let py = obj.py();
         let from_numpy = py
             .import("torch")
@@ -217,12 +193,13 @@ impl PyTarget {
             layers: int_attr(obj, "num_hidden_layers")?,
             hidden: int_attr(obj, "hidden_size")?,
             device: declared_device(obj)?,
-            stash,
         })
     }
 
-    fn call<R>(&self, f: impl FnOnce(Python<'_>) -> PyResult<R>) -> Result<R> {
-        Python::attach(|py| f(py).map_err(|e| self.stash.keep(py, e)))
+    /// Run `f` with the GIL; a Python exception it raises becomes the engine's
+    /// [`Error::Callback`] for `context` (e.g. `target.forward`).
+    fn call<R>(&self, context: &str, f: impl FnOnce(Python<'_>) -> PyResult<R>) -> Result<R> {
+        Python::attach(|py| f(py).map_err(|e| callback_error(context, e)))
     }
 }
 
@@ -246,7 +223,7 @@ impl TargetModel for PyTarget {
     }
 
     fn new_cache(&self, batch: usize) -> Result<PyTargetCache> {
-        self.call(|py| {
+        self.call("target.new_cache", |py| {
             Ok(PyTargetCache {
                 obj: self.obj.call_method1(py, "new_cache", (batch,))?,
                 lengths: vec![0; batch],
@@ -261,7 +238,14 @@ impl TargetModel for PyTarget {
         capture_layer_ids: &[usize],
     ) -> Result<TargetOutput> {
         let (b, s) = (input.batch(), input.width);
-        let raw = self.call(|py| {
+        // The flat rows `[B * S]` of the logits the round reads.
+        let rows: Vec<usize> = match input.logits {
+            LogitRows::All => (0..b * s).collect(),
+            LogitRows::Last => (0..b)
+                .map(|r| r * s + input.num_tokens[r].max(1) - 1)
+                .collect(),
+        };
+        let out = self.call("target.forward", |py| {
             let ids: Vec<i64> = input.tokens.iter().map(|&t| i64::from(t)).collect();
             let mut ids = PyArray1::from_vec(py, ids).reshape([b, s])?.into_any();
             if let Some(f) = &self.from_numpy {
@@ -275,47 +259,17 @@ impl TargetModel for PyTarget {
                 .into_bound(py);
             let hidden = out.getattr("hidden_states")?;
             if hidden.is_none() {
-                return Err(crate::errors::err(Error::invalid(
-                    "target",
+                return Err(err(Error::invalid(
+                    "target.forward",
                     "returned no hidden states (output_hidden_states=True is ignored)",
                 )));
             }
-            Raw::read(&out.getattr("logits")?, &hidden)
+            Raw::read(&out.getattr("logits")?, &hidden)?.gather(b, s, &rows, self.vocab)
         })?;
         for (len, &n) in cache.lengths.iter_mut().zip(input.num_tokens) {
             *len += n;
         }
-        let (ld, hd) = (raw.logits_shape().to_vec(), raw.hidden_shape().to_vec());
-        let width = capture_layer_ids.len() * self.hidden;
-        if ld.len() != 3 || ld[0] != b || ld[1] != s || ld[2] < self.vocab {
-            return Err(Error::Callback {
-                message: format!(
-                    "the target returned logits of shape {ld:?}, expected [{b}, {s}, >= {}]",
-                    self.vocab
-                ),
-            });
-        }
-        if hd != [b, s, width] {
-            return Err(Error::Callback {
-                message: format!(
-                    "the target returned hidden states of shape {hd:?}, expected [{b}, {s}, \
-                     {width}]"
-                ),
-            });
-        }
-        // The flat rows `[B * S]` of the logits the round reads.
-        let rows: Vec<usize> = match input.logits {
-            LogitRows::All => (0..b * s).collect(),
-            LogitRows::Last => (0..b)
-                .map(|r| r * s + input.num_tokens[r].max(1) - 1)
-                .collect(),
-        };
-        let per_row = rows.len() / b.max(1);
-        let (logits, hidden_states) = raw.gather(&rows, self.vocab)?;
-        Ok(TargetOutput {
-            logits: logits.reshape((b, per_row, self.vocab))?,
-            hidden_states: hidden_states.reshape((b, s, width))?,
-        })
+        Ok(out)
     }
 
     fn truncate(&self, cache: &mut PyTargetCache, lengths: &[usize]) -> Result<()> {
@@ -337,7 +291,7 @@ impl TargetModel for PyTarget {
         if lengths == cache.lengths.as_slice() {
             return Ok(());
         }
-        self.call(|py| {
+        self.call("target.crop", |py| {
             self.obj
                 .call_method1(py, "crop", (&cache.obj, PyList::new(py, lengths)?))?;
             Ok(())

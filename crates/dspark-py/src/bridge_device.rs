@@ -8,9 +8,10 @@ use candle_core::{DType, Device, Tensor};
 use pyo3::prelude::*;
 
 use dspark::Result;
+use dspark::speculator::TargetOutput;
 use dspark::cuda_interop::signal_stream;
 
-use crate::dlpack_cuda::{DeviceTensor, import};
+use crate::dlpack::cuda::{DeviceTensor, import};
 
 /// The borrowed outputs of one forward.
 pub struct DeviceOutput {
@@ -84,29 +85,34 @@ impl DeviceOutput {
         &self.hidden_shape
     }
 
-    /// `(logits rows [R, vocab], hidden states [B * S, width])` as `f32` tensors of our own on
-    /// the device (`rows`: flat `[B * S]` indices; the caller checked the shapes).
-    pub fn gather(self, rows: &[usize], vocab: usize) -> Result<(Tensor, Tensor)> {
+    /// The round's outputs as `f32` tensors of our own on the device: with `rows` (flat
+    /// `[B * S]` indices; the shapes were found as expected) the logits rows as `[B, R / B,
+    /// vocab]` and the hidden states as returned; without, both whole, as returned, for the
+    /// round loop's shape check.
+    pub fn gather(self, rows: Option<&[usize]>, b: usize, vocab: usize) -> Result<TargetOutput> {
         let l = self.logits.tensor();
-        let (d, vp) = (l.dims(), l.dims()[2]);
-        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        let idx = Tensor::from_vec(idx, rows.len(), &self.device)?;
-        // `index_select` writes a tensor of our own; the later steps copy only when needed.
-        let mut logits = l.reshape((d[0] * d[1], vp))?.index_select(&idx, 0)?;
-        if vp != vocab {
-            logits = logits.narrow(1, 0, vocab)?.contiguous()?;
-        }
-        let logits = logits.to_dtype(DType::F32)?;
-        let (n, width) = (
-            self.hidden_shape[0] * self.hidden_shape[1],
-            self.hidden_shape[2],
-        );
-        let hidden = match &self.hidden {
-            Some(h) if h.tensor().dtype() == DType::F32 => {
-                h.tensor().reshape((n, width))?.copy()?
+        let logits = match rows {
+            Some(rows) => {
+                let (d, vp) = (l.dims(), l.dims()[2]);
+                let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+                let idx = Tensor::from_vec(idx, rows.len(), &self.device)?;
+                // `index_select` writes a tensor of our own; the later steps copy only when
+                // needed.
+                let mut picked = l.reshape((d[0] * d[1], vp))?.index_select(&idx, 0)?;
+                if vp != vocab {
+                    picked = picked.narrow(1, 0, vocab)?.contiguous()?;
+                }
+                picked
+                    .to_dtype(DType::F32)?
+                    .reshape((b, rows.len() / b.max(1), vocab))?
             }
-            Some(h) => h.tensor().reshape((n, width))?.to_dtype(DType::F32)?,
-            None => Tensor::zeros((n, width), DType::F32, &self.device)?,
+            None => l.to_dtype(DType::F32)?.copy()?,
+        };
+        let shape = self.hidden_shape.as_slice();
+        let hidden = match &self.hidden {
+            Some(h) if h.tensor().dtype() == DType::F32 => h.tensor().copy()?,
+            Some(h) => h.tensor().to_dtype(DType::F32)?,
+            None => Tensor::zeros(shape, DType::F32, &self.device)?,
         };
         // The copies above are queued on our stream: torch's stream waits for them before it
         // can reuse the memory of the tensors we borrowed (dropped with `self`).
@@ -114,6 +120,9 @@ impl DeviceOutput {
             Some(s) => signal_stream(&self.device, s)?,
             None => self.device.synchronize()?,
         }
-        Ok((logits, hidden))
+        Ok(TargetOutput {
+            logits,
+            hidden_states: hidden,
+        })
     }
 }

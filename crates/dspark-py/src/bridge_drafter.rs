@@ -9,11 +9,12 @@ use pyo3::types::{PyDict, PyList};
 use dspark::checkpoint::WeightSource;
 use dspark::drafter::{Proposal, ProposeOptions};
 use dspark::sampling::Seeds;
-use dspark::{Drafter, Error, IdMap, Result, VocabSizes};
+use dspark::{Drafter, IdMap, Result, VocabSizes};
 
 use crate::args;
-use crate::bridge::{Stash, host_tensor, int_attr};
+use crate::bridge::{host_tensor, int_attr};
 use crate::dlpack::DlTensor;
+use crate::errors::{callback_error, err};
 
 /// A Python drafter object and the contract members read from it once.
 pub struct PyDraftModel {
@@ -30,7 +31,6 @@ pub struct PyDraftModel {
     from_anchor: bool,
     confidence: bool,
     width: usize,
-    stash: Stash,
 }
 
 fn source(own: bool) -> WeightSource {
@@ -45,7 +45,7 @@ impl PyDraftModel {
     /// Read the contract members of `obj`; `target_hidden` is the target's hidden size (the
     /// context width is `len(capture_layer_ids) · target_hidden` unless the drafter says
     /// `target_hidden_size`).
-    pub fn new(obj: &Bound<'_, PyAny>, target_hidden: usize, stash: Stash) -> PyResult<Self> {
+    pub fn new(obj: &Bound<'_, PyAny>, target_hidden: usize) -> PyResult<Self> {
         let py = obj.py();
         let vocab = VocabSizes {
             input: int_attr(obj, "vocab_size")?,
@@ -59,7 +59,7 @@ impl PyDraftModel {
             let (offsets, _) = args::ids(&host_tensor(&map)?, "draft_id_to_target_id")?;
             IdMap::from_offsets(&offsets, vocab.draft, vocab.target)
         }
-        .map_err(crate::errors::err)?;
+        .map_err(err)?;
         let capture: Vec<usize> = obj.getattr("capture_layer_ids")?.extract()?;
         let hidden = match obj.getattr("target_hidden_size") {
             Ok(h) if !h.is_none() => h.extract::<usize>()?,
@@ -83,12 +83,13 @@ impl PyDraftModel {
             from_anchor: obj.getattr("sample_from_anchor")?.extract()?,
             confidence: obj.getattr("has_confidence_head")?.extract()?,
             obj: obj.clone().unbind(),
-            stash,
         })
     }
 
-    fn call<R>(&self, f: impl FnOnce(Python<'_>) -> PyResult<R>) -> Result<R> {
-        Python::attach(|py| f(py).map_err(|e| self.stash.keep(py, e)))
+    /// Run `f` with the GIL; a Python exception it raises becomes the engine's
+    /// [`Error::Callback`] for `context` (e.g. `drafter.propose_states`).
+    fn call<R>(&self, context: &str, f: impl FnOnce(Python<'_>) -> PyResult<R>) -> Result<R> {
+        Python::attach(|py| f(py).map_err(|e| callback_error(context, e)))
     }
 
     /// A torch tensor (numpy when torch is missing) holding `t`'s values; a CUDA `t` (a torch
@@ -98,8 +99,8 @@ impl PyDraftModel {
         if t.device().is_cuda() {
             let t = t
                 .to_dtype(candle_core::DType::F32)
-                .map_err(|e| crate::errors::err(e.into()))?;
-            let arr = Bound::new(py, crate::dlpack_cuda::DeviceArray::new(t)?)?;
+                .map_err(|e| err(e.into()))?;
+            let arr = Bound::new(py, crate::dlpack::cuda::DeviceArray::new(t)?)?;
             return py.import("torch")?.call_method1("from_dlpack", (arr,));
         }
         let dims = t.dims().to_vec();
@@ -107,7 +108,7 @@ impl PyDraftModel {
             .to_dtype(candle_core::DType::F32)
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| crate::errors::err(e.into()))?;
+            .map_err(|e| err(e.into()))?;
         let arr = PyArray1::from_vec(py, values).reshape(dims)?.into_any();
         match &self.from_numpy {
             Some(f) => Ok(f.call1(py, (arr,))?.into_bound(py)),
@@ -116,27 +117,11 @@ impl PyDraftModel {
     }
 }
 
-fn floats(obj: &Bound<'_, PyAny>, name: &str, len: usize) -> PyResult<Vec<f32>> {
+/// The values of a float tensor a drafter returned, widened to `f32` (the round loop checks
+/// their count).
+fn floats(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<f32>> {
     let t = DlTensor::from_py(&host_tensor(obj)?, name)?;
-    let v: Vec<f32> = if let Some(s) = t.slice::<f32>() {
-        s.to_vec()
-    } else if let Some(s) = t.slice::<half::bf16>() {
-        s.iter().map(|x| x.to_f32()).collect()
-    } else if let Some(s) = t.slice::<half::f16>() {
-        s.iter().map(|x| x.to_f32()).collect()
-    } else {
-        return Err(crate::errors::err(Error::UnsupportedDtype {
-            name: name.into(),
-            message: format!("{} (expected float32)", t.dtype().name()),
-        }));
-    };
-    if v.len() != len {
-        return Err(crate::errors::err(Error::bad_shape(
-            name,
-            format!("{} values, expected {len}", v.len()),
-        )));
-    }
-    Ok(v)
+    Ok(t.floats()?.to_f32_vec())
 }
 
 impl Drafter for PyDraftModel {
@@ -191,11 +176,11 @@ impl Drafter for PyDraftModel {
     }
 
     fn new_state(&self) -> Result<Py<PyAny>> {
-        self.call(|py| self.obj.call_method0(py, "new_state"))
+        self.call("drafter.new_state", |py| self.obj.call_method0(py, "new_state"))
     }
 
     fn extend(&self, state: &mut Py<PyAny>, features: &Tensor, start: usize) -> Result<()> {
-        self.call(|py| {
+        self.call("drafter.extend", |py| {
             let f = self.to_py(py, features)?;
             state.call_method1(py, "extend", (f, start))?;
             Ok(())
@@ -203,7 +188,7 @@ impl Drafter for PyDraftModel {
     }
 
     fn truncate(&self, state: &mut Py<PyAny>, len: usize) -> Result<()> {
-        self.call(|py| {
+        self.call("drafter.truncate", |py| {
             state.call_method1(py, "truncate", (len,))?;
             Ok(())
         })
@@ -226,7 +211,7 @@ impl Drafter for PyDraftModel {
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
         let (b, k, v) = (states.len(), self.block, self.vocab.target);
-        self.call(|py| {
+        self.call("drafter.propose_states", |py| {
             let list = PyList::new(py, states.iter().map(|s| s.bind(py)))?;
             let a: Vec<i64> = anchors.iter().map(|&t| i64::from(t)).collect();
             let mut a = PyArray1::from_vec(py, a).into_any();
@@ -243,21 +228,15 @@ impl Drafter for PyDraftModel {
                 .obj
                 .bind(py)
                 .call_method("propose_states", (list, a), Some(&kw))?;
-            let (ids, shape) = args::ids(&host_tensor(&p.getattr("tokens")?)?, "tokens")?;
-            if shape != [b, k] {
-                return Err(crate::errors::err(Error::Callback {
-                    message: format!(
-                        "the drafter returned tokens of shape {shape:?}, expected [{b}, {k}]"
-                    ),
-                }));
-            }
+            // Converted as returned: the round loop checks the block's shape and ids.
+            let (ids, _) = args::ids(&host_tensor(&p.getattr("tokens")?)?, "tokens")?;
             let tokens = args::ids_in_vocab(&ids, "tokens", v)?;
-            let draft_logits = floats(&p.getattr("draft_logits")?, "draft_logits", b * k * v)?;
+            let draft_logits = floats(&p.getattr("draft_logits")?, "draft_logits")?;
             let conf = p.getattr("confidence")?;
             let confidence = if conf.is_none() {
                 None
             } else {
-                Some(floats(&conf, "confidence", b * k)?)
+                Some(floats(&conf, "confidence")?)
             };
             Ok(Proposal {
                 batch: b,

@@ -94,7 +94,7 @@ impl PyDraftSpec {
     /// `V_in`.
     #[getter]
     fn vocab_size(&self) -> PyResult<usize> {
-        guard(|| Ok(self.0.vocab_size))
+        guard(|| Ok(self.0.shape.vocab_size))
     }
 
     /// `V_d`.
@@ -106,7 +106,7 @@ impl PyDraftSpec {
     /// Draft hidden size.
     #[getter]
     fn hidden_size(&self) -> PyResult<usize> {
-        guard(|| Ok(self.0.hidden_size))
+        guard(|| Ok(self.0.shape.hidden_size))
     }
 
     /// Every normalized field as a dict.
@@ -129,7 +129,7 @@ impl PyDraftSpec {
                 self.0.architecture,
                 self.0.block_size,
                 self.0.markov_rank,
-                self.0.vocab_size,
+                self.0.shape.vocab_size,
                 self.0.draft_vocab_size
             ))
         })

@@ -27,21 +27,7 @@ use crate::errors::{err, guard};
 fn tensor_f32(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
     let t = DlTensor::from_py(obj, name)?;
     let shape = t.shape().to_vec();
-    let values: Vec<f32> = if let Some(s) = t.slice::<f32>() {
-        s.to_vec()
-    } else if let Some(s) = t.slice::<half::f16>() {
-        s.iter().map(|x| x.to_f32()).collect()
-    } else if let Some(s) = t.slice::<half::bf16>() {
-        s.iter().map(|x| x.to_f32()).collect()
-    } else {
-        return Err(err(Error::UnsupportedDtype {
-            name: name.to_string(),
-            message: format!(
-                "{} is not supported (expected float32, float16 or bfloat16)",
-                t.dtype().name()
-            ),
-        }));
-    };
+    let values = t.floats()?.to_f32_vec();
     Tensor::from_vec(values, shape, &Device::Cpu).map_err(|e| err(e.into()))
 }
 

@@ -68,7 +68,7 @@ impl From<Error> for PyDSparkError {
 
 impl From<PyDSparkError> for PyErr {
     fn from(e: PyDSparkError) -> Self {
-        to_pyerr(&e.0)
+        err(e.0)
     }
 }
 
@@ -100,9 +100,24 @@ pub fn to_pyerr(e: &Error) -> PyErr {
     err
 }
 
-/// An engine error as a Python exception (the `?`-free spelling of [`PyDSparkError`]).
+/// An engine error as a Python exception (the `?`-free spelling of [`PyDSparkError`]). A
+/// [`Error::Callback`] whose source is a Python exception (raised by a user's target, drafter
+/// or hook while the engine called it) is that exception, unchanged.
 pub fn err(e: Error) -> PyErr {
-    to_pyerr(&e)
+    match e {
+        Error::Callback { context, source } => match source.downcast::<PyErr>() {
+            Ok(original) => *original,
+            Err(source) => to_pyerr(&Error::Callback { context, source }),
+        },
+        e => to_pyerr(&e),
+    }
+}
+
+/// A Python exception raised by user code the engine called (`context`: which call, e.g.
+/// `target.forward`), as the engine's [`Error::Callback`]; [`err`] hands the exception back
+/// unchanged when it reaches Python again.
+pub fn callback_error(context: &str, e: PyErr) -> Error {
+    Error::callback(context, e)
 }
 
 /// Run the body of a Python entry point, turning a panic into `InternalError` (code `internal`).
@@ -149,12 +164,6 @@ pub fn retype(py: Python<'_>, e: PyErr, name: &str, what: &str) -> PyErr {
         name,
         format!("{what} ({kind}: {})", e.value(py)),
     ))
-}
-
-/// `_test_panic(message)`: panics inside the guard. Kept for the tests of the panic boundary.
-#[pyfunction]
-pub fn _test_panic(message: &str) -> PyResult<()> {
-    guard(|| panic!("{message}"))
 }
 
 /// Register the exception classes on the module.

@@ -14,34 +14,14 @@ use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods};
 use pyo3::prelude::*;
 
 use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, StepsPerSecond, StsCalibration, Tokens,
-    VerifyOptions,
+    BlockOptions, Mat, PerRequest, Rows3, Seeds, StsCalibration, Tokens, VerifyOptions,
 };
+use dspark::schedule::StepsPerSecond;
 use dspark::{Error, limits};
 
 use crate::args;
 use crate::dlpack::DlTensor;
 use crate::errors::{err, guard};
-
-/// View a float tensor (f32/f16/bf16) as engine [`Floats`].
-fn floats(t: &DlTensor) -> PyResult<Floats<'_>> {
-    if let Some(s) = t.slice::<f32>() {
-        return Ok(Floats::F32(s));
-    }
-    if let Some(s) = t.slice::<half::f16>() {
-        return Ok(Floats::F16(s));
-    }
-    if let Some(s) = t.slice::<half::bf16>() {
-        return Ok(Floats::BF16(s));
-    }
-    Err(err(Error::UnsupportedDtype {
-        name: t.name().to_string(),
-        message: format!(
-            "{} is not supported (expected float32, float16 or bfloat16)",
-            t.dtype().name()
-        ),
-    }))
-}
 
 /// The shape of `t`, which must have exactly `N` dimensions.
 fn dims<const N: usize>(t: &DlTensor) -> PyResult<[usize; N]> {
@@ -143,7 +123,7 @@ pub fn sample_block<'py>(
         let top_k = args::opt_usize(top_k, "top_k", u64::MAX)?;
         let seeds = seeds(seed)?;
         #[cfg(feature = "cuda")]
-        if let Some(device) = crate::dlpack_cuda::cuda_device_of(base_logits)? {
+        if let Some(device) = crate::dlpack::cuda::cuda_device_of(base_logits)? {
             let tensors = (base_logits, markov_w1, markov_w2, anchors, d2t);
             let options = (temperature, seeds, target_vocab_size, top_k, logit_scale);
             return crate::kernels_device::sample_block(py, &device, tensors, options);
@@ -152,15 +132,15 @@ pub fn sample_block<'py>(
         let w1_t = DlTensor::from_py(markov_w1, "markov_w1")?;
         let w2_t = DlTensor::from_py(markov_w2, "markov_w2")?;
         let base = Rows3 {
-            data: floats(&base_t)?,
+            data: base_t.floats()?,
             dims: dims::<3>(&base_t)?,
         };
         let w1 = Mat {
-            data: floats(&w1_t)?,
+            data: w1_t.floats()?,
             dims: dims::<2>(&w1_t)?,
         };
         let w2 = Mat {
-            data: floats(&w2_t)?,
+            data: w2_t.floats()?,
             dims: dims::<2>(&w2_t)?,
         };
         let (anchor_ids, id_map) = block_ids(anchors, d2t, target_vocab_size, base.dims, w1.dims)?;
@@ -187,9 +167,9 @@ pub fn sample_block<'py>(
     })
 }
 
-/// The validated anchors and id map of a block call: `base` is `[B, K, V_d]`, `w1` is
-/// `[V_in, r]`. Every output size is checked before anything is allocated (a zero-size input
-/// can carry one huge dimension); ids are copied once, then validated and used.
+/// The anchors and id map of a block call as the engine takes them: `base` is `[B, K, V_d]`,
+/// `w1` is `[V_in, r]`. Ids are copied once (anchors checked against `V_in`); the map is the
+/// engine's decision ([`dspark::IdMap::for_call`]); the kernel validates the rest.
 pub(crate) fn block_ids(
     anchors: &Bound<'_, PyAny>,
     d2t: Option<&Bound<'_, PyAny>>,
@@ -197,44 +177,14 @@ pub(crate) fn block_ids(
     base: [usize; 3],
     w1: [usize; 2],
 ) -> PyResult<(Vec<u32>, dspark::IdMap)> {
-    let [b, k, draft_vocab] = base;
-    // Every output size is checked before anything is allocated (a zero-size input can
-    // carry one huge dimension).
-    let vt_name = if target_vocab_size.is_some() {
-        "target_vocab_size"
-    } else {
-        "base_logits"
-    };
-    let vt = match target_vocab_size {
-        Some(v) => v,
-        None => {
-            limits::at_most("base_logits", draft_vocab as u64, limits::MAX_VOCAB).map_err(err)?
-        }
-    };
-    output(vt_name, &[b, k, vt])?;
-    output("markov_w1", &[b, k, w1[1]])?;
-    // Ids are copied once, then validated and used.
     let anchor_ids = args::ids_1d(anchors, "anchors")?;
     let anchor_ids = args::ids_in_vocab(&anchor_ids, "anchors", w1[0])?;
-    let id_map = match (d2t.filter(|d| !d.is_none()), target_vocab_size) {
-        (Some(d2t), tv) => {
-            let offsets = args::ids_1d(d2t, "d2t")?;
-            let Some(tv) = tv else {
-                return Err(err(Error::invalid(
-                    "target_vocab_size",
-                    "required when d2t is given",
-                )));
-            };
-            dspark::IdMap::from_offsets(&offsets, draft_vocab, tv).map_err(err)?
-        }
-        (None, Some(tv)) if tv > draft_vocab => {
-            return Err(err(Error::MissingD2t {
-                draft: draft_vocab,
-                target: tv,
-            }));
-        }
-        (None, _) => dspark::IdMap::identity(vt).map_err(err)?,
-    };
+    let offsets = d2t
+        .filter(|d| !d.is_none())
+        .map(|d| args::ids_1d(d, "d2t"))
+        .transpose()?;
+    let id_map = dspark::IdMap::for_call(offsets.as_deref(), base[2], target_vocab_size)
+        .map_err(err)?;
     Ok((anchor_ids, id_map))
 }
 
@@ -282,7 +232,7 @@ pub fn verify<'py>(
             None => Vec::new(),
         };
         #[cfg(feature = "cuda")]
-        if let Some(device) = crate::dlpack_cuda::cuda_device_of(target_logits)? {
+        if let Some(device) = crate::dlpack::cuda::cuda_device_of(target_logits)? {
             let options = (temperature, top_k, top_p, seeds, num_draft, stops);
             let out = crate::kernels_device::verify(
                 py,
@@ -294,7 +244,7 @@ pub fn verify<'py>(
         }
         let target_t = DlTensor::from_py(target_logits, "target_logits")?;
         let target = Rows3 {
-            data: floats(&target_t)?,
+            data: target_t.floats()?,
             dims: dims::<3>(&target_t)?,
         };
         let vocab = target.dims[2];
@@ -306,7 +256,7 @@ pub fn verify<'py>(
             .transpose()?;
         let q = match &q_t {
             Some(t) => Some(Rows3 {
-                data: floats(t)?,
+                data: t.floats()?,
                 dims: dims::<3>(t)?,
             }),
             None => None,
@@ -401,7 +351,7 @@ pub fn confidence<'py>(
         let bias = args::opt_float32(bias, "bias", 0.0)?;
         let cal = sts.filter(|s| !s.is_none()).map(self::sts).transpose()?;
         #[cfg(feature = "cuda")]
-        if let Some(device) = crate::dlpack_cuda::cuda_device_of(hidden)? {
+        if let Some(device) = crate::dlpack::cuda::cuda_device_of(hidden)? {
             let tensors = (hidden, prev_embeddings, weight);
             let (out, [b, k]) =
                 crate::kernels_device::confidence(py, &device, tensors, bias, cal.as_ref())?;
@@ -414,7 +364,7 @@ pub fn confidence<'py>(
             .map(|p| DlTensor::from_py(p, "prev_embeddings"))
             .transpose()?;
         let h = Rows3 {
-            data: floats(&hidden_t)?,
+            data: hidden_t.floats()?,
             dims: dims::<3>(&hidden_t)?,
         };
         let [b, k, hidden_size] = h.dims;
@@ -423,7 +373,7 @@ pub fn confidence<'py>(
         // shape, not only the count), prev `[B, K, r]` with the same r.
         let weight_shape = weight_t.shape().to_vec();
         let w_len = weight_t.numel();
-        let w = floats(&weight_t)?;
+        let w = weight_t.floats()?;
         let prev: Option<&[f32]> = match &prev_t {
             Some(t) => {
                 let d = dims::<3>(t)?;
@@ -467,11 +417,7 @@ fn conf_matrix(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<(Vec<f32>, usize,
     let [b, k] = dims::<2>(&t)?;
     output(name, &[b, k])?;
     output(name, &[b])?;
-    let data = match floats(&t)? {
-        Floats::F32(s) => s.to_vec(),
-        Floats::F16(s) => s.iter().map(|x| x.to_f32()).collect(),
-        Floats::BF16(s) => s.iter().map(|x| x.to_f32()).collect(),
-    };
+    let data = t.floats()?.to_f32_vec();
     Ok((data, b, k))
 }
 
@@ -490,7 +436,7 @@ pub fn schedule_threshold(
             }));
         }
         let (c, b, k) = conf_matrix(confidence, "confidence")?;
-        dspark::sampling::threshold_lengths(&c, b, k, threshold).map_err(err)
+        dspark::schedule::threshold_lengths(&c, b, k, threshold).map_err(err)
     })
 }
 
@@ -550,7 +496,7 @@ pub fn schedule_lengths(
         let sps = sps_table(steps_per_second, interpolation)?;
         let (c, b, k) = conf_matrix(confidence, "confidence")?;
         let Some(ahead) = ahead.filter(|a| !a.is_none()) else {
-            return dspark::sampling::schedule_lengths(&c, b, k, &sps).map_err(err);
+            return dspark::schedule::schedule_lengths(&c, b, k, &sps).map_err(err);
         };
         let (a, b2, k2) = conf_matrix(ahead, "ahead")?;
         if (b, k) != (b2, k2) {
@@ -559,7 +505,7 @@ pub fn schedule_lengths(
                 format!("shape [{b2}, {k2}] differs from confidence [{b}, {k}]"),
             )));
         }
-        dspark::sampling::schedule_lengths_ahead(&c, b, k, &sps, &a).map_err(err)
+        dspark::schedule::schedule_lengths_ahead(&c, b, k, &sps, &a).map_err(err)
     })
 }
 
@@ -582,7 +528,7 @@ pub fn schedule_pipelined(
                 format!("shape [{b2}, {k2}] differs from stale [{b}, {k}]"),
             )));
         }
-        dspark::sampling::schedule_pipelined(&s, &c, b, k, &sps).map_err(err)
+        dspark::schedule::schedule_pipelined(&s, &c, b, k, &sps).map_err(err)
     })
 }
 

@@ -13,7 +13,7 @@ use dspark::Error;
 use dspark::sampling::{BlockOptions, PerRequest, Seeds, StsCalibration, VerifyOptions};
 
 use crate::args;
-use crate::dlpack_cuda::{DeviceArray, DeviceTensor, import};
+use crate::dlpack::cuda::{DeviceArray, DeviceTensor, import};
 use crate::errors::PyDSparkError;
 use crate::kernels::{block_ids, draft_token_ids};
 

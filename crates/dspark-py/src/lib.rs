@@ -8,8 +8,6 @@ mod bridge_drafter;
 mod build_info;
 mod config;
 mod dlpack;
-#[cfg(feature = "cuda")]
-mod dlpack_cuda;
 mod drafter;
 mod errors;
 mod inspect;
@@ -20,6 +18,8 @@ mod kernels_device;
 mod native_target;
 mod pair;
 mod speculator;
+#[cfg(feature = "test-hooks")]
+mod testing;
 mod vocab;
 
 use pyo3::prelude::*;
@@ -43,9 +43,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<inspect::PyReport>()?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(build_info::build_info, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::_dlpack_describe, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::_dlpack_sum, m)?)?;
-    m.add_function(wrap_pyfunction!(errors::_test_panic, m)?)?;
+    #[cfg(feature = "test-hooks")]
+    testing::register(m)?;
     kernels::register(m)?;
     drafter::register(m)?;
     m.add_class::<native_target::PyNativeTarget>()?;

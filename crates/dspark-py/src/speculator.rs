@@ -12,10 +12,10 @@ use dspark::speculator::{
 use dspark::{Error, TargetModel};
 
 use crate::args;
-use crate::bridge::{PyTarget, Stash};
+use crate::bridge::PyTarget;
 use crate::bridge_drafter::PyDraftModel;
 use crate::drafter::PyDrafter;
-use crate::errors::{err, guard};
+use crate::errors::{callback_error, err, guard};
 use crate::kernels::sps_table;
 use crate::native_target::PyNativeTarget;
 use crate::pair::{AnyDrafter, AnyTarget};
@@ -24,13 +24,12 @@ use crate::pair::{AnyDrafter, AnyTarget};
 #[pyclass(name = "Speculator", module = "dspark._native", frozen)]
 pub struct PySpeculator {
     inner: Speculator<AnyTarget, AnyDrafter>,
-    stash: Stash,
 }
 
-fn target_of(obj: &Bound<'_, PyAny>, stash: &Stash) -> PyResult<AnyTarget> {
+fn target_of(obj: &Bound<'_, PyAny>) -> PyResult<AnyTarget> {
     Ok(match obj.cast::<PyNativeTarget>() {
         Ok(t) => AnyTarget::Native(Arc::clone(&t.get().inner)),
-        Err(_) => AnyTarget::Py(PyTarget::new(obj, stash.clone())?),
+        Err(_) => AnyTarget::Py(PyTarget::new(obj)?),
     })
 }
 
@@ -97,7 +96,6 @@ fn requests(
 /// raised by a target, drafter or the callback as itself.
 fn run_detached(
     py: Python<'_>,
-    stash: &Stash,
     on_round: Option<&Bound<'_, PyAny>>,
     body: impl FnOnce(
         Option<&mut dyn FnMut(&RoundUpdate<'_>) -> dspark::Result<()>>,
@@ -107,19 +105,18 @@ fn run_detached(
     let hook = on_round
         .filter(|h| !h.is_none())
         .map(|h| h.clone().unbind());
-    let hook_stash = stash.clone();
     let out = py.detach(move || {
         let mut call = |u: &RoundUpdate<'_>| -> dspark::Result<()> {
             let Some(h) = &hook else { return Ok(()) };
             Python::attach(|py| {
                 let lists = PyList::new(py, u.new_tokens.iter().map(|t| t.to_vec()))
                     .and_then(|l| h.call1(py, (l,)));
-                lists.map(|_| ()).map_err(|e| hook_stash.keep(py, e))
+                lists.map(|_| ()).map_err(|e| callback_error("on_round", e))
             })
         };
         body(Some(&mut call))
     });
-    out.map_err(|e| stash.take().unwrap_or_else(|| err(e)))
+    out.map_err(err)
 }
 
 /// The arguments of one generation call, as Python gave them.
@@ -153,7 +150,7 @@ impl PySpeculator {
             vocab,
         )?;
         let inner = &self.inner;
-        let g = run_detached(py, &self.stash, call.on_round, |hook| match decode {
+        let g = run_detached(py, call.on_round, |hook| match decode {
             Decode::Speculative => inner.generate(&reqs, hook),
             Decode::TargetOnly => target_only(inner.target(), inner.options(), &reqs, hook),
         })?;
@@ -185,15 +182,10 @@ impl PySpeculator {
         record_confidence: bool,
     ) -> PyResult<Self> {
         guard(|| {
-            let stash = Stash::default();
-            let target = target_of(target, &stash)?;
+            let target = target_of(target)?;
             let drafter = match drafter.cast::<PyDrafter>() {
                 Ok(d) => AnyDrafter::Native(d.get().shared()),
-                Err(_) => AnyDrafter::Py(PyDraftModel::new(
-                    drafter,
-                    target.hidden_size(),
-                    stash.clone(),
-                )?),
+                Err(_) => AnyDrafter::Py(PyDraftModel::new(drafter, target.hidden_size())?),
             };
             let verify = match (verify, threshold, steps_per_second) {
                 ("full", _, _) => VerifyPolicy::Full,
@@ -233,8 +225,8 @@ impl PySpeculator {
             };
             let inner = py
                 .detach(|| Speculator::new(target, drafter, options))
-                .map_err(|e| stash.take().unwrap_or_else(|| err(e)))?;
-            Ok(Self { inner, stash })
+                .map_err(err)?;
+            Ok(Self { inner })
         })
     }
 

@@ -261,11 +261,17 @@ pub enum Error {
         expected: String,
     },
     /// Code the engine calls back into (a target or drafter implemented outside the engine,
-    /// a streaming callback) failed; the embedder keeps the original error.
-    #[error("{message}")]
+    /// a streaming callback) raised an error of its own. `source` is that error, unchanged: an
+    /// embedder downcasts it to its own type (the Python bindings re-raise the user's
+    /// exception). Wrong *outputs* of such code are `bad-shape` / `invalid-argument` errors
+    /// naming the method instead.
+    #[error("{context}: {source}")]
     Callback {
-        /// What failed.
-        message: String,
+        /// The call that failed, e.g. `target.forward`.
+        context: String,
+        /// What it raised.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A bug in dspark: a panic caught at a public boundary, with its message.
     #[error("internal error (a bug in dspark, please report it): {message}")]
@@ -344,6 +350,17 @@ impl Error {
             | Error::Callback { .. } => ErrorKind::Input,
             Error::Internal { .. } => ErrorKind::Internal,
             Error::Candle(_) => ErrorKind::Backend,
+        }
+    }
+
+    /// A [`Error::Callback`] for `context` carrying `source`.
+    pub fn callback(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Error::Callback {
+            context: context.into(),
+            source: source.into(),
         }
     }
 

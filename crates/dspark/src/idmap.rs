@@ -33,6 +33,30 @@ impl IdMap {
         Ok(IdMap::Identity { target_vocab })
     }
 
+    /// The map a block-sampling call implies, from its optional `d2t` offsets and target
+    /// vocabulary: with `d2t`, the validated offset table (the target vocabulary is then
+    /// required: `invalid-argument` naming `target_vocab_size`); without, the identity over the
+    /// target vocabulary (the draft vocabulary when none is named), except that a target
+    /// vocabulary larger than the draft's is `missing-d2t` (a reduced vocabulary needs its map).
+    pub fn for_call(
+        d2t: Option<&[i64]>,
+        draft_vocab: usize,
+        target_vocab: Option<usize>,
+    ) -> Result<Self> {
+        match (d2t, target_vocab) {
+            (Some(offsets), Some(tv)) => IdMap::from_offsets(offsets, draft_vocab, tv),
+            (Some(_), None) => Err(Error::invalid(
+                "target_vocab_size",
+                "required when d2t is given",
+            )),
+            (None, Some(tv)) if tv > draft_vocab => Err(Error::MissingD2t {
+                draft: draft_vocab,
+                target: tv,
+            }),
+            (None, tv) => IdMap::identity(tv.unwrap_or(draft_vocab)),
+        }
+    }
+
     /// Build and validate a map from a `d2t` offset table of length `draft_vocab`.
     ///
     /// Errors: `d2t-wrong-length`, `too-large` (either vocabulary above [`MAX_VOCAB`]),

@@ -9,6 +9,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda_interop;
 pub mod device;
@@ -18,12 +19,15 @@ pub mod files;
 pub mod idmap;
 pub mod inspect;
 pub mod limits;
+pub mod nn;
 pub mod sampling;
+pub mod schedule;
 pub mod speculator;
 pub mod targets;
 #[cfg(test)]
 mod test_values;
 pub mod threads;
+pub mod view;
 pub mod vocab;
 
 pub use checkpoint::{Inventory, LoadPlan, TensorInfo, WeightSource};

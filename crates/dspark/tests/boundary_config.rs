@@ -109,7 +109,10 @@ fn absurd_config_sizes_are_bad_config_naming_the_key() {
     let mut v = draft_config();
     v["num_hidden_layers"] = json!(MAX_LAYERS);
     assert_eq!(
-        DraftSpec::from_value(&v, "d").unwrap().num_hidden_layers,
+        DraftSpec::from_value(&v, "d")
+            .unwrap()
+            .shape
+            .num_hidden_layers,
         MAX_LAYERS as usize
     );
 }
@@ -415,9 +418,9 @@ fn inspect_returns_quickly_with_typed_errors_on_random_drafters() {
             }
             match DraftSpec::from_value(&v, "d") {
                 Ok(s) => {
-                    prop_assert!(s.vocab_size as u64 <= MAX_VOCAB);
+                    prop_assert!(s.shape.vocab_size as u64 <= MAX_VOCAB);
                     prop_assert!(s.draft_vocab_size as u64 <= MAX_VOCAB);
-                    prop_assert!(s.num_hidden_layers as u64 <= MAX_LAYERS);
+                    prop_assert!(s.shape.num_hidden_layers as u64 <= MAX_LAYERS);
                 }
                 Err(e) => {
                     let allowed = ["bad-config", "noise-token-out-of-range"];

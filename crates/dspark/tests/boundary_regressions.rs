@@ -7,8 +7,9 @@ use candle_core::{Device, Tensor};
 use dspark::error::catch_panic;
 use dspark::sampling::{
     BlockOptions, Floats, Mat, Rows3, Seeds, Tokens, VerifyOptions, confidence, confidence_slices,
-    sample_block_slices, threshold_lengths, verify, verify_slices,
+    sample_block_slices, verify, verify_slices,
 };
+use dspark::schedule::threshold_lengths;
 use dspark::{Error, IdMap};
 
 #[allow(clippy::too_many_arguments)]

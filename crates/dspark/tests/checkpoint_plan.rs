@@ -106,7 +106,7 @@ fn padded_drafter_with_zero_d2t_is_identity() {
 fn inkling_small_real_sizes_header_only() {
     // Inkling-Small: V_t 200058, embed/unembed [201024, 4096], draft_vocab_size 201024.
     let mut spec = qwen3_spec(201_024, 201_024);
-    spec.hidden_size = 4096;
+    spec.shape.hidden_size = 4096;
     spec.target_hidden_size = 4096;
     let tensors = qwen3_tensors(&spec); // written sparse: ~3.3 GB logical, no disk
     let p = plan(&spec, 200_058, &tensors).unwrap();
@@ -338,10 +338,8 @@ fn prefixed_names_and_collisions() {
 
 #[test]
 fn attention_bias_and_dflash_rank_zero() {
-    let spec = DraftSpec {
-        attention_bias: true,
-        ..qwen3_spec(100, 100)
-    };
+    let mut spec = qwen3_spec(100, 100);
+    spec.shape.attention_bias = true;
     let e = err(&spec, 100, &qwen3_tensors(&spec));
     assert_eq!(codes(&e), vec!["missing-tensor"; 4 * LAYERS]);
     assert!(e.to_string().contains("layers.0.self_attn.o_proj.bias"));

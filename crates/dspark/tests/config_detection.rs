@@ -92,7 +92,7 @@ fn precedence_between_scopes() {
         json!(4096),
     ))
     .unwrap();
-    assert_eq!(s.hidden_size, 4096);
+    assert_eq!(s.shape.hidden_size, 4096);
     assert_eq!(s.target_hidden_size, 4096);
     let s = parse(&with(
         fx::glm52_speculators(),
@@ -100,7 +100,7 @@ fn precedence_between_scopes() {
         json!(7168),
     ))
     .unwrap();
-    assert_eq!((s.hidden_size, s.target_hidden_size), (6144, 7168));
+    assert_eq!((s.shape.hidden_size, s.target_hidden_size), (6144, 7168));
     assert_eq!(s.context_width(), 5 * 7168);
     // dflash_config wins over the top level for DSpark keys.
     let d = with(fx::dflash_nested(), &["target_layer_ids"], json!([1, 2]));
@@ -140,7 +140,7 @@ fn defaults_per_format() {
     let s = parse(&bare).unwrap();
     assert!(!s.confidence_head && !s.confidence_head_with_markov && s.sample_from_anchor);
     assert_eq!(s.num_target_layers, None);
-    assert_eq!(s.confidence_input_width(), s.hidden_size);
+    assert_eq!(s.confidence_input_width(), s.shape.hidden_size);
     let s = parse(&with(
         fx::qwen3_4b_deepspec(),
         &["sample_from_anchor"],
@@ -158,7 +158,7 @@ fn defaults_per_format() {
     assert!(s.sample_from_anchor && s.warnings.is_empty());
     // DSV4: n_mtp_layers defaults to 3; confidence defaults can be overridden.
     let s = parse(&without(fx::deepseek_v4_flash(), &["n_mtp_layers"])).unwrap();
-    assert_eq!(s.num_hidden_layers, 3);
+    assert_eq!(s.shape.num_hidden_layers, 3);
     let s = parse(&with(
         fx::deepseek_v4_flash(),
         &["enable_confidence_head"],
@@ -172,7 +172,10 @@ fn defaults_per_format() {
         &["hidden_act"],
     ))
     .unwrap();
-    assert_eq!((s.rms_norm_eps, s.hidden_act.as_str()), (1e-6, "silu"));
+    assert_eq!(
+        (s.shape.rms_norm_eps, s.shape.hidden_act.as_str()),
+        (1e-6, "silu")
+    );
     let s = parse(&with(fx::qwen3_4b_deepspec(), &["logit_scale"], json!(0.5))).unwrap();
     assert_eq!(s.logit_scale, 0.5);
 }

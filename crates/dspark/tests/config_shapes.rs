@@ -46,7 +46,7 @@ fn qwen3_4b_deepspec() {
     let s = spec(&config_common::qwen3_4b_deepspec());
     assert_eq!(s.format, ConfigFormat::DeepSpec);
     assert_eq!(s.architecture, "Qwen3DSparkModel");
-    assert_eq!(s.model_type.as_deref(), Some("qwen3"));
+    assert_eq!(s.shape.model_type.as_deref(), Some("qwen3"));
     assert_eq!(s.block_size, 7);
     assert!(s.sample_from_anchor);
     assert_eq!(
@@ -62,18 +62,22 @@ fn qwen3_4b_deepspec() {
     );
     assert!(s.confidence_head && s.confidence_head_with_markov);
     assert_eq!(s.confidence_input_width(), 2560 + 256);
-    assert_eq!((s.vocab_size, s.draft_vocab_size), (151936, 151936));
-    assert_eq!((s.hidden_size, s.target_hidden_size), (2560, 2560));
+    assert_eq!((s.shape.vocab_size, s.draft_vocab_size), (151936, 151936));
+    assert_eq!((s.shape.hidden_size, s.target_hidden_size), (2560, 2560));
     assert_eq!(s.context_width(), 5 * 2560);
-    assert_eq!(s.num_hidden_layers, 5);
+    assert_eq!(s.shape.num_hidden_layers, 5);
     assert_eq!(
-        (s.num_attention_heads, s.num_key_value_heads, s.head_dim),
+        (
+            s.shape.num_attention_heads,
+            s.shape.num_key_value_heads,
+            s.shape.head_dim
+        ),
         (32, 8, 128)
     );
-    assert_eq!(s.intermediate_size, 9728);
-    assert_eq!(s.rms_norm_eps, 1e-6);
+    assert_eq!(s.shape.intermediate_size, 9728);
+    assert_eq!(s.shape.rms_norm_eps, 1e-6);
     assert_eq!(
-        s.rope,
+        s.shape.rope,
         RopeSpec {
             theta: 1e6,
             rope_type: "default".into(),
@@ -83,11 +87,11 @@ fn qwen3_4b_deepspec() {
             neox_style: true,
         }
     );
-    assert_eq!(s.max_position_embeddings, Some(40960));
+    assert_eq!(s.shape.max_position_embeddings, Some(40960));
     assert_eq!(s.logit_scale, 1.0);
     assert_eq!(s.final_logit_softcapping, None);
-    assert_eq!(s.hidden_act, "silu");
-    assert!(!s.attention_bias && !s.tie_word_embeddings);
+    assert_eq!(s.shape.hidden_act, "silu");
+    assert!(!s.shape.attention_bias && !s.shape.tie_word_embeddings);
     assert!(s.warnings.is_empty());
     assert!(
         s.check_target(&target(&config_common::qwen3_4b_target()))
@@ -100,7 +104,7 @@ fn gemma4_12b_deepspec() {
     let s = spec(&config_common::gemma4_12b_deepspec());
     assert_eq!(s.format, ConfigFormat::DeepSpec);
     assert_eq!(s.architecture, "Gemma4DSparkModel");
-    assert_eq!(s.model_type.as_deref(), Some("gemma4_text"));
+    assert_eq!(s.shape.model_type.as_deref(), Some("gemma4_text"));
     assert_eq!(
         (s.noise_token.id, s.noise_token.source),
         (4, NoiseTokenSource::MaskTokenId)
@@ -110,16 +114,24 @@ fn gemma4_12b_deepspec() {
     assert_eq!(s.num_target_layers, Some(48));
     // Draft layers are full-attention layers: the global head shape applies.
     assert_eq!(
-        (s.num_attention_heads, s.num_key_value_heads, s.head_dim),
+        (
+            s.shape.num_attention_heads,
+            s.shape.num_key_value_heads,
+            s.shape.head_dim
+        ),
         (16, 1, 512)
     );
-    assert_eq!(s.rope.theta, 1e6);
-    assert_eq!(s.rope.partial_rotary_factor, 0.25);
-    assert_eq!(s.rope.rope_type, "proportional");
+    assert_eq!(s.shape.rope.theta, 1e6);
+    assert_eq!(s.shape.rope.partial_rotary_factor, 0.25);
+    assert_eq!(s.shape.rope.rope_type, "proportional");
     assert_eq!(s.final_logit_softcapping, Some(30.0));
-    assert_eq!(s.hidden_act, "gelu_pytorch_tanh");
+    assert_eq!(s.shape.hidden_act, "gelu_pytorch_tanh");
     assert_eq!(
-        (s.vocab_size, s.hidden_size, s.intermediate_size),
+        (
+            s.shape.vocab_size,
+            s.shape.hidden_size,
+            s.shape.intermediate_size
+        ),
         (262144, 3840, 15360)
     );
     assert!(s.confidence_head && s.confidence_head_with_markov);
@@ -134,7 +146,7 @@ fn glm52_speculators() {
     let s = spec(&config_common::glm52_speculators());
     assert_eq!(s.format, ConfigFormat::Speculators);
     assert_eq!(s.architecture, "DSparkDraftModel");
-    assert_eq!(s.model_type.as_deref(), Some("qwen3"));
+    assert_eq!(s.shape.model_type.as_deref(), Some("qwen3"));
     assert_eq!(s.block_size, 8);
     // Absent sample_from_anchor: the speculators default (1+K layout), loudly.
     assert!(!s.sample_from_anchor);
@@ -149,15 +161,22 @@ fn glm52_speculators() {
     assert_eq!(s.capture_layer_ids, [8, 23, 39, 55, 70]);
     assert_eq!(s.target_layer_ids, [7, 22, 38, 54, 69]);
     assert_eq!(s.num_target_layers, None);
-    assert_eq!((s.vocab_size, s.draft_vocab_size), (154880, 154880));
-    assert_eq!((s.hidden_size, s.num_hidden_layers), (6144, 5));
+    assert_eq!((s.shape.vocab_size, s.draft_vocab_size), (154880, 154880));
+    assert_eq!((s.shape.hidden_size, s.shape.num_hidden_layers), (6144, 5));
     assert_eq!(
-        (s.num_attention_heads, s.num_key_value_heads, s.head_dim),
+        (
+            s.shape.num_attention_heads,
+            s.shape.num_key_value_heads,
+            s.shape.head_dim
+        ),
         (64, 64, 64)
     );
-    assert_eq!((s.intermediate_size, s.rms_norm_eps), (12288, 1e-5));
-    assert_eq!(s.rope.theta, 8e6);
-    assert_eq!(s.max_position_embeddings, Some(202752));
+    assert_eq!(
+        (s.shape.intermediate_size, s.shape.rms_norm_eps),
+        (12288, 1e-5)
+    );
+    assert_eq!(s.shape.rope.theta, 8e6);
+    assert_eq!(s.shape.max_position_embeddings, Some(202752));
     assert!(
         s.check_target(&target(&config_common::glm52_target()))
             .is_empty()
@@ -180,12 +199,16 @@ fn dflash_nested() {
     assert!(s.sample_from_anchor);
     assert_eq!(s.markov_rank, 256);
     assert!(s.confidence_head && s.confidence_head_with_markov);
-    assert_eq!(s.rope.rope_type, "yarn");
-    assert_eq!(s.rope.theta, 1e7);
-    assert_eq!(s.rope.factor, Some(4.0));
-    assert_eq!(s.rope.original_max_position_embeddings, Some(65536));
+    assert_eq!(s.shape.rope.rope_type, "yarn");
+    assert_eq!(s.shape.rope.theta, 1e7);
+    assert_eq!(s.shape.rope.factor, Some(4.0));
+    assert_eq!(s.shape.rope.original_max_position_embeddings, Some(65536));
     assert_eq!(
-        (s.num_attention_heads, s.num_key_value_heads, s.head_dim),
+        (
+            s.shape.num_attention_heads,
+            s.shape.num_key_value_heads,
+            s.shape.head_dim
+        ),
         (40, 8, 128)
     );
     assert!(
@@ -200,7 +223,7 @@ fn deepseek_v4_flash() {
     let s = spec(&cfg);
     assert_eq!(s.format, ConfigFormat::DeepSeekV4);
     assert_eq!(s.architecture, "DeepseekV4ForCausalLM");
-    assert_eq!(s.model_type.as_deref(), Some("deepseek_v4"));
+    assert_eq!(s.shape.model_type.as_deref(), Some("deepseek_v4"));
     assert_eq!(s.block_size, 5);
     assert!(s.sample_from_anchor);
     assert_eq!(
@@ -211,20 +234,27 @@ fn deepseek_v4_flash() {
     assert_eq!(s.target_layer_ids, [40, 41, 42]);
     assert_eq!(s.capture_layer_ids, [41, 42, 43]);
     assert_eq!(s.num_target_layers, Some(43));
-    assert_eq!(s.num_hidden_layers, 3);
+    assert_eq!(s.shape.num_hidden_layers, 3);
     assert_eq!(s.markov_rank, 256);
     assert!(s.confidence_head && s.confidence_head_with_markov);
-    assert_eq!((s.vocab_size, s.draft_vocab_size), (129280, 129280));
-    assert_eq!((s.hidden_size, s.target_hidden_size), (4096, 4096));
+    assert_eq!((s.shape.vocab_size, s.draft_vocab_size), (129280, 129280));
+    assert_eq!((s.shape.hidden_size, s.target_hidden_size), (4096, 4096));
     assert_eq!(s.context_width(), 3 * 4096);
     assert_eq!(
-        (s.num_attention_heads, s.num_key_value_heads, s.head_dim),
+        (
+            s.shape.num_attention_heads,
+            s.shape.num_key_value_heads,
+            s.shape.head_dim
+        ),
         (64, 1, 512)
     );
-    assert_eq!(s.intermediate_size, 2048);
-    assert_eq!(s.rope.rope_type, "yarn");
+    assert_eq!(s.shape.intermediate_size, 2048);
+    assert_eq!(s.shape.rope.rope_type, "yarn");
     assert_eq!(
-        (s.rope.factor, s.rope.original_max_position_embeddings),
+        (
+            s.shape.rope.factor,
+            s.shape.rope.original_max_position_embeddings
+        ),
         (Some(16.0), Some(65536))
     );
     assert!(s.warnings.is_empty());
@@ -238,13 +268,16 @@ fn deepseek_v41_flash() {
     let s = spec(&cfg);
     assert_eq!(s.format, ConfigFormat::DeepSeekV4);
     assert_eq!(s.architecture, "DeepseekV41ForCausalLM");
-    assert_eq!(s.model_type.as_deref(), Some("deepseek_v41"));
+    assert_eq!(s.shape.model_type.as_deref(), Some("deepseek_v41"));
     // deepseek_v41: the ids are capture ids as-is.
     assert_eq!(s.capture_layer_ids, [37, 38, 39]);
     assert_eq!(s.target_layer_ids, [36, 37, 38]);
     assert_eq!(s.num_target_layers, Some(40));
-    assert_eq!(s.num_hidden_layers, 3);
-    assert_eq!((s.hidden_size, s.intermediate_size), (5120, 2304));
+    assert_eq!(s.shape.num_hidden_layers, 3);
+    assert_eq!(
+        (s.shape.hidden_size, s.shape.intermediate_size),
+        (5120, 2304)
+    );
     assert_eq!(s.noise_token.id, 128799);
     assert!(s.check_target(&target(&cfg)).is_empty());
 }

@@ -219,6 +219,7 @@ fn missing_required_keys() {
     assert_eq!(
         parse(&with(no_moe, &["intermediate_size"], json!(18432)))
             .unwrap()
+            .shape
             .intermediate_size,
         18432
     );
@@ -364,7 +365,7 @@ fn heads() {
     );
     // head_dim falls back to hidden / heads, which must divide.
     let s = parse(&without(q(), &["head_dim"])).unwrap();
-    assert_eq!(s.head_dim, 2560 / 32);
+    assert_eq!(s.shape.head_dim, 2560 / 32);
     bad(
         &with(
             without(q(), &["head_dim"]),
@@ -378,6 +379,7 @@ fn heads() {
     assert_eq!(
         parse(&without(q(), &["num_key_value_heads"]))
             .unwrap()
+            .shape
             .num_key_value_heads,
         32
     );

@@ -6,7 +6,7 @@
 
 use candle_core::{D, DType, Device, IndexOp, Tensor};
 use dspark::config::spec::RopeSpec;
-use dspark::drafter::layers::{
+use dspark::nn::{
     Linear, PAR_MIN_MACS, Rope, SMALL_ROWS, gqa_attention, matmul_t, rms_norm, softmax_last, swiglu,
 };
 

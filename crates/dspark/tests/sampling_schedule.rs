@@ -8,9 +8,11 @@ mod sampling_support;
 
 use dspark::IdMap;
 use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, StepsPerSecond, Tokens, VerifyOptions,
-    sample_block_slices, schedule_lengths, schedule_lengths_ahead, schedule_pipelined,
-    threshold_lengths, verify_slices,
+    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions,
+    sample_block_slices, verify_slices,
+};
+use dspark::schedule::{
+    StepsPerSecond, schedule_lengths, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
 };
 use sampling_support::{assert_differs, assert_follows, histogram};
 

@@ -335,7 +335,7 @@ fn try_clone_does_not_share_buffers() {
 
 #[test]
 fn attention_over_transposed_keys_equals_the_row_layout() {
-    use dspark::drafter::layers::{causal_gqa_attention, causal_gqa_attention_kt};
+    use dspark::nn::{causal_gqa_attention, causal_gqa_attention_kt};
     let mut rng = Rng::new(9);
     let cpu = Device::Cpu;
     // hd 16 (values read in place) and hd 8 (values packed); 21 live tokens in a buffer of 32
@@ -368,7 +368,7 @@ fn attention_over_transposed_keys_equals_the_row_layout() {
 
 #[test]
 fn causal_attention_fast_path_equals_tensor_path() {
-    use dspark::drafter::layers::causal_gqa_attention;
+    use dspark::nn::causal_gqa_attention;
     let mut rng = Rng::new(5);
     let cpu = Device::Cpu;
     let q = Tensor::from_vec(rng.vec(5 * 4 * 8, 1.0), (5, 4, 8), &cpu).unwrap();
@@ -393,7 +393,7 @@ fn causal_attention_fast_path_equals_tensor_path() {
         max_abs_diff(&fast, &slow)
     );
     // The last query sees everything: it equals non-causal attention over all keys.
-    let full = dspark::drafter::layers::gqa_attention(
+    let full = dspark::nn::gqa_attention(
         &q.narrow(0, 4, 1).unwrap(),
         &k.transpose(0, 1).unwrap().contiguous().unwrap(),
         &v.transpose(0, 1).unwrap().contiguous().unwrap(),

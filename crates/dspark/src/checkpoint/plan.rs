@@ -248,7 +248,7 @@ impl LoadPlan {
         let mut b = Builder::new(spec, target, inventory);
         b.classify_all();
         match spec.format {
-            ConfigFormat::DeepSeekV4 => super::dsv4::plan_dsv4(&mut b),
+            ConfigFormat::DeepSeekV4 => b.plan_dsv4(),
             ConfigFormat::DeepSpec | ConfigFormat::Speculators | ConfigFormat::DFlash => {
                 build_qwen3(&mut b)
             }
@@ -303,7 +303,7 @@ fn build_qwen3(b: &mut Builder<'_>) {
         }
     }
     b.confidence(&expected, true);
-    super::d2t::plan_id_map(b);
+    b.plan_id_map();
     // Borrowed from the inventory (not cloned keys): a huge checkpoint stays cheap here.
     let leftovers: Vec<&TensorInfo> = b
         .found

@@ -79,9 +79,9 @@ fn context_width(spec: &DraftSpec) -> usize {
 /// `H + r` with Markov conditioning, else `H`, saturating.
 fn confidence_width(spec: &DraftSpec) -> usize {
     if spec.confidence_head_with_markov {
-        spec.hidden_size.saturating_add(spec.markov_rank)
+        spec.shape.hidden_size.saturating_add(spec.markov_rank)
     } else {
-        spec.hidden_size
+        spec.shape.hidden_size
     }
 }
 
@@ -89,13 +89,23 @@ fn confidence_width(spec: &DraftSpec) -> usize {
 /// `d2t` (checked by the id map). `embed_tokens`, `lm_head` and the confidence head are
 /// [`Need::Optional`]: the plan applies the vocabulary and confidence rules to them.
 pub fn qwen3_expected(spec: &DraftSpec) -> Vec<Expected> {
-    let h = spec.hidden_size;
-    let q = spec.num_attention_heads.saturating_mul(spec.head_dim);
-    let kv = spec.num_key_value_heads.saturating_mul(spec.head_dim);
-    let (hd, inter, r) = (spec.head_dim, spec.intermediate_size, spec.markov_rank);
+    let h = spec.shape.hidden_size;
+    let q = spec
+        .shape
+        .num_attention_heads
+        .saturating_mul(spec.shape.head_dim);
+    let kv = spec
+        .shape
+        .num_key_value_heads
+        .saturating_mul(spec.shape.head_dim);
+    let (hd, inter, r) = (
+        spec.shape.head_dim,
+        spec.shape.intermediate_size,
+        spec.markov_rank,
+    );
     let req = Need::Required(WHY_BACKBONE);
     let mut out = vec![
-        Expected::qwen3(EMBED.into(), &[spec.vocab_size, h], Need::Optional),
+        Expected::qwen3(EMBED.into(), &[spec.shape.vocab_size, h], Need::Optional),
         Expected::new(
             LM_HEAD,
             LM_HEAD,
@@ -106,7 +116,7 @@ pub fn qwen3_expected(spec: &DraftSpec) -> Vec<Expected> {
         Expected::qwen3("model.hidden_norm.weight".into(), &[h], req),
         Expected::qwen3("model.norm.weight".into(), &[h], req),
     ];
-    for i in 0..spec.num_hidden_layers {
+    for i in 0..spec.shape.num_hidden_layers {
         let p = format!("model.layers.{i}");
         let mut layer = |name: &str, shape: &[usize]| {
             out.push(Expected::qwen3(format!("{p}.{name}"), shape, req));
@@ -122,7 +132,7 @@ pub fn qwen3_expected(spec: &DraftSpec) -> Vec<Expected> {
         layer("mlp.down_proj.weight", &[h, inter]);
         layer("input_layernorm.weight", &[h]);
         layer("post_attention_layernorm.weight", &[h]);
-        if spec.attention_bias {
+        if spec.shape.attention_bias {
             layer("self_attn.q_proj.bias", &[q]);
             layer("self_attn.k_proj.bias", &[kv]);
             layer("self_attn.v_proj.bias", &[kv]);
@@ -133,7 +143,7 @@ pub fn qwen3_expected(spec: &DraftSpec) -> Vec<Expected> {
         let why = Need::Required(WHY_MARKOV);
         out.push(Expected::qwen3(
             "model.markov_head.markov_w1.weight".into(),
-            &[spec.vocab_size, r],
+            &[spec.shape.vocab_size, r],
             why,
         ));
         out.push(Expected::qwen3(
@@ -158,9 +168,9 @@ pub fn qwen3_expected(spec: &DraftSpec) -> Vec<Expected> {
 /// The shape-checked model-level tensors of a DeepSeek-V4 drafter with `n` stages
 /// (`spec.num_hidden_layers`). Decoder-layer internals (MoE, attention) are presence-only.
 pub fn dsv4_expected(spec: &DraftSpec) -> Vec<Expected> {
-    let h = spec.hidden_size;
+    let h = spec.shape.hidden_size;
     let r = spec.markov_rank;
-    let last = spec.num_hidden_layers.saturating_sub(1);
+    let last = spec.shape.num_hidden_layers.saturating_sub(1);
     let req = Need::Required(WHY_BACKBONE);
     let mut out = vec![
         Expected::new(
@@ -187,7 +197,7 @@ pub fn dsv4_expected(spec: &DraftSpec) -> Vec<Expected> {
         out.push(Expected::new(
             "model.markov_head.markov_w1.weight",
             format!("mtp.{last}.markov_head.markov_w1.weight"),
-            &[spec.vocab_size, r],
+            &[spec.shape.vocab_size, r],
             why,
         ));
         out.push(Expected::new(

@@ -2,49 +2,25 @@
 
 use super::fields::{Fields, describe};
 use super::rope::read_rope;
-use super::spec::{ConfigFormat, RopeSpec};
+use super::shape::ModelShape;
+use super::spec::ConfigFormat;
 use crate::error::Result;
 use crate::limits::{MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB};
 
-/// The backbone part of a [`super::DraftSpec`].
+/// The backbone part of a [`super::DraftSpec`]: the stack's [`ModelShape`] and what only a
+/// drafter has.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Backbone {
-    /// `model_type`, if given.
-    pub model_type: Option<String>,
-    /// `V_in`.
-    pub vocab_size: usize,
+    /// The decoder stack.
+    pub shape: ModelShape,
     /// `V_d` (falls back to `V_in`).
     pub draft_vocab_size: usize,
-    /// `H`.
-    pub hidden_size: usize,
     /// `H_t` (falls back to `H`).
     pub target_hidden_size: usize,
-    /// Draft decoder layers.
-    pub num_hidden_layers: usize,
-    /// Attention heads.
-    pub num_attention_heads: usize,
-    /// KV heads.
-    pub num_key_value_heads: usize,
-    /// Per-head dimension.
-    pub head_dim: usize,
-    /// MLP intermediate size.
-    pub intermediate_size: usize,
-    /// RMSNorm epsilon.
-    pub rms_norm_eps: f64,
-    /// RoPE.
-    pub rope: RopeSpec,
-    /// `max_position_embeddings`.
-    pub max_position_embeddings: Option<usize>,
     /// `logit_scale`.
     pub logit_scale: f32,
     /// `final_logit_softcapping` (Gemma4).
     pub final_logit_softcapping: Option<f64>,
-    /// `hidden_act` / `hidden_activation`.
-    pub hidden_act: String,
-    /// `attention_bias`.
-    pub attention_bias: bool,
-    /// `tie_word_embeddings`.
-    pub tie_word_embeddings: bool,
 }
 
 /// What the backbone needs for the model's own configuration.
@@ -133,24 +109,26 @@ pub fn read_backbone(
     };
     let logit_scale = f.positive_float("logit_scale")?.unwrap_or(1.0);
     Ok(Backbone {
-        model_type: f.string("model_type")?.map(str::to_string),
-        vocab_size,
+        shape: ModelShape {
+            model_type: f.string("model_type")?.map(str::to_string),
+            vocab_size,
+            hidden_size,
+            num_hidden_layers,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            intermediate_size,
+            rms_norm_eps: f.positive_float("rms_norm_eps")?.unwrap_or(1e-6),
+            rope: read_rope(f)?,
+            max_position_embeddings: f.positive("max_position_embeddings")?,
+            hidden_act: hidden_act.to_string(),
+            attention_bias: f.boolean("attention_bias")?.unwrap_or(false),
+            tie_word_embeddings: f.boolean("tie_word_embeddings")?.unwrap_or(false),
+        },
         draft_vocab_size,
-        hidden_size,
         target_hidden_size,
-        num_hidden_layers,
-        num_attention_heads,
-        num_key_value_heads,
-        head_dim,
-        intermediate_size,
-        rms_norm_eps: f.positive_float("rms_norm_eps")?.unwrap_or(1e-6),
-        rope: read_rope(f)?,
-        max_position_embeddings: f.positive("max_position_embeddings")?,
         logit_scale: logit_scale as f32,
         final_logit_softcapping: f.positive_float("final_logit_softcapping")?,
-        hidden_act: hidden_act.to_string(),
-        attention_bias: f.boolean("attention_bias")?.unwrap_or(false),
-        tie_word_embeddings: f.boolean("tie_word_embeddings")?.unwrap_or(false),
     })
 }
 

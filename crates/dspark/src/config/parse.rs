@@ -203,21 +203,21 @@ impl DraftSpec {
         let dsv4_types: Vec<&str> = root_model_type.into_iter().chain(text_model_type).collect();
         let keys = read_dspark_keys(format, &dspark, &dsv4_types)?;
         let bb = read_backbone(format, &backbone, keys.draft_layers)?;
-        let noise_token = resolve_noise_token_in(noise_root, noise_prefix, file, bb.vocab_size)?;
+        let noise_token =
+            resolve_noise_token_in(noise_root, noise_prefix, file, bb.shape.vocab_size)?;
         let architecture = architectures(root, file)?
             .first()
             .map_or_else(|| default_architecture(format), |a| (*a).to_string());
-        let model_type = match format {
-            ConfigFormat::DeepSeekV4 => root_model_type
-                .or(bb.model_type.as_deref())
-                .map(str::to_string),
-            _ => bb.model_type.clone(),
-        };
+        let mut shape = bb.shape;
+        if format == ConfigFormat::DeepSeekV4 {
+            shape.model_type = root_model_type
+                .or(shape.model_type.as_deref())
+                .map(str::to_string);
+        }
         Ok(DraftSpec {
             source: file.to_string(),
             format,
             architecture,
-            model_type,
             block_size: keys.block_size,
             sample_from_anchor: keys.sample_from_anchor,
             noise_token,
@@ -228,23 +228,11 @@ impl DraftSpec {
             markov_head_type: keys.markov_head_type,
             confidence_head: keys.confidence_head,
             confidence_head_with_markov: keys.confidence_head_with_markov,
-            vocab_size: bb.vocab_size,
+            shape,
             draft_vocab_size: bb.draft_vocab_size,
-            hidden_size: bb.hidden_size,
             target_hidden_size: bb.target_hidden_size,
-            num_hidden_layers: bb.num_hidden_layers,
-            num_attention_heads: bb.num_attention_heads,
-            num_key_value_heads: bb.num_key_value_heads,
-            head_dim: bb.head_dim,
-            intermediate_size: bb.intermediate_size,
-            rms_norm_eps: bb.rms_norm_eps,
-            rope: bb.rope,
-            max_position_embeddings: bb.max_position_embeddings,
             logit_scale: bb.logit_scale,
             final_logit_softcapping: bb.final_logit_softcapping,
-            hidden_act: bb.hidden_act,
-            attention_bias: bb.attention_bias,
-            tie_word_embeddings: bb.tie_word_embeddings,
             warnings: keys.warnings,
         })
     }

@@ -10,7 +10,7 @@
 //! Defaults: theta 10000, type `"default"`, partial factor 1.0, `is_neox_style` true.
 
 use super::fields::Fields;
-use super::spec::RopeSpec;
+use super::shape::RopeSpec;
 use crate::error::Result;
 
 /// Read the draft RoPE parameters from the backbone `fields`.

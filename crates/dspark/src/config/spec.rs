@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+pub use super::shape::{ModelShape, RopeSpec};
 use crate::vocab::VocabSizes;
 
 /// Which config shape a drafter was described in.
@@ -113,23 +114,6 @@ pub struct NoiseToken {
     pub source: NoiseTokenSource,
 }
 
-/// Rotary position embedding parameters of the draft layers.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RopeSpec {
-    /// Base frequency (`rope_theta`, or `rope_parameters.rope_theta`).
-    pub theta: f64,
-    /// `rope_type` (`"default"` when absent).
-    pub rope_type: String,
-    /// Fraction of each head's dims that rotate (1.0 when absent).
-    pub partial_rotary_factor: f64,
-    /// Scaling factor for `linear`/`yarn`-style rope types (`None` when absent).
-    pub factor: Option<f64>,
-    /// `original_max_position_embeddings` for yarn/llama3 scaling.
-    pub original_max_position_embeddings: Option<usize>,
-    /// `true` for the NeoX (rotate-half) layout, the Qwen3 default.
-    pub neox_style: bool,
-}
-
 /// A drafter, normalized from any accepted config shape.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DraftSpec {
@@ -139,8 +123,6 @@ pub struct DraftSpec {
     pub format: ConfigFormat,
     /// `architectures[0]` as written (e.g. `Qwen3DSparkModel`).
     pub architecture: String,
-    /// `model_type` of the draft backbone (e.g. `qwen3`), if given.
-    pub model_type: Option<String>,
     /// Trained block width: number of input slots and of draft tokens per round.
     pub block_size: usize,
     /// `true`: slot k predicts position n+k+1 (DeepSpec). `false`: 1+K layout (speculators).
@@ -163,38 +145,16 @@ pub struct DraftSpec {
     pub confidence_head: bool,
     /// `confidence_head_with_markov`: the head reads `[h ; W1[x]]` (`H + r` inputs) instead of `h`.
     pub confidence_head_with_markov: bool,
-    /// `V_in` (`vocab_size`).
-    pub vocab_size: usize,
+    /// The decoder stack: `vocab_size` is `V_in`, `hidden_size` is `H`, `num_hidden_layers`
+    /// counts draft layers (DeepSeek-V4: MTP stages); `head_dim` falls back to `H / heads`.
+    #[serde(flatten)]
+    pub shape: ModelShape,
     /// `V_d` (`draft_vocab_size`, falling back to `vocab_size`).
     pub draft_vocab_size: usize,
-    /// Draft hidden size `H`.
-    pub hidden_size: usize,
     /// Target hidden size `H_t` per captured layer (`target_hidden_size`, falling back to `H`).
     pub target_hidden_size: usize,
-    /// Number of draft decoder layers (DeepSeek-V4: MTP stages).
-    pub num_hidden_layers: usize,
-    /// Attention heads.
-    pub num_attention_heads: usize,
-    /// Key/value heads (GQA).
-    pub num_key_value_heads: usize,
-    /// Per-head dimension (`head_dim`, falling back to `H / heads`).
-    pub head_dim: usize,
-    /// MLP intermediate size.
-    pub intermediate_size: usize,
-    /// RMSNorm epsilon.
-    pub rms_norm_eps: f64,
-    /// RoPE parameters.
-    pub rope: RopeSpec,
-    /// `max_position_embeddings`, if given.
-    pub max_position_embeddings: Option<usize>,
     /// Multiplier on base logits and the Markov bias (`logit_scale`, 1.0 when absent).
     pub logit_scale: f32,
-    /// `hidden_act` (`silu` when absent).
-    pub hidden_act: String,
-    /// `attention_bias`.
-    pub attention_bias: bool,
-    /// `tie_word_embeddings`.
-    pub tie_word_embeddings: bool,
     /// `final_logit_softcapping` (Gemma4): base logits become `c · tanh(logits / c)` before the
     /// Markov bias. `None` when absent.
     pub final_logit_softcapping: Option<f64>,
@@ -206,7 +166,7 @@ pub struct DraftSpec {
 impl DraftSpec {
     /// The three vocabulary sizes against a target vocabulary of `target_vocab` ids.
     pub fn vocab(&self, target_vocab: usize) -> VocabSizes {
-        VocabSizes::new(self.vocab_size, self.draft_vocab_size, target_vocab)
+        VocabSizes::new(self.shape.vocab_size, self.draft_vocab_size, target_vocab)
     }
 
     /// Width of the fused context features: `len(target_layer_ids) * H_t`.
@@ -217,9 +177,9 @@ impl DraftSpec {
     /// Input width of the confidence head: `H + r` with Markov conditioning, else `H`.
     pub fn confidence_input_width(&self) -> usize {
         if self.confidence_head_with_markov {
-            self.hidden_size + self.markov_rank
+            self.shape.hidden_size + self.markov_rank
         } else {
-            self.hidden_size
+            self.shape.hidden_size
         }
     }
 

@@ -4,13 +4,13 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::cache::{DraftState, LayerKv};
-use super::decoder::{Heads, norm_rope};
-use super::layers::{f32_of, gqa_attention, matmul_t, rms_norm};
 use super::qwen3::DeviceHeads;
 use super::qwen3::Qwen3Drafter;
 use super::{Drafter, Proposal, ProposeOptions};
 use crate::device::kernel_path;
 use crate::error::{Error, Result};
+use crate::nn::decoder::{Heads, norm_rope};
+use crate::nn::{f32_of, gqa_attention, matmul_t, rms_norm};
 use crate::sampling::{BlockOptions, Floats, Mat, Rows3, confidence_slices, sample_block_slices};
 
 /// Host copy of a tensor's values (f32).
@@ -32,7 +32,7 @@ impl Qwen3Drafter {
 
     /// `[N, heads, hd]` → normed (per head) and rotated.
     fn norm_rope(&self, x: &Tensor, norm: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        norm_rope(&self.rope, x, norm, self.spec.rms_norm_eps, cos, sin)
+        norm_rope(&self.rope, x, norm, self.spec.shape.rms_norm_eps, cos, sin)
     }
 
     /// Append context features `[T, L·H_t]` at `start_position` (see [`Drafter::extend`]).
@@ -79,11 +79,14 @@ impl Qwen3Drafter {
         let ctx = rms_norm(
             &self.fc.forward(&x)?,
             &self.hidden_norm,
-            self.spec.rms_norm_eps,
+            self.spec.shape.rms_norm_eps,
         )?;
         let positions: Vec<usize> = (start_position..start_position + t).collect();
         let (cos, sin) = self.rope.tables(&positions, &self.device)?;
-        let (kvh, hd) = (self.spec.num_key_value_heads, self.spec.head_dim);
+        let (kvh, hd) = (
+            self.spec.shape.num_key_value_heads,
+            self.spec.shape.head_dim,
+        );
         let mut kv = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
             let k = layer.k_proj.forward(&ctx)?.reshape((t, kvh, hd))?;
@@ -123,9 +126,9 @@ impl Qwen3Drafter {
             k_n + 1
         };
         let (heads, kvh, hd) = (
-            self.spec.num_attention_heads,
-            self.spec.num_key_value_heads,
-            self.spec.head_dim,
+            self.spec.shape.num_attention_heads,
+            self.spec.shape.num_key_value_heads,
+            self.spec.shape.head_dim,
         );
         let noise = self.spec.noise_token.id;
         let mut ids = Vec::with_capacity(b_n * q_len);
@@ -149,7 +152,7 @@ impl Qwen3Drafter {
         let ids = Tensor::from_vec(ids, n, &self.device)?;
         let mut x = self.embed.index_select(&ids, 0)?;
         let (cos, sin) = self.rope.tables(&positions, &self.device)?;
-        let eps = self.spec.rms_norm_eps;
+        let eps = self.spec.shape.rms_norm_eps;
         let scale = 1.0 / (hd as f64).sqrt();
         let heads = Heads {
             heads,
@@ -175,7 +178,7 @@ impl Qwen3Drafter {
         }
         let x = rms_norm(&x, &self.norm, eps)?;
         let offset = q_len - k_n;
-        Ok(x.reshape((b_n, q_len, self.spec.hidden_size))?
+        Ok(x.reshape((b_n, q_len, self.spec.shape.hidden_size))?
             .narrow(1, offset, k_n)?
             .contiguous()?)
     }
@@ -243,7 +246,7 @@ impl Qwen3Drafter {
                 Some(confidence_slices(
                     Rows3 {
                         data: Floats::F32(&h),
-                        dims: [b_n, k_n, self.spec.hidden_size],
+                        dims: [b_n, k_n, self.spec.shape.hidden_size],
                     },
                     with_markov.then_some(block.prev_embeddings.as_slice()),
                     Floats::F32(&head.weight),

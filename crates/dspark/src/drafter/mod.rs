@@ -10,26 +10,19 @@
 //! [`DraftState::truncate`]) that a speculator uses so that each round costs one pass over the
 //! block, not over the context.
 //!
-//! Submodules: [`layers`] (RMSNorm, RoPE, attention, MLP; single-pass CPU versions in `fused`),
-//! `decoder` (one Qwen3 decoder layer, shared with [`crate::targets::Qwen3Target`]),
-//! [`cache`] ([`DraftState`]),
-//! [`weights`] (safetensors → `f32` tensors, [`SharedWeights`]), [`qwen3`] ([`Qwen3Drafter`]).
+//! Submodules: [`cache`] ([`DraftState`]), [`qwen3`] ([`Qwen3Drafter`]: loading), `forward`
+//! (the block pass over the cached context). The layers come from [`crate::nn`], shared with
+//! [`crate::targets::Qwen3Target`].
 
-pub(crate) mod attention;
 pub mod cache;
-pub(crate) mod decoder;
 mod forward;
-pub(crate) mod fused;
-pub mod layers;
-pub mod packed;
 pub mod qwen3;
-pub mod weights;
 
 use candle_core::{Device, Tensor};
 
+pub use crate::nn::SharedWeights;
 pub use cache::DraftState;
 pub use qwen3::Qwen3Drafter;
-pub use weights::SharedWeights;
 
 use crate::checkpoint::WeightSource;
 use crate::error::Result;

@@ -15,15 +15,15 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 
 use super::cache::DraftState;
-use super::decoder::{Layer, Take};
-use super::layers::{Linear, Rope};
-use super::weights::{SharedWeights, load_planned, shared_weight};
 use super::{Drafter, Proposal, ProposeOptions};
 use crate::Warning;
 use crate::checkpoint::{Inventory, LoadPlan, WeightSource, shapes};
 use crate::config::{ConfigFormat, DraftSpec, MarkovHeadType, TargetSpec};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
+use crate::nn::decoder::{Layer, Take};
+use crate::nn::weights::{SharedWeights, load_planned, shared_weight};
+use crate::nn::{Linear, Rope};
 use crate::sampling::StsCalibration;
 use crate::vocab::VocabSizes;
 
@@ -67,7 +67,7 @@ pub struct Qwen3Drafter {
     pub(crate) norm: Tensor,
     /// `[V_d, H]`.
     pub(crate) lm_head: Tensor,
-    /// `lm_head` packed for the CPU kernel (see [`crate::drafter::layers::output_head`]).
+    /// `lm_head` packed for the CPU kernel (see [`crate::nn::output_head`]).
     pub(crate) head: Option<Linear>,
     /// `[V_in · r]` on the host (the Markov kernel reads host memory).
     pub(crate) markov_w1: Vec<f32>,
@@ -100,13 +100,16 @@ fn check_supported(spec: &DraftSpec) -> Result<()> {
             ),
         );
     }
-    if !matches!(spec.hidden_act.as_str(), "silu" | "swish") {
+    if !matches!(spec.shape.hidden_act.as_str(), "silu" | "swish") {
         return bad(
             "hidden_act",
-            format!("`{}`: the Qwen3 MLP needs silu", spec.hidden_act),
+            format!("`{}`: the Qwen3 MLP needs silu", spec.shape.hidden_act),
         );
     }
-    let (h, kv) = (spec.num_attention_heads, spec.num_key_value_heads);
+    let (h, kv) = (
+        spec.shape.num_attention_heads,
+        spec.shape.num_key_value_heads,
+    );
     if h == 0 || kv == 0 || !h.is_multiple_of(kv) {
         return bad(
             "num_key_value_heads",
@@ -185,9 +188,9 @@ impl Qwen3Drafter {
         check_supported(&spec)?;
         Error::collect(spec.check_target(target))?;
         let plan = LoadPlan::build(&spec, target, inventory)?;
-        let rope = Rope::new(&spec.rope, spec.head_dim, &spec.source)?;
+        let rope = Rope::new(&spec.shape.rope, spec.shape.head_dim, &spec.source)?;
         let vocab = plan.vocab;
-        let h = spec.hidden_size;
+        let h = spec.shape.hidden_size;
         let mut t = Take(load_planned(&plan, inventory, device)?);
         let embed = match shared_weight(
             shapes::EMBED,
@@ -209,9 +212,9 @@ impl Qwen3Drafter {
             Some(w) => w,
             None => t.get(shapes::LM_HEAD)?,
         };
-        let bias = spec.attention_bias;
-        let mut layers = Vec::with_capacity(spec.num_hidden_layers);
-        for i in 0..spec.num_hidden_layers {
+        let bias = spec.shape.attention_bias;
+        let mut layers = Vec::with_capacity(spec.shape.num_hidden_layers);
+        for i in 0..spec.shape.num_hidden_layers {
             layers.push(Layer::load(&mut t, &format!("model.layers.{i}"), bias)?);
         }
         let host = |x: Tensor| -> Result<Vec<f32>> { Ok(x.flatten_all()?.to_vec1::<f32>()?) };
@@ -263,7 +266,7 @@ impl Qwen3Drafter {
             device: device.clone(),
             embed,
             layers,
-            head: crate::drafter::layers::output_head(&lm_head)?,
+            head: crate::nn::output_head(&lm_head)?,
             lm_head,
             markov_w1,
             markov_w2,

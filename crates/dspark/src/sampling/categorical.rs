@@ -6,9 +6,9 @@
 //! max. Sampling first walks the block sums (a few hundred numbers) and then only one block, so a
 //! draw costs one pass over the row in total, with no sort and no random number per token.
 
-use super::fastmath::{MulAdd, exp, max_and_nans, multiversion512, sum_exp};
 use super::filter::Cut;
-use super::view::{BLOCK, Floats, for_each_block, for_each_block_inline};
+use crate::cpu::{MulAdd, exp, max_and_nans, multiversion512, sum_exp};
+use crate::view::{BLOCK, Floats, for_each_block, for_each_block_inline};
 
 /// Per-block statistics of a row.
 #[derive(Debug, Clone, Copy)]

@@ -4,10 +4,10 @@
 //! pass over the row (plus histogram passes only when a truncation is active).
 
 use super::categorical::{BlockSum, RowStats, row_stats, sample_blocks, sample_cut};
-use super::fastmath::exp;
 use super::filter::{Cut, top_k_members, top_p_cut, top_p_of_sorted};
-use super::view::Floats;
+use crate::cpu::exp;
 use crate::error::{Error, Result};
+use crate::view::Floats;
 
 /// A categorical distribution `∝ exp((x - max)·s)` over the tokens a cut keeps.
 #[derive(Debug, Clone)]

@@ -5,8 +5,8 @@
 //! the row by distance from its max (a histogram of counts and probability mass), locate the one
 //! bucket where the prefix ends, and sort only that bucket's members.
 
-use super::fastmath::exp;
-use super::view::{Floats, for_each_block};
+use crate::cpu::exp;
+use crate::view::{Floats, for_each_block};
 
 /// The last kept token of a value-descending, id-ascending prefix.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,12 +120,12 @@ pub(crate) fn top_k_members(row: Floats<'_>, k: usize) -> Vec<(f32, usize)> {
     if k == 0 {
         return Vec::new();
     }
-    let mut buf: Vec<(f32, usize)> = Vec::with_capacity(2 * k + super::view::BLOCK);
+    let mut buf: Vec<(f32, usize)> = Vec::with_capacity(2 * k + crate::view::BLOCK);
     // Once the buffer has been cut, a token must beat `thr` strictly: ties with the k-th value
     // lose to it because they come later (higher id).
     let mut thr = f32::NEG_INFINITY;
     for_each_block(row, |start, block| {
-        if super::fastmath::max_and_nans(block).0 <= thr {
+        if crate::cpu::max_and_nans(block).0 <= thr {
             return;
         }
         for (j, &v) in block.iter().enumerate() {

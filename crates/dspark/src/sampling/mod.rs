@@ -1,52 +1,43 @@
 //! Drafting and verification kernels.
 //!
-//! Every kernel has a slice core that works on borrowed memory ([`Floats`], [`Rows3`], [`Mat`];
-//! the Python glue calls these directly on DLPack/numpy memory) and a thin candle-`Tensor` front.
-//! Math is f32 over f32/f16/bf16 inputs, one pass over each row where the math allows,
-//! sampling by inverse CDF with a single counter-based uniform ([`rng`]), no full sorts over the
-//! vocabulary, and rayon across rows.
+//! Each kernel has one home: [`verify`] (lossless rejection sampling), [`markov`] (the
+//! sequential Markov block sampler) and [`confidence`] (the confidence head, with optional
+//! [`StsCalibration`]). In each, `mod.rs` holds the options, the validation every path shares
+//! and the entry points; `cpu.rs` is the host slice kernel (the reference, SIMD through
+//! [`crate::cpu`]); `device.rs` the device-generic path written with candle tensor ops (what a
+//! CUDA device runs, and the CPU under `DSPARK_KERNEL_PATH=tensor`).
 //!
-//! - [`mask_padded_rows`]: padded vocabulary columns → `-inf`.
-//! - [`sample_block_slices`] / [`sample_block`]: the sequential Markov block sampler.
-//! - [`verify_slices`] / [`verify`]: lossless rejection sampling.
-//! - [`confidence_slices`] / [`confidence`]: the confidence head, with optional
-//!   [`StsCalibration`].
-//! - [`threshold_lengths`], [`schedule_lengths`], [`schedule_lengths_ahead`],
-//!   [`schedule_pipelined`]: verify-length policies.
+//! Every kernel has a slice entry that works on borrowed memory ([`Floats`], [`Rows3`],
+//! [`Mat`]; the Python glue calls these directly on DLPack/numpy memory) and a thin
+//! candle-`Tensor` front. Math is f32 over f32/f16/bf16 inputs, one pass over each row where
+//! the math allows, sampling by inverse CDF with a single counter-based uniform ([`rng`]), no
+//! full sorts over the vocabulary, and rayon across rows.
+//!
+//! Shared pieces: `categorical`, `dist` and `filter` (row statistics, target distributions,
+//! top-k / top-p), [`mask_padded_rows`] (padded vocabulary columns → `-inf`, a custom op),
+//! `ops` and `transfer` (the device path's tensor helpers and host transfers), `args` (the
+//! tensor fronts' argument readers), `cuda_ptx` (the PTX kernels of the custom ops).
+//! The verify-length policies live in [`crate::schedule`].
 
-mod bias;
+mod args;
 mod categorical;
-mod confidence;
+pub mod confidence;
 #[cfg(feature = "cuda")]
 mod cuda_ptx;
 mod dist;
-pub(crate) mod fastmath;
 mod filter;
-pub(crate) mod generic;
-mod markov;
-mod markov_bias_op;
-mod markov_check;
+pub mod markov;
 mod mask;
-mod par;
-mod residual;
+mod ops;
 pub mod rng;
-mod schedule;
-mod simd;
-mod sts;
-mod tensor;
-mod verify;
-mod view;
+mod transfer;
+pub mod verify;
 
-pub(crate) use bias::bias_block;
-pub use confidence::confidence_slices;
-pub use generic::markov::DeviceBlock;
-pub use markov::{BlockOptions, DraftBlock, sample_block_slices, sample_block_slices_on};
-pub use markov_bias_op::{MarkovBias, markov_bias};
-pub use mask::{MaskPadded, mask_padded_rows, mask_padded_slice};
-pub use schedule::{
-    StepsPerSecond, schedule_lengths, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
+pub use crate::view::{Floats, Mat, PerRequest, Rows3, Seeds, Tokens};
+pub use confidence::{StsCalibration, confidence, confidence_slices};
+pub use markov::{
+    BlockOptions, DeviceBlock, DraftBlock, MarkovBias, markov_bias, sample_block,
+    sample_block_on_device, sample_block_slices, sample_block_slices_on,
 };
-pub use sts::StsCalibration;
-pub use tensor::{confidence, sample_block, sample_block_on_device, verify};
-pub use verify::{Verification, VerifyOptions, verify_slices, verify_slices_on};
-pub use view::{Floats, Mat, PerRequest, Rows3, Seeds, Tokens};
+pub use mask::{MaskPadded, mask_padded_rows, mask_padded_slice};
+pub use verify::{Verification, VerifyOptions, verify, verify_slices, verify_slices_on};

@@ -9,8 +9,8 @@
 //! The same seed gives the same draws on every call: a decode loop should derive a fresh seed per
 //! round, e.g. with [`round_seed`]`(request_seed, position)`.
 
-use super::view::Seeds;
 use crate::error::{Error, Result};
+use crate::view::Seeds;
 
 /// Which family of draws a uniform belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

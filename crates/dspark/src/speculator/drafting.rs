@@ -33,7 +33,7 @@ use super::state::Run;
 use super::target::TargetModel;
 use crate::drafter::Drafter;
 use crate::error::Result;
-use crate::sampling::{StepsPerSecond, schedule_lengths_ahead};
+use crate::schedule::{StepsPerSecond, schedule_lengths_ahead};
 
 /// Most plain rounds in a row before a round drafts again, to refresh the confidences the
 /// choice is made from.

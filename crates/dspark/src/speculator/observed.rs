@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::Result;
-use crate::sampling::StepsPerSecond;
+use crate::schedule::StepsPerSecond;
 
 /// Latest timings kept per key.
 const WINDOW: usize = 16;

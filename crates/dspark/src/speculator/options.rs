@@ -1,7 +1,7 @@
 //! How a [`Speculator`](super::Speculator) decodes: sampling, seeds, the verify-length policy,
 //! and the requests it serves.
 
-use crate::sampling::StepsPerSecond;
+use crate::schedule::StepsPerSecond;
 
 /// How many drafts of each request's block are verified per round.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,9 +13,9 @@ pub enum VerifyPolicy {
     /// The paper's scheduler (Algorithm 1) over a steps-per-second table of the target's
     /// forward, with each round's measured cost outside it (drafting, kernels: the
     /// speculator's recent medians per request) added
-    /// ([`StepsPerSecond::with_overhead`](crate::sampling::StepsPerSecond::with_overhead)),
+    /// ([`StepsPerSecond::with_overhead`](crate::schedule::StepsPerSecond::with_overhead)),
     /// looking past a cliff in the table on the acceptance earlier rounds measured
-    /// ([`schedule_lengths_ahead`](crate::sampling::schedule_lengths_ahead)).
+    /// ([`schedule_lengths_ahead`](crate::schedule::schedule_lengths_ahead)).
     Scheduled(StepsPerSecond),
     /// `Scheduled` over a table measured on the target at first use
     /// ([`measure_steps_per_second`](super::measure_steps_per_second)), kept by the

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::target::{LogitRows, TargetInput, TargetModel};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_BATCH, MAX_BLOCK, at_most};
-use crate::sampling::StepsPerSecond;
+use crate::schedule::StepsPerSecond;
 
 /// Context tokens each profiling row holds before the timed forwards.
 const PROFILE_CONTEXT: usize = 32;

@@ -15,8 +15,9 @@ use super::target::{LogitRows, TargetModel};
 use super::{Generation, OnRound};
 use crate::drafter::{Drafter, ProposeOptions};
 use crate::error::{Error, Result};
-use crate::sampling::{
-    Seeds, StepsPerSecond, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
+use crate::sampling::Seeds;
+use crate::schedule::{
+    StepsPerSecond, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
 };
 
 /// Speculative decoding of a [`TargetModel`] with a [`Drafter`].
@@ -319,21 +320,21 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         )?;
         let k = proposal.slots;
         if let Some(&t) = proposal.tokens.iter().find(|&&t| t as usize >= run.vocab) {
-            return Err(Error::Callback {
-                message: format!(
-                    "the drafter proposed token {t}, outside the target vocabulary [0, {})",
-                    run.vocab
-                ),
+            return Err(Error::TokenOutOfRange {
+                name: "drafter.propose".into(),
+                id: i64::from(t),
+                vocab_size: run.vocab,
             });
         }
         if proposal.batch != act.len() || proposal.tokens.len() != act.len() * k || k == 0 {
-            return Err(Error::Callback {
-                message: format!(
-                    "the drafter returned a [{}, {k}] block for {} requests",
+            return Err(Error::bad_shape(
+                "drafter.propose",
+                format!(
+                    "returned a [{}, {k}] block for {} requests",
                     proposal.batch,
                     act.len()
                 ),
-            });
+            ));
         }
         let t1 = Instant::now();
         run.since_draft = 0;
@@ -366,8 +367,8 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         // Sampling: the draft logits `[B, K, V_t]` of the first `kmax` slots, where they are.
         let q: Option<Tensor> = (self.options.temperature > 0.0)
             .then(|| {
-                let bad = || Error::Callback {
-                    message: "the drafter's draft logits are not [B, K, V_t]".into(),
+                let bad = || {
+                    Error::bad_shape("drafter.propose", "draft logits are not [B, K, V_t]")
                 };
                 let full = match device_q {
                     Some(t) if t.dims() == [act.len(), k, v_t] => t,
@@ -462,9 +463,10 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
             (VerifyPolicy::Full, _) | (_, None) => vec![n; b],
             (policy, Some(c)) => {
                 if c.len() != b * k {
-                    return Err(Error::Callback {
-                        message: "the drafter's confidences are not [B, K]".into(),
-                    });
+                    return Err(Error::bad_shape(
+                        "drafter.propose",
+                        "confidences are not [B, K]",
+                    ));
                 }
                 let raw: Vec<f32> = c.chunks(k).flat_map(|row| &row[..n]).copied().collect();
                 // The schedulers read survival: each confidence rescaled by how its position's

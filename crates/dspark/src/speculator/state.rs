@@ -160,7 +160,9 @@ impl<'a, T: TargetModel> Run<'a, T> {
             num_tokens: num,
             logits: rows,
         };
-        self.target.forward(&mut self.cache, &input, self.capture)
+        let out = self.target.forward(&mut self.cache, &input, self.capture)?;
+        out.check(&input, self.vocab, self.capture.len() * self.target.hidden_size())?;
+        Ok(out)
     }
 
     /// Run every active prompt through the target and sample each request's first token.
@@ -294,12 +296,10 @@ impl<'a, T: TargetModel> Run<'a, T> {
 /// Rows `act` of a `[B, ..]` tensor (the tensor itself when every row is active).
 pub(crate) fn select_rows(t: &Tensor, act: &[usize], b: usize) -> Result<Tensor> {
     if t.dims().first() != Some(&b) {
-        return Err(Error::Callback {
-            message: format!(
-                "the target returned logits of shape {:?} for a batch of {b}",
-                t.dims()
-            ),
-        });
+        return Err(Error::bad_shape(
+            "target.forward",
+            format!("returned logits of shape {:?} for a batch of {b}", t.dims()),
+        ));
     }
     if act.len() == b {
         return Ok(t.clone());
@@ -325,15 +325,16 @@ pub(crate) fn verify_where(
     let b = logits.dims().first().copied().unwrap_or(0);
     let q_ok = q.as_ref().is_none_or(|q| q.dims() == [b, k, vocab]);
     if logits.dims() != [b, k + 1, vocab] || drafts.len() != b * k || !q_ok {
-        return Err(Error::Callback {
-            message: format!(
+        return Err(Error::bad_shape(
+            "target.forward",
+            format!(
                 "logits of shape {:?} (draft logits {:?}) for {} drafts in rows of {k} over a \
                  vocabulary of {vocab}",
                 logits.dims(),
                 q.as_ref().map(Tensor::dims),
                 drafts.len()
             ),
-        });
+        ));
     }
     if use_tensor_path(logits.device())? {
         let dev = logits.device();

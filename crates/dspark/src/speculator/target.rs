@@ -7,7 +7,7 @@
 
 use candle_core::{Device, Tensor};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Which positions of a forward need logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +49,38 @@ pub struct TargetOutput {
     /// `[B, S, L·H]`: the hidden states at the requested capture ids, concatenated on the last
     /// dimension in the order given. Rows past `num_tokens[b]` are arbitrary.
     pub hidden_states: Tensor,
+}
+
+impl TargetOutput {
+    /// Check a forward's output against its input, as the round loop does after every
+    /// forward of every [`TargetModel`]: logits `[B, S, V_t]` (with [`LogitRows::Last`] also
+    /// `[B, 1, V_t]`) and hidden states `[B, S, width]`. Anything else is `bad-shape` naming
+    /// `target.forward`.
+    pub fn check(&self, input: &TargetInput<'_>, vocab: usize, width: usize) -> Result<()> {
+        let (b, s) = (input.batch(), input.width);
+        let ld = self.logits.dims();
+        let rows_ok = ld.len() == 3
+            && ld[0] == b
+            && (ld[1] == s || (input.logits == LogitRows::Last && ld[1] == 1));
+        if !rows_ok || ld[2] != vocab {
+            let rows = match input.logits {
+                LogitRows::All => format!("{s}"),
+                LogitRows::Last => format!("1 or {s}"),
+            };
+            return Err(Error::bad_shape(
+                "target.forward",
+                format!("returned logits of shape {ld:?}, expected [{b}, {rows}, {vocab}]"),
+            ));
+        }
+        let hd = self.hidden_states.dims();
+        if hd != [b, s, width] {
+            return Err(Error::bad_shape(
+                "target.forward",
+                format!("returned hidden states of shape {hd:?}, expected [{b}, {s}, {width}]"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A target model the speculator can drive: a batched forward over new tokens against a

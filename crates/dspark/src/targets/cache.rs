@@ -8,17 +8,17 @@
 //! attention in one pass, reading keys and values where they lie as panels of 16 keys and 16
 //! dimensions (no per-step packing, no tensor op per request), so a step's cost follows its
 //! token count. On other devices they are tensors and `Qwen3Cache::write` hands them to
-//! [`crate::drafter::layers::causal_gqa_attention_kt`]. A forward writes its new rows in place
+//! [`crate::nn::causal_gqa_attention_kt`]. A forward writes its new rows in place
 //! after the held ones (the buffer doubles when full, so appending costs the new rows, not the
 //! whole context); [`Qwen3Cache::truncate`] only moves the length back. Writes are in place, so
 //! the cache is not `Clone`: [`Qwen3Cache::try_clone`] copies its buffers.
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::drafter::attention;
-use crate::drafter::fused::with_f32;
-use crate::drafter::packed::PANEL;
 use crate::error::{Error, Result};
+use crate::nn::attention::kernel as attention;
+use crate::nn::fused::with_f32;
+use crate::nn::packed::PANEL;
 
 /// Smallest buffer allocated, in tokens.
 const MIN_CAPACITY: usize = 64;
@@ -348,7 +348,7 @@ fn write_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drafter::layers::causal_gqa_attention_kt;
+    use crate::nn::causal_gqa_attention_kt;
 
     use crate::test_values::values;
 

@@ -11,9 +11,9 @@ use candle_core::{DType, Tensor};
 
 use super::cache::Qwen3Cache;
 use super::qwen3::Qwen3Target;
-use crate::drafter::layers::{causal_gqa_attention_kt, matmul_t, rms_norm};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_POSITION, output_elements};
+use crate::nn::{causal_gqa_attention_kt, matmul_t, rms_norm};
 use crate::speculator::{LogitRows, TargetInput, TargetOutput};
 
 /// Where each request's new tokens sit in the packed batch.
@@ -37,9 +37,9 @@ impl Qwen3Target {
         let (b_n, width) = (input.batch(), input.width);
         let c = &self.config;
         if !cache.fits(
-            c.num_hidden_layers,
-            c.num_key_value_heads,
-            c.head_dim,
+            c.shape.num_hidden_layers,
+            c.shape.num_key_value_heads,
+            c.shape.head_dim,
             &self.device,
         ) {
             return Err(Error::invalid(
@@ -59,11 +59,11 @@ impl Qwen3Target {
                 format!("{} ids for {b_n} rows of width {width}", input.tokens.len()),
             ));
         }
-        if let Some(&bad) = capture.iter().find(|&&l| l >= c.num_hidden_layers) {
+        if let Some(&bad) = capture.iter().find(|&&l| l >= c.shape.num_hidden_layers) {
             return Err(Error::TargetMismatch {
                 message: format!(
                     "capture layer id {bad} is outside 0..{} (the target's decoder layers)",
-                    c.num_hidden_layers
+                    c.shape.num_hidden_layers
                 ),
             });
         }
@@ -72,8 +72,8 @@ impl Qwen3Target {
             LogitRows::Last => 1,
         };
         let u = |x: usize| x as u64;
-        output_elements("logits", &[u(b_n), u(out_rows), u(c.vocab_size)])?;
-        let lh = capture.len().saturating_mul(c.hidden_size);
+        output_elements("logits", &[u(b_n), u(out_rows), u(c.shape.vocab_size)])?;
+        let lh = capture.len().saturating_mul(c.shape.hidden_size);
         output_elements("hidden_states", &[u(b_n), u(width), u(lh)])?;
         let mut packed = Packed {
             ids: Vec::new(),
@@ -88,11 +88,11 @@ impl Qwen3Target {
                 ));
             }
             let row = &input.tokens[b * width..b * width + n];
-            if let Some(&id) = row.iter().find(|&&id| id as usize >= c.vocab_size) {
+            if let Some(&id) = row.iter().find(|&&id| id as usize >= c.shape.vocab_size) {
                 return Err(Error::TokenOutOfRange {
                     name: "tokens".into(),
                     id: i64::from(id),
-                    vocab_size: c.vocab_size,
+                    vocab_size: c.shape.vocab_size,
                 });
             }
             let start = cache.lengths()[b];
@@ -116,7 +116,7 @@ impl Qwen3Target {
     ) -> Result<TargetOutput> {
         let p = self.pack(cache, input, capture)?;
         let (b_n, width, n) = (input.batch(), input.width, p.ids.len());
-        let (h, v) = (self.config.hidden_size, self.config.vocab_size);
+        let (h, v) = (self.config.shape.hidden_size, self.config.shape.vocab_size);
         let out_rows = match input.logits {
             LogitRows::All => width,
             LogitRows::Last => 1,

@@ -3,19 +3,18 @@
 //!
 //! [`Qwen3Target`] loads a Hugging Face `Qwen3ForCausalLM` directory ([`Qwen3Config`] from its
 //! `config.json`, weights from safetensors) and runs the ragged batched forward against a
-//! rollback KV cache ([`Qwen3Cache`]). Its decoder layers are the drafter's own
-//! ([`crate::drafter`]), so the target and the drafter run one implementation of a Qwen3
-//! layer; [`Qwen3Target::shared_weights`] hands a drafter the embedding and lm_head without a
+//! rollback KV cache ([`Qwen3Cache`]). Its decoder layers come from [`crate::nn`], as the
+//! drafter's do, so the target and the drafter run one implementation of a Qwen3 layer;
+//! [`Qwen3Target::shared_weights`] hands a drafter the embedding and lm_head without a
 //! copy.
 //!
-//! Submodules: [`config`] ([`Qwen3Config`]), [`cache`] ([`Qwen3Cache`]), [`qwen3`]
+//! Submodules: [`cache`] ([`Qwen3Cache`]), [`qwen3`]
 //! ([`Qwen3Target`], loading), `forward` (the packed forward).
 
 pub mod cache;
-pub mod config;
 mod forward;
 pub mod qwen3;
 
+pub use crate::config::Qwen3Config;
 pub use cache::Qwen3Cache;
-pub use config::Qwen3Config;
 pub use qwen3::Qwen3Target;

@@ -10,15 +10,15 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 
 use super::cache::Qwen3Cache;
-use super::config::Qwen3Config;
 use crate::checkpoint::Inventory;
 use crate::checkpoint::shapes::{EMBED, LM_HEAD};
+use crate::config::Qwen3Config;
 use crate::config::TargetSpec;
-use crate::drafter::SharedWeights;
-use crate::drafter::decoder::{Heads, Layer, Take};
-use crate::drafter::layers::{Linear, Rope, output_head};
-use crate::drafter::weights::TensorReader;
 use crate::error::{Error, Result};
+use crate::nn::SharedWeights;
+use crate::nn::decoder::{Heads, Layer, Take};
+use crate::nn::weights::TensorReader;
+use crate::nn::{Linear, Rope, output_head};
 use crate::speculator::{TargetInput, TargetModel, TargetOutput};
 
 /// A Qwen3 causal LM on candle: the native [`TargetModel`].
@@ -52,14 +52,14 @@ struct Want {
 
 /// Every tensor a Qwen3 checkpoint with `c` must hold (`lm_head` only when untied).
 fn expected(c: &Qwen3Config) -> Vec<Want> {
-    let h = c.hidden_size;
-    let q = c.num_attention_heads * c.head_dim;
-    let kv = c.num_key_value_heads * c.head_dim;
-    let (hd, inter) = (c.head_dim, c.intermediate_size);
+    let h = c.shape.hidden_size;
+    let q = c.shape.num_attention_heads * c.shape.head_dim;
+    let kv = c.shape.num_key_value_heads * c.shape.head_dim;
+    let (hd, inter) = (c.shape.head_dim, c.shape.intermediate_size);
     let mut out = vec![
         Want {
             name: EMBED.into(),
-            shape: vec![c.vocab_size, h],
+            shape: vec![c.shape.vocab_size, h],
             more_rows: true,
         },
         Want {
@@ -68,14 +68,14 @@ fn expected(c: &Qwen3Config) -> Vec<Want> {
             more_rows: false,
         },
     ];
-    if !c.tie_word_embeddings {
+    if !c.shape.tie_word_embeddings {
         out.push(Want {
             name: LM_HEAD.into(),
-            shape: vec![c.vocab_size, h],
+            shape: vec![c.shape.vocab_size, h],
             more_rows: true,
         });
     }
-    for i in 0..c.num_hidden_layers {
+    for i in 0..c.shape.num_hidden_layers {
         let mut put = |name: &str, shape: &[usize]| {
             out.push(Want {
                 name: format!("model.layers.{i}.{name}"),
@@ -94,7 +94,7 @@ fn expected(c: &Qwen3Config) -> Vec<Want> {
         put("mlp.down_proj.weight", &[h, inter]);
         put("input_layernorm.weight", &[h]);
         put("post_attention_layernorm.weight", &[h]);
-        if c.attention_bias {
+        if c.shape.attention_bias {
             put("self_attn.q_proj.bias", &[q]);
             put("self_attn.k_proj.bias", &[kv]);
             put("self_attn.v_proj.bias", &[kv]);
@@ -123,7 +123,7 @@ impl Qwen3Target {
         inventory: &Inventory,
         device: &Device,
     ) -> Result<Self> {
-        let rope = Rope::new(&config.rope, config.head_dim, &config.source)?;
+        let rope = Rope::new(&config.shape.rope, config.shape.head_dim, &config.source)?;
         let wants = expected(&config);
         let mut problems = Vec::new();
         for w in &wants {
@@ -161,20 +161,20 @@ impl Qwen3Target {
         }
         let mut t = Take(tensors);
         let embed = t.get(EMBED)?;
-        let lm_head = if config.tie_word_embeddings {
+        let lm_head = if config.shape.tie_word_embeddings {
             embed.clone()
         } else {
             t.get(LM_HEAD)?
         };
-        let mut layers = Vec::with_capacity(config.num_hidden_layers);
-        for i in 0..config.num_hidden_layers {
+        let mut layers = Vec::with_capacity(config.shape.num_hidden_layers);
+        for i in 0..config.shape.num_hidden_layers {
             layers.push(Layer::load(
                 &mut t,
                 &format!("model.layers.{i}"),
-                config.attention_bias,
+                config.shape.attention_bias,
             )?);
         }
-        let lm_head_logical = lm_head.narrow(0, 0, config.vocab_size)?;
+        let lm_head_logical = lm_head.narrow(0, 0, config.shape.vocab_size)?;
         Ok(Self {
             norm: t.get("model.norm.weight")?,
             head: output_head(&lm_head_logical)?,
@@ -211,10 +211,10 @@ impl Qwen3Target {
     /// The attention shape of every layer.
     pub(crate) fn heads(&self) -> Heads {
         Heads {
-            heads: self.config.num_attention_heads,
-            kv_heads: self.config.num_key_value_heads,
-            head_dim: self.config.head_dim,
-            eps: self.config.rms_norm_eps,
+            heads: self.config.shape.num_attention_heads,
+            kv_heads: self.config.shape.num_key_value_heads,
+            head_dim: self.config.shape.head_dim,
+            eps: self.config.shape.rms_norm_eps,
         }
     }
 }
@@ -223,15 +223,15 @@ impl TargetModel for Qwen3Target {
     type Cache = Qwen3Cache;
 
     fn vocab_size(&self) -> usize {
-        self.config.vocab_size
+        self.config.shape.vocab_size
     }
 
     fn num_hidden_layers(&self) -> usize {
-        self.config.num_hidden_layers
+        self.config.shape.num_hidden_layers
     }
 
     fn hidden_size(&self) -> usize {
-        self.config.hidden_size
+        self.config.shape.hidden_size
     }
 
     fn device(&self) -> Device {
@@ -242,9 +242,9 @@ impl TargetModel for Qwen3Target {
         crate::limits::at_most("batch", batch as u64, crate::limits::MAX_BATCH)?;
         Ok(Qwen3Cache::new(
             batch,
-            self.config.num_hidden_layers,
-            self.config.num_key_value_heads,
-            self.config.head_dim,
+            self.config.shape.num_hidden_layers,
+            self.config.shape.num_key_value_heads,
+            self.config.shape.head_dim,
             &self.device,
         ))
     }

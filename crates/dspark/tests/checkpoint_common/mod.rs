@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use dspark::config::ModelShape;
 use dspark::config::spec::{MarkovHeadType, NoiseToken, NoiseTokenSource, RopeSpec};
 use dspark::{ConfigFormat, DraftSpec, TargetSpec};
 
@@ -24,7 +25,6 @@ pub fn qwen3_spec(vocab: usize, draft_vocab: usize) -> DraftSpec {
         source: "draft/config.json".into(),
         format: ConfigFormat::DeepSpec,
         architecture: "Qwen3DSparkModel".into(),
-        model_type: Some("qwen3".into()),
         block_size: 7,
         sample_from_anchor: true,
         noise_token: NoiseToken {
@@ -38,29 +38,32 @@ pub fn qwen3_spec(vocab: usize, draft_vocab: usize) -> DraftSpec {
         markov_head_type: MarkovHeadType::Vanilla,
         confidence_head: true,
         confidence_head_with_markov: true,
-        vocab_size: vocab,
-        draft_vocab_size: draft_vocab,
-        hidden_size: H,
-        target_hidden_size: H,
-        num_hidden_layers: LAYERS,
-        num_attention_heads: HEADS,
-        num_key_value_heads: KV,
-        head_dim: HD,
-        intermediate_size: INTER,
-        rms_norm_eps: 1e-6,
-        rope: RopeSpec {
-            theta: 1e6,
-            rope_type: "default".into(),
-            partial_rotary_factor: 1.0,
-            factor: None,
-            original_max_position_embeddings: None,
-            neox_style: true,
+        shape: ModelShape {
+            model_type: Some("qwen3".into()),
+            vocab_size: vocab,
+            hidden_size: H,
+            num_hidden_layers: LAYERS,
+            num_attention_heads: HEADS,
+            num_key_value_heads: KV,
+            head_dim: HD,
+            intermediate_size: INTER,
+            rms_norm_eps: 1e-6,
+            rope: RopeSpec {
+                theta: 1e6,
+                rope_type: "default".into(),
+                partial_rotary_factor: 1.0,
+                factor: None,
+                original_max_position_embeddings: None,
+                neox_style: true,
+            },
+            max_position_embeddings: Some(4096),
+            hidden_act: "silu".into(),
+            attention_bias: false,
+            tie_word_embeddings: false,
         },
-        max_position_embeddings: Some(4096),
+        draft_vocab_size: draft_vocab,
+        target_hidden_size: H,
         logit_scale: 1.0,
-        hidden_act: "silu".into(),
-        attention_bias: false,
-        tie_word_embeddings: false,
         final_logit_softcapping: None,
         warnings: Vec::new(),
     }
@@ -68,16 +71,20 @@ pub fn qwen3_spec(vocab: usize, draft_vocab: usize) -> DraftSpec {
 
 /// A DeepSeek-V4 drafter with `stages` MTP stages over a vocabulary of `vocab`.
 pub fn dsv4_spec(vocab: usize, stages: usize) -> DraftSpec {
+    let base = qwen3_spec(vocab, vocab);
     DraftSpec {
         format: ConfigFormat::DeepSeekV4,
         architecture: "DeepseekV4ForCausalLM".into(),
-        model_type: Some("deepseek_v4".into()),
-        num_hidden_layers: stages,
         noise_token: NoiseToken {
             id: 0,
             source: NoiseTokenSource::DsparkNoiseTokenId,
         },
-        ..qwen3_spec(vocab, vocab)
+        shape: ModelShape {
+            model_type: Some("deepseek_v4".into()),
+            num_hidden_layers: stages,
+            ..base.shape.clone()
+        },
+        ..base
     }
 }
 
@@ -178,16 +185,16 @@ pub fn write_st(path: &Path, tensors: &[T]) {
 /// Every tensor a complete Qwen3-shaped drafter for `spec` ships, checkpoint names (no
 /// `model.` prefix), with embed and lm_head.
 pub fn qwen3_tensors(spec: &DraftSpec) -> Vec<T> {
-    let (h, q, kv) = (spec.hidden_size, HEADS * HD, KV * HD);
+    let (h, q, kv) = (spec.shape.hidden_size, HEADS * HD, KV * HD);
     let mut out = vec![
-        bf16("embed_tokens.weight", &[spec.vocab_size, h]),
+        bf16("embed_tokens.weight", &[spec.shape.vocab_size, h]),
         bf16("lm_head.weight", &[spec.draft_vocab_size, h]),
         bf16("fc.weight", &[h, TARGET_LAYERS * h]),
         bf16("hidden_norm.weight", &[h]),
         bf16("norm.weight", &[h]),
         bf16(
             "markov_head.markov_w1.weight",
-            &[spec.vocab_size, spec.markov_rank],
+            &[spec.shape.vocab_size, spec.markov_rank],
         ),
         bf16(
             "markov_head.markov_w2.weight",
@@ -196,7 +203,7 @@ pub fn qwen3_tensors(spec: &DraftSpec) -> Vec<T> {
         bf16("confidence_head.proj.weight", &[1, h + spec.markov_rank]),
         bf16("confidence_head.proj.bias", &[1]),
     ];
-    for i in 0..spec.num_hidden_layers {
+    for i in 0..spec.shape.num_hidden_layers {
         let l = |n: &str, s: &[usize]| bf16(&format!("layers.{i}.{n}"), s);
         out.extend([
             l("self_attn.q_proj.weight", &[q, h]),

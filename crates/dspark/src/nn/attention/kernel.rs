@@ -1,0 +1,313 @@
+//! Attention on the CPU as two panel products: scores `Q·Kᵀ`, then `P·V`.
+//!
+//! For one key/value head, every query row that reads it (all query heads of its group, all
+//! new tokens) is one row of `Q: [M, hd]`. The keys are packed once per call into
+//! [`PackedMatrix`] panels of 16 keys and the values into panels of 16 head dimensions, so
+//! both products run the register-tiled kernel of [`super::packed`]: each key and value is read
+//! once for up to 12 query rows, with no horizontal sums (a verification's `K + 1` queries ×
+//! the group's heads share one pass over the cache). Rows are processed in chunks so the score
+//! matrix stays small for long prefills.
+
+use crate::cpu::exp_with;
+use crate::nn::packed::{PANEL, PackedMatrix, PanelView};
+
+/// Score values (rows × keys) per chunk of query rows at most.
+const SCORES_PER_CHUNK: usize = 1 << 20;
+
+/// One key/value head's cache, read as `[S, hd]` rows at a stride.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadView<'a> {
+    /// Storage holding the rows (`row j` starts at `j · stride`).
+    pub(crate) data: &'a [f32],
+    /// Values between consecutive rows.
+    pub(crate) stride: usize,
+    /// Rows (keys).
+    pub(crate) rows: usize,
+}
+
+impl<'a> HeadView<'a> {
+    /// Rows `j` at `data[offset + j · stride ..]`.
+    pub(crate) fn new(data: &'a [f32], offset: usize, stride: usize, rows: usize) -> Self {
+        Self {
+            data: &data[offset.min(data.len())..],
+            stride,
+            rows,
+        }
+    }
+}
+
+/// One key/value head as [`attend_head`] reads it. Values are rows at a stride either way:
+/// read where they lie when their rows fit whole panels (`hd` a multiple of 16), else packed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum HeadKv<'a> {
+    /// Keys as rows at a stride, packed per call.
+    Rows(HeadView<'a>, HeadView<'a>),
+    /// Keys already in panel layout `K: [S, hd]` (a cache that keeps its keys transposed):
+    /// nothing is packed.
+    KeyPanels(PanelView<'a>, HeadView<'a>),
+}
+
+/// `softmax(scale · q·kᵀ) · v` for `m` query rows `q: [m, hd]` against the keys and values of
+/// one head; row `i` sees the first `visible(i)` keys (at least one, at most `S`). Returns
+/// `[m, hd]`. `kv` must hold `S` keys and values of `hd` values (callers check shapes). Every
+/// layout gives the same bits.
+pub(crate) fn attend_head(
+    q: &[f32],
+    m: usize,
+    hd: usize,
+    kv: HeadKv<'_>,
+    scale: f32,
+    visible: impl Fn(usize) -> usize,
+) -> Vec<f32> {
+    let packed_keys;
+    let (k, v) = match kv {
+        HeadKv::Rows(k, v) => {
+            packed_keys = PackedMatrix::pack_strided(k.data, k.stride, k.rows, hd);
+            (packed_keys.view(), v)
+        }
+        HeadKv::KeyPanels(k, v) => (k, v),
+    };
+    let s = k.rows();
+    let in_place = if hd.is_multiple_of(PANEL) {
+        PanelView::new(v.data, hd, s, PANEL, v.stride)
+    } else {
+        None
+    };
+    match in_place {
+        Some(vt) => attend_panels(q, m, k, vt, scale, visible),
+        None => {
+            let vt = PackedMatrix::pack_transposed(v.data, v.stride, hd, s);
+            attend_panels(q, m, k, vt.view(), scale, visible)
+        }
+    }
+}
+
+/// [`attend_head`] over keys `k: [S, hd]` and values `vt: Vᵀ [hd, S]` in panel layout.
+fn attend_panels(
+    q: &[f32],
+    m: usize,
+    k: PanelView<'_>,
+    vt: PanelView<'_>,
+    scale: f32,
+    visible: impl Fn(usize) -> usize,
+) -> Vec<f32> {
+    let (s, hd) = (k.rows(), vt.rows());
+    let mut out = Vec::with_capacity(m * hd);
+    let chunk = (SCORES_PER_CHUNK / s.max(1)).clamp(1, m.max(1));
+    let mut i0 = 0;
+    while i0 < m {
+        let rows = chunk.min(m - i0);
+        let qs = &q[i0 * hd..(i0 + rows) * hd];
+        let mut scores = k.matmul(qs, rows, None).unwrap_or_default();
+        for (r, row) in scores.chunks_exact_mut(s.max(1)).enumerate() {
+            softmax_prefix(row, visible(i0 + r).min(s).max(usize::from(s > 0)), scale);
+        }
+        out.extend(vt.matmul(&scores, rows, None).unwrap_or_default());
+        i0 += rows;
+    }
+    out
+}
+
+/// Grouped-query attention of `q: [Q, heads, hd]` (row-major): query head `h` reads key/value
+/// head `h / (heads / kv_heads)`, whose cache `kv(head)` gives; query `i` sees the first
+/// `visible(i)` keys. Returns `[Q, heads · hd]`. `heads` must be a multiple of `kv_heads`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grouped<'a>(
+    q: &[f32],
+    q_len: usize,
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+    kv: impl Fn(usize) -> HeadKv<'a>,
+    scale: f32,
+    visible: impl Fn(usize) -> usize,
+) -> Vec<f32> {
+    let groups = heads / kv_heads.max(1);
+    let mut out = vec![0f32; q_len * heads * hd];
+    let mut rows = Vec::with_capacity(groups * q_len * hd);
+    for kh in 0..kv_heads {
+        // Rows `(g, i)`: query `i` of head `kh·groups + g`.
+        rows.clear();
+        for g in 0..groups {
+            for i in 0..q_len {
+                let at = (i * heads + kh * groups + g) * hd;
+                rows.extend_from_slice(&q[at..at + hd]);
+            }
+        }
+        let o = attend_head(&rows, groups * q_len, hd, kv(kh), scale, |r| {
+            visible(r % q_len)
+        });
+        for (r, src) in o.chunks_exact(hd).enumerate() {
+            let (g, i) = (r / q_len, r % q_len);
+            let at = (i * heads + kh * groups + g) * hd;
+            out[at..at + hd].copy_from_slice(src);
+        }
+    }
+    out
+}
+
+/// Causal grouped-query attention of `q: [Q, heads, hd]` against a cache that keeps its keys
+/// transposed, `kt: [kv_heads, hd, cap]`, and its values token-major, `v: [cap, kv_heads, hd]`,
+/// of which the first `s` tokens are live (query `i` sees keys `0 ..= s − Q + i`). The keys are
+/// read where they lie as panels of 16 keys. Returns `[Q, heads · hd]`, or `None` when the last
+/// key panel does not fit `kt` (`cap` must be a multiple of 16, `s <= cap`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn causal_transposed(
+    q: &[f32],
+    q_len: usize,
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+    (kt, v): (&[f32], &[f32]),
+    cap: usize,
+    s: usize,
+    scale: f32,
+) -> Option<Vec<f32>> {
+    let keys = (0..kv_heads)
+        .map(|h| PanelView::new(kt.get(h * hd * cap..)?, s, hd, PANEL, cap))
+        .collect::<Option<Vec<_>>>()?;
+    let kv = |h: usize| HeadKv::KeyPanels(keys[h], HeadView::new(v, h * hd, kv_heads * hd, s));
+    let past = s.checked_sub(q_len)?;
+    Some(grouped(q, q_len, heads, kv_heads, hd, kv, scale, |i| {
+        past + i + 1
+    }))
+}
+
+/// `row[..n] = softmax(scale · row[..n])`, `row[n..] = 0`.
+fn softmax_prefix(row: &mut [f32], n: usize, scale: f32) {
+    let (live, masked) = row.split_at_mut(n);
+    masked.fill(0.0);
+    let max = live.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x)) * scale;
+    exp_shifted(live, scale, max);
+    let inv = live.iter().sum::<f32>().recip();
+    for x in live.iter_mut() {
+        *x *= inv;
+    }
+}
+
+crate::cpu::multiversion! {
+    /// `x = exp(x · scale − max)` in place (vectorized, AVX2+FMA where the CPU has it).
+    fn exp_shifted<M>(x: &mut [f32], scale: f32, max: f32) {
+        for v in x.iter_mut() {
+            *v = exp_with::<M>(*v * scale - max);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::test_values::values;
+
+    #[test]
+    fn matches_a_direct_softmax_with_strided_heads_and_causal_rows() {
+        let (s, hd, stride, m) = (37, 24, 72, 5);
+        let (k, v, q) = (
+            values(s * stride, 1),
+            values(s * stride, 2),
+            values(m * hd, 3),
+        );
+        let off = 24; // the second of three heads
+        fn kv(d: &[f32], off: usize, stride: usize, rows: usize) -> HeadView<'_> {
+            HeadView {
+                data: &d[off..],
+                stride,
+                rows,
+            }
+        }
+        let past = s - m;
+        let got = attend_head(
+            &q,
+            m,
+            hd,
+            HeadKv::Rows(kv(&k, off, stride, s), kv(&v, off, stride, s)),
+            0.3,
+            |i| past + i + 1,
+        );
+        for i in 0..m {
+            let n = past + i + 1;
+            let sc: Vec<f64> = (0..n)
+                .map(|j| {
+                    0.3 * (0..hd)
+                        .map(|d| f64::from(q[i * hd + d]) * f64::from(k[off + j * stride + d]))
+                        .sum::<f64>()
+                })
+                .collect();
+            let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for d in 0..hd {
+                let want: f64 = (0..n)
+                    .map(|j| e[j] / z * f64::from(v[off + j * stride + d]))
+                    .sum();
+                let g = f64::from(got[i * hd + d]);
+                assert!((g - want).abs() < 1e-5, "row {i} dim {d}: {g} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn long_prefills_are_chunked_without_changing_rows() {
+        // Enough rows × keys to need several chunks of scores.
+        let (s, hd) = (1100, 16);
+        let m = s;
+        let (k, v, q) = (values(s * hd, 4), values(s * hd, 5), values(m * hd, 6));
+        fn view(data: &[f32]) -> HeadView<'_> {
+            HeadView {
+                data,
+                stride: 16,
+                rows: 1100,
+            }
+        }
+        let kv = HeadKv::Rows(view(&k), view(&v));
+        let all = attend_head(&q, m, hd, kv, 0.25, |i| i + 1);
+        let last = attend_head(&q[(m - 1) * hd..], 1, hd, kv, 0.25, |_| s);
+        assert_eq!(&all[(m - 1) * hd..], &last[..]);
+        let first = attend_head(&q[..hd], 1, hd, kv, 0.25, |_| 1);
+        assert_eq!(&all[..hd], &v[..hd]);
+        assert_eq!(first, v[..hd].to_vec());
+    }
+
+    #[test]
+    fn every_cache_layout_gives_the_same_bits() {
+        // Two kv heads of hd = 32 interleaved token-major (values read in place), the same keys
+        // transposed per head into a buffer of capacity 48 (keys as panel views), and both
+        // packed per call: one result.
+        let (s, hd, kvh, cap, m) = (37, 32, 2, 48, 7);
+        let stride = kvh * hd;
+        let (k, v, q) = (
+            values(s * stride, 7),
+            values(s * stride, 8),
+            values(m * hd, 9),
+        );
+        let mut kt = vec![f32::NAN; kvh * hd * cap]; // lanes past S must not matter
+        for j in 0..s {
+            for h in 0..kvh {
+                for d in 0..hd {
+                    kt[(h * hd + d) * cap + j] = k[j * stride + h * hd + d];
+                }
+            }
+        }
+        let past = s - m;
+        for h in 0..kvh {
+            let rows = HeadKv::Rows(
+                HeadView::new(&k, h * hd, stride, s),
+                HeadView::new(&v, h * hd, stride, s),
+            );
+            let kp = PackedMatrix::pack_strided(&k[h * hd..], stride, s, hd);
+            let vp = PackedMatrix::pack_transposed(&v[h * hd..], stride, hd, s);
+            let want = attend_panels(&q, m, kp.view(), vp.view(), 0.2, |i| past + i + 1);
+            let in_place = HeadKv::KeyPanels(
+                PanelView::new(&kt[h * hd * cap..], s, hd, PANEL, cap).unwrap(),
+                HeadView::new(&v, h * hd, stride, s),
+            );
+            assert!(want.iter().all(|x| x.is_finite()));
+            assert_eq!(attend_head(&q, m, hd, rows, 0.2, |i| past + i + 1), want);
+            assert_eq!(
+                attend_head(&q, m, hd, in_place, 0.2, |i| past + i + 1),
+                want
+            );
+        }
+    }
+}

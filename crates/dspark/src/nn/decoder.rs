@@ -1,0 +1,130 @@
+//! One Qwen3 decoder layer — weights, loading and the pre-norm forward — shared by the
+//! drafter ([`super::Qwen3Drafter`]) and the native target ([`crate::targets::Qwen3Target`]).
+//!
+//! The layer is written once; each model supplies only its attention (the drafter: the block
+//! against its fused context, non-causal; the target: new tokens against their KV cache,
+//! causal) as a closure to [`Layer::forward`].
+
+use std::collections::BTreeMap;
+
+use candle_core::Tensor;
+
+use super::linear::Linear;
+use super::mlp::swiglu;
+use super::norm::rms_norm;
+use super::rope::Rope;
+use crate::error::{Error, Result};
+
+/// Takes loaded tensors by canonical name (`model.layers.0.self_attn.q_proj.weight`, ...).
+pub(crate) struct Take(pub(crate) BTreeMap<String, Tensor>);
+
+impl Take {
+    /// The tensor `name`, removed from the set (`missing-tensor` naming it without `model.`).
+    pub(crate) fn get(&mut self, name: &str) -> Result<Tensor> {
+        self.0.remove(name).ok_or_else(|| Error::MissingTensor {
+            tensor: name.strip_prefix("model.").unwrap_or(name).to_string(),
+            reason: "not in the load plan".into(),
+        })
+    }
+
+    /// `{prefix}.weight` (and `{prefix}.bias` when `bias`) as a [`Linear`].
+    pub(crate) fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
+        let weight = self.get(&format!("{prefix}.weight"))?;
+        let bias = if bias {
+            Some(self.get(&format!("{prefix}.bias"))?)
+        } else {
+            None
+        };
+        Linear::new(weight, bias)
+    }
+}
+
+/// The attention shape of a layer and its RMSNorm epsilon.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Heads {
+    /// Query heads.
+    pub(crate) heads: usize,
+    /// Key/value heads.
+    pub(crate) kv_heads: usize,
+    /// Per-head dimension.
+    pub(crate) head_dim: usize,
+    /// RMSNorm epsilon (layer norms and the per-head q/k norms).
+    pub(crate) eps: f64,
+}
+
+/// One Qwen3 decoder layer.
+#[derive(Debug, Clone)]
+pub(crate) struct Layer {
+    pub(crate) q_proj: Linear,
+    pub(crate) k_proj: Linear,
+    pub(crate) v_proj: Linear,
+    pub(crate) o_proj: Linear,
+    pub(crate) q_norm: Tensor,
+    pub(crate) k_norm: Tensor,
+    pub(crate) gate_proj: Linear,
+    pub(crate) up_proj: Linear,
+    pub(crate) down_proj: Linear,
+    pub(crate) input_layernorm: Tensor,
+    pub(crate) post_attention_layernorm: Tensor,
+}
+
+/// `x: [N, heads, hd]` → RMS-normed per head with `norm`, then rotated with `(cos, sin)`.
+pub(crate) fn norm_rope(
+    rope: &Rope,
+    x: &Tensor,
+    norm: &Tensor,
+    eps: f64,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> Result<Tensor> {
+    rope.apply(&rms_norm(x, norm, eps)?, cos, sin)
+}
+
+impl Layer {
+    /// The layer under `prefix` (`model.layers.{i}`): attention projections with a bias when
+    /// `bias` (`attention_bias`), q/k norms, SwiGLU MLP, the two layer norms.
+    pub(crate) fn load(t: &mut Take, prefix: &str, bias: bool) -> Result<Self> {
+        let p = prefix;
+        Ok(Self {
+            q_proj: t.linear(&format!("{p}.self_attn.q_proj"), bias)?,
+            k_proj: t.linear(&format!("{p}.self_attn.k_proj"), bias)?,
+            v_proj: t.linear(&format!("{p}.self_attn.v_proj"), bias)?,
+            o_proj: t.linear(&format!("{p}.self_attn.o_proj"), bias)?,
+            q_norm: t.get(&format!("{p}.self_attn.q_norm.weight"))?,
+            k_norm: t.get(&format!("{p}.self_attn.k_norm.weight"))?,
+            gate_proj: t.linear(&format!("{p}.mlp.gate_proj"), false)?,
+            up_proj: t.linear(&format!("{p}.mlp.up_proj"), false)?,
+            down_proj: t.linear(&format!("{p}.mlp.down_proj"), false)?,
+            input_layernorm: t.get(&format!("{p}.input_layernorm.weight"))?,
+            post_attention_layernorm: t.get(&format!("{p}.post_attention_layernorm.weight"))?,
+        })
+    }
+
+    /// The pre-norm layer over `x: [N, H]` (rows of any number of requests, packed), with
+    /// `(cos, sin)` tables for the `N` rows' positions:
+    /// `x + o(attend(q, k, v))`, then `+ mlp(post_norm(·))`. `attend` receives
+    /// `q: [N, heads, hd]`, `k, v: [N, kv_heads, hd]` (q and k normed per head and rotated)
+    /// and returns `[N, heads·hd]`.
+    pub(crate) fn forward(
+        &self,
+        x: &Tensor,
+        g: Heads,
+        rope: &Rope,
+        cos: &Tensor,
+        sin: &Tensor,
+        attend: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let n = x.dims().first().copied().unwrap_or(0);
+        let (heads, kvh, hd, eps) = (g.heads, g.kv_heads, g.head_dim, g.eps);
+        let h = rms_norm(x, &self.input_layernorm, eps)?;
+        let q = self.q_proj.forward(&h)?.reshape((n, heads, hd))?;
+        let q = norm_rope(rope, &q, &self.q_norm, eps, cos, sin)?;
+        let k = self.k_proj.forward(&h)?.reshape((n, kvh, hd))?;
+        let k = norm_rope(rope, &k, &self.k_norm, eps, cos, sin)?;
+        let v = self.v_proj.forward(&h)?.reshape((n, kvh, hd))?;
+        let attn = attend(&q, &k, &v)?;
+        let x = (x + self.o_proj.forward(&attn)?)?;
+        let h = rms_norm(&x, &self.post_attention_layernorm, eps)?;
+        Ok((&x + swiglu(&h, &self.gate_proj, &self.up_proj, &self.down_proj)?)?)
+    }
+}

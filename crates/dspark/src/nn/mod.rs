@@ -1,0 +1,35 @@
+//! The model layers the drafter and the native target are built from, written once.
+//!
+//! - [`linear`]: [`Linear`] (packed panels on the host, a candle weight elsewhere) and
+//!   [`matmul_t`], the small-row product;
+//! - [`packed`]: the panel-packed weight and its register-tiled kernel (x86 bodies in
+//!   `packed/x86.rs`);
+//! - [`attention`]: grouped-query attention, non-causal (the drafter's block) and causal over a
+//!   KV cache (the target), with the host kernels in `attention/kernel.rs`;
+//! - [`norm`], [`rope`], [`mlp`]: RMSNorm, rotary embeddings, the SwiGLU MLP;
+//! - `decoder`: one Qwen3 decoder layer (its weights, loading and pre-norm forward), whose
+//!   attention each model supplies;
+//! - `fused`: the single-pass host bodies of these ops, taken for contiguous f32 CPU tensors
+//!   on the fast kernel path ([`crate::device::host_fast`]);
+//! - [`weights`]: safetensors → tensors, and the weights a target shares with its drafter.
+//!
+//! Every op here is a candle-op front: the host shortcut first, else the device-generic path
+//! (what a CUDA device runs, and the CPU under `DSPARK_KERNEL_PATH=tensor`).
+
+pub mod attention;
+pub(crate) mod decoder;
+pub(crate) mod fused;
+pub mod linear;
+pub mod mlp;
+pub mod norm;
+pub mod packed;
+pub mod rope;
+pub mod weights;
+
+pub use crate::cpu::par::PAR_MIN_MACS;
+pub use attention::{causal_gqa_attention, causal_gqa_attention_kt, gqa_attention, softmax_last};
+pub use linear::{Linear, PACKED_HEAD_MAX, SMALL_ROWS, f32_of, matmul_t, output_head};
+pub use mlp::swiglu;
+pub use norm::rms_norm;
+pub use rope::Rope;
+pub use weights::SharedWeights;

@@ -1,0 +1,339 @@
+//! Lossless speculative verification (rejection sampling), per request and prefix-cumulative.
+//!
+//! Per request `r` with `n` drafts: for `i < n`, draft `x_i` is accepted iff `u·q_i(x_i) < p_i(x_i)`
+//! (`q` one-hot when no draft logits are given; greedy requests: iff `x_i` is the target argmax).
+//! At the first reject we draw from `norm(max(p_i − q_i, 0))` (or `p_i` if that is empty;
+//! greedy: the argmax). If all `n` are accepted, a bonus token comes from row `n`. An accepted stop
+//! token ends the round without a bonus.
+//!
+//! `mod.rs` holds the options, the validation every path shares ([`prepare`]) and the entry
+//! points; `cpu.rs` is the host slice kernel (the reference), `device.rs` the device-generic
+//! tensor kernel, `residual.rs` the residual draw of the host kernel.
+
+mod cpu;
+mod device;
+mod residual;
+
+use candle_core::{Device, Tensor};
+
+use super::args::{dims, ids, with_floats};
+use super::categorical::Check;
+use super::dist::non_finite;
+use super::rng::Stream;
+use super::transfer::{self, check_float};
+use crate::device::{KernelPath, kernel_path, same_device, use_tensor_path};
+use crate::error::{Error, Result};
+use crate::limits::output_elements;
+use crate::view::{PerRequest, Rows3, Seeds, Tokens};
+
+/// Options of [`verify_slices`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifyOptions {
+    /// Target temperature per request; `0` = greedy. Must be finite and `>= 0`.
+    pub temperature: PerRequest<f32>,
+    /// Target top-k per request (`None` = off; `Some(0)` is an error).
+    pub top_k: PerRequest<Option<usize>>,
+    /// Target top-p per request in `(0, 1]`; `1.0` = off.
+    pub top_p: PerRequest<f32>,
+    /// Random seeds (see [`Seeds`]).
+    pub seeds: Seeds,
+    /// Verify only the first `num_draft[r]` drafts of request `r` (each `<= K`); `None` = all `K`.
+    pub num_draft: Option<Vec<usize>>,
+    /// Target ids that end the round when accepted.
+    pub stop_token_ids: Vec<u32>,
+}
+
+impl Default for VerifyOptions {
+    /// Temperature 1, no truncation, seed 0, every draft verified, no stop tokens.
+    fn default() -> Self {
+        VerifyOptions {
+            temperature: PerRequest::All(1.0),
+            top_k: PerRequest::All(None),
+            top_p: PerRequest::All(1.0),
+            seeds: Seeds::Scalar(0),
+            num_draft: None,
+            stop_token_ids: Vec::new(),
+        }
+    }
+}
+
+/// The outcome of verifying a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    /// Number of requests `B`.
+    pub batch: usize,
+    /// Row width `K + 1`.
+    pub width: usize,
+    /// `[B, K+1]` emitted target ids: the accepted drafts, then the correction or bonus token
+    /// (absent after an accepted stop token), then `-1`.
+    pub tokens: Vec<i64>,
+    /// `[B]` number of accepted drafts.
+    pub num_accepted: Vec<u32>,
+}
+
+impl Verification {
+    /// The emitted tokens of request `r` (without the `-1` padding).
+    pub fn emitted(&self, r: usize) -> &[i64] {
+        let row = &self.tokens[r * self.width..(r + 1) * self.width];
+        let n = row.iter().position(|&t| t < 0).unwrap_or(self.width);
+        &row[..n]
+    }
+}
+
+/// Per-request settings after validation.
+pub(crate) struct Request {
+    /// Temperature (finite, `>= 0`).
+    pub temperature: f32,
+    /// Top-k (`None` = off).
+    pub top_k: Option<usize>,
+    /// Top-p in `(0, 1]`.
+    pub top_p: f32,
+    /// The request's random stream.
+    pub stream: Stream,
+    /// Drafts to verify.
+    pub num_draft: usize,
+}
+
+impl Request {
+    /// `T == 0`, or so small that `1/T` overflows (the distribution is then the argmax).
+    pub(crate) fn greedy(&self) -> bool {
+        !(1.0 / self.temperature).is_finite()
+    }
+}
+
+/// Verify a batch of drafts against target logits `[B, K+1, V]` (any of f32/f16/bf16).
+///
+/// `draft_tokens` is `[B, K]` target ids (a transposed `[K, B]` is a `bad-shape` error);
+/// `draft_logits` (optional) is `[B, K, V]` with `softmax(row) = q`, the exact distribution
+/// each draft was sampled from. The output (`[B, K+1]` ids) is bounded by
+/// [`crate::limits::MAX_OUTPUT_ELEMENTS`] (`too-large`).
+pub fn verify_slices(
+    target: Rows3<'_>,
+    draft_tokens: Tokens<'_>,
+    draft_logits: Option<Rows3<'_>>,
+    opts: &VerifyOptions,
+) -> Result<Verification> {
+    let on = match kernel_path()? {
+        KernelPath::Fast => None,
+        KernelPath::Tensor => Some(Device::Cpu),
+    };
+    verify_slices_on(on.as_ref(), target, draft_tokens, draft_logits, opts)
+}
+
+/// [`verify_slices`] on an explicit kernel path: `None` runs the host slice kernel (whatever
+/// [`crate::device::KERNEL_PATH_ENV`] says), `Some(device)` the device-generic tensor kernel on
+/// `device` (the inputs are uploaded there). Validation and results are the same on both.
+pub fn verify_slices_on(
+    device: Option<&Device>,
+    target: Rows3<'_>,
+    draft_tokens: Tokens<'_>,
+    draft_logits: Option<Rows3<'_>>,
+    opts: &VerifyOptions,
+) -> Result<Verification> {
+    target.check("target_logits")?;
+    draft_tokens.check("draft_tokens")?;
+    if let Some(d) = &draft_logits {
+        d.check("draft_logits")?;
+    }
+    let plan = prepare(
+        target.dims,
+        draft_tokens,
+        draft_logits.map(|d| d.dims),
+        opts,
+    )?;
+    // An empty batch has nothing to upload (its dims may not even form a tensor shape).
+    if let Some(dev) = device.filter(|_| plan.dims[0] > 0) {
+        let upload = |r: Rows3<'_>| transfer::upload(r.data, &r.dims, dev);
+        let t = upload(target)?;
+        let d = draft_logits.map(upload).transpose()?;
+        return device::verify_tensors(&plan, &t, draft_tokens.data, d.as_ref());
+    }
+    cpu::run(&plan, target, draft_tokens.data, draft_logits)
+}
+
+/// Tensor front of [`verify_slices`]: `target` `[B, K+1, V]`, `draft_tokens` `[B, K]` integer
+/// ids, `draft_logits` `[B, K, V]`.
+pub fn verify(
+    target: &Tensor,
+    draft_tokens: &Tensor,
+    draft_logits: Option<&Tensor>,
+    opts: &VerifyOptions,
+) -> Result<Verification> {
+    let td = dims::<3>(target, "target_logits", "[B, K+1, V]")?;
+    let toks = ids(draft_tokens, "draft_tokens")?;
+    let tokd = dims::<2>(draft_tokens, "draft_tokens", "[B, K]")?;
+    let toks = Tokens {
+        data: &toks,
+        dims: tokd,
+    };
+    if use_tensor_path(target.device())? {
+        let dev = target.device();
+        check_float(target, "target_logits")?;
+        let dd = match draft_logits {
+            Some(d) => {
+                same_device(dev, &[("draft_logits", d)])?;
+                let dd = dims::<3>(d, "draft_logits", "[B, K, V]")?;
+                check_float(d, "draft_logits")?;
+                Some(dd)
+            }
+            None => None,
+        };
+        let plan = prepare(td, toks, dd, opts)?;
+        return device::verify_tensors(&plan, target, toks.data, draft_logits);
+    }
+    with_floats(target, "target_logits", |t| {
+        let t = Rows3 { data: t, dims: td };
+        match draft_logits {
+            None => verify_slices(t, toks, None, opts),
+            Some(d) => {
+                let dd = dims::<3>(d, "draft_logits", "[B, K, V]")?;
+                with_floats(d, "draft_logits", |dl| {
+                    verify_slices(t, toks, Some(Rows3 { data: dl, dims: dd }), opts)
+                })
+            }
+        }
+    })
+}
+
+/// A validated verification call: its geometry, per-request settings and sorted stop ids.
+pub(crate) struct Plan {
+    /// `[B, K+1, V]`.
+    pub dims: [usize; 3],
+    /// One per request.
+    pub requests: Vec<Request>,
+    /// Sorted stop token ids.
+    pub stops: Vec<u32>,
+}
+
+/// Validate a call from its shapes (`draft_logits`: the dims of the optional draft logits),
+/// the draft tokens and the options: the checks of every kernel path.
+pub(crate) fn prepare(
+    dims: [usize; 3],
+    draft_tokens: Tokens<'_>,
+    draft_logits: Option<[usize; 3]>,
+    opts: &VerifyOptions,
+) -> Result<Plan> {
+    let [batch, width, vocab] = dims;
+    if width == 0 || vocab == 0 {
+        return Err(Error::bad_shape(
+            "target_logits",
+            format!("dims {dims:?}: need K+1 >= 1 rows and a non-empty vocabulary"),
+        ));
+    }
+    let k = width - 1;
+    if draft_tokens.dims != [batch, k] {
+        let transposed = if draft_tokens.dims == [k, batch] && k != batch {
+            " (transposed? draft tokens are [B, K])"
+        } else {
+            ""
+        };
+        return Err(Error::bad_shape(
+            "draft_tokens",
+            format!(
+                "dims {:?}, expected [B, K] = {:?} from target_logits{transposed}",
+                draft_tokens.dims,
+                [batch, k]
+            ),
+        ));
+    }
+    // `[B, K+1]` outputs (bounded by the target's own size since `V >= 1`; checked anyway).
+    output_elements("target_logits", &[batch as u64, width as u64])?;
+    if let Some(d) = draft_logits.filter(|&d| d != [batch, k, vocab]) {
+        return Err(Error::bad_shape(
+            "draft_logits",
+            format!("dims {d:?}, expected [B, K, V] = {:?}", [batch, k, vocab]),
+        ));
+    }
+    let requests = resolve(batch, k, vocab, draft_tokens.data, opts)?;
+    let mut stops = opts.stop_token_ids.clone();
+    stops.sort_unstable();
+    Ok(Plan {
+        dims,
+        requests,
+        stops,
+    })
+}
+
+fn resolve(
+    batch: usize,
+    k: usize,
+    vocab: usize,
+    draft_tokens: &[i64],
+    opts: &VerifyOptions,
+) -> Result<Vec<Request>> {
+    let temps = opts.temperature.resolve(batch, "temperature")?;
+    let top_ks = opts.top_k.resolve(batch, "top_k")?;
+    let top_ps = opts.top_p.resolve(batch, "top_p")?;
+    let streams = opts.seeds.streams(batch, "seeds")?;
+    let nd = match &opts.num_draft {
+        None => vec![k; batch],
+        Some(v) if v.len() != batch => {
+            return Err(Error::bad_shape(
+                "num_draft",
+                format!("{} values for a batch of {batch}", v.len()),
+            ));
+        }
+        Some(v) => v.clone(),
+    };
+    let mut out = Vec::with_capacity(batch);
+    for r in 0..batch {
+        let (t, tk, tp, n) = (temps[r], top_ks[r], top_ps[r], nd[r]);
+        if !(t.is_finite() && t >= 0.0) {
+            return Err(Error::invalid(
+                "temperature",
+                format!("request {r}: {t} (must be finite and >= 0)"),
+            ));
+        }
+        if tk == Some(0) {
+            return Err(Error::invalid(
+                "top_k",
+                format!("request {r}: 0 (use None for off)"),
+            ));
+        }
+        if !(tp > 0.0 && tp <= 1.0) {
+            return Err(Error::invalid(
+                "top_p",
+                format!("request {r}: {tp} (must be in (0, 1])"),
+            ));
+        }
+        if n > k {
+            return Err(Error::invalid(
+                "num_draft",
+                format!("request {r}: {n} drafts but only K = {k} slots"),
+            ));
+        }
+        for &x in &draft_tokens[r * k..r * k + n] {
+            if x < 0 || x as u64 >= vocab as u64 {
+                return Err(Error::TokenOutOfRange {
+                    name: "draft_tokens".into(),
+                    id: x,
+                    vocab_size: vocab,
+                });
+            }
+        }
+        out.push(Request {
+            temperature: t,
+            top_k: tk,
+            top_p: tp,
+            stream: streams[r],
+            num_draft: n,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn greedy_check(st: &Check, where_: impl Fn() -> String) -> Result<()> {
+    if st.non_finite() {
+        return Err(non_finite(
+            "target_logits",
+            format!("NaN or +inf in {}", where_()),
+        ));
+    }
+    if !st.has_finite() {
+        return Err(Error::invalid(
+            "target_logits",
+            format!("{} has no finite entry (every token masked)", where_()),
+        ));
+    }
+    Ok(())
+}
