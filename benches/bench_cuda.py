@@ -269,7 +269,7 @@ def drafter_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
 
 def speculator_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
-    from dspark.demo import bundled_dir
+    from dspark.bundled import bundled_dir
 
     root = bundled_dir()
     pairs = {}

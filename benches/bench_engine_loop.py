@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 import dspark
-from dspark.demo import bundled_dir, load_pair
+from dspark.bundled import bundled_dir, load_pair
 
 OLD_LOOP_COMMIT = "0932c8f"
 

@@ -11,13 +11,13 @@ narrower cache (keys keep the RoPE of their own positions, so moving a column ch
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from dspark._errors import raise_error
+from dspark._hf_cache import cache_kwarg
 from dspark._native import CheckpointError, InputError
 from dspark.protocols import TargetOutput
 
@@ -105,8 +105,7 @@ class HFTarget:
                 "target config lacks num_hidden_layers / hidden_size / vocab_size",
             )
         self.model = model.eval()
-        params = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._cache_kwarg = cache_kwarg(model)
 
     @property
     def num_hidden_layers(self) -> int:

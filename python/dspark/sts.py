@@ -1,8 +1,12 @@
-"""Confidence calibration math: expected calibration error, per-position temperature scaling
-(STS, the engine's ``sts.json`` format) and, as a diagnostic, per-position Platt scaling.
+"""Sequential Temperature Scaling (STS): fitting and judging a drafter's confidence calibration.
 
-Pure numpy functions; ``dspark calibrate`` (:mod:`dspark.calibrate`) collects the samples
-and reports with them.
+Expected calibration error (:func:`ece`, and the :func:`ece_noise_floor` finite samples alone
+give), one temperature per draft position (:func:`fit_temperature`, :func:`apply_sts`: the
+engine's ``sts.json`` format, ``sigmoid(logit(c) / T_k)``) and, as a diagnostic, per-position
+Platt scaling (:func:`fit_platt`); :func:`fit_positions` does all of it per position.
+
+Pure numpy functions; :mod:`dspark.confidence_records` collects the samples and ``dspark
+calibrate`` (:mod:`dspark.cli.calibrate`) reports with them.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dspark._errors import raise_error
 from dspark._native import InputError
 
 __all__ = [
+    "DEFAULT_MIN_SAMPLES",
     "EPS",
     "T_MAX",
     "T_MIN",
@@ -177,7 +182,7 @@ def fit_platt(conf: Any, accepted: Any, *, ridge: float = 1e-4) -> tuple[float, 
     a small ridge on both so one-class data stays finite). ``(1.0, 0.0)`` with no samples.
 
     Not expressible in the engine's STS format (temperatures only: ``scale = 1 / T``,
-    ``bias = 0``); :func:`run` reports it as a diagnostic of what a bias would add.
+    ``bias = 0``); ``dspark calibrate`` reports it as a diagnostic of what a bias would add.
     """
     c, y = _pair(conf, accepted)
     if c.size == 0:
