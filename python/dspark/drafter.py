@@ -218,7 +218,7 @@ class Drafter:
         is the table itself.
 
         ``device``: where the drafter runs, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (a CUDA
-        device needs the CUDA wheel, README "GPU build"). ``None`` (default): the target's
+        device needs the CUDA wheel, ``docs/gpu.md``). ``None`` (default): the target's
         device (a native target's weights are shared, so its drafter always runs there); for a
         torch target on a GPU with the CPU wheel, the CPU (its logits cross to the host).
         """

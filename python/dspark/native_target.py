@@ -37,7 +37,7 @@ class NativeTarget:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], *, device: str = "cpu") -> NativeTarget:
         """Load an HF ``Qwen3ForCausalLM`` directory (typed ``dspark`` errors) onto ``device``:
-        ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, README "GPU build")."""
+        ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, ``docs/gpu.md``)."""
         if not isinstance(device, str):
             raise_error(
                 InputError,

@@ -55,8 +55,8 @@ class SpeculationStats:
     Attributes:
         rounds: speculative rounds (one batched draft + verify each).
         plain_rounds: of ``rounds``, those in which a scheduling policy drafted nothing (one
-            target-only step per request: drafting did not pay at that batch; see README
-            "Verify policies").
+            target-only step per request: drafting did not pay at that batch; see
+            ``docs/python-api.md``, "Verify policies").
         request_rounds: sum over requests of the rounds each took part in.
         committed_tokens: tokens committed by rounds (accepted drafts + correction/bonus).
         drafted_tokens: draft tokens sent to verification.
