@@ -22,11 +22,18 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from dspark._errors import raise_error
 from dspark._native import InputError
 from dspark.bundled import heldout_texts, load_pair
+from dspark.cli.demo_report import (
+    PromptRun,
+    Totals,
+    check_plot,
+    plot_acceptance,
+    rounded_4gram_ratio,
+)
 from dspark.cli.errors import EXIT_OK
 from dspark.cli.options import (
     add_sampling_arguments,
@@ -37,18 +44,11 @@ from dspark.cli.options import (
     threshold,
     verify_mode,
 )
-from dspark.cli.terminal import (
-    DIM,
-    RESET,
-    Progress,
-    Style,
-    TokenPrinter,
-    distinct_ngrams,
-    is_tty,
-    legend,
-    markers,
-)
+from dspark.cli.terminal import DIM, RESET, Progress, Style, TokenPrinter, is_tty, legend, markers
 from dspark.measure import speculative, steps_per_second, target_only
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = [
     "DEFAULT_NEW_TOKENS",
@@ -77,8 +77,6 @@ DESCRIPTION = (
 DEFAULT_PROMPTS = 8
 DEFAULT_PROMPT_TOKENS = 96
 DEFAULT_NEW_TOKENS = 64
-#: A continuation whose distinct 4-gram ratio is below this is counted as looping.
-LOOP_RATIO = 0.5
 
 
 @dataclass
@@ -170,50 +168,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_plot(path: Path | None) -> None:
-    if path is None:
-        return
-    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise_error(InputError, "invalid-argument", f"--plot {path}: use a .png, .svg or .pdf name")
-    if not path.resolve().parent.is_dir():
-        raise_error(InputError, "invalid-argument", f"--plot {path}: {path.parent} does not exist")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise_error(
-            InputError,
-            "invalid-argument",
-            "--plot needs matplotlib (pip install matplotlib, or dspark[bench])",
-        )
-
-
-def plot_acceptance(per_position: list[float], path: Path, title: str) -> None:
-    """Bar chart of per-position acceptance (conditional) with the cumulative survival line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    xs = list(range(1, len(per_position) + 1))
-    rates = [0.0 if math.isnan(a) else a for a in per_position]
-    survival, s = [], 1.0
-    for a in rates:
-        s *= a
-        survival.append(s)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.bar(xs, rates, color="tab:green", label="accepted | earlier drafts accepted")
-    ax.plot(xs, survival, marker="o", color="black", label="reached and accepted (cumulative)")
-    ax.set_xlabel("draft position")
-    ax.set_ylabel("acceptance")
-    ax.set_ylim(0, 1)
-    ax.set_xticks(xs)
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with every option it lacks at its default (for callers from Python)."""
     parser = argparse.ArgumentParser(add_help=False)
@@ -256,7 +210,7 @@ def _prompt_sources(args: argparse.Namespace) -> list[tuple[str, str, bool]]:
 
 
 def _encode_prompts(
-    sources: list[tuple[str, str, bool]], tokenizer: Any, prompt_tokens: int
+    sources: list[tuple[str, str, bool]], tokenizer: Tokenizer, prompt_tokens: int
 ) -> list[DemoPrompt]:
     out = []
     for name, text, truncate in sources:
@@ -270,14 +224,14 @@ def _encode_prompts(
     return out
 
 
+def _nan_if_none(x: float | None) -> float:
+    return float("nan") if x is None else x
+
+
 def _prompt_tail(text: str, lines: int = 3) -> str:
     parts = text.split("\n")
     tail = "\n".join(parts[-lines:])
     return ("…" if len(parts) > lines else "") + tail
-
-
-def _fmt_rate(a: float) -> str:
-    return "-" if math.isnan(a) else f"{a:.2f}"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -298,7 +252,7 @@ def run(
     err = err if err is not None else sys.stderr
     args = _with_defaults(args)
     _validate(args)
-    _check_plot(args.plot)
+    check_plot(args.plot)
     sources = _prompt_sources(args)
     pair = load_pair(args.model_dir, args.threads)
     prompts = _encode_prompts(sources, pair.tokenizer, int(args.prompt_tokens))
@@ -317,7 +271,7 @@ def run(
                 f"{args.max_new_tokens} exceeds the target's max_position_embeddings {limit}",
             )
     k = pair.drafter.block_size
-    verify: Any = args.threshold if args.verify == "threshold" else args.verify
+    verify: str | float = args.threshold if args.verify == "threshold" else args.verify
     table = steps_per_second(pair.target, prompts[0].ids, k + 1) if verify == "scheduled" else None
     sp = Speculator(
         pair.target,
@@ -360,16 +314,7 @@ def run(
         out.write(f"dspark demo: {measured}\n{origin}{legend(style, out)}\n")
     boundary = "" if style == "color" else ("‖" if markers(out)[0] == "«" else "||")
 
-    spec_out: list[list[int]] = []
-    spec_secs = 0.0
-    committed = rounds = request_rounds = 0
-    att = [0] * k
-    acc = [0] * k
-    per_prompt: list[dict[str, Any]] = []
-    raw: list[tuple[int, int, int, float]] = []  # committed, request rounds, tokens, seconds
-    ref_out: list[list[int]] = []
-    ref_secs = 0.0
-    ref_raw: list[tuple[int, float]] = []  # tokens, seconds of the target alone
+    runs: list[PromptRun] = []
     for i, pr in enumerate(prompts):
         printer = TokenPrinter(pair.tokenizer.decode, out, style, [] if stop is None else [stop])
         if show:
@@ -380,28 +325,8 @@ def run(
         toks, st, secs = speculative(
             sp, pr.ids, args.max_new_tokens, stop, printer.round if show else (lambda _n: None)
         )
-        spec_out.append(toks)
-        spec_secs += secs
-        committed += st.committed_tokens
-        request_rounds += st.request_rounds
-        rounds += st.rounds
-        for pos, (a, b) in enumerate(zip(st.position_attempts, st.position_accepts, strict=False)):
-            att[pos] += a
-            acc[pos] += b
-        distinct, total = distinct_ngrams(toks, 4)
-        raw.append((st.committed_tokens, st.request_rounds, len(toks), secs))
-        row = {
-            "name": pr.name,
-            "prompt_tokens": len(pr.ids),
-            "new_tokens": len(toks),
-            "acceptance_length": round(st.acceptance_length, 4),
-            "tokens_per_second": round(len(toks) / secs, 2) if secs > 0 else None,
-            "distinct_4gram_ratio": round(distinct / total, 4) if total else None,
-        }
-        per_prompt.append(row)
         if show:
-            ratio = row["distinct_4gram_ratio"]
-            ratio = float("nan") if ratio is None else ratio
+            ratio = _nan_if_none(rounded_4gram_ratio(toks))
             out.write(
                 f"\n   τ {st.acceptance_length:.2f} · {len(toks)} tokens · "
                 f"distinct 4-grams {ratio:.2f}\n"
@@ -420,99 +345,27 @@ def run(
             on_token=bar.advance,
         )
         bar.finish()
-        ref_out.append(ref)
-        ref_secs += ref_s
-        ref_raw.append((len(ref), ref_s))
+        runs.append(PromptRun(pr.name, len(pr.ids), toks, st, secs, ref, ref_s))
 
-    total_new = sum(len(t) for t in spec_out)
-
-    greedy = args.temperature == 0.0
-    matches = [a == b for a, b in zip(spec_out, ref_out, strict=True)]
-    for row, same in zip(per_prompt, matches, strict=True):
-        row["greedy_matches_target"] = same if greedy else None
-    ref_total = sum(len(t) for t in ref_out)
-    spec_tps = total_new / spec_secs if spec_secs > 0 else float("nan")
-    ref_tps = ref_total / ref_secs if ref_secs > 0 else float("nan")
-    per_pos = [a / b if b else float("nan") for a, b in zip(acc, att, strict=True)]
-    while per_pos and math.isnan(per_pos[-1]):
-        per_pos.pop()
-    tau = committed / request_rounds if request_rounds else 0.0
-    grams = [distinct_ngrams(t, 4) for t in spec_out]
-    gram_total = sum(t for _, t in grams)
-    distinct_ratio = sum(d for d, _ in grams) / gram_total if gram_total else None
-    # The same figures without the continuations that loop: what τ is on text that does not
-    # repeat itself (a loop is easy to draft, so it inflates τ).
-    fresh = [
-        i
-        for i, row in enumerate(per_prompt)
-        if row["distinct_4gram_ratio"] is not None and row["distinct_4gram_ratio"] >= LOOP_RATIO
-    ]
-    non_repeating: dict[str, Any] = {"prompts": len(fresh), "distinct_4gram_ratio_min": LOOP_RATIO}
-    if fresh and len(fresh) < len(prompts):
-        f_tau = sum(raw[i][0] for i in fresh) / max(1, sum(raw[i][1] for i in fresh))
-        f_tps = sum(raw[i][2] for i in fresh) / sum(raw[i][3] for i in fresh)
-        f_ref = sum(ref_raw[i][0] for i in fresh) / sum(ref_raw[i][1] for i in fresh)
-        non_repeating["acceptance_length"] = round(f_tau, 4)
-        non_repeating["speedup_vs_target_only"] = round(f_tps / f_ref, 3)
-    summary: dict[str, Any] = {
-        "acceptance_length": round(tau, 4),
-        "per_position_acceptance": [None if math.isnan(a) else round(a, 4) for a in per_pos],
-        "tokens_per_second": round(spec_tps, 2),
-        "target_only_tokens_per_second": round(ref_tps, 2),
-        "speedup_vs_target_only": round(spec_tps / ref_tps, 3),
-        "greedy_matches_target": all(matches) if greedy else None,
-        "prompts": len(prompts),
-        "prompt_names": [p.name for p in prompts],
+    totals = Totals(runs, k, greedy=args.temperature == 0.0)
+    settings = {
         "held_out": held_out,
-        "distinct_4gram_ratio": None if distinct_ratio is None else round(distinct_ratio, 4),
-        "non_repeating": non_repeating,
-        "new_tokens": total_new,
-        "target_only_new_tokens": ref_total,
-        "prompt_tokens": sum(len(p.ids) for p in prompts),
         "max_new_tokens": args.max_new_tokens,
-        "rounds": rounds,
-        "block_size": k,
         "verify": args.verify,
         "temperature": args.temperature,
         "top_p": args.top_p,
         "seed": args.seed,
-        "threads": threads,
-        "per_prompt": per_prompt,
     }
-    same = sum(matches)
-    lines = [
-        f"measured: {measured}",
-        f"acceptance length τ   {tau:.2f} tokens/round (max {k + 1}; {request_rounds} rounds)",
-        "per-position accept   " + " ".join(_fmt_rate(a) for a in per_pos),
-        f"speculative           {spec_tps:8.1f} tok/s ({total_new} tokens, {spec_secs:.2f} s)",
-        f"target only           {ref_tps:8.1f} tok/s ({ref_total} tokens, {ref_secs:.2f} s)",
-        f"speedup               {summary['speedup_vs_target_only']:.2f}x",
-        "greedy == target-only "
-        + (
-            f"{'yes' if all(matches) else 'NO'} ({same}/{len(matches)} prompts)"
-            if greedy
-            else "n/a (sampling)"
-        ),
-        "distinct 4-grams      "
-        + ("-" if distinct_ratio is None else f"{distinct_ratio:.2f}")
-        + " (1.00: no 4-token sequence repeats within a continuation)",
-    ]
-    loops = len(prompts) - len(fresh)
-    if "acceptance_length" in non_repeating:
-        lines.append(
-            f"without the {loops} looping continuation{'s' * (loops != 1)} (distinct 4-grams "
-            f"< {LOOP_RATIO:.2f}): τ {non_repeating['acceptance_length']:.2f}, speedup "
-            f"{non_repeating['speedup_vs_target_only']:.2f}x over {len(fresh)} prompts"
-        )
-    elif loops:
-        lines.append(f"every continuation loops (distinct 4-grams < {LOOP_RATIO:.2f})")
+    summary = totals.summary(settings, threads)
+    lines = totals.lines(measured, summary["speedup_vs_target_only"])
     if not args.json or show:
         out.write("\n" + "\n".join(lines) + "\n")
     if args.plot is not None:
         plot_acceptance(
-            per_pos,
+            totals.per_position,
             args.plot,
-            f"dspark demo: τ {tau:.2f}, {len(prompts)} prompts, {total_new} tokens ({mode})",
+            f"dspark demo: τ {totals.acceptance_length:.2f}, {len(prompts)} prompts, "
+            f"{totals.new_tokens} tokens ({mode})",
         )
         if show:
             out.write(f"plot: {args.plot}\n")
