@@ -13,12 +13,15 @@ One implementation, used by :class:`dspark.HFTarget` and by the target-only base
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["cache_kwarg", "output_cache"]
 
 
-def cache_kwarg(model: Any) -> str:
+def cache_kwarg(model: torch.nn.Module) -> str:
     """The keyword ``model.forward`` takes its KV cache by: ``cache`` or ``past_key_values``."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"

@@ -16,13 +16,16 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dspark._errors import raise_error
 from dspark._native import InputError
 from dspark.pair import load_model_pair
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedModel
+
     from dspark.drafter import Drafter
 
 __all__ = ["BundledPair", "bundled_dir", "heldout_texts", "load_pair"]
@@ -37,8 +40,8 @@ def bundled_dir() -> Path:
 class BundledPair:
     """The loaded pair: tokenizer, HF target, candle drafter, and the stop token."""
 
-    tokenizer: Any
-    target: Any
+    tokenizer: Tokenizer
+    target: PreTrainedModel
     drafter: Drafter
     eos_id: int
 

@@ -24,10 +24,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from dspark._errors import raise_error
 from dspark._native import DSparkError, InputError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedModel
+
+    from dspark.drafter import Drafter
+    from dspark.native_target import NativeTarget
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -119,9 +126,9 @@ def prompt_windows(
 class Loaded:
     """The loaded pair, as calibrate uses it."""
 
-    target: Any
-    drafter: Any
-    tokenizer: Any
+    target: NativeTarget | PreTrainedModel
+    drafter: Drafter
+    tokenizer: Tokenizer
     backend: str
     stop_ids: list[int]
     sts_off: bool
@@ -152,7 +159,7 @@ def load(target_dir: Path, drafter_dir: Path) -> Loaded:
     tokenizer = Tokenizer.from_file(str(target_dir / "tokenizer.json"))
     kwargs, sts_off = _drafter_kwargs()
     try:
-        target: Any = NativeTarget.from_pretrained(target_dir)
+        target: NativeTarget | PreTrainedModel = NativeTarget.from_pretrained(target_dir)
         backend = "native"
     except DSparkError:
         import torch

@@ -14,12 +14,13 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dspark._hf_cache import cache_kwarg, output_cache
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedModel
 
     from dspark.speculator import SpeculationStats, Speculator
 
@@ -27,7 +28,7 @@ __all__ = ["speculative", "steps_per_second", "target_only"]
 
 
 def target_only(
-    model: Any,
+    model: PreTrainedModel,
     prompt: list[int],
     max_new_tokens: int,
     *,
@@ -75,7 +76,7 @@ def target_only(
 
 
 def steps_per_second(
-    model: Any, prompt: list[int], max_tokens: int, reps: int = 3
+    model: PreTrainedModel, prompt: list[int], max_tokens: int, reps: int = 3
 ) -> list[tuple[int, float]]:
     """Measured target verify throughput: ``(tokens in the forward, forwards per second)``.
 

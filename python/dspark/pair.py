@@ -22,6 +22,9 @@ from dspark._native import BackendError, CheckpointError, ConfigError, InputErro
 from dspark._native import inspect as engine_inspect
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedModel
+
     from dspark.drafter import Drafter
     from dspark.speculator import Speculator
 
@@ -77,8 +80,8 @@ class ModelPair:
         max_positions: the target's ``max_position_embeddings``, if it has one.
     """
 
-    tokenizer: Any
-    target: Any
+    tokenizer: Tokenizer
+    target: PreTrainedModel
     drafter: Drafter
     stop_ids: list[int] = field(default_factory=list)
     max_positions: int | None = None
@@ -118,7 +121,7 @@ class ModelPair:
             )
 
 
-def _stop_ids(model: Any, config: dict[str, Any], vocab: int) -> list[int]:
+def _stop_ids(model: object, config: dict[str, Any], vocab: int) -> list[int]:
     """The model's end-of-sequence ids (generation config first, then ``config.json``)."""
     gen = getattr(model, "generation_config", None)
     raw = getattr(gen, "eos_token_id", None) if gen is not None else None
