@@ -15,8 +15,9 @@ Rows, each against peers measured in the same run on the same device:
   verification) with weights on the device against the same pair on the CPU fast path, at
   B = 1 and B = 8: tokens/s and the greedy tokens' agreement (they must be equal).
 
-Targets (issue 10): verify within 3x of the floor at B = 64 and 5x faster than torch;
-block sampling 3x faster than torch; drafter propose at least as fast as TorchDrafter.
+Targets (set by the device placement work): verify within 3x of the floor at B = 64 and 5x
+faster than torch; block sampling 3x faster than torch; drafter propose at least as fast as
+TorchDrafter.
 
     python benches/bench_cuda.py --out results.json          # on a GPU
     python benches/bench_cuda.py --device cpu --quick        # a smoke run of the script
@@ -269,7 +270,7 @@ def drafter_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
 
 def speculator_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
-    from dspark.demo import bundled_dir
+    from dspark.bundled import bundled_dir
 
     root = bundled_dir()
     pairs = {}

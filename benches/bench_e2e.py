@@ -27,8 +27,9 @@ from typing import Any
 
 import torch
 
-from dspark.demo import load_pair, speculative, steps_per_second, target_only
+from dspark.bundled import load_pair
 from dspark.hf_dflash import to_hf_dflash
+from dspark.measure import speculative, steps_per_second, target_only
 from dspark.speculator import Speculator
 
 
@@ -145,7 +146,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("bench_e2e"), help="output prefix")
     args = ap.parse_args()
     pair = load_pair(args.model_dir, args.threads)
-    from dspark.demo import bundled_dir
+    from dspark.bundled import bundled_dir
 
     root = args.model_dir or bundled_dir()
     prompts = held_out_prompts(root, pair.tokenizer, args.prompts, args.prompt_tokens)

@@ -13,8 +13,8 @@ tokens/s (prefill included), each row reports the decode phase alone (tokens aft
 request's first, over the call time after ``stats.prefill_seconds``) against native
 target-only's. ``--load N`` adds the
 same rows under N busy processes (pure-Python spinners, started here, killed when the rows are
-done and in any case after ``--load-seconds``): the thread policy is judged there (see README
-"Threads").
+done and in any case after ``--load-seconds``): the thread policy is judged there (see
+``docs/python-api.md``, "Threads and memory").
 
     nice -n 19 python benches/bench_engine_loop.py [--prompts 8] [--new-tokens 64] [--load 2]
 """
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 import dspark
-from dspark.demo import bundled_dir, load_pair
+from dspark.bundled import bundled_dir, load_pair
 
 OLD_LOOP_COMMIT = "0932c8f"
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import dspark
-from dspark.demo import bundled_dir
+from dspark.bundled import bundled_dir
 
 POLICIES = ("full", "threshold", "scheduled", "pipelined", "scheduled-engine")
 

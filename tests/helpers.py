@@ -1,13 +1,17 @@
-"""Test helpers: write drafter checkpoints and configs into temporary directories."""
+"""Test helpers: write drafter checkpoints and configs into temporary directories; expect a
+typed error; small seeded kernel inputs."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
+import dspark
 from dspark._safetensors import save_file
 from dspark.example import draft_config, draft_tensors, target_config
 
@@ -47,3 +51,39 @@ def example_pair(tmp: Path, layout: str = "padded") -> tuple[Path, Path]:
     target = write_json(tmp / "target" / "config.json", target_config()).parent
     drafter = write_drafter(tmp / "drafter", draft_config(layout), draft_tensors(layout))  # type: ignore[arg-type]
     return drafter, target
+
+
+def expect_code(
+    code: str,
+    fn: Callable[..., Any],
+    *args: Any,
+    cls: type[dspark.DSparkError] = dspark.InputError,
+    **kw: Any,
+) -> dspark.DSparkError:
+    """Call ``fn``: it must raise ``cls`` (a ``DSparkError``) with ``.code == code``; returns
+    the error."""
+    with pytest.raises(cls) as e:
+        fn(*args, **kw)
+    assert isinstance(e.value, dspark.DSparkError)
+    assert e.value.code == code, f"{e.value.code}: {e.value}"
+    return e.value
+
+
+def random_block_args(
+    b: int = 2, k: int = 3, v: int = 10, r: int = 4, vd: int | None = None
+) -> tuple[np.ndarray, ...]:
+    """Seeded ``sample_block`` inputs: base logits ``[b, k, vd]``, ``W1 [v, r]``, ``W2 [vd, r]``
+    (``vd`` defaults to ``v``) and anchors ``1..b``."""
+    vd = v if vd is None else vd
+    rng = np.random.default_rng(0)
+    return (
+        rng.standard_normal((b, k, vd)).astype(np.float32),
+        rng.standard_normal((v, r)).astype(np.float32),
+        rng.standard_normal((vd, r)).astype(np.float32),
+        np.arange(1, b + 1, dtype=np.int64),
+    )
+
+
+def random_target_logits(b: int = 2, k: int = 3, v: int = 10) -> np.ndarray:
+    """Seeded target logits ``[b, k + 1, v]`` for ``verify``."""
+    return np.random.default_rng(1).standard_normal((b, k + 1, v)).astype(np.float32)

@@ -14,7 +14,8 @@ import pytest
 
 import dspark
 from dspark._native import InputError
-from dspark.calibrate import (
+from dspark.confidence_records import load_texts
+from dspark.sts import (
     T_MAX,
     T_MIN,
     apply_platt,
@@ -24,7 +25,6 @@ from dspark.calibrate import (
     fit_platt,
     fit_positions,
     fit_temperature,
-    load_texts,
 )
 
 
@@ -199,7 +199,7 @@ def test_fit_positions_reports_sparse_and_one_class_positions() -> None:
 
 
 def test_prompt_windows() -> None:
-    from dspark.calibrate import prompt_windows as _windows
+    from dspark.confidence_records import prompt_windows as _windows
 
     ids = list(range(10))
     assert _windows(ids, 4, 3) == [ids[:4], ids[:7], ids[:10]]
@@ -237,7 +237,7 @@ def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 def test_cli_calibrates_the_bundled_pair(tmp_path: Path) -> None:
     pytest.importorskip("tokenizers")
-    from dspark.demo import bundled_dir
+    from dspark.bundled import bundled_dir
 
     root = bundled_dir()
     out = tmp_path / "sts.json"
@@ -276,7 +276,7 @@ def test_cli_calibrates_the_bundled_pair(tmp_path: Path) -> None:
 
 
 def test_cli_json_and_refusals(tmp_path: Path) -> None:
-    from dspark.demo import bundled_dir
+    from dspark.bundled import bundled_dir
 
     root = bundled_dir()
     res = _cli("--target", root / "target", "--drafter", tmp_path / "nope", "--out", tmp_path / "x")

@@ -184,7 +184,7 @@ def test_console_script_matches_module(tmp_path: Path) -> None:
 
 
 def test_distinct_ngram_ratio() -> None:
-    from dspark._stream import distinct_ngram_ratio, distinct_ngrams
+    from dspark.cli.terminal import distinct_ngram_ratio, distinct_ngrams
 
     assert distinct_ngrams([1, 2, 3, 4, 1, 2, 3, 4, 1]) == (4, 6)
     assert distinct_ngram_ratio(list(range(10))) == 1.0
@@ -197,7 +197,7 @@ def test_token_printer_marks_drafts_exactly() -> None:
     a stop token is not shown; a split UTF-8 character is held back until complete."""
     import io
 
-    from dspark._stream import TokenPrinter
+    from dspark.cli.terminal import TokenPrinter
 
     table = {1: b"a", 2: b"b", 3: b"c", 4: b"\xc3", 5: b"\xa9", 9: b""}
 
@@ -224,7 +224,7 @@ def test_token_printer_marks_drafts_exactly() -> None:
 def test_progress_bar_tty_and_pipe() -> None:
     import io
 
-    from dspark._stream import Progress
+    from dspark.cli.terminal import Progress
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 import dspark
 from dspark.example import draft_config
-from helpers import write_json
+from helpers import expect_code, write_json
 
 
 def spec(**overrides: Any) -> dspark.DraftSpec:
@@ -157,3 +157,30 @@ def test_speculators_layer_ids_are_capture_semantics() -> None:
     assert s.target_layer_ids == [7, 22, 38, 54, 69]
     assert (s.vocab_size, s.draft_vocab_size) == (154880, 32000)
     assert s.sample_from_anchor is False
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"block_size": float("nan")},
+        {"architectures": ["Qwen3DSparkModel"], "vocab_size": float("inf")},
+        {"x": {1, 2}},
+        {("a", "b"): 1},
+    ],
+)
+def test_config_dict_that_is_not_json_is_a_config_error(config):
+    e = expect_code("bad-config", dspark.DraftSpec.from_pretrained, config, cls=dspark.ConfigError)
+    assert "<dict>" in str(e)
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        (lambda: dspark.DraftSpec.from_pretrained(None), "invalid-argument"),
+    ],
+)
+def test_untyped_config_arguments_are_typed(call, code):
+    with pytest.raises(dspark.DSparkError) as e:
+        call()
+    if code is not None:
+        assert e.value.code == code, f"{e.value.code}: {e.value}"

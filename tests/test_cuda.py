@@ -217,7 +217,7 @@ def test_speculator_keeps_an_hf_targets_logits_on_the_device(tmp_path):
     from torch.profiler import ProfilerActivity, profile
     from transformers import Qwen3ForCausalLM
 
-    from dspark.demo import bundled_dir
+    from dspark.bundled import bundled_dir
 
     root = bundled_dir()
     model = Qwen3ForCausalLM.from_pretrained(root / "target", torch_dtype=torch.float32)
@@ -242,7 +242,7 @@ def test_speculator_keeps_an_hf_targets_logits_on_the_device(tmp_path):
 def test_native_pair_on_the_device_equals_the_cpu_fast_path():
     # NativeTarget + Drafter with their weights on the device: the round loop verifies on the
     # device and returns the CPU path's greedy tokens.
-    from dspark.demo import bundled_dir
+    from dspark.bundled import bundled_dir
 
     root = bundled_dir()
     target = dspark.NativeTarget.from_pretrained(root / "target", device=DEVICE)

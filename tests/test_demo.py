@@ -19,8 +19,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 import dspark
+from dspark.bundled import bundled_dir, heldout_texts, load_pair
 from dspark.cli import main as cli_main
-from dspark.demo import add_arguments, bundled_dir, heldout_texts, load_pair, run
+from dspark.cli.demo import add_arguments, run
 from dspark.speculator import Speculator
 
 pytestmark = pytest.mark.torch

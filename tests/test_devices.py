@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import dspark
-from dspark.demo import bundled_dir
+from dspark.bundled import bundled_dir
 
 ROOT = bundled_dir()
 

@@ -15,9 +15,10 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
+from dspark.bundled import bundled_dir
 from dspark.cli import main as cli_main
-from dspark.demo import bundled_dir, target_only
 from dspark.example import write_example
+from dspark.measure import target_only
 
 pytestmark = pytest.mark.torch
 
@@ -115,7 +116,7 @@ def test_bundled_pair_through_generate(capsys: pytest.CaptureFixture[str], verif
 def test_stream_colours_drafts_on_a_tty(example: Path) -> None:
     import argparse
 
-    from dspark.generate import add_arguments, run
+    from dspark.cli.generate import add_arguments, run
 
     p = argparse.ArgumentParser()
     add_arguments(p)

@@ -27,7 +27,7 @@ from tiny_models import greedy_reference, write_drafter  # noqa: E402
 
 import dspark.hf_dflash as hf_dflash  # noqa: E402
 from dspark import BackendError, CheckpointError, TorchDrafter  # noqa: E402
-from dspark.demo import BundledPair, bundled_dir, load_pair  # noqa: E402
+from dspark.bundled import BundledPair, bundled_dir, load_pair  # noqa: E402
 from dspark.hf_dflash import to_hf_dflash  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -96,7 +96,7 @@ def test_bundled_block_matches_torch_drafter(pair: BundledPair, heldout: list[in
 
 
 def test_bundled_dflash_generate_is_lossless(pair: BundledPair, heldout: list[int]) -> None:
-    from dspark.demo import target_only
+    from dspark.measure import target_only
 
     assistant = to_hf_dflash(BUNDLE / "drafter", pair.target)
     want, _ = target_only(pair.target, heldout, 32)

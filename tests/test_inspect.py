@@ -205,3 +205,18 @@ def test_deepseek_v4_drafter_is_its_own_target(tmp_path: Path) -> None:
     assert d["target_layer_ids"] == [40, 41, 42]
     assert d["shares_target"] == {"embed_tokens": True, "lm_head": True}
     assert d["id_map"] == "identity"
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        (lambda: dspark.inspect(None), "invalid-argument"),
+        (lambda: dspark.inspect(42), "invalid-argument"),
+        (lambda: dspark.inspect("x", target=3.5), "invalid-argument"),
+    ],
+)
+def test_untyped_inspect_arguments_are_typed(call, code):
+    with pytest.raises(dspark.DSparkError) as e:
+        call()
+    if code is not None:
+        assert e.value.code == code, f"{e.value.code}: {e.value}"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
 
 import dspark
 from dspark import _native
+from helpers import expect_code, random_block_args, random_target_logits
 
 NUMPY_DTYPES = ["float32", "float16", "int32", "int64", "uint32"]
 
@@ -227,3 +229,67 @@ class TestTorch:
         with pytest.raises(dspark.InputError) as e:
             _native._dlpack_describe(self.torch.zeros(3, dtype=self.torch.float64))
         assert e.value.code == "unsupported-dtype"
+
+
+# --- producers and tensor kinds that once escaped the checks ---------------------------------
+
+B, K, V, R = 2, 3, 10, 4
+
+
+def test_dlpack_producer_that_raises_is_typed():
+    class Bad:
+        def __dlpack__(self, **kw: Any) -> Any:
+            raise BufferError("nope")
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (1, 0)
+
+    e = expect_code("invalid-argument", _native._dlpack_describe, Bad())
+    assert "nope" in str(e)
+    e = expect_code("invalid-argument", dspark.verify, random_target_logits(B, K, V), Bad())
+    assert "draft_tokens" in str(e)
+
+
+@pytest.mark.torch
+def test_negative_bit_is_resolved_not_ignored():
+    torch = pytest.importorskip("torch")
+    t = torch.randn(B, K + 1, V)
+    drafts = torch.zeros(B, K, dtype=torch.long)
+    neg = torch._neg_view(t)
+    assert neg.is_neg()
+    got = dspark.verify(neg, drafts, temperature=0.0)
+    want = dspark.verify(-t, drafts, temperature=0.0)
+    assert torch.equal(got.tokens, want.tokens)
+    assert not torch.equal(got.tokens, dspark.verify(t, drafts, temperature=0.0).tokens)
+    base, w1, w2, anchors = (torch.from_numpy(a) for a in random_block_args(B, K, V, R))
+    got = dspark.sample_block(torch._neg_view(base), w1, w2, anchors)
+    assert torch.equal(got.tokens, dspark.sample_block(-base, w1, w2, anchors).tokens)
+    h = torch.randn(B, K, 4)
+    c = dspark.confidence(torch._neg_view(h), None, torch.ones(4))
+    assert torch.allclose(c, dspark.confidence(-h, None, torch.ones(4)))
+    # The native layer, given the raw view, refuses it rather than misreading it.
+    expect_code("invalid-argument", _native._dlpack_sum, neg)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("kind", ["meta", "sparse", "nested", "grad"])
+def test_unsupported_torch_tensor_kinds_are_typed(kind):
+    torch = pytest.importorskip("torch")
+    if kind == "meta":
+        t = torch.empty(B, K + 1, V, device="meta")
+    elif kind == "sparse":
+        t = torch.zeros(B, K + 1, V).to_sparse()
+    elif kind == "nested":
+        t = torch.nested.nested_tensor([torch.zeros(K + 1, V), torch.zeros(K + 1, V)])
+    else:
+        t = torch.zeros(B, K + 1, V, requires_grad=True)
+    drafts = torch.zeros(B, K, dtype=torch.long)
+    if kind == "grad":
+        dspark.verify(t, drafts)  # detached by the front: fine
+        with pytest.raises(dspark.InputError):
+            _native.verify(t, drafts)  # the raw native call: typed, not a RuntimeError
+        return
+    e = expect_code("invalid-argument", dspark.verify, t, drafts)
+    assert "target_logits" in str(e)
+    with pytest.raises(dspark.InputError):
+        _native.verify(t, drafts)

@@ -140,3 +140,86 @@ def test_not_a_target(checkpoint, target):
     with pytest.raises(dspark.InputError) as e:
         dspark.Speculator(object(), drafter)
     assert _code(e) == "invalid-argument"
+
+
+# --- user input to a working speculator --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def drafter(target, checkpoint):
+    return load_drafter("Drafter", checkpoint("own"), target)
+
+
+@pytest.fixture(scope="module")
+def spec(target, drafter):
+    return dspark.Speculator(target, drafter)
+
+
+def _input_code(call: Any, cls: type = dspark.InputError) -> str:
+    """The ``.code`` of the ``cls`` error ``call()`` raises."""
+    with pytest.raises(cls) as e:
+        call()
+    return e.value.code
+
+
+def test_three_dimensional_input_ids_are_refused(spec):
+    assert (
+        _input_code(lambda: spec.generate(torch.ones(1, 2, 3, dtype=torch.long), 2)) == "bad-shape"
+    )
+    assert _input_code(lambda: spec.generate([[[1, 2]]], 2)) == "bad-shape"
+    assert _input_code(lambda: spec.generate([[1, [2]]], 2)) == "bad-shape"
+    # The accepted forms still work.
+    for ids in ([1, 2, 3], [[1, 2, 3], [4, 5]], torch.tensor([1, 2, 3]), torch.tensor([[1, 2]])):
+        out = spec.generate(ids, 2)
+        assert all(len(t) == 2 for t in out.tokens)
+
+
+@pytest.mark.parametrize("n", [2.7, 2.0, True, "3", None, -1, float("nan")])
+def test_max_new_tokens_must_be_a_non_negative_int(spec, n):
+    assert _input_code(lambda: spec.generate([[1, 2]], n)) == "invalid-argument"
+
+
+def test_prompt_ids_must_be_in_the_vocabulary(spec):
+    v = spec.target.vocab_size
+    assert _input_code(lambda: spec.generate([[1, v]], 2)) == "token-out-of-range"
+    assert _input_code(lambda: spec.generate([[-1, 2]], 2)) == "token-out-of-range"
+    assert _input_code(lambda: spec.generate(torch.tensor([[1, v + 5]]), 2)) == "token-out-of-range"
+    assert _input_code(lambda: spec.generate([[1.0, 2.0]], 2)) == "invalid-argument"
+    assert _input_code(lambda: spec.generate(torch.tensor([[1.0, 2.0]]), 2)) == "unsupported-dtype"
+    assert _input_code(lambda: spec.generate("hello", 2)) == "invalid-argument"
+
+
+def test_stop_token_ids_must_be_in_the_vocabulary(spec):
+    v = spec.target.vocab_size
+    assert _input_code(lambda: spec.generate([[1, 2]], 2, [v])) == "token-out-of-range"
+    assert _input_code(lambda: spec.generate([[1, 2]], 2, [-3])) == "token-out-of-range"
+    assert _input_code(lambda: spec.generate([[1, 2]], 2, ["eos"])) == "invalid-argument"
+    assert len(spec.generate([[1, 2]], 2, torch.tensor([v - 1])).tokens) == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"temperature": "hot"},
+        {"temperature": float("nan")},
+        {"temperature": float("inf")},
+        {"top_k": 2.5},
+        {"top_k": True},
+        {"top_k": 2**64},
+        {"top_p": "x"},
+        {"top_p": float("nan")},
+        {"num_speculative_tokens": 1.5},
+        {"seed": 1.5},
+        {"verify": float("nan")},
+        {"verify": [0.5]},
+        {"verify": True},
+        {"verify": "scheduled", "steps_per_second": [(-1, 5.0)]},
+        {"verify": "scheduled", "steps_per_second": [("a", "b")]},
+        {"verify": "scheduled", "steps_per_second": [(1, 5.0)], "steps_interpolation": "cubic"},
+        {"verify": "pipelined", "steps_per_second": [(1, 5.0)], "steps_interpolation": 3},
+    ],
+)
+def test_bad_speculator_options_are_typed(target, drafter, kwargs):
+    with pytest.raises(dspark.DSparkError) as e:
+        dspark.Speculator(target, drafter, **kwargs)
+    assert e.value.code in ("invalid-argument", "too-large", "bad-config")

@@ -182,11 +182,14 @@ def greedy_reference(target: Any, prompt: Sequence[int], max_new_tokens: int) ->
     """Target-only greedy decoding (own loop, HF ``DynamicCache``, argmax of f32 logits)."""
     from transformers import DynamicCache
 
+    from dspark._hf_cache import cache_kwarg
+
     cache = DynamicCache(config=target.config)
+    kw = cache_kwarg(target)  # `cache` or `past_key_values`, by transformers version
     ids = torch.tensor([list(prompt)])
     out: list[int] = []
     for _ in range(max_new_tokens):
-        logits = target(input_ids=ids, past_key_values=cache, use_cache=True).logits
+        logits = target(input_ids=ids, use_cache=True, **{kw: cache}).logits
         nxt = int(logits[0, -1].float().argmax())
         out.append(nxt)
         ids = torch.tensor([[nxt]])

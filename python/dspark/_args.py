@@ -11,18 +11,22 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, SupportsFloat, SupportsIndex, TypeGuard
 
 import numpy as np
 
 from dspark._errors import raise_error
 from dspark._native import InputError
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["as_float", "as_int", "id_list", "id_rows", "is_torch", "torch_view"]
 
 
-def is_torch(x: object) -> bool:
-    """Whether ``x`` is a torch object (without importing torch)."""
+def is_torch(x: object) -> TypeGuard[torch.Tensor]:
+    """Whether ``x`` is a torch object (without importing torch); the callers only meet torch
+    tensors there (parameters included)."""
     return type(x).__module__.split(".", 1)[0] == "torch"
 
 
@@ -41,7 +45,9 @@ def as_int(value: object, name: str, *, lo: int | None = 0, hi: int | None = Non
     if _is_bool(value):
         raise_error(InputError, "invalid-argument", f"{name}: expected an integer, got bool")
     try:
-        v = operator.index(value)  # type: ignore[arg-type]
+        if not isinstance(value, SupportsIndex):
+            raise TypeError(value)
+        v = operator.index(value)
     except Exception:
         raise_error(
             InputError, "invalid-argument", f"{name}: expected an integer, got {_type(value)}"
@@ -63,7 +69,9 @@ def as_float(value: object, name: str, *, finite: bool = True) -> float:
             InputError, "invalid-argument", f"{name}: expected a number, got {_type(value)}"
         )
     try:
-        v = float(value)  # type: ignore[arg-type]
+        if not isinstance(value, (SupportsFloat, SupportsIndex)):
+            raise TypeError(value)
+        v = float(value)
     except Exception:
         raise_error(
             InputError, "invalid-argument", f"{name}: expected a number, got {_type(value)}"
@@ -73,7 +81,7 @@ def as_float(value: object, name: str, *, finite: bool = True) -> float:
     return v
 
 
-def torch_view(x: Any, name: str) -> Any:
+def torch_view(x: torch.Tensor, name: str) -> torch.Tensor:
     """A detached torch tensor the DLPack export reads correctly.
 
     The lazy negative and conjugate bits are resolved (one copy, only for such views: DLPack
@@ -101,7 +109,7 @@ def torch_view(x: Any, name: str) -> Any:
     return x
 
 
-def _plain(x: Any, name: str) -> Any:
+def _plain(x: object, name: str) -> object:
     """Tensors and arrays as (nested) Python lists; other values unchanged."""
     if is_torch(x):
         x = torch_view(x, name)
@@ -117,14 +125,20 @@ def _plain(x: Any, name: str) -> Any:
     return x
 
 
-def id_list(x: Any, name: str, vocab: int) -> list[int]:
+def _as_list(v: object) -> list[object]:
+    """A sequence (not text) as a list; anything else as a one-element list."""
+    if isinstance(v, Sequence) and not isinstance(v, (str, bytes)):
+        return list(v)
+    return [v]
+
+
+def id_list(x: object, name: str, vocab: int) -> list[int]:
     """A 1-D sequence of ids (list, tuple, tensor or array; a single int is one id), each an
     int in ``[0, vocab)`` (``token-out-of-range``)."""
-    x = _plain(x, name)
-    if not isinstance(x, (list, tuple)):
-        x = [x]
+    plain = _plain(x, name)
+    values = list(plain) if isinstance(plain, (list, tuple)) else [plain]
     out = []
-    for v in x:
+    for v in values:
         if isinstance(v, (list, tuple)):
             raise_error(InputError, "bad-shape", f"{name}: expected one dimension of ids")
         out.append(_id(v, name, vocab))
@@ -138,7 +152,7 @@ def _id(v: object, name: str, vocab: int) -> int:
     return i
 
 
-def id_rows(x: Any, name: str, vocab: int) -> list[list[int]]:
+def id_rows(x: object, name: str, vocab: int) -> list[list[int]]:
     """Prompts: a ``[B, S]`` or ``[S]`` tensor/array, a list of ints (one prompt) or a list of
     prompts (lists, tuples, 1-D tensors or arrays) of any lengths; ids in ``[0, vocab)``.
 
@@ -152,8 +166,8 @@ def id_rows(x: Any, name: str, vocab: int) -> list[list[int]]:
                 "bad-shape",
                 f"{name}: expected [B, S] or [S], got shape {tuple(x.shape)}",
             )
-        rows = _plain(x, name)
-        rows = [rows] if x.ndim == 1 else rows
+        plain = _plain(x, name)
+        rows = [_as_list(plain)] if x.ndim == 1 else [_as_list(r) for r in _as_list(plain)]
     elif isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
         items = list(x)
         if items and all(not _is_row(i) for i in items):
@@ -167,10 +181,10 @@ def id_rows(x: Any, name: str, vocab: int) -> list[list[int]]:
                         "bad-shape",
                         f"{name}: every prompt must be one-dimensional, got shape {tuple(r.shape)}",
                     )
-                row = _plain(r, name)
+                row = _as_list(_plain(r, name))
                 if any(_is_row(v) for v in row):
                     raise_error(InputError, "bad-shape", f"{name}: more than two dimensions")
-                rows.append(list(row))
+                rows.append(row)
         else:
             raise_error(
                 InputError, "invalid-argument", f"{name}: mixes ids and prompts at one level"

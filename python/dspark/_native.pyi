@@ -1,4 +1,11 @@
-"""Type stubs for the native half of dspark (``dspark._native``)."""
+"""Type stubs for the native half of dspark (``dspark._native``).
+
+The extension is the validation boundary: arguments it checks itself (every tensor, id list,
+sampling option and per-request value) are typed ``object`` here, because any value gives a
+result or a typed ``dspark.DSparkError``, never a ``TypeError``. The typed Python front
+(``dspark.kernels``, ``dspark.Drafter``, ``dspark.Speculator``...) declares which values are
+valid. ``tests/test_stubs.py`` checks this file against the built extension.
+"""
 
 import os
 from collections.abc import Callable, Sequence
@@ -7,10 +14,12 @@ from typing import Any, Literal, TypeAlias, TypedDict, final
 import numpy as np
 import numpy.typing as npt
 
+from dspark._typing import DLPackTensor
+
 __version__: str
 
-# 1-D integer ids: a list/tuple of ints or an int32/int64/uint32 array or tensor (copied once).
-_Ids: TypeAlias = Any
+# Ids: a list/tuple of ints or an int32/int64/uint32 array or tensor (copied once, then checked).
+_Ids: TypeAlias = object
 
 class DSparkError(Exception):
     """Base class of every dspark error."""
@@ -131,11 +140,15 @@ def build_info() -> _BuildInfo:
 
 # --- kernels (DLPack in: numpy arrays, torch tensors, anything with ``__dlpack__``) ---------
 # Use the typed wrappers in ``dspark.kernels`` (re-exported as ``dspark.sample_block`` etc.);
-# these natives return plain numpy arrays.
+# these natives return numpy arrays for host results.
 
-_Tensor: TypeAlias = Any
-_PerRequestFloat: TypeAlias = float | list[float] | tuple[float, ...]
-_PerRequestInt: TypeAlias = int | list[int] | tuple[int, ...]
+# A tensor argument: any DLPack producer (checked: device, dtype, shape, contiguity).
+_Tensor: TypeAlias = object
+# A sampling option or per-request value (a scalar or a list of them; checked natively).
+_Option: TypeAlias = object
+
+# A result the engine leaves on a CUDA device (CUDA builds only): a DLPack producer.
+_DeviceArray: TypeAlias = DLPackTensor
 
 def sample_block(
     base_logits: _Tensor,
@@ -143,22 +156,29 @@ def sample_block(
     markov_w2: _Tensor,
     anchors: _Tensor,
     *,
-    temperature: float | None = None,
-    seed: _PerRequestInt | None = None,
-    target_vocab_size: int | None = None,
+    temperature: _Option = None,
+    seed: _Option = None,
+    target_vocab_size: _Option = None,
     d2t: _Tensor | None = None,
-    top_k: int | None = None,
-    logit_scale: float | None = None,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+    top_k: _Option = None,
+    logit_scale: _Option = None,
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.float32] | _DeviceArray,
+    npt.NDArray[np.float32] | _DeviceArray,
+]:
+    """``(tokens [B,K], draft logits [B,K,V_t], prev embeddings [B,K,r])``; the last two stay
+    on the device for CUDA inputs."""
+
 def verify(
     target_logits: _Tensor,
     draft_tokens: _Tensor,
     draft_logits: _Tensor | None = None,
     *,
-    temperature: _PerRequestFloat | None = None,
-    top_k: int | list[int | None] | None = None,
-    top_p: _PerRequestFloat | None = None,
-    seed: _PerRequestInt | None = None,
+    temperature: _Option = None,
+    top_k: _Option = None,
+    top_p: _Option = None,
+    seed: _Option = None,
     num_draft: _Ids | None = None,
     stop_token_ids: _Ids | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
@@ -166,23 +186,23 @@ def confidence(
     hidden: _Tensor,
     prev_embeddings: _Tensor | None,
     weight: _Tensor,
-    bias: float | None = None,
+    bias: _Option = None,
     *,
-    sts: str | os.PathLike[str] | list[float] | None = None,
+    sts: _Option = None,
 ) -> npt.NDArray[np.float32]: ...
-def schedule_threshold(confidence: _Tensor, threshold: float) -> list[int]: ...
+def schedule_threshold(confidence: _Tensor, threshold: _Option) -> list[int]: ...
 def schedule_lengths(
     confidence: _Tensor,
-    steps_per_second: list[tuple[int, float]] | list[list[float]],
-    interpolation: str | None = None,
+    steps_per_second: _Option,
+    interpolation: _Option = None,
     *,
     ahead: _Tensor | None = None,
 ) -> list[int]: ...
 def schedule_pipelined(
     stale: _Tensor,
     current: _Tensor,
-    steps_per_second: list[tuple[int, float]] | list[list[float]],
-    interpolation: str | None = None,
+    steps_per_second: _Option,
+    interpolation: _Option = None,
 ) -> list[int]: ...
 def _dlpack_describe(obj: _Tensor) -> tuple[str, list[int], str, int]: ...
 def _dlpack_sum(obj: _Tensor) -> float: ...
@@ -200,9 +220,9 @@ class Drafter:
     def load(
         path: str | os.PathLike[str],
         target_config: str,
-        embed_tokens: Any = None,
-        lm_head: Any = None,
-        sts: Any = None,
+        embed_tokens: _Tensor | None = None,
+        lm_head: _Tensor | None = None,
+        sts: _Option = None,
         device: str = "cpu",
     ) -> Drafter:
         """Load onto ``device`` (``cpu``, ``cuda``, ``cuda:N``); ``embed_tokens``/``lm_head``
@@ -210,6 +230,9 @@ class Drafter:
     @property
     def device(self) -> str:
         """``cpu`` or ``cuda:N``."""
+    @property
+    def sts_temperatures(self) -> list[float] | None:
+        """The confidence calibration in use (per-position temperatures), or ``None``."""
     @property
     def block_size(self) -> int: ...
     @property
@@ -244,13 +267,13 @@ class Drafter:
     def warnings(self) -> list[tuple[str, str]]: ...
     def propose(
         self,
-        context: Any,
-        anchors: Any,
+        context: _Tensor,
+        anchors: _Ids,
         *,
-        start_positions: int | list[int] | None = None,
-        temperature: float | None = None,
-        seed: int | list[int] | None = None,
-        top_k: int | None = None,
+        start_positions: _Option = None,
+        temperature: _Option = None,
+        seed: _Option = None,
+        top_k: _Option = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
         """Stateless drafting over ``context [B, T, L*H_t]`` (DLPack, CPU).
 
@@ -260,7 +283,7 @@ class Drafter:
     def load_native(
         path: str | os.PathLike[str],
         target: NativeTarget,
-        sts: Any = None,
+        sts: _Option = None,
         device: str | None = None,
     ) -> Drafter:
         """Load for a native target, sharing its embedding / lm_head (no copy), on its device."""
@@ -268,11 +291,11 @@ class Drafter:
     def propose_states(
         self,
         states: list[DraftState],
-        anchors: Any,
+        anchors: _Ids,
         *,
-        temperature: float | None = None,
-        seed: int | list[int] | None = None,
-        top_k: int | None = None,
+        temperature: _Option = None,
+        seed: _Option = None,
+        top_k: _Option = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
         """One block pass per state; anchor ``b`` sits at ``states[b].end``."""
 
@@ -280,7 +303,7 @@ class Drafter:
 class DraftState:
     """One request's context KV cache (made by ``Drafter.new_state``)."""
 
-    def extend(self, features: Any, start_position: int) -> None:
+    def extend(self, features: _Tensor, start_position: int) -> None:
         """Append ``[T, L*H_t]`` features from ``start_position``; held rows are skipped."""
     def truncate(self, n: int) -> None: ...
     def clear(self) -> None: ...
@@ -308,19 +331,42 @@ class NativeTarget:
     def num_hidden_layers(self) -> int: ...
     @property
     def hidden_size(self) -> int: ...
-    def logits(self, ids: Any) -> npt.NDArray[np.float32]:
+    def logits(self, ids: _Ids) -> npt.NDArray[np.float32]:
         """Float32 logits ``[S, V_t]`` of every position of one sequence (an empty cache)."""
 
-_Stats: TypeAlias = dict[str, Any]
+# What ``generate`` reports (``dspark.SpeculationStats`` is built from it).
+_Stats = TypedDict(  # noqa: UP013 (a class would have to exist in the module)
+    "_Stats",
+    {
+        "rounds": int,
+        "plain_rounds": int,
+        "request_rounds": int,
+        "committed_tokens": int,
+        "drafted_tokens": int,
+        "accepted_tokens": int,
+        "position_attempts": list[int],
+        "position_accepts": list[int],
+        "drafter_seconds": float,
+        "target_seconds": float,
+        "kernel_seconds": float,
+        "total_seconds": float,
+        "prefill_seconds": float,
+        "confidence_records": list[tuple[int, float, bool]],
+    },
+)
 
 @final
 class Speculator:
-    """The engine's speculative loop over a native or Python target and drafter."""
+    """The engine's speculative loop over a native or Python target and drafter.
+
+    ``target``: a ``NativeTarget`` or a Python object with the ``TargetModel`` protocol;
+    ``drafter``: a ``Drafter`` or a Python object with the drafter protocol (checked natively).
+    """
 
     def __init__(
         self,
-        target: Any,
-        drafter: Any,
+        target: object,
+        drafter: object,
         *,
         num_speculative_tokens: int | None = None,
         temperature: float = 0.0,
@@ -338,7 +384,7 @@ class Speculator:
         prompts: list[list[int]],
         max_new_tokens: int,
         stop_token_ids: list[int] | None = None,
-        on_round: Callable[[list[list[int]]], None] | None = None,
+        on_round: Callable[[list[list[int]]], object] | None = None,
     ) -> tuple[list[list[int]], _Stats]:
         """Speculative decoding; ``(tokens per prompt, stats)``."""
     def generate_target_only(
@@ -346,7 +392,7 @@ class Speculator:
         prompts: list[list[int]],
         max_new_tokens: int,
         stop_token_ids: list[int] | None = None,
-        on_round: Callable[[list[list[int]]], None] | None = None,
+        on_round: Callable[[list[list[int]]], object] | None = None,
     ) -> tuple[list[list[int]], _Stats]:
         """Target-only decoding with the same options and seeds."""
     @property

@@ -75,7 +75,7 @@ class DrafterWeights:
     layers: list[dict[str, torch.Tensor]] = field(default_factory=list)
 
 
-def _unpack_target(target: Any) -> tuple[dict[str, Any] | None, Any, Any]:
+def _unpack_target(target: object) -> tuple[dict[str, Any] | None, object, object]:
     """(target config dict, embed weight, lm_head weight) from any accepted target form."""
     if target is None:
         return None, None, None
@@ -127,7 +127,7 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _shared(weight: Any, rows: int, what: str, code: str) -> torch.Tensor:
+def _shared(weight: object, rows: int, what: str, code: str) -> torch.Tensor:
     if weight is None:
         raise_error(
             CheckpointError,
@@ -146,7 +146,7 @@ def _shared(weight: Any, rows: int, what: str, code: str) -> torch.Tensor:
 
 
 def load_weights(
-    path: str | os.PathLike[str], target: Any, *, dtype: torch.dtype
+    path: str | os.PathLike[str], target: object, *, dtype: torch.dtype
 ) -> DrafterWeights:
     """Load ``path`` (a checkpoint directory) against ``target`` (see ``TorchDrafter``)."""
     root = Path(path)

@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 
@@ -54,48 +54,60 @@ from dspark._errors import raise_error
 from dspark._native import ConfigError, InputError
 from dspark.protocols import DraftProposal
 
+if TYPE_CHECKING:
+    from dspark._typing import IdArray, PerRequestInt, TensorLike, TorchTensor
+    from dspark.native_target import NativeTarget
+    from dspark.protocols import DrafterProtocol, DraftStateProtocol
+
+#: A host result of the engine (numpy), kept as its own array type.
+_ArrayT = TypeVar("_ArrayT", bound="np.ndarray")
+
 __all__ = ["DraftState", "Drafter"]
 
 
-def _is_torch(x: object) -> bool:
-    return is_torch(x)
-
-
-def _cpu(x: Any, name: str) -> Any:
+def _cpu(x: object, name: str) -> object:
     """A CPU, C-contiguous view (torch: detached, lazy neg/conj bits resolved, moved to the CPU;
     bf16/f16 kept, the engine widens). Meta, sparse and nested tensors raise ``InputError``."""
-    if _is_torch(x):
-        x = torch_view(x, name)
-        if x.device.type != "cpu":
-            x = x.cpu()
-        return x.contiguous()
+    if is_torch(x):
+        t = torch_view(x, name)
+        if t.device.type != "cpu":
+            t = t.cpu()
+        return t.contiguous()
     if isinstance(x, np.ndarray):
         return np.ascontiguousarray(x)
     return x
 
 
-def _ids(x: Any, name: str) -> Any:
-    if _is_torch(x) or isinstance(x, np.ndarray):
-        return _cpu(x, name).reshape(-1)
+def _ids(x: object, name: str) -> object:
+    """Ids for the native layer: a flat CPU tensor or array, or a list (checked natively)."""
+    if is_torch(x):
+        return torch_view(x, name).cpu().contiguous().reshape(-1)
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x).reshape(-1)
     if isinstance(x, (list, tuple)):
         return list(x)
     return [x]  # one id; the native layer refuses anything that is not an int
 
 
-def _seed(seed: Any) -> Any:
+def _seed(seed: object) -> object:
     """``None``, an int, or one seed per request as a list (values checked natively)."""
     if seed is None or isinstance(seed, int):
         return seed
     if isinstance(seed, np.integer):
         return seed.item()
-    if _is_torch(seed) or isinstance(seed, np.ndarray):
+    if is_torch(seed) or isinstance(seed, np.ndarray):
         return np.asarray(_cpu(seed, "seed")).reshape(-1).tolist()
     if isinstance(seed, (list, tuple)):
         return list(seed)
     return seed
 
 
-def _out(torch_out: bool, arr: np.ndarray | None) -> Any:
+@overload
+def _out(torch_out: bool, arr: _ArrayT) -> TorchTensor | _ArrayT: ...
+@overload
+def _out(torch_out: bool, arr: None) -> None: ...
+def _out(torch_out: bool, arr: _ArrayT | None) -> TorchTensor | _ArrayT | None:
+    """``arr`` as a torch tensor (zero-copy) when ``torch_out``."""
     if arr is None or not torch_out:
         return arr
     import torch
@@ -103,12 +115,15 @@ def _out(torch_out: bool, arr: np.ndarray | None) -> Any:
     return torch.from_numpy(arr)
 
 
-def _target_parts(target: Any) -> tuple[dict[str, Any], Any, Any]:
+def _target_parts(
+    target: object,
+) -> tuple[dict[str, Any], Callable[[], object], Callable[[], object]]:
     """``(config dict, embed getter, lm_head getter)`` of an HF model or a weights dict."""
     if isinstance(target, dict):
-        config = target.get("config")
-        if hasattr(config, "to_dict"):
-            config = config.to_dict()
+        config: object = target.get("config")
+        to_dict = getattr(config, "to_dict", None)
+        if callable(to_dict):
+            config = to_dict()
         if not isinstance(config, dict):
             raise_error(InputError, "invalid-argument", "target dict needs a 'config' dict")
         return config, lambda: target.get("embed_tokens"), lambda: target.get("lm_head")
@@ -121,7 +136,7 @@ def _target_parts(target: Any) -> tuple[dict[str, Any], Any, Any]:
             "{'config': dict, 'embed_tokens': tensor, 'lm_head': tensor}",
         )
 
-    def weight(getter: str) -> Any:
+    def weight(getter: str) -> object:
         module = getattr(target, getter)()
         return None if module is None else module.weight
 
@@ -132,7 +147,7 @@ def _target_parts(target: Any) -> tuple[dict[str, Any], Any, Any]:
     )
 
 
-def _default_device(target: Any) -> str:
+def _default_device(target: object) -> str:
     """The device of a torch target (an HF model or a weights dict) when this build can run
     there, else ``"cpu"``."""
     dev = getattr(target, "device", None)
@@ -152,13 +167,13 @@ class DraftState:
     def __init__(self, native: _native.DraftState) -> None:
         self._native = native
 
-    def extend(self, features: Any, start_position: int) -> None:
+    def extend(self, features: TensorLike, start_position: int) -> None:
         """Append target features ``[T, L*H_t]`` at absolute positions ``start_position..``.
 
         Only new positions are computed: rows of positions already held are skipped (use
         :meth:`truncate` first to replace them); a gap after the cache raises ``InputError``.
         """
-        if _is_torch(features) or isinstance(features, np.ndarray):
+        if is_torch(features) or isinstance(features, np.ndarray):
             if features.ndim == 3 and features.shape[0] == 1:
                 features = features[0]
         self._native.extend(_cpu(features, "features"), start_position)
@@ -200,9 +215,9 @@ class Drafter:
     def from_pretrained(
         cls,
         path: str | os.PathLike[str],
-        target: Any,
+        target: NativeTarget | object,
         *,
-        sts: Any = None,
+        sts: str | os.PathLike[str] | Sequence[float] | bool | None = None,
         device: str | None = None,
     ) -> Drafter:
         """Load the drafter at ``path`` (``config.json`` + safetensors) for ``target``.
@@ -218,7 +233,7 @@ class Drafter:
         is the table itself.
 
         ``device``: where the drafter runs, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (a CUDA
-        device needs the CUDA wheel, README "GPU build"). ``None`` (default): the target's
+        device needs the CUDA wheel, ``docs/gpu.md``). ``None`` (default): the target's
         device (a native target's weights are shared, so its drafter always runs there); for a
         torch target on a GPU with the CPU wheel, the CPU (its logits cross to the host).
         """
@@ -250,9 +265,10 @@ class Drafter:
             )
         path = os.fspath(path)
         share_embed, share_head = _native.Drafter.plan_sharing(path, text)
-        e = _cpu(embed(), "embed_tokens") if share_embed else None
-        h = _cpu(lm_head(), "lm_head") if share_head else None
-        return cls(_native.Drafter.load(path, text, e, h, sts, device or _default_device(target)))
+        embed_w = _cpu(embed(), "embed_tokens") if share_embed else None
+        head_w = _cpu(lm_head(), "lm_head") if share_head else None
+        device = device or _default_device(target)
+        return cls(_native.Drafter.load(path, text, embed_w, head_w, sts, device))
 
     # -- contract members ------------------------------------------------------------------
     @property
@@ -296,7 +312,7 @@ class Drafter:
         return self._native.target_vocab_size
 
     @property
-    def draft_id_to_target_id(self) -> Any:
+    def draft_id_to_target_id(self) -> TorchTensor | IdArray | None:
         """``None`` for the identity map, else int64 offsets ``[V_d]`` (torch if available)."""
         offsets = self._native.draft_id_to_target_id
         if offsets is None:
@@ -356,16 +372,16 @@ class Drafter:
 
     def propose(
         self,
-        context_hidden_states: Any,
-        anchors: Any,
+        context_hidden_states: TensorLike,
+        anchors: TensorLike,
         *,
-        start_positions: int | Sequence[int] = 0,
+        start_positions: PerRequestInt = 0,
         temperature: float = 0.0,
-        seed: int | Sequence[int] | None = 0,
+        seed: PerRequestInt | None = 0,
         top_k: int | None = None,
     ) -> DraftProposal:
         """Stateless drafting over a whole context ``[B, T, L*H_t]`` (see the module doc)."""
-        torch_out = _is_torch(context_hidden_states)
+        torch_out = is_torch(context_hidden_states)
         t, d, c = self._native.propose(
             _cpu(context_hidden_states, "context_hidden_states"),
             _ids(anchors, "anchors"),
@@ -383,10 +399,10 @@ class Drafter:
     def propose_states(
         self,
         states: Sequence[DraftState],
-        anchors: Any,
+        anchors: TensorLike,
         *,
         temperature: float = 0.0,
-        seed: int | Sequence[int] | None = 0,
+        seed: PerRequestInt | None = 0,
         top_k: int | None = None,
         torch_output: bool | None = None,
     ) -> DraftProposal:
@@ -422,3 +438,12 @@ class Drafter:
             f"{self.draft_vocab_size}, {self.target_vocab_size}), markov_rank={self.markov_rank}, "
             f"confidence={self.has_confidence_head})"
         )
+
+
+if TYPE_CHECKING:
+    # The contracts, checked by the type checker: every drafter class implements them.
+    def _is_a_drafter(drafter: Drafter) -> DrafterProtocol[DraftState]:
+        return drafter
+
+    def _is_a_state(state: DraftState) -> DraftStateProtocol:
+        return state

@@ -75,7 +75,7 @@ def target_tensors(seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([seed, 1])
 
     def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.5 / np.sqrt(shape[-1])).astype(np.float32)
+        return (rng.standard_normal(shape) * 0.5 / float(np.sqrt(shape[-1]))).astype(np.float32)
 
     def ones(n: int) -> np.ndarray:
         return np.ones(n, np.float32)

@@ -66,7 +66,7 @@ def _assistant_class() -> type[Any]:
             f"(MuseGlimmerAssistantModel / DFlashTokenCandidateGenerator): {exc}",
         )
 
-    class DSparkDFlashAssistant(MuseGlimmerAssistantModel):  # type: ignore[misc]
+    class DSparkDFlashAssistant(MuseGlimmerAssistantModel):
         """HF's DFlash assistant running a dspark backbone (see :mod:`dspark.hf_dflash`)."""
 
         dspark_mask_embedding: torch.Tensor | None = None
@@ -193,4 +193,5 @@ def to_hf_dflash(path: str | os.PathLike[str], target: Any) -> PreTrainedModel:
     model.load_state_dict(state, strict=True)
     model.dspark_mask_embedding = None if mask_in_target else w.embed[mask_id].clone()
     model.dspark_sample_from_anchor = w.sample_from_anchor
-    return model.to(device=param.device, dtype=param.dtype).eval()
+    assistant: PreTrainedModel = model.to(device=param.device, dtype=param.dtype).eval()
+    return assistant

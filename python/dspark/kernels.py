@@ -3,7 +3,12 @@
 Tensors go in through DLPack (numpy arrays, torch tensors, anything with ``__dlpack__``):
 CPU, C-contiguous, float32/float16/bfloat16 for logits and weights, int32/int64/uint32 for ids.
 Nothing is copied on the way in; non-contiguous input raises ``InputError`` (``bad-shape``).
-Results come back as numpy arrays, or as torch tensors (zero-copy) when the main input was one.
+Results come back as numpy arrays, or as torch tensors (zero-copy) when the main input was one:
+each function is overloaded on its main input so a type checker knows which.
+
+The native functions are the validation boundary: every value given to them is checked there
+(typed errors), so the helpers below only reshape values (arrays and tensors into lists), they
+do not judge them.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -19,6 +24,17 @@ from dspark import _native
 from dspark._args import is_torch, torch_view
 from dspark._errors import raise_error
 from dspark._native import DSparkError, InputError
+
+if TYPE_CHECKING:
+    from dspark._typing import (
+        DLPackTensor,
+        FloatArray,
+        IdArray,
+        PerRequestFloat,
+        PerRequestInt,
+        TensorLike,
+        TorchTensor,
+    )
 
 __all__ = [
     "DraftBlock",
@@ -31,10 +47,17 @@ __all__ = [
     "verify",
 ]
 
+#: A host result of the engine (a numpy array), kept as its own array type.
+_ArrayT = TypeVar("_ArrayT", bound="np.ndarray")
+#: The type of a block's ids: ``IdArray`` (numpy int64) or a torch tensor.
+IdsT_co = TypeVar("IdsT_co", covariant=True)
+#: The type of a block's float results: ``FloatArray`` (numpy float32) or a torch tensor.
+FloatsT_co = TypeVar("FloatsT_co", covariant=True)
+
 
 @dataclass(frozen=True)
-class DraftBlock:
-    """A drafted block.
+class DraftBlock(Generic[IdsT_co, FloatsT_co]):
+    """A drafted block (numpy arrays, or torch tensors when the logits were torch).
 
     Attributes:
         tokens: ``[B, K]`` int64 target-vocabulary ids.
@@ -43,14 +66,14 @@ class DraftBlock:
         prev_embeddings: ``[B, K, r]`` float32, ``W1[x_{k-1}]`` (``x_0`` = anchor).
     """
 
-    tokens: Any
-    draft_logits: Any
-    prev_embeddings: Any
+    tokens: IdsT_co
+    draft_logits: FloatsT_co
+    prev_embeddings: FloatsT_co
 
 
 @dataclass(frozen=True)
-class Verification:
-    """The committed tokens of a verified block.
+class Verification(Generic[IdsT_co]):
+    """The committed tokens of a verified block (numpy, or torch when the logits were torch).
 
     Attributes:
         tokens: ``[B, K+1]`` int64: accepted drafts, then the correction or bonus token, then
@@ -58,12 +81,8 @@ class Verification:
         num_accepted: ``[B]`` int64 number of accepted draft tokens.
     """
 
-    tokens: Any
-    num_accepted: Any
-
-
-def _is_torch(x: object) -> bool:
-    return is_torch(x)
+    tokens: IdsT_co
+    num_accepted: IdsT_co
 
 
 def _tensor(x: object, name: str) -> object:
@@ -75,7 +94,7 @@ def _tensor(x: object, name: str) -> object:
     """
     if x is None:
         raise_error(InputError, "invalid-argument", f"{name}: expected a tensor, got None")
-    if _is_torch(x):
+    if is_torch(x):
         return torch_view(x, name)
     if hasattr(x, "__dlpack__"):
         return x
@@ -87,23 +106,25 @@ def _tensor(x: object, name: str) -> object:
         )
 
 
-def _out(like: object, arr: Any) -> Any:
-    """A result in the caller's framework: torch on ``like``'s device when ``like`` is torch.
-
-    Results the engine leaves on a CUDA device (``_native.DeviceArray``) are taken by DLPack
-    with no copy; small host results (ids, counts, confidences) are moved to ``like``'s device.
-    """
-    if not isinstance(arr, np.ndarray):
-        import torch
-
-        return torch.from_dlpack(arr)
-    if _is_torch(like):
+def _out(like: object, arr: _ArrayT) -> TorchTensor | _ArrayT:
+    """A host result in the caller's framework: a torch tensor (zero-copy, then moved to
+    ``like``'s device) when ``like`` is torch, else the numpy array itself."""
+    if is_torch(like):
         import torch
 
         t = torch.from_numpy(arr)
-        device = like.device  # type: ignore[attr-defined]
-        return t if device.type == "cpu" else t.to(device)
+        return t if like.device.type == "cpu" else t.to(like.device)
     return arr
+
+
+def _out_float(like: object, arr: FloatArray | DLPackTensor) -> TorchTensor | FloatArray:
+    """A float result, which the engine may leave on a CUDA device (a DLPack producer, taken
+    with no copy) instead of returning it on the host."""
+    if isinstance(arr, np.ndarray):
+        return _out(like, arr)
+    from torch.utils.dlpack import from_dlpack
+
+    return from_dlpack(arr)
 
 
 def _param(x: object, name: str) -> object:
@@ -115,11 +136,10 @@ def _param(x: object, name: str) -> object:
         return x
     if isinstance(x, (np.integer, np.floating, np.bool_)):
         return x.item()
-    if _is_torch(x) or isinstance(x, np.ndarray):
+    if is_torch(x) or isinstance(x, np.ndarray):
         try:
-            if _is_torch(x):
-                x = torch_view(x, name).cpu()
-            return x.tolist()  # type: ignore[attr-defined]  # a 0-d array gives a scalar
+            # ``tolist`` of a 0-d array or tensor gives a scalar.
+            return torch_view(x, name).cpu().tolist() if is_torch(x) else x.tolist()
         except DSparkError:
             raise
         except Exception as e:
@@ -129,7 +149,7 @@ def _param(x: object, name: str) -> object:
     return x
 
 
-def _ids(x: object, name: str) -> object:
+def _ids(x: object, name: str) -> list[object] | None:
     """Ids as a list (arrays and tensors too); a scalar becomes a one-element list."""
     if x is None:
         return None
@@ -137,19 +157,47 @@ def _ids(x: object, name: str) -> object:
     return v if isinstance(v, list) else [v]
 
 
+@overload
 def sample_block(
-    base_logits: Any,
-    markov_w1: Any,
-    markov_w2: Any,
-    anchors: Any,
+    base_logits: TorchTensor,
+    markov_w1: TensorLike,
+    markov_w2: TensorLike,
+    anchors: TensorLike,
+    *,
+    temperature: float = ...,
+    seed: PerRequestInt = ...,
+    target_vocab_size: int | None = ...,
+    d2t: TensorLike | None = ...,
+    top_k: int | None = ...,
+    logit_scale: float = ...,
+) -> DraftBlock[TorchTensor, TorchTensor]: ...
+@overload
+def sample_block(
+    base_logits: TensorLike,
+    markov_w1: TensorLike,
+    markov_w2: TensorLike,
+    anchors: TensorLike,
+    *,
+    temperature: float = ...,
+    seed: PerRequestInt = ...,
+    target_vocab_size: int | None = ...,
+    d2t: TensorLike | None = ...,
+    top_k: int | None = ...,
+    logit_scale: float = ...,
+) -> DraftBlock[IdArray, FloatArray]: ...
+def sample_block(
+    base_logits: TensorLike,
+    markov_w1: TensorLike,
+    markov_w2: TensorLike,
+    anchors: TensorLike,
     *,
     temperature: float = 0.0,
-    seed: int | Sequence[int] | Any = 0,
+    seed: PerRequestInt = 0,
     target_vocab_size: int | None = None,
-    d2t: Any = None,
+    d2t: TensorLike | None = None,
     top_k: int | None = None,
     logit_scale: float = 1.0,
-) -> DraftBlock:
+) -> DraftBlock[TorchTensor | IdArray, TorchTensor | FloatArray]:
     """Draft a block with the rank-r Markov head.
 
     Slot k samples from ``logit_scale * (base_k + W2 @ W1[x_{k-1}])`` (``x_0`` = anchor, W1
@@ -165,7 +213,7 @@ def sample_block(
         anchors: ``[B]`` target ids of the last committed tokens.
         seed: one seed (row r uses stream (seed, r)) or one per request (order independent).
     """
-    out = _native.sample_block(
+    tokens, q, prev = _native.sample_block(
         _tensor(base_logits, "base_logits"),
         _tensor(markov_w1, "markov_w1"),
         _tensor(markov_w2, "markov_w2"),
@@ -177,22 +225,49 @@ def sample_block(
         top_k=_param(top_k, "top_k"),
         logit_scale=_param(logit_scale, "logit_scale"),
     )
-    tokens, q, prev = (_out(base_logits, a) for a in out)
-    return DraftBlock(tokens, q, prev)
+    return DraftBlock(
+        _out(base_logits, tokens), _out_float(base_logits, q), _out_float(base_logits, prev)
+    )
 
 
+@overload
 def verify(
-    target_logits: Any,
-    draft_tokens: Any,
-    draft_logits: Any = None,
+    target_logits: TorchTensor,
+    draft_tokens: TensorLike,
+    draft_logits: TensorLike | None = ...,
     *,
-    temperature: float | Sequence[float] | Any = 0.0,
-    top_k: int | Sequence[int | None] | Any = None,
-    top_p: float | Sequence[float] | Any = None,
-    seed: int | Sequence[int] | Any = 0,
-    num_draft: Sequence[int] | Any = None,
-    stop_token_ids: Sequence[int] | Any = None,
-) -> Verification:
+    temperature: PerRequestFloat = ...,
+    top_k: int | Sequence[int | None] | TensorLike | None = ...,
+    top_p: PerRequestFloat | None = ...,
+    seed: PerRequestInt = ...,
+    num_draft: PerRequestInt | None = ...,
+    stop_token_ids: PerRequestInt | None = ...,
+) -> Verification[TorchTensor]: ...
+@overload
+def verify(
+    target_logits: TensorLike,
+    draft_tokens: TensorLike,
+    draft_logits: TensorLike | None = ...,
+    *,
+    temperature: PerRequestFloat = ...,
+    top_k: int | Sequence[int | None] | TensorLike | None = ...,
+    top_p: PerRequestFloat | None = ...,
+    seed: PerRequestInt = ...,
+    num_draft: PerRequestInt | None = ...,
+    stop_token_ids: PerRequestInt | None = ...,
+) -> Verification[IdArray]: ...
+def verify(
+    target_logits: TensorLike,
+    draft_tokens: TensorLike,
+    draft_logits: TensorLike | None = None,
+    *,
+    temperature: PerRequestFloat = 0.0,
+    top_k: int | Sequence[int | None] | TensorLike | None = None,
+    top_p: PerRequestFloat | None = None,
+    seed: PerRequestInt = 0,
+    num_draft: PerRequestInt | None = None,
+    stop_token_ids: PerRequestInt | None = None,
+) -> Verification[TorchTensor | IdArray]:
     """Lossless rejection sampling of a drafted block.
 
     ``p`` per request is ``softmax(logits / T)`` then top-k then top-p, renormalized; draft
@@ -222,14 +297,14 @@ def verify(
     return Verification(_out(target_logits, tokens), _out(target_logits, accepted))
 
 
-def _bias(bias: Any) -> object:
+def _bias(bias: object) -> object:
     """A scalar bias; a one-element array or tensor is read as its value."""
     if bias is None:
         return 0.0
-    if _is_torch(bias) or isinstance(bias, np.ndarray):
+    if is_torch(bias) or isinstance(bias, np.ndarray):
         try:
             flat = np.asarray(
-                torch_view(bias, "bias").cpu() if _is_torch(bias) else bias, dtype=np.float64
+                torch_view(bias, "bias").cpu() if is_torch(bias) else bias, dtype=np.float64
             )
         except DSparkError:
             raise
@@ -243,37 +318,59 @@ def _bias(bias: Any) -> object:
     return _param(bias, "bias")
 
 
+def _sts(sts: str | os.PathLike[str] | Sequence[float] | None) -> object:
+    """A calibration path as a string, a table as a list (values checked natively)."""
+    if isinstance(sts, os.PathLike):
+        return os.fspath(sts)
+    if sts is None or isinstance(sts, (str, bytes)):
+        return sts
+    table = _param(sts, "sts")
+    return list(table) if isinstance(table, tuple) else table
+
+
+@overload
 def confidence(
-    hidden: Any,
-    prev_embeddings: Any,
-    weight: Any,
-    bias: Any = None,
+    hidden: TorchTensor,
+    prev_embeddings: TensorLike | None,
+    weight: TensorLike,
+    bias: float | TensorLike | None = ...,
+    *,
+    sts: str | os.PathLike[str] | Sequence[float] | None = ...,
+) -> TorchTensor: ...
+@overload
+def confidence(
+    hidden: TensorLike,
+    prev_embeddings: TensorLike | None,
+    weight: TensorLike,
+    bias: float | TensorLike | None = ...,
+    *,
+    sts: str | os.PathLike[str] | Sequence[float] | None = ...,
+) -> FloatArray: ...
+def confidence(
+    hidden: TensorLike,
+    prev_embeddings: TensorLike | None,
+    weight: TensorLike,
+    bias: float | TensorLike | None = None,
     *,
     sts: str | os.PathLike[str] | Sequence[float] | None = None,
-) -> Any:
+) -> TorchTensor | FloatArray:
     """Per-slot confidence ``sigmoid(w . [h ; prev] + b)`` in float32, ``[B, K]``.
 
     ``prev_embeddings=None`` scores ``w . h + b``. ``weight`` is ``[H (+ r)]`` (a ``[1, N]``
     linear weight is accepted; any other shape is ``bad-shape``). ``sts`` is a calibration
     JSON path or a list of per-position temperatures (``sigmoid(z / T_k)``).
     """
-    if isinstance(sts, os.PathLike):
-        sts = os.fspath(sts)
-    elif sts is not None and not isinstance(sts, (str, bytes)):
-        sts = _param(sts, "sts")
-        if isinstance(sts, tuple):
-            sts = list(sts)
     out = _native.confidence(
         _tensor(hidden, "hidden"),
         None if prev_embeddings is None else _tensor(prev_embeddings, "prev_embeddings"),
         _tensor(weight, "weight"),
         _bias(bias),
-        sts=sts,
+        sts=_sts(sts),
     )
     return _out(hidden, out)
 
 
-def schedule_threshold(confidence: Any, threshold: float) -> list[int]:
+def schedule_threshold(confidence: TensorLike, threshold: float) -> list[int]:
     """Verify lengths: each request stops before its first slot with confidence < threshold."""
     return list(
         _native.schedule_threshold(
@@ -282,7 +379,7 @@ def schedule_threshold(confidence: Any, threshold: float) -> list[int]:
     )
 
 
-def _table(steps_per_second: Any) -> Any:
+def _table(steps_per_second: object) -> object:
     """The table as a list of pairs (arrays and tensors become lists); checked natively."""
     table = _param(steps_per_second, "steps_per_second")
     if isinstance(table, list):
@@ -291,11 +388,11 @@ def _table(steps_per_second: Any) -> Any:
 
 
 def schedule_lengths(
-    confidence: Any,
+    confidence: TensorLike,
     steps_per_second: Sequence[tuple[int, float]],
     interpolation: str = "step",
     *,
-    ahead: Any | None = None,
+    ahead: TensorLike | None = None,
 ) -> list[int]:
     """The paper's scheduler: admit slots by survival while tokens x SPS strictly improves.
 
@@ -321,8 +418,8 @@ def schedule_lengths(
 
 
 def schedule_pipelined(
-    stale: Any,
-    current: Any,
+    stale: TensorLike,
+    current: TensorLike,
     steps_per_second: Sequence[tuple[int, float]],
     interpolation: str = "step",
 ) -> list[int]:

@@ -13,13 +13,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from dspark import _native
 from dspark._errors import raise_error
 from dspark._native import InputError
+
+if TYPE_CHECKING:
+    from dspark._typing import FloatArray
 
 __all__ = ["NativeTarget"]
 
@@ -37,7 +41,7 @@ class NativeTarget:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], *, device: str = "cpu") -> NativeTarget:
         """Load an HF ``Qwen3ForCausalLM`` directory (typed ``dspark`` errors) onto ``device``:
-        ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, README "GPU build")."""
+        ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, ``docs/gpu.md``)."""
         if not isinstance(device, str):
             raise_error(
                 InputError,
@@ -73,7 +77,7 @@ class NativeTarget:
         """The ``config.json`` the target was loaded from."""
         return dict(self._config)
 
-    def logits(self, input_ids: Any) -> np.ndarray:
+    def logits(self, input_ids: npt.ArrayLike) -> FloatArray:
         """Float32 logits ``[S, V_t]`` of every position of one sequence (an empty cache)."""
         ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
         return self._native_target.logits(ids)

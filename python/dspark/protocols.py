@@ -14,7 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from dspark._typing import (
+        DLPackTensor,
+        FloatArray,
+        IdArray,
+        PerRequestInt,
+        TensorLike,
+        TorchTensor,
+    )
 
 __all__ = [
     "DRAFTER_MEMBERS",
@@ -24,6 +34,11 @@ __all__ = [
     "TargetModel",
     "TargetOutput",
 ]
+
+#: A drafter's per-request context state (what ``new_state`` makes).
+StateT = TypeVar("StateT")
+#: A target's cache (opaque to the speculator; what ``new_cache`` makes).
+CacheT = TypeVar("CacheT")
 
 #: Every member of the drafter contract (attributes and methods), for contract checks.
 DRAFTER_MEMBERS: tuple[str, ...] = (
@@ -56,9 +71,9 @@ class DraftProposal:
         confidence: ``[B, K]`` float32 in ``(0, 1)``, or ``None`` without a confidence head.
     """
 
-    tokens: Any
-    draft_logits: Any
-    confidence: Any | None
+    tokens: TorchTensor | IdArray
+    draft_logits: TorchTensor | FloatArray
+    confidence: TorchTensor | FloatArray | None
 
 
 @runtime_checkable
@@ -70,7 +85,7 @@ class DraftStateProtocol(Protocol):
         """Number of context positions held (the anchor sits at this position)."""
         ...
 
-    def extend(self, features: Any, start_position: int) -> None:
+    def extend(self, features: TensorLike, start_position: int) -> None:
         """Add target features ``[T, L*H_t]`` of positions ``start_position..+T-1``.
 
         Positions already held are skipped; ``start_position > length`` is an error.
@@ -83,8 +98,9 @@ class DraftStateProtocol(Protocol):
 
 
 @runtime_checkable
-class DrafterProtocol(Protocol):
-    """The drafter contract: the same members on every backend."""
+class DrafterProtocol(Protocol[StateT]):
+    """The drafter contract: the same members on every backend (``StateT``: its context
+    state, a :class:`DraftStateProtocol`)."""
 
     @property
     def block_size(self) -> int:
@@ -112,7 +128,7 @@ class DrafterProtocol(Protocol):
         ...
 
     @property
-    def draft_id_to_target_id(self) -> Any | None:
+    def draft_id_to_target_id(self) -> TorchTensor | IdArray | None:
         """``None`` for the identity map, else the int64 ``d2t`` offset table ``[V_d]``."""
         ...
 
@@ -148,28 +164,28 @@ class DrafterProtocol(Protocol):
 
     def propose(
         self,
-        context_hidden_states: Any,
-        anchors: Any,
+        context_hidden_states: TensorLike,
+        anchors: TensorLike,
         *,
         start_positions: int | Sequence[int] = 0,
         temperature: float = 0.0,
-        seed: int | Sequence[int] = 0,
+        seed: PerRequestInt = 0,
     ) -> DraftProposal:
         """Stateless proposal from context features ``[B, T, L*H_t]`` (positions
         ``start..start+T-1``) and anchors ``[B]`` (at position ``start+T``)."""
         ...
 
-    def new_state(self) -> DraftStateProtocol:
+    def new_state(self) -> StateT:
         """An empty per-request context."""
         ...
 
     def propose_states(
         self,
-        states: Sequence[Any],
-        anchors: Any,
+        states: Sequence[StateT],
+        anchors: TensorLike,
         *,
         temperature: float = 0.0,
-        seed: int | Sequence[int] = 0,
+        seed: PerRequestInt = 0,
     ) -> DraftProposal:
         """One pass over the block for each state (anchor ``i`` at ``states[i].length``)."""
         ...
@@ -185,15 +201,16 @@ class TargetOutput:
             indices) concatenated in order along the last axis.
     """
 
-    logits: Any
-    hidden_states: Any
+    logits: DLPackTensor
+    hidden_states: DLPackTensor
 
 
 @runtime_checkable
-class TargetModel(Protocol):
+class TargetModel(Protocol[CacheT]):
     """A target the speculator can drive: forward on new tokens with a cache, and crop.
 
-    The cache is opaque to the speculator; it holds ``B`` requests, each with its own length.
+    The cache (``CacheT``) is opaque to the speculator; it holds ``B`` requests, each with its
+    own length. ``input_ids`` is a torch tensor when torch is installed, else a numpy array.
     An optional ``device`` attribute (``"cuda:0"``...) says where the outputs live; with the
     CUDA build, CUDA logits and hidden states are read in place whether or not it is set.
     """
@@ -213,14 +230,14 @@ class TargetModel(Protocol):
         """Logical vocabulary ``V_t``."""
         ...
 
-    def new_cache(self, batch_size: int) -> Any:
+    def new_cache(self, batch_size: int) -> CacheT:
         """An empty cache for ``batch_size`` requests."""
         ...
 
     def forward(
         self,
-        cache: Any,
-        input_ids: Any,
+        cache: CacheT,
+        input_ids: TorchTensor | IdArray,
         num_tokens: Sequence[int],
         capture_layer_ids: Sequence[int],
     ) -> TargetOutput:
@@ -230,6 +247,6 @@ class TargetModel(Protocol):
         influences other positions."""
         ...
 
-    def crop(self, cache: Any, lengths: Sequence[int]) -> None:
+    def crop(self, cache: CacheT, lengths: Sequence[int]) -> None:
         """Roll row ``i`` of the cache back to its first ``lengths[i]`` tokens."""
         ...

@@ -20,13 +20,30 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dspark import _native
 from dspark._args import as_float, as_int, id_list, id_rows
 from dspark._errors import raise_error
 from dspark._native import InputError
 from dspark.protocols import DRAFTER_MEMBERS
+
+if TYPE_CHECKING:
+    import torch
+
+    from dspark._native import _Stats
+    from dspark._typing import TensorLike
+    from dspark.drafter import Drafter
+    from dspark.native_target import NativeTarget
+    from dspark.protocols import DrafterProtocol, TargetModel
+
+#: A streaming hook: called with each request's newly committed tokens.
+OnRound: TypeAlias = "Callable[[list[list[int]]], object]"
+#: The native ``generate`` / ``generate_target_only``.
+_Generate: TypeAlias = (
+    "Callable[[list[list[int]], int, list[int] | None, OnRound | None], "
+    "tuple[list[list[int]], _Stats]]"
+)
 
 __all__ = ["GenerationResult", "SpeculationStats", "Speculator", "derive_seeds"]
 
@@ -55,8 +72,8 @@ class SpeculationStats:
     Attributes:
         rounds: speculative rounds (one batched draft + verify each).
         plain_rounds: of ``rounds``, those in which a scheduling policy drafted nothing (one
-            target-only step per request: drafting did not pay at that batch; see README
-            "Verify policies").
+            target-only step per request: drafting did not pay at that batch; see
+            ``docs/python-api.md``, "Verify policies").
         request_rounds: sum over requests of the rounds each took part in.
         committed_tokens: tokens committed by rounds (accepted drafts + correction/bonus).
         drafted_tokens: draft tokens sent to verification.
@@ -110,7 +127,7 @@ class GenerationResult:
     stats: SpeculationStats
 
 
-def _engine_target(target: Any) -> tuple[Any, Any]:
+def _engine_target(target: object) -> tuple[object, _native.NativeTarget | TargetModel[Any]]:
     """``(front object, engine-side target)``: a ``NativeTarget`` runs natively; anything else
     goes through the :class:`dspark.protocols.TargetModel` protocol (HF models wrapped)."""
     native = getattr(target, "_native_target", target)
@@ -127,8 +144,8 @@ class Speculator:
 
     def __init__(
         self,
-        target: Any,
-        drafter: Any,
+        target: NativeTarget | TargetModel[Any] | torch.nn.Module,
+        drafter: Drafter | DrafterProtocol[Any],
         *,
         num_speculative_tokens: int | None = None,
         temperature: float = 0.0,
@@ -222,11 +239,11 @@ class Speculator:
 
     def generate(
         self,
-        input_ids: Any,
+        input_ids: TensorLike,
         max_new_tokens: int,
-        stop_token_ids: Sequence[int] | None = None,
+        stop_token_ids: Sequence[int] | TensorLike | None = None,
         *,
-        on_round: Callable[[list[list[int]]], None] | None = None,
+        on_round: OnRound | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` per prompt (a ``[B,S]`` tensor or a list of prompts
         of any lengths), stopping a request after it emits a stop token.
@@ -240,11 +257,11 @@ class Speculator:
 
     def generate_target_only(
         self,
-        input_ids: Any,
+        input_ids: TensorLike,
         max_new_tokens: int,
-        stop_token_ids: Sequence[int] | None = None,
+        stop_token_ids: Sequence[int] | TensorLike | None = None,
         *,
-        on_round: Callable[[list[list[int]]], None] | None = None,
+        on_round: OnRound | None = None,
     ) -> GenerationResult:
         """The baseline: the target alone, same options, seeds and stop rules (greedy output
         equals :meth:`generate`'s)."""
@@ -254,26 +271,26 @@ class Speculator:
 
     def _run(
         self,
-        call: Any,
-        input_ids: Any,
-        max_new_tokens: Any,
-        stop_token_ids: Any,
-        on_round: Any,
+        call: _Generate,
+        input_ids: object,
+        max_new_tokens: object,
+        stop_token_ids: object,
+        on_round: OnRound | None,
     ) -> GenerationResult:
-        max_new_tokens = as_int(max_new_tokens, "max_new_tokens")
+        count = as_int(max_new_tokens, "max_new_tokens")
         if on_round is not None and not callable(on_round):
             raise_error(InputError, "invalid-argument", "on_round must be callable")
         vocab = int(self._native_vocab())
         prompts = id_rows(input_ids, "input_ids", vocab)
         stops = None if stop_token_ids is None else id_list(stop_token_ids, "stop_token_ids", vocab)
-        tokens, stats = call(prompts, max_new_tokens, stops, on_round)
+        tokens, stats = call(prompts, count, stops, on_round)
         return GenerationResult(tokens=tokens, stats=SpeculationStats(**stats))
 
     def _native_vocab(self) -> int:
         return int(self.drafter.target_vocab_size)
 
 
-def _verify_mode(verify: Any) -> tuple[str, float | None]:
+def _verify_mode(verify: object) -> tuple[str, float | None]:
     """``(mode, threshold)`` of a ``verify`` argument (typed errors)."""
     if isinstance(verify, str) and verify in ("full", "scheduled", "pipelined"):
         return verify, None

@@ -11,15 +11,21 @@ narrower cache (keys keep the RoPE of their own positions, so moving a column ch
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from dspark._errors import raise_error
+from dspark._hf_cache import cache_kwarg
 from dspark._native import CheckpointError, InputError
-from dspark.protocols import TargetOutput
+from dspark.protocols import TargetModel, TargetOutput
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
+
 
 __all__ = ["HFTarget", "as_target", "check_capture_layers"]
 
@@ -39,7 +45,7 @@ class HFCache:
     round does no mask bookkeeping at all.
     """
 
-    def __init__(self, kv: Any, batch: int, device: Any) -> None:
+    def __init__(self, kv: DynamicCache, batch: int, device: torch.device) -> None:
         self.kv = kv
         self.batch = batch
         self.device = device
@@ -105,8 +111,7 @@ class HFTarget:
                 "target config lacks num_hidden_layers / hidden_size / vocab_size",
             )
         self.model = model.eval()
-        params = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._cache_kwarg = cache_kwarg(model)
 
     @property
     def num_hidden_layers(self) -> int:
@@ -134,7 +139,8 @@ class HFTarget:
         return dict(_text_config(self.model.config).to_dict())
 
     def _device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        device: torch.device = next(self.model.parameters()).device
+        return device
 
     def new_cache(self, batch_size: int) -> HFCache:
         """An empty cache for ``batch_size`` requests."""
@@ -150,7 +156,7 @@ class HFTarget:
     def forward(
         self,
         cache: HFCache,
-        input_ids: torch.Tensor,
+        input_ids: torch.Tensor | npt.NDArray[np.int64],
         num_tokens: Sequence[int],
         capture_layer_ids: Sequence[int],
     ) -> TargetOutput:
@@ -196,7 +202,14 @@ class HFTarget:
         cache.lengths = cache.lengths + n
         return self._output(out, capture_layer_ids)
 
-    def _run(self, ids: torch.Tensor, mask: Any, positions: Any, cache: HFCache) -> Any:
+    def _run(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        cache: HFCache,
+    ) -> Any:
+        """The HF model's forward (its output: a ``CausalLMOutputWithPast``)."""
         return self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -323,10 +336,10 @@ def _put(ref: tuple[Any, str | int], value: torch.Tensor) -> None:
         obj[key] = value
 
 
-def as_target(target: Any) -> Any:
+def as_target(target: object) -> TargetModel[Any]:
     """``target`` itself when it implements the protocol, an :class:`HFTarget` for HF models."""
-    needed = ("num_hidden_layers", "hidden_size", "vocab_size", "new_cache", "forward", "crop")
-    if all(hasattr(target, m) for m in needed) and not hasattr(target, "generate"):
+    # The protocol's members, checked by presence; an HF model (it has `generate`) is wrapped.
+    if isinstance(target, TargetModel) and not hasattr(target, "generate"):
         return target
     if hasattr(target, "config") and callable(target):
         return HFTarget(target)
@@ -348,3 +361,9 @@ def check_capture_layers(capture_layer_ids: Sequence[int], num_hidden_layers: in
                 f"drafter target layer id {int(c) - 1} (capture id {int(c)}) does not fit a "
                 f"{num_hidden_layers}-layer target (DeepSpec ids -1..={num_hidden_layers - 2})",
             )
+
+
+if TYPE_CHECKING:
+    # The contract, checked by the type checker.
+    def _is_a_target(target: HFTarget) -> TargetModel[HFCache]:
+        return target

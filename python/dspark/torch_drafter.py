@@ -15,8 +15,9 @@ greedy or sampled (Gumbel-max on counter-based uniforms), id map to target ids; 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,10 +28,14 @@ from dspark._torch_loading import DrafterWeights, load_weights
 from dspark._torch_ops import attend, counter_uniforms, mlp, rms_norm
 from dspark.protocols import DraftProposal
 
+if TYPE_CHECKING:
+    from dspark._typing import PerRequestInt, TensorLike
+    from dspark.protocols import DrafterProtocol, DraftStateProtocol
+
 __all__ = ["TorchDraftState", "TorchDrafter"]
 
 
-def _as_tensor(value: Any, name: str) -> torch.Tensor:
+def _as_tensor(value: object, name: str) -> torch.Tensor:
     """``torch.as_tensor`` with typed errors (meta/sparse/nested refused, neg/conj resolved)."""
     try:
         if is_torch(value):
@@ -42,7 +47,7 @@ def _as_tensor(value: Any, name: str) -> torch.Tensor:
         raise_error(InputError, "invalid-argument", f"{name}: {type(e).__name__}: {e}")
 
 
-def _per_request(value: int | Sequence[int] | Any, b: int, name: str) -> torch.Tensor:
+def _per_request(value: PerRequestInt | TensorLike, b: int, name: str) -> torch.Tensor:
     t = _as_tensor(value, name)
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise_error(InputError, "unsupported-dtype", f"{name}: expected integers, got {t.dtype}")
@@ -79,7 +84,7 @@ class TorchDraftState:
         """Number of context positions held; the anchor sits at this position."""
         return self._computed + sum(int(p.shape[0]) for p in self._pending)
 
-    def extend(self, features: Any, start_position: int) -> None:
+    def extend(self, features: TensorLike, start_position: int) -> None:
         """Add features ``[T, L*H_t]`` of positions ``start_position..``; held ones are skipped."""
         feats = self._drafter._features(features, 2, "features")
         start_position = as_int(start_position, "start_position")
@@ -124,7 +129,11 @@ class TorchDrafter:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Any, target: Any = None, *, dtype: torch.dtype = torch.float32
+        cls,
+        path: str | os.PathLike[str],
+        target: object = None,
+        *,
+        dtype: torch.dtype = torch.float32,
     ) -> TorchDrafter:
         """Load a DeepSpec-format checkpoint directory.
 
@@ -209,12 +218,12 @@ class TorchDrafter:
     @torch.inference_mode()
     def propose(
         self,
-        context_hidden_states: Any,
-        anchors: Any,
+        context_hidden_states: TensorLike,
+        anchors: TensorLike,
         *,
-        start_positions: int | Sequence[int] = 0,
+        start_positions: PerRequestInt = 0,
         temperature: float = 0.0,
-        seed: int | Sequence[int] = 0,
+        seed: PerRequestInt = 0,
     ) -> DraftProposal:
         """Stateless proposal; see :meth:`dspark.protocols.DrafterProtocol.propose`."""
         hidden, base = self.forward_block(context_hidden_states, anchors, start_positions)
@@ -225,10 +234,10 @@ class TorchDrafter:
     def propose_states(
         self,
         states: Sequence[TorchDraftState],
-        anchors: Any,
+        anchors: TensorLike,
         *,
         temperature: float = 0.0,
-        seed: int | Sequence[int] = 0,
+        seed: PerRequestInt = 0,
     ) -> DraftProposal:
         """One block pass per state; anchor ``i`` sits at ``states[i].length``."""
         b = len(states)
@@ -255,7 +264,7 @@ class TorchDrafter:
     # ---- forward ------------------------------------------------------------------------
     @torch.inference_mode()
     def forward_block(
-        self, context: Any, anchors: Any, start: int | Sequence[int] = 0
+        self, context: TensorLike, anchors: TensorLike, start: PerRequestInt = 0
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Backbone only: ``(hidden [B,K,H] post-final-norm, base_logits [B,K,V_d])``.
 
@@ -290,7 +299,7 @@ class TorchDrafter:
             s._v = [torch.cat([old, v[i, :n]]) for old, v in zip(s._v, vs, strict=True)]
             s._pending = []
 
-    def _features(self, x: Any, ndim: int, name: str) -> torch.Tensor:
+    def _features(self, x: TensorLike, ndim: int, name: str) -> torch.Tensor:
         t = _as_tensor(x, name)
         if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
             raise_error(InputError, "unsupported-dtype", f"{name}: {t.dtype} is not supported")
@@ -406,3 +415,12 @@ class TorchDrafter:
             tokens[:, k] = x
             prev = x
         return DraftProposal(tokens=tokens, draft_logits=q, confidence=conf)
+
+
+if TYPE_CHECKING:
+    # The contracts, checked by the type checker: every drafter class implements them.
+    def _is_a_drafter(drafter: TorchDrafter) -> DrafterProtocol[TorchDraftState]:
+        return drafter
+
+    def _is_a_state(state: TorchDraftState) -> DraftStateProtocol:
+        return state

@@ -10,10 +10,10 @@ and acceptance stay bit for bit the same:
 
 1. Text no model was trained on (:func:`dspark.train.corpus.load_calibration_texts`: standard
    library packages; the pair trains on top-level modules), cut into ``chunk_chars`` pieces.
-2. Prompts as ``dspark calibrate`` makes them (:func:`dspark.calibrate.prompt_windows`: each
-   piece's first ``prompt_tokens`` tokens, then every ``stride`` further), ``sequences`` of them
-   drawn at random, each continued greedily by the target: what greedy speculative decoding
-   commits, token for token.
+2. Prompts as ``dspark calibrate`` makes them
+   (:func:`dspark.confidence_records.prompt_windows`: each piece's first ``prompt_tokens``
+   tokens, then every ``stride`` further), ``sequences`` of them drawn at random, each
+   continued greedily by the target: what greedy speculative decoding commits, token for token.
 3. On each continuation, the rounds a greedy serving loop generating ``new_tokens`` runs and
    the slots it verifies (:func:`dspark.train.objective.greedy_walk_samples`, which reproduces
    the engine's confidence records exactly): ``(head input, accepted, slot)``. Where rounds
@@ -81,7 +81,7 @@ def calibration_prompts(
 ) -> list[list[int]]:
     """``cfg.sequences`` prompts (token ids) drawn with ``cfg.seed`` from the windows of the
     ``cfg.chunk_chars`` pieces of ``texts``, none longer than ``max_len``; in window order."""
-    from dspark.calibrate import prompt_windows
+    from dspark.confidence_records import prompt_windows
 
     pieces = [t[i : i + cfg.chunk_chars] for t in texts for i in range(0, len(t), cfg.chunk_chars)]
     pieces = [p for p in pieces if p.strip()]
@@ -182,7 +182,7 @@ def calibration_by_slot(
 ) -> list[SlotRow]:
     """Per slot index: ``(samples, acceptance, mean confidence, ECE)`` of the head on these
     samples (10 equal-width bins, as ``dspark calibrate``)."""
-    from dspark.calibration import ece
+    from dspark.sts import ece
 
     with torch.no_grad():
         c = torch.sigmoid(model.confidence_head.proj(x).squeeze(-1)).double().numpy()

@@ -1,8 +1,8 @@
 """Inputs changed by another thread during a call: a typed error or a valid result, never a panic.
 
-The kernels release the GIL while they work. Before issue 14 the ids of ``verify`` and
-``sample_block`` were borrowed from the caller's buffer, checked, then read again: a thread that
-wrote an out-of-range id between the check and the read made the engine index out of bounds
+The kernels release the GIL while they work. The ids of ``verify`` and ``sample_block`` used
+to be borrowed from the caller's buffer, checked, then read again: a thread that wrote an
+out-of-range id between the check and the read made the engine index out of bounds
 (``PanicException``, which ``except Exception`` does not catch). Ids are now copied once, then
 validated and used; these tests hammer that window.
 """

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TextIO
+from typing import Literal, TextIO
 
 __all__ = [
     "Progress",
@@ -37,15 +37,16 @@ DIM = "\x1b[2m"
 RESET = "\x1b[0m"
 
 
-def is_tty(stream: Any) -> bool:
+def is_tty(stream: object) -> bool:
     """Whether ``stream`` is an interactive terminal (false for anything without ``isatty``)."""
+    isatty = getattr(stream, "isatty", None)
     try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
+        return callable(isatty) and bool(isatty())
+    except (ValueError, OSError):
         return False
 
 
-def _can_encode(stream: Any, text: str) -> bool:
+def _can_encode(stream: object, text: str) -> bool:
     enc = getattr(stream, "encoding", None) or "utf-8"
     try:
         text.encode(enc)
@@ -54,12 +55,12 @@ def _can_encode(stream: Any, text: str) -> bool:
     return True
 
 
-def markers(stream: Any) -> tuple[str, str]:
+def markers(stream: object) -> tuple[str, str]:
     """The plain-text brackets around accepted drafts: ``«»``, or ``<<>>`` if not encodable."""
     return ("«", "»") if _can_encode(stream, "«»") else ("<<", ">>")
 
 
-def legend(style: Style, stream: Any) -> str:
+def legend(style: Style, stream: object) -> str:
     """One line explaining the marking of ``style``."""
     if style == "color":
         return (

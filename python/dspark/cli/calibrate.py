@@ -25,305 +25,69 @@ How (every figure from one run):
    ``[1e-2, 1e2]``); positions with fewer than ``--min-samples`` fit samples, or with one outcome
    only, keep T = 1 and are named.
 4. ECE (10 equal-width bins, weighted by bin counts) before and after, on the *held-out* half:
-   the numbers the issue's target (ECE <= 0.05 at every position) is judged on. Next to them:
-   the ECE a perfectly calibrated head would still show on the same samples (sampling noise),
-   and, as a diagnostic, the held-out ECE of a per-position scale *and bias* (Platt) fit, which
-   the STS format cannot express.
+   the numbers the goal (:data:`TARGET_ECE`: ECE <= 0.05 at every position) is judged on.
+   Next to them: the ECE a perfectly calibrated head would still show on the same samples
+   (sampling noise), and, as a diagnostic, the held-out ECE of a per-position scale *and bias*
+   (Platt) fit, which the STS format cannot express.
 
 The table written is the fit half's (the one evaluated), to ``--out`` (default
-``DRAFTER/sts.json``).
+``DRAFTER/sts.json``). Steps 1-3 are :mod:`dspark.confidence_records`, the fit and ECE
+:mod:`dspark.sts`; this module is the command around them.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import os
 import sys
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-import numpy.typing as npt
-
 from dspark._errors import raise_error
-from dspark._native import DSparkError, InputError
-from dspark.calibration import (
-    DEFAULT_MIN_SAMPLES,
-    T_MAX,
-    T_MIN,
-    PositionReport,
-    apply_platt,
-    apply_sts,
-    ece,
-    ece_noise_floor,
-    fit_platt,
-    fit_positions,
-    fit_temperature,
+from dspark._native import InputError
+from dspark.cli.options import existing_file, positive_int, seed_int, temperature
+from dspark.confidence_records import (
+    DEFAULT_BATCH,
+    DEFAULT_NEW_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    DEFAULT_STRIDE,
+    collect,
+    default_texts,
+    load,
+    load_texts,
 )
+from dspark.sts import DEFAULT_MIN_SAMPLES, T_MAX, PositionReport, fit_positions
 
 __all__ = [
-    "DEFAULT_MIN_SAMPLES",
     "DEFAULT_ROUNDS",
-    "T_MAX",
-    "T_MIN",
+    "DESCRIPTION",
+    "HELP",
+    "TARGET_ECE",
     "Calibration",
-    "PositionReport",
     "add_arguments",
-    "apply_platt",
-    "apply_sts",
-    "collect",
-    "ece",
-    "ece_noise_floor",
-    "fit_platt",
-    "fit_positions",
-    "fit_temperature",
-    "load_texts",
-    "prompt_windows",
+    "format_table",
+    "main",
     "run",
 ]
+
+HELP = "fit per-position confidence temperatures (STS) for a drafter, judged on held-out prompts"
+DESCRIPTION = (
+    "Runs full-verification speculative decoding over held-out prompt windows "
+    "with confidence recording, fits one temperature per draft position on half of the "
+    "texts (binary NLL of sigmoid(logit(c)/T)) and reports ECE before and after on the "
+    "other half. Writes a JSON {temperatures: [...], ...} (the engine's STS format) to --out "
+    "(default DRAFTER/sts.json)."
+)
 
 #: Request-rounds collected by default (both halves together). Late positions are reached in
 #: a fraction of rounds (on the bundled pair greedy, position 8 in ~6%): at 2000 rounds each half
 #: holds ~60 of its samples, where sampling noise alone already gives an ECE of ~0.05.
 DEFAULT_ROUNDS = 2000
-#: The issue's target: held-out ECE at every position.
+#: The held-out ECE every position should reach.
 TARGET_ECE = 0.05
-DEFAULT_PROMPT_TOKENS = 96
-DEFAULT_STRIDE = 64
-DEFAULT_NEW_TOKENS = 64
-DEFAULT_BATCH = 8
-
-_FloatArray = npt.NDArray[np.float64]
-
-
-# -- data ----------------------------------------------------------------------------------
-
-
-def load_texts(path: Path) -> list[str]:
-    """Prompt texts of ``path``: a JSON list of strings, a JSON object ``{"texts": [...]}``, or
-    (anything that is not JSON) a text file with one prompt per line (blank lines skipped)."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise_error(InputError, "invalid-argument", f"{path}: cannot read prompts ({exc})")
-    data: Any
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError:
-        data = None
-    if data is None or isinstance(data, (int, float, bool)):
-        texts = [line for line in raw.splitlines() if line.strip()]
-    else:
-        if isinstance(data, dict):
-            data = data.get("texts")
-        if not isinstance(data, list) or not all(isinstance(t, str) for t in data):
-            raise_error(
-                InputError,
-                "invalid-argument",
-                f'{path}: expected a JSON list of strings or {{"texts": [...]}}',
-            )
-        texts = [t for t in data if t.strip()]
-    if len(texts) < 2:
-        raise_error(
-            InputError,
-            "invalid-argument",
-            f"{path}: {len(texts)} prompt(s); calibration needs at least 2 (one per half)",
-        )
-    return texts
-
-
-def _default_texts(drafter: Path) -> tuple[list[str], str]:
-    """The default held-out texts: ``DRAFTER/../heldout_chunks.json`` (every held-out file in
-    2000-character pieces, interleaved so even and odd entries come from different files), else
-    ``DRAFTER/../heldout_prompts.json`` (each held-out file's first piece), else the bundled
-    chunks."""
-    from dspark.demo import bundled_dir
-
-    for path in (
-        drafter.parent / "heldout_chunks.json",
-        drafter.parent / "heldout_prompts.json",
-        bundled_dir() / "heldout_chunks.json",
-    ):
-        if path.is_file():
-            return load_texts(path), str(path)
-    raise_error(InputError, "invalid-argument", f"{drafter}: no held-out prompts; pass --prompts")
-
-
-def prompt_windows(
-    ids: list[int], first: int, stride: int, limit: int | None = None
-) -> list[list[int]]:
-    """Prompts ending at ``first``, ``first + stride``, ... tokens of ``ids`` (the whole text
-    once when it is shorter than ``first``), none longer than ``limit`` tokens."""
-    if limit is not None:
-        ids = ids[: max(1, limit)]
-    if len(ids) <= first:
-        return [ids] if ids else []
-    return [ids[:end] for end in range(first, len(ids) + 1, stride)]
-
-
-@dataclass
-class Loaded:
-    """The loaded pair, as calibrate uses it."""
-
-    target: Any
-    drafter: Any
-    tokenizer: Any
-    backend: str
-    stop_ids: list[int]
-    sts_off: bool
-    max_positions: int | None = None
-
-
-def _drafter_kwargs() -> tuple[dict[str, Any], bool]:
-    """``{"sts": False}`` when the installed ``Drafter.from_pretrained`` takes ``sts``."""
-    from dspark.drafter import Drafter
-
-    try:
-        params = inspect.signature(Drafter.from_pretrained).parameters
-    except (TypeError, ValueError):
-        return {}, False
-    return ({"sts": False}, True) if "sts" in params else ({}, False)
-
-
-def load(target_dir: Path, drafter_dir: Path) -> Loaded:
-    """The native Qwen3 target when it loads (else the transformers model), the drafter with
-    raw confidences, the target's tokenizer and its stop tokens."""
-    from tokenizers import Tokenizer
-
-    from dspark.drafter import Drafter
-    from dspark.generate import check_pair_dirs
-    from dspark.native_target import NativeTarget
-
-    config = check_pair_dirs(target_dir, drafter_dir)
-    tokenizer = Tokenizer.from_file(str(target_dir / "tokenizer.json"))
-    kwargs, sts_off = _drafter_kwargs()
-    try:
-        target: Any = NativeTarget.from_pretrained(target_dir)
-        backend = "native"
-    except DSparkError:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-        backend = "transformers"
-    drafter = Drafter.from_pretrained(drafter_dir, target, **kwargs)
-    if not drafter.has_confidence_head:
-        raise_error(
-            InputError,
-            "invalid-argument",
-            f"{drafter_dir}: the drafter has no confidence head: nothing to calibrate",
-        )
-    stops = set()
-    eos = tokenizer.token_to_id("<|endoftext|>")
-    if eos is not None:
-        stops.add(int(eos))
-    raw = config.get("eos_token_id")
-    for v in raw if isinstance(raw, list) else [raw]:
-        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < drafter.target_vocab_size:
-            stops.add(v)
-    limit = config.get("max_position_embeddings")
-    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
-    return Loaded(target, drafter, tokenizer, backend, sorted(stops), sts_off, limit)
-
-
-@dataclass
-class Collected:
-    """Confidence records of both halves and what produced them."""
-
-    fit: list[tuple[int, float, bool]] = field(default_factory=list)
-    held: list[tuple[int, float, bool]] = field(default_factory=list)
-    fit_rounds: int = 0
-    held_rounds: int = 0
-    fit_prompts: int = 0
-    held_prompts: int = 0
-    committed: int = 0
-    seconds: float = 0.0
-    exhausted: bool = False
-
-
-def collect(
-    pair: Loaded,
-    texts: Sequence[str],
-    *,
-    rounds: int,
-    temperature: float = 0.0,
-    seed: int = 0,
-    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
-    stride: int = DEFAULT_STRIDE,
-    new_tokens: int = DEFAULT_NEW_TOKENS,
-    batch: int = DEFAULT_BATCH,
-    progress: TextIO | None = None,
-) -> Collected:
-    """Run full-verification speculative decoding over prompt windows of ``texts`` (even
-    indices: fit half, odd: held-out half), batches alternating between the halves, until both
-    together reach ``rounds`` request-rounds and each has run at least once (or the windows run
-    out)."""
-    from dspark.speculator import Speculator
-
-    halves: list[list[list[int]]] = [[], []]
-    # A prompt plus its continuation must fit the target's positions.
-    limit = None if pair.max_positions is None else pair.max_positions - new_tokens
-    windows = [
-        prompt_windows([int(i) for i in pair.tokenizer.encode(t).ids], prompt_tokens, stride, limit)
-        for t in texts
-    ]
-    # Window order: the first window of every text, then the second of every text, ...
-    for w in range(max((len(x) for x in windows), default=0)):
-        for i, x in enumerate(windows):
-            if w < len(x):
-                halves[i % 2].append(x[w])
-    sp = Speculator(
-        pair.target,
-        pair.drafter,
-        temperature=temperature,
-        verify="full",
-        seed=seed,
-        record_confidence=True,
-    )
-    out = Collected()
-    cursor = [0, 0]
-    side = 0
-    t0 = time.perf_counter()
-    while out.fit_rounds + out.held_rounds < rounds or not (out.fit_prompts and out.held_prompts):
-        if cursor[0] >= len(halves[0]) and cursor[1] >= len(halves[1]):
-            out.exhausted = True
-            break
-        if cursor[side] >= len(halves[side]):
-            side = 1 - side
-        chunk = halves[side][cursor[side] : cursor[side] + batch]
-        cursor[side] += len(chunk)
-        res = sp.generate(chunk, new_tokens, pair.stop_ids)
-        st = res.stats
-        recs = [(int(p), float(c), bool(a)) for p, c, a in st.confidence_records]
-        if side == 0:
-            out.fit.extend(recs)
-            out.fit_rounds += st.request_rounds
-            out.fit_prompts += len(chunk)
-        else:
-            out.held.extend(recs)
-            out.held_rounds += st.request_rounds
-            out.held_prompts += len(chunk)
-        out.committed += st.committed_tokens
-        if progress is not None:
-            progress.write(
-                f"\rcollecting: {out.fit_rounds + out.held_rounds}/{rounds} request-rounds"
-            )
-            progress.flush()
-        side = 1 - side
-    out.seconds = time.perf_counter() - t0
-    if progress is not None:
-        progress.write("\n")
-        progress.flush()
-    return out
-
-
-# -- the command ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -337,8 +101,6 @@ class Calibration:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``dspark calibrate`` options."""
-    from dspark.generate import existing_file, positive_int, seed_int, temperature
-
     p.add_argument("--target", type=Path, required=True, metavar="DIR", help="target model dir")
     p.add_argument("--drafter", type=Path, required=True, metavar="DIR", help="drafter dir")
     p.add_argument(
@@ -437,6 +199,11 @@ def format_table(positions: list[PositionReport]) -> str:
     return "\n".join(lines)
 
 
+def main(args: argparse.Namespace) -> int:
+    """Run ``dspark calibrate`` on the standard streams; its exit code."""
+    return run(args)
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``dspark calibrate``; returns the exit code (0 when the file was written)."""
     out = out or sys.stdout
@@ -445,7 +212,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if args.prompts is not None:
         texts, prompt_source = load_texts(Path(args.prompts)), str(args.prompts)
     else:
-        texts, prompt_source = _default_texts(drafter_dir)
+        texts, prompt_source = default_texts(drafter_dir)
     dest = Path(args.out) if args.out is not None else drafter_dir / "sts.json"
     if not dest.resolve().parent.is_dir():
         raise_error(InputError, "invalid-argument", f"--out {dest}: {dest.parent} does not exist")

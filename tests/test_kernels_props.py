@@ -1,209 +1,31 @@
-"""Property-based adversarial suite of the Python API (issue 14).
-
-Hypothesis generates shapes (zero-size, with one huge dimension, wrong rank), dtypes, strides,
-odd values (NaN, +-inf, huge, negative) and ids, and every call must end in exactly one of two
-outcomes: a typed ``dspark.DSparkError`` with a known ``.code``, or a result that satisfies the
-documented contract (tokens in ``[0, V_t)`` or ``-1`` padding after the end, greedy
-deterministic, confidences in ``[0, 1]``, lengths in ``[0, K]``). Anything else (an untyped
-exception, ``PanicException``, an abort) fails the test.
-
-Deterministic and bounded for CI: ``derandomize=True`` (a fixed seed) and
-``DSPARK_PROPERTY_EXAMPLES`` examples per property (default 60).
+"""Properties of the kernels (``verify``, ``sample_block``, ``confidence``, the schedulers):
+hypothesis-generated inputs end in a typed error or a result that keeps the documented contract
+(tokens in ``[0, V_t)`` or ``-1`` padding after the end, greedy deterministic, confidences in
+``[0, 1]``, lengths in ``[0, K]``). The strategies and the outcome rule: ``tests/strategies.py``.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
-
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-import dspark  # noqa: E402
-from dspark import _native  # noqa: E402
-from dspark.example import draft_config  # noqa: E402
-
-EXAMPLES = int(os.environ.get("DSPARK_PROPERTY_EXAMPLES", "60"))
-PROPS = settings(
-    derandomize=True,
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    database=None,
+from strategies import (
+    EXAMPLES,
+    ODD_SCALARS,
+    PROPS,
+    check_verification,
+    float_arrays,
+    given,
+    id_arrays,
+    odd_or,
+    outcome,
+    rarely,
+    st,
 )
 
-#: Every stable code the engine and the Python front may raise.
-CODES = {
-    "bad-config",
-    "no-noise-token",
-    "noise-token-out-of-range",
-    "missing-file",
-    "io",
-    "bad-safetensors",
-    "shape-mismatch",
-    "missing-tensor",
-    "bad-dtype",
-    "missing-lm-head",
-    "missing-d2t",
-    "missing-embed-tokens",
-    "d2t-wrong-length",
-    "d2t-out-of-range",
-    "d2t-duplicate",
-    "target-mismatch",
-    "multiple",
-    "bad-shape",
-    "unsupported-dtype",
-    "non-finite",
-    "token-out-of-range",
-    "invalid-argument",
-    "too-large",
-    "backend",
-}
-
-HUGE = [2**31, 2**32 + 5, 2**40]
-ODD_FLOATS = [float("nan"), float("inf"), float("-inf"), 1e38, -1e38, 3.4e39, 0.0, -0.0]
-ODD_SCALARS = [
-    None,
-    True,
-    -1,
-    0,
-    1,
-    2**31,
-    2**64,
-    2**70,
-    -(2**70),
-    2.5,
-    float("nan"),
-    float("inf"),
-    "x",
-    b"y",
-    [1, 2],
-    (3,),
-    [],
-    {"a": 1},
-    np.int64(3),
-    np.float32(0.5),
-    np.bool_(True),
-    object(),
-]
-
-
-def outcome(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn``: a typed dspark error (returns ``None``) or its result; anything else raises."""
-    try:
-        return fn(*args, **kwargs)
-    except dspark.DSparkError as e:
-        assert isinstance(e.code, str) and e.code in CODES, f"unknown code {e.code!r}: {e}"
-        assert e.code != "internal", f"a panic reached the boundary: {e}"
-        assert isinstance(e.problems, list) and e.problems, e
-        return None
-
-
-# --- strategies ------------------------------------------------------------------------------
-
-
-def rarely(main: Any, rare: Any, n: int = 10) -> Any:
-    """``main``, or ``rare`` one time in ``n`` (``one_of`` would pick each branch equally)."""
-    # Compare with a middle value: hypothesis favours the bounds of an integer range.
-    return st.integers(1, n).flatmap(lambda i: rare if i == (n + 1) // 2 else main)
-
-
-@st.composite
-def shapes(draw: Any, ndim: int, max_dim: int = 4) -> tuple[int, ...]:
-    """Mostly ``ndim`` small dims; sometimes a wrong rank, or zero-size with one huge dim."""
-    n = (
-        ndim
-        if draw(st.integers(0, 9)) != 5
-        else draw(st.sampled_from([max(ndim - 1, 0), ndim + 1]))
-    )
-    dims = [draw(st.integers(0 if draw(st.integers(0, 9)) == 5 else 1, max_dim)) for _ in range(n)]
-    if n >= 2 and draw(st.integers(0, 11)) == 6:
-        i, j = draw(st.permutations(range(n)))[:2]
-        dims[i], dims[j] = draw(st.sampled_from(HUGE)), 0
-    return tuple(dims)
-
-
-FLOAT_DTYPES = ["float16", "float64", "int64", "bool"]
-ID_DTYPES = ["int32", "uint32", "float32", "bool", "uint8"]
-
-
-@st.composite
-def float_arrays(draw: Any, ndim: int, max_dim: int = 4) -> np.ndarray:
-    shape = draw(shapes(ndim, max_dim))
-    dtype = draw(rarely(st.just("float32"), st.sampled_from(FLOAT_DTYPES), n=5))
-    size = int(np.prod(shape, dtype=object))
-    if size == 0:
-        return np.empty(shape, dtype)
-    seed = draw(st.integers(0, 2**32 - 1))
-    a = np.random.default_rng(seed).standard_normal(size).astype(np.float32) * 3
-    if draw(st.integers(0, 7)) == 4:
-        idx = draw(st.integers(0, size - 1))
-        with np.errstate(all="ignore"):
-            a[idx] = np.float32(draw(st.sampled_from(ODD_FLOATS)))
-    a = a.reshape(shape)
-    with np.errstate(all="ignore"):
-        a = a.astype(dtype)
-    if draw(st.integers(0, 14)) == 7 and a.ndim >= 1 and a.shape[-1] > 1:
-        a = a[..., ::-1]  # negative stride: bad-shape, never a silent copy
-    return a
-
-
-@st.composite
-def id_arrays(draw: Any, shape: tuple[int, ...], vocab: int) -> Any:
-    if draw(st.integers(0, 9)) == 5:
-        shape = draw(shapes(len(shape)))
-    dtype = draw(rarely(st.just("int64"), st.sampled_from(ID_DTYPES), n=5))
-    size = int(np.prod(shape, dtype=object))
-    if size == 0:
-        return np.empty(shape, dtype)
-    if size > 256:  # a huge id tensor: a stride-0 view (no memory), refused as non-contiguous
-        return np.broadcast_to(np.zeros((), dtype), shape)
-    odd = st.sampled_from([-1, vocab, vocab + 3, 2**31 - 1, 2**32 + 5, -(2**40)])
-    values = draw(
-        st.lists(
-            st.one_of(st.integers(0, max(vocab - 1, 0)), odd)
-            if draw(st.integers(0, 4)) == 2
-            else st.integers(0, max(vocab - 1, 0)),
-            min_size=size,
-            max_size=size,
-        )
-    )
-    with np.errstate(all="ignore"):
-        a = np.array(values, dtype=np.int64).astype(dtype).reshape(shape)
-    if draw(st.integers(0, 7)) == 4:
-        return a.tolist()  # plain lists go through numpy
-    return a
-
-
-def odd_or(strategy: Any) -> Any:
-    """Mostly ``strategy``, sometimes (1 in 10) an odd scalar of any type."""
-    return rarely(strategy, st.sampled_from(ODD_SCALARS))
-
-
-# --- contracts -------------------------------------------------------------------------------
-
-
-def check_verification(v: Any, b: int, k: int, vocab: int, stops: list[int]) -> None:
-    tokens = np.asarray(v.tokens)
-    accepted = np.asarray(v.num_accepted)
-    assert tokens.shape == (b, k + 1) and tokens.dtype == np.int64
-    assert accepted.shape == (b,)
-    for r in range(b):
-        row = tokens[r]
-        n = int(np.argmax(row < 0)) if (row < 0).any() else k + 1
-        assert (row[n:] == -1).all(), f"-1 padding must be trailing: {row}"
-        assert ((row[:n] >= 0) & (row[:n] < vocab)).all(), f"token outside [0, {vocab}): {row}"
-        a = int(accepted[r])
-        assert 0 <= a <= k
-        ended_on_stop = a > 0 and int(row[a - 1]) in stops
-        assert n == a + 1 or (ended_on_stop and n == a), (row, a)
-
-
-# --- properties ------------------------------------------------------------------------------
+import dspark
+from dspark import _native
 
 
 @PROPS
@@ -434,122 +256,6 @@ def test_schedulers(conf, threshold, table, interpolation):
 
 
 @PROPS
-@given(
-    odd_or(st.integers(0, 300)),
-    st.lists(st.one_of(st.integers(-5, 305), st.sampled_from([2**32 + 5, 2**63, 2**70, -(2**63)]))),
-    st.sampled_from(["list", "int64", "int32", "uint32", "float64"]),
-)
-def test_idmap_identity(n, ids, kind):
-    m = outcome(dspark.IdMap.identity, n)
-    if m is None:
-        return
-    assert m.is_identity and m.target_vocab == n
-    if kind != "list":
-        with np.errstate(all="ignore"):
-            try:
-                ids = np.array(ids, dtype=object).astype(kind)
-            except OverflowError:
-                return
-    out = outcome(m.to_target, ids)
-    if out is None:
-        return
-    assert list(out) == [int(i) for i in np.asarray(ids).tolist()]
-    assert all(0 <= int(i) < n for i in out)
-
-
-@PROPS
-@given(
-    st.lists(st.integers(-300, 300), max_size=40),
-    odd_or(st.integers(0, 400)),
-    st.lists(st.integers(-2, 420), max_size=8),
-)
-def test_idmap_offsets(offsets, target_vocab, ids):
-    m = outcome(dspark.IdMap.from_offsets, np.array(offsets, np.int64), target_vocab)
-    if m is None:
-        return
-    out = outcome(m.to_target, ids)
-    if out is None:
-        return
-    for d, t in zip(ids, out, strict=True):
-        assert t == d + offsets[d] and 0 <= t < target_vocab
-
-
-@PROPS
-@given(odd_or(st.integers(0, 10)), odd_or(st.integers(0, 10)), odd_or(st.integers(0, 10)))
-def test_vocab_layout(v_in, v_d, v_t):
-    layout = outcome(dspark.VocabLayout, v_in, v_d, v_t)
-    if layout is not None:
-        assert layout.kind in ("full", "padded", "reduced")
-        assert layout.is_reduced == (v_d < v_t)
-
-
-CONFIG_KEYS = [
-    "block_size",
-    "markov_rank",
-    "mask_token_id",
-    "vocab_size",
-    "draft_vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "intermediate_size",
-    "target_layer_ids",
-    "num_target_layers",
-    "rope_theta",
-    "rms_norm_eps",
-    "architectures",
-]
-CONFIG_VALUES = [
-    float("nan"),
-    float("inf"),
-    -1,
-    0,
-    2**31,
-    2**64,
-    2**70,
-    1e300,
-    2.5,
-    True,
-    None,
-    "x",
-    [],
-    [0, 2**40],
-    {"a": 1},
-    ...,
-]
-
-
-@PROPS
-@given(
-    st.lists(st.tuples(st.sampled_from(CONFIG_KEYS), st.sampled_from(CONFIG_VALUES)), max_size=3)
-)
-def test_draft_spec_from_mutated_dict(mutations):
-    cfg: dict[str, Any] = draft_config("full")
-    for key, value in mutations:
-        if value is ...:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
-    spec = outcome(dspark.DraftSpec.from_pretrained, cfg)
-    if spec is None:
-        return
-    assert spec.block_size >= 1 and spec.vocab_size >= 1
-    assert 0 <= spec.noise_token_id < spec.vocab_size
-    assert isinstance(spec.to_dict(), dict)
-
-
-@PROPS
-@given(st.sampled_from(ODD_SCALARS), st.sampled_from([*ODD_SCALARS, "/nonexistent/dir"]))
-def test_inspect_and_spec_paths(draft, target):
-    report = outcome(dspark.inspect, draft, target)
-    if report is not None:
-        assert isinstance(report.ok, bool) and isinstance(report.to_dict(), dict)
-    outcome(dspark.DraftSpec.from_pretrained, draft)
-
-
-@PROPS
 @given(float_arrays(3), st.sampled_from(ODD_SCALARS))
 def test_raw_native_kernels_take_any_value(target, odd):
     # The natives behind the front: odd values in every slot are typed errors too.
@@ -616,57 +322,6 @@ def test_torch_tensor_kinds(kind_t, kind_q, seed):
     c = outcome(dspark.confidence, h, None, torch.ones(5))
     if c is not None:
         assert c.shape == (b, k) and bool(((c >= 0) & (c <= 1)).all())
-
-
-@pytest.mark.torch
-@PROPS
-@given(data=st.data())
-def test_speculator_generate_arguments(tiny_speculator, data):
-    spec = tiny_speculator
-    vocab = spec.target.vocab_size
-    prompt_kind = data.draw(
-        st.sampled_from(["list", "lists", "tensor1", "tensor2", "tensor3", "odd"])
-    )
-    import torch
-
-    ids = st.integers(-2, vocab + 2) if data.draw(st.booleans()) else st.integers(0, vocab - 1)
-    if prompt_kind == "list":
-        prompts: Any = data.draw(st.lists(ids, max_size=4))
-    elif prompt_kind == "lists":
-        prompts = data.draw(st.lists(st.lists(ids, max_size=4), max_size=3))
-    elif prompt_kind == "odd":
-        prompts = data.draw(st.sampled_from([*ODD_SCALARS, [[[1]]], [1, [2]], [1.5, 2.0]]))
-    else:
-        nd = {"tensor1": 1, "tensor2": 2, "tensor3": 3}[prompt_kind]
-        shape = data.draw(st.lists(st.integers(0, 3), min_size=nd, max_size=nd))
-        dtype = data.draw(st.sampled_from([torch.long, torch.int32, torch.float32, torch.bool]))
-        prompts = torch.randint(0, vocab, shape).to(dtype)
-    # No huge counts: a huge max_new_tokens is a legitimate (long) request, not an error.
-    max_new = data.draw(
-        st.one_of(
-            st.integers(0, 3),
-            st.sampled_from(
-                [None, True, -1, 2.7, float("nan"), "3", [1], np.int64(2), np.bool_(1)]
-            ),
-        )
-    )
-    stops = data.draw(st.one_of(st.none(), st.lists(ids, max_size=2), st.sampled_from(ODD_SCALARS)))
-    out = outcome(spec.generate, prompts, max_new, stops)
-    if out is None:
-        return
-    assert all(len(t) <= int(max_new) for t in out.tokens)
-    assert all(0 <= x < vocab for t in out.tokens for x in t)
-
-
-@pytest.fixture(scope="module")
-def tiny_speculator(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    pytest.importorskip("transformers")
-    from tiny_models import make_target, write_drafter
-
-    target = make_target(0)
-    path = write_drafter(tmp_path_factory.mktemp("props-drafter"), target, layout="own")
-    drafter = dspark.Drafter.from_pretrained(path, target)
-    return dspark.Speculator(target, drafter, temperature=0.0)
 
 
 def test_hypothesis_is_derandomized():

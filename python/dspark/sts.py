@@ -1,8 +1,12 @@
-"""Confidence calibration math: expected calibration error, per-position temperature scaling
-(STS, the engine's ``sts.json`` format) and, as a diagnostic, per-position Platt scaling.
+"""Sequential Temperature Scaling (STS): fitting and judging a drafter's confidence calibration.
 
-Pure numpy functions; ``dspark calibrate`` (:mod:`dspark.calibrate`) collects the samples
-and reports with them.
+Expected calibration error (:func:`ece`, and the :func:`ece_noise_floor` finite samples alone
+give), one temperature per draft position (:func:`fit_temperature`, :func:`apply_sts`: the
+engine's ``sts.json`` format, ``sigmoid(logit(c) / T_k)``) and, as a diagnostic, per-position
+Platt scaling (:func:`fit_platt`); :func:`fit_positions` does all of it per position.
+
+Pure numpy functions; :mod:`dspark.confidence_records` collects the samples and ``dspark
+calibrate`` (:mod:`dspark.cli.calibrate`) reports with them.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import SupportsFloat, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +23,7 @@ from dspark._errors import raise_error
 from dspark._native import InputError
 
 __all__ = [
+    "DEFAULT_MIN_SAMPLES",
     "EPS",
     "T_MAX",
     "T_MIN",
@@ -46,7 +51,7 @@ _FloatArray = npt.NDArray[np.float64]
 # -- pure functions ------------------------------------------------------------------------
 
 
-def _as_conf(conf: Any, name: str = "conf") -> _FloatArray:
+def _as_conf(conf: npt.ArrayLike, name: str = "conf") -> _FloatArray:
     """A 1-D float64 array of confidences in [0, 1] (typed errors)."""
     try:
         arr = np.asarray(conf, dtype=np.float64)
@@ -61,7 +66,7 @@ def _as_conf(conf: Any, name: str = "conf") -> _FloatArray:
     return arr
 
 
-def _as_outcomes(accepted: Any, n: int) -> _FloatArray:
+def _as_outcomes(accepted: npt.ArrayLike, n: int) -> _FloatArray:
     """A 1-D float64 array of 0/1 outcomes of length ``n`` (typed errors)."""
     try:
         arr = np.asarray(accepted, dtype=np.float64)
@@ -76,13 +81,16 @@ def _as_outcomes(accepted: Any, n: int) -> _FloatArray:
     return arr
 
 
-def _pair(conf: Any, accepted: Any) -> tuple[_FloatArray, _FloatArray]:
+def _pair(conf: npt.ArrayLike, accepted: npt.ArrayLike) -> tuple[_FloatArray, _FloatArray]:
     c = _as_conf(conf)
     return c, _as_outcomes(accepted, c.shape[0])
 
 
-def _as_temperature(temperature: Any) -> float:
+def _as_temperature(temperature: object) -> float:
+    """A finite temperature > 0 (``InputError`` otherwise)."""
     try:
+        if not isinstance(temperature, (SupportsFloat, SupportsIndex, str)):
+            raise TypeError(temperature)
         t = float(temperature)
     except (TypeError, ValueError):
         raise_error(InputError, "invalid-argument", f"temperature {temperature!r}: not a number")
@@ -100,14 +108,21 @@ def _sigmoid(z: _FloatArray) -> _FloatArray:
     return np.asarray(0.5 * (1.0 + np.tanh(0.5 * z)), dtype=np.float64)
 
 
-def apply_sts(conf: Any, temperature: float) -> _FloatArray:
+def apply_sts(conf: npt.ArrayLike, temperature: float) -> _FloatArray:
     """``sigmoid(logit(c) / T)`` of every confidence (clipped to ``[1e-6, 1 - 1e-6]`` first):
     what the engine's STS does to position k's confidence with ``T = T_k``."""
     c = _as_conf(conf)
     return _sigmoid(_logit(c) / _as_temperature(temperature))
 
 
-def ece(conf: Any, accepted: Any, bins: int = 10) -> float:
+def _as_bins(bins: object) -> int:
+    """A bin count: an integer >= 1, not a bool (``InputError`` otherwise)."""
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
+        raise_error(InputError, "invalid-argument", f"bins {bins!r}: must be an integer >= 1")
+    return int(bins)
+
+
+def ece(conf: npt.ArrayLike, accepted: npt.ArrayLike, bins: int = 10) -> float:
     """Expected calibration error: ``sum_b (n_b / n) |mean(accepted_b) - mean(conf_b)|`` over
     ``bins`` equal-width bins of ``[0, 1]`` (a confidence of exactly 1 falls in the last bin).
 
@@ -115,8 +130,7 @@ def ece(conf: Any, accepted: Any, bins: int = 10) -> float:
     (``bad-shape``), NaN / infinity (``non-finite``), confidences outside ``[0, 1]``, outcomes
     other than 0/1 or ``bins < 1`` (``invalid-argument``).
     """
-    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
-        raise_error(InputError, "invalid-argument", f"bins {bins!r}: must be an integer >= 1")
+    bins = _as_bins(bins)
     c, y = _pair(conf, accepted)
     n = c.shape[0]
     if n == 0:
@@ -133,7 +147,12 @@ def _nll(z: _FloatArray, sign: _FloatArray, log_t: float) -> float:
 
 
 def fit_temperature(
-    conf: Any, accepted: Any, *, lo: float = T_MIN, hi: float = T_MAX, tol: float = 1e-7
+    conf: npt.ArrayLike,
+    accepted: npt.ArrayLike,
+    *,
+    lo: float = T_MIN,
+    hi: float = T_MAX,
+    tol: float = 1e-7,
 ) -> float:
     """The temperature T in ``[lo, hi]`` minimizing the binary NLL of ``sigmoid(logit(c) / T)``
     against ``accepted`` (golden-section search over ``log T``; the NLL is convex in ``1 / T``,
@@ -172,12 +191,14 @@ def fit_temperature(
     return float(min(max(math.exp(min(candidates)[1]), lo), hi))
 
 
-def fit_platt(conf: Any, accepted: Any, *, ridge: float = 1e-4) -> tuple[float, float]:
+def fit_platt(
+    conf: npt.ArrayLike, accepted: npt.ArrayLike, *, ridge: float = 1e-4
+) -> tuple[float, float]:
     """``(scale, bias)`` minimizing the NLL of ``sigmoid(scale * logit(c) + bias)`` (Newton,
     a small ridge on both so one-class data stays finite). ``(1.0, 0.0)`` with no samples.
 
     Not expressible in the engine's STS format (temperatures only: ``scale = 1 / T``,
-    ``bias = 0``); :func:`run` reports it as a diagnostic of what a bias would add.
+    ``bias = 0``); ``dspark calibrate`` reports it as a diagnostic of what a bias would add.
     """
     c, y = _pair(conf, accepted)
     if c.size == 0:
@@ -197,12 +218,12 @@ def fit_platt(conf: Any, accepted: Any, *, ridge: float = 1e-4) -> tuple[float, 
     return float(w[0]), float(w[1])
 
 
-def apply_platt(conf: Any, scale: float, bias: float) -> _FloatArray:
+def apply_platt(conf: npt.ArrayLike, scale: float, bias: float) -> _FloatArray:
     """``sigmoid(scale * logit(c) + bias)`` (confidences clipped as in :func:`apply_sts`)."""
     return _sigmoid(float(scale) * _logit(_as_conf(conf)) + float(bias))
 
 
-def ece_noise_floor(conf: Any, bins: int = 10, draws: int = 200, seed: int = 0) -> float:
+def ece_noise_floor(conf: npt.ArrayLike, bins: int = 10, draws: int = 200, seed: int = 0) -> float:
     """Mean ECE of a *perfectly calibrated* predictor on these confidences: outcomes drawn as
     ``Bernoulli(c)``, ``draws`` times. What finite samples alone add to a measured ECE."""
     c = _as_conf(conf)

@@ -1,0 +1,375 @@
+"""``dspark demo``: speculative decoding with the bundled tiny target + DSpark drafter pair.
+
+Loads the pair shipped in the package (``dspark/models/tiny``: a Qwen3 target trained on the
+CPython standard library and its DSpark drafter, see ``NOTICE``) and, by default, continues the
+first ``--prompts`` held-out prompts (the first 96 tokens of standard-library files the pair never
+trained on, shipped as ``heldout_prompts.json``; the same prompts ``benches/bench_e2e.py``
+measures, taken in their stored order, never picked by their output). Each continuation streams
+with the accepted drafts marked apart from the target's own tokens, and right after it the same
+prompt is decoded by the target alone (one KV-cached forward per token, same process: both under
+the same machine load). Then the aggregate is reported: acceptance length τ, per-position
+acceptance, tokens/s of both, their ratio, whether the greedy outputs are identical, and how
+repetitive the continuations are (distinct 4-gram ratio; τ and the speedup without the looping
+continuations too).
+Needs ``torch``, ``transformers`` and ``tokenizers``; ``--plot`` needs ``matplotlib``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from dspark._errors import raise_error
+from dspark._native import InputError
+from dspark.bundled import heldout_texts, load_pair
+from dspark.cli.demo_report import (
+    PromptRun,
+    Totals,
+    check_plot,
+    plot_acceptance,
+    rounded_4gram_ratio,
+)
+from dspark.cli.errors import EXIT_OK
+from dspark.cli.options import (
+    add_sampling_arguments,
+    existing_file,
+    positive_int,
+    prompt_text,
+    read_prompt,
+    threshold,
+    verify_mode,
+)
+from dspark.cli.terminal import DIM, RESET, Progress, Style, TokenPrinter, is_tty, legend, markers
+from dspark.measure import speculative, steps_per_second, target_only
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+__all__ = [
+    "DEFAULT_NEW_TOKENS",
+    "DEFAULT_PROMPTS",
+    "DEFAULT_PROMPT_TOKENS",
+    "DESCRIPTION",
+    "HELP",
+    "DemoPrompt",
+    "add_arguments",
+    "main",
+    "plot_acceptance",
+    "run",
+]
+
+HELP = "speculative decoding with the bundled tiny model pair (needs torch, transformers)"
+DESCRIPTION = (
+    "Continues held-out prompts (by default the first 8: code the bundled pair "
+    "never trained on) with the bundled target + DSpark drafter, streaming each "
+    "continuation with the accepted drafts marked, then decodes them again with the target "
+    "alone and reports the aggregate acceptance length, per-position acceptance, tokens/s "
+    "of both and the speed-up, all measured in this run."
+)
+
+#: Defaults: the measurement of ``benches/bench_e2e.py`` (8 held-out files, 96 prompt tokens,
+#: 64 new tokens).
+DEFAULT_PROMPTS = 8
+DEFAULT_PROMPT_TOKENS = 96
+DEFAULT_NEW_TOKENS = 64
+
+
+@dataclass
+class DemoPrompt:
+    """One prompt of the demo: a name (the held-out file, or ``--prompt``), ids and text."""
+
+    name: str
+    ids: list[int]
+    text: str
+
+
+def _demo_verify(text: str) -> str | float:
+    """``threshold`` (use ``--threshold``) or anything ``dspark generate --verify`` takes."""
+    return text if text == "threshold" else verify_mode(text)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``dspark demo`` options."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument(
+        "--prompts",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"continue the first N held-out prompts (default {DEFAULT_PROMPTS})",
+    )
+    src.add_argument(
+        "--prompt",
+        type=prompt_text,
+        default=None,
+        metavar="TEXT",
+        help="continue this text instead",
+    )
+    src.add_argument(
+        "--prompt-file",
+        type=existing_file,
+        default=None,
+        metavar="F",
+        help="continue this UTF-8 file instead",
+    )
+    p.add_argument(
+        "--prompt-tokens",
+        type=positive_int,
+        default=DEFAULT_PROMPT_TOKENS,
+        metavar="N",
+        help=f"tokens of each held-out file used as its prompt (default {DEFAULT_PROMPT_TOKENS})",
+    )
+    p.add_argument("--max-new-tokens", type=positive_int, default=DEFAULT_NEW_TOKENS, metavar="N")
+    add_sampling_arguments(p)
+    p.add_argument(
+        "--verify",
+        type=_demo_verify,
+        default="full",
+        metavar="{full,scheduled,threshold,THRESHOLD}",
+        help="verify the whole block (default), the paper's scheduler, or the prefix whose "
+        "confidence reaches a threshold (--threshold, or a number here)",
+    )
+    p.add_argument(
+        "--threshold",
+        type=threshold,
+        default=0.3,
+        help="confidence for --verify threshold (default 0.3)",
+    )
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="torch threads (default: torch's)",
+    )
+    p.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a pair laid out like the bundle (DIR/target, DIR/drafter)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    p.add_argument("--quiet", action="store_true", help="do not stream the text")
+    p.add_argument(
+        "--no-color", action="store_true", help="mark accepted drafts with «» instead of colour"
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="FILE.png",
+        help="draw per-position acceptance to FILE.png (needs matplotlib)",
+    )
+
+
+def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with every option it lacks at its default (for callers from Python)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    full = parser.parse_args([])
+    for key, value in vars(args).items():
+        setattr(full, key, value)
+    return full
+
+
+def _validate(args: argparse.Namespace) -> None:
+    """Typed errors for options given through Python (the CLI already checked them)."""
+    for name in ("max_new_tokens", "prompt_tokens"):
+        if int(getattr(args, name)) < 1:
+            raise_error(InputError, "invalid-argument", f"--{name.replace('_', '-')} must be >= 1")
+    if getattr(args, "prompts", None) is not None and int(args.prompts) < 1:
+        raise_error(InputError, "invalid-argument", "--prompts must be >= 1")
+    if not float(args.temperature) >= 0.0 or math.isinf(args.temperature):
+        raise_error(InputError, "invalid-argument", "--temperature must be a finite number >= 0")
+    if args.top_p is not None and not 0.0 < float(args.top_p) <= 1.0:
+        raise_error(InputError, "invalid-argument", "--top-p must be in (0, 1]")
+    if args.threads is not None and int(args.threads) < 1:
+        raise_error(InputError, "invalid-argument", "--threads must be >= 1")
+
+
+def _prompt_sources(args: argparse.Namespace) -> list[tuple[str, str, bool]]:
+    """``(name, text, truncate)`` of every prompt, checked before any model loads."""
+    text = args.prompt
+    if text is None and getattr(args, "prompt_file", None) is not None:
+        text = read_prompt(args.prompt_file)
+    if text is not None:
+        return [("your prompt", text, False)]
+    texts = heldout_texts(args.model_dir)
+    n = DEFAULT_PROMPTS if args.prompts is None else int(args.prompts)
+    if n > len(texts):
+        raise_error(
+            InputError, "invalid-argument", f"--prompts {n}: only {len(texts)} held-out prompts"
+        )
+    return [(name, full, True) for name, full in texts[:n]]
+
+
+def _encode_prompts(
+    sources: list[tuple[str, str, bool]], tokenizer: Tokenizer, prompt_tokens: int
+) -> list[DemoPrompt]:
+    out = []
+    for name, text, truncate in sources:
+        ids = [int(i) for i in tokenizer.encode(text).ids]
+        if truncate:
+            ids = ids[:prompt_tokens]
+            text = tokenizer.decode(ids)
+        if not ids:
+            raise_error(InputError, "invalid-argument", f"{name}: the prompt encodes to no tokens")
+        out.append(DemoPrompt(name, ids, text))
+    return out
+
+
+def _nan_if_none(x: float | None) -> float:
+    return float("nan") if x is None else x
+
+
+def _prompt_tail(text: str, lines: int = 3) -> str:
+    parts = text.split("\n")
+    tail = "\n".join(parts[-lines:])
+    return ("…" if len(parts) > lines else "") + tail
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``dspark demo`` on the standard streams; exit code 0."""
+    run(args)
+    return EXIT_OK
+
+
+def run(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> dict[str, Any]:
+    """Run the demo; returns the summary (also printed)."""
+    import torch
+
+    from dspark.speculator import Speculator
+
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    args = _with_defaults(args)
+    _validate(args)
+    check_plot(args.plot)
+    sources = _prompt_sources(args)
+    pair = load_pair(args.model_dir, args.threads)
+    prompts = _encode_prompts(sources, pair.tokenizer, int(args.prompt_tokens))
+    v_t = pair.drafter.target_vocab_size
+    limit = getattr(pair.target.config, "max_position_embeddings", None)
+    for pr in prompts:
+        if any(not 0 <= i < v_t for i in pr.ids):
+            raise_error(
+                InputError, "token-out-of-range", f"{pr.name}: token ids outside [0, {v_t})"
+            )
+        if isinstance(limit, int) and len(pr.ids) + args.max_new_tokens > limit:
+            raise_error(
+                InputError,
+                "invalid-argument",
+                f"{pr.name}: prompt ({len(pr.ids)} tokens) + --max-new-tokens "
+                f"{args.max_new_tokens} exceeds the target's max_position_embeddings {limit}",
+            )
+    k = pair.drafter.block_size
+    verify: str | float = args.threshold if args.verify == "threshold" else args.verify
+    table = steps_per_second(pair.target, prompts[0].ids, k + 1) if verify == "scheduled" else None
+    sp = Speculator(
+        pair.target,
+        pair.drafter,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        verify=verify,
+        steps_per_second=table,
+    )
+    threads = torch.get_num_threads()
+    stop = pair.eos_id if pair.eos_id >= 0 else None
+    # Warm both paths up (first-call allocations, thread pools) before anything is timed.
+    target_only(pair.target, prompts[0].ids, 4)
+    speculative(sp, prompts[0].ids, 4, None, lambda _new: None)
+
+    show = not args.quiet
+    style: Style = "color" if is_tty(out) and not args.no_color else "markers"
+    held_out = args.prompt is None and args.prompt_file is None
+    mode = "greedy" if args.temperature == 0.0 else f"T={args.temperature:g}"
+    if args.top_p is not None:
+        mode += f", top-p {args.top_p:g}"
+    if not held_out:
+        what = f"your prompt ({len(prompts[0].ids)} tokens)"
+        origin = ""
+    else:
+        what = f"{len(prompts)} held-out prompt{'s' * (len(prompts) != 1)}"
+        if args.model_dir is None:
+            src = "standard-library files the pair never trained on"
+        elif (args.model_dir / "heldout_prompts.json").is_file():
+            src = f"the texts in {args.model_dir / 'heldout_prompts.json'}"
+        else:
+            src = "the bundled pair's held-out files, not necessarily held out for this pair"
+        origin = f"prompts: the first {args.prompt_tokens} tokens of {src}\n"
+    measured = (
+        f"{what} x up to {args.max_new_tokens} new tokens; {mode}, verify {verify}, "
+        f"block {k}; {threads} torch thread{'s' * (threads != 1)}"
+    )
+    if show:
+        out.write(f"dspark demo: {measured}\n{origin}{legend(style, out)}\n")
+    boundary = "" if style == "color" else ("‖" if markers(out)[0] == "«" else "||")
+
+    runs: list[PromptRun] = []
+    for i, pr in enumerate(prompts):
+        printer = TokenPrinter(pair.tokenizer.decode, out, style, [] if stop is None else [stop])
+        if show:
+            out.write(f"\n── [{i + 1}/{len(prompts)}] {pr.name} · {len(pr.ids)} prompt tokens ──\n")
+            tail = _prompt_tail(pr.text) if held_out else pr.text
+            out.write(f"{DIM}{tail}{RESET}" if style == "color" else tail + boundary)
+            out.flush()
+        toks, st, secs = speculative(
+            sp, pr.ids, args.max_new_tokens, stop, printer.round if show else (lambda _n: None)
+        )
+        if show:
+            ratio = _nan_if_none(rounded_4gram_ratio(toks))
+            out.write(
+                f"\n   τ {st.acceptance_length:.2f} · {len(toks)} tokens · "
+                f"distinct 4-grams {ratio:.2f}\n"
+            )
+            out.flush()
+        # The target alone on the same prompt, right after: both measured under the same load.
+        bar = Progress(f"target-only baseline {i + 1}/{len(prompts)}", args.max_new_tokens, err)
+        ref, ref_s = target_only(
+            pair.target,
+            pr.ids,
+            args.max_new_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed + i,
+            stop=stop,
+            on_token=bar.advance,
+        )
+        bar.finish()
+        runs.append(PromptRun(pr.name, len(pr.ids), toks, st, secs, ref, ref_s))
+
+    totals = Totals(runs, k, greedy=args.temperature == 0.0)
+    settings = {
+        "held_out": held_out,
+        "max_new_tokens": args.max_new_tokens,
+        "verify": args.verify,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "seed": args.seed,
+    }
+    summary = totals.summary(settings, threads)
+    lines = totals.lines(measured, summary["speedup_vs_target_only"])
+    if not args.json or show:
+        out.write("\n" + "\n".join(lines) + "\n")
+    if args.plot is not None:
+        plot_acceptance(
+            totals.per_position,
+            args.plot,
+            f"dspark demo: τ {totals.acceptance_length:.2f}, {len(prompts)} prompts, "
+            f"{totals.new_tokens} tokens ({mode})",
+        )
+        if show:
+            out.write(f"plot: {args.plot}\n")
+    if args.json:
+        out.write(json.dumps(summary) + "\n")
+    out.flush()
+    return summary

@@ -1,0 +1,197 @@
+"""A target + drafter pair loaded from two directories, checked before anything loads.
+
+What ``dspark generate``, ``dspark demo`` and the benchmarks load: an HF transformers causal LM
+(``config.json``, weights and a fast-tokenizer ``tokenizer.json``) and a DSpark drafter
+checkpoint for it. :func:`check_pair_dirs` applies the rules of ``dspark inspect`` first (typed
+errors with their codes), then :func:`load_model_pair` loads through the public API
+(``AutoModelForCausalLM.from_pretrained`` → :meth:`dspark.Drafter.from_pretrained`), and
+:func:`make_speculator` puts a :class:`dspark.Speculator` over it.
+
+Needs ``torch``, ``transformers`` and ``tokenizers`` (imported when a pair is loaded).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dspark._errors import raise_error, raise_report_errors
+from dspark._native import BackendError, CheckpointError, ConfigError, InputError
+from dspark._native import inspect as engine_inspect
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedModel
+
+    from dspark.drafter import Drafter
+    from dspark.speculator import Speculator
+
+__all__ = ["DTYPES", "ModelPair", "check_pair_dirs", "load_model_pair", "make_speculator"]
+
+#: The target dtypes a pair loads in.
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_pair_dirs(target: Path, drafter: Path) -> dict[str, Any]:
+    """Check the pair before loading anything; returns the target's ``config.json`` as a dict.
+
+    Raises the typed error of the first problem: a missing directory, config or
+    ``tokenizer.json`` (``missing-file``), or what ``dspark inspect`` finds (its codes; several
+    problems raise code ``multiple`` and list them all).
+    """
+    for what, path in (("target", target), ("drafter", drafter)):
+        if not path.is_dir():
+            why = "not a directory" if path.exists() else "no such directory"
+            raise_error(CheckpointError, "missing-file", f"{what} {path}: {why}")
+    config_path = target / "config.json"
+    if not config_path.is_file():
+        raise_error(
+            CheckpointError, "missing-file", f"{config_path}: missing (the target's HF config)"
+        )
+    report = engine_inspect(drafter, target).to_dict()
+    raise_report_errors(report["errors"])
+    if not (target / "tokenizer.json").is_file():
+        raise_error(
+            CheckpointError,
+            "missing-file",
+            f"{target / 'tokenizer.json'}: missing (dspark generate reads the target's "
+            "fast-tokenizer file; save one with tokenizer.save_pretrained(DIR))",
+        )
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise_error(ConfigError, "bad-config", f"{config_path}: {exc}")
+    if not isinstance(config, dict):
+        raise_error(ConfigError, "bad-config", f"{config_path}: not a JSON object")
+    return config
+
+
+@dataclass
+class ModelPair:
+    """A loaded target + drafter pair with its tokenizer and stop tokens.
+
+    Attributes:
+        tokenizer: the target's ``tokenizers.Tokenizer``.
+        target: the HF causal LM (eval mode).
+        drafter: the :class:`dspark.Drafter` loaded for it.
+        stop_ids: the target's end-of-sequence ids inside its vocabulary.
+        max_positions: the target's ``max_position_embeddings``, if it has one.
+    """
+
+    tokenizer: Tokenizer
+    target: PreTrainedModel
+    drafter: Drafter
+    stop_ids: list[int] = field(default_factory=list)
+    max_positions: int | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        """The target's logical vocabulary."""
+        return int(self.drafter.target_vocab_size)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (``InputError`` if none, or any outside the target vocab)."""
+        ids = [int(i) for i in self.tokenizer.encode(text).ids]
+        if not ids:
+            raise_error(InputError, "invalid-argument", "the prompt encodes to no tokens")
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise_error(
+                InputError,
+                "token-out-of-range",
+                f"the tokenizer produced ids {bad[:5]} outside the target vocab "
+                f"[0, {self.vocab_size})",
+            )
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of ``ids`` (special tokens skipped)."""
+        return str(self.tokenizer.decode(ids))
+
+    def check_budget(self, prompt: list[int], max_new_tokens: int) -> None:
+        """``InputError`` if prompt + new tokens exceed the target's position limit."""
+        if self.max_positions is not None and len(prompt) + max_new_tokens > self.max_positions:
+            raise_error(
+                InputError,
+                "invalid-argument",
+                f"prompt ({len(prompt)} tokens) + --max-new-tokens {max_new_tokens} exceeds "
+                f"the target's max_position_embeddings {self.max_positions}",
+            )
+
+
+def _stop_ids(model: object, config: dict[str, Any], vocab: int) -> list[int]:
+    """The model's end-of-sequence ids (generation config first, then ``config.json``)."""
+    gen = getattr(model, "generation_config", None)
+    raw = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if raw is None:
+        raw = config.get("eos_token_id")
+    values = raw if isinstance(raw, list) else [raw]
+    return sorted(
+        {int(v) for v in values if isinstance(v, int) and not isinstance(v, bool) and v < vocab}
+    )
+
+
+def load_model_pair(
+    target: Path,
+    drafter: Path,
+    *,
+    dtype: str = "float32",
+    threads: int | None = None,
+    quiet: bool = True,
+) -> ModelPair:
+    """Check (:func:`check_pair_dirs`), then load tokenizer, HF target and candle drafter.
+
+    ``threads`` sets torch's thread count; ``quiet`` turns transformers' progress bars off.
+    """
+    config = check_pair_dirs(target, drafter)
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    from dspark.drafter import Drafter
+
+    if dtype not in DTYPES:
+        raise_error(InputError, "invalid-argument", f"dtype {dtype!r}: one of {DTYPES}")
+    if threads is not None:
+        if int(threads) < 1:
+            raise_error(InputError, "invalid-argument", f"threads {threads}: must be >= 1")
+        torch.set_num_threads(int(threads))
+    if quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    tok_path = target / "tokenizer.json"
+    try:
+        tokenizer = Tokenizer.from_file(str(tok_path))
+    except Exception as exc:  # tokenizers raises plain Exception on a bad file
+        raise_error(ConfigError, "bad-config", f"{tok_path}: {str(exc).splitlines()[0]}")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype)).eval()
+    except Exception as exc:  # transformers raises many types; one typed error for all
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise_error(
+            BackendError, "backend", f"{target}: transformers could not load the target: {first}"
+        )
+    pair = ModelPair(tokenizer, model, Drafter.from_pretrained(drafter, model))
+    pair.stop_ids = _stop_ids(model, config, pair.vocab_size)
+    limit = config.get("max_position_embeddings")
+    pair.max_positions = limit if isinstance(limit, int) and limit > 0 else None
+    return pair
+
+
+def make_speculator(pair: ModelPair, prompt: list[int], **kw: Any) -> Speculator:
+    """A :class:`dspark.Speculator` over ``pair``; measures the steps/s table for scheduling.
+
+    ``kw`` are :class:`dspark.Speculator`'s options; with ``verify="scheduled"`` the target's
+    steps-per-second table is measured on ``prompt`` first
+    (:func:`dspark.measure.steps_per_second`).
+    """
+    from dspark.measure import steps_per_second
+    from dspark.speculator import Speculator
+
+    table = None
+    if kw.get("verify") == "scheduled":
+        table = steps_per_second(pair.target, prompt, pair.drafter.block_size + 1)
+    return Speculator(pair.target, pair.drafter, steps_per_second=table, **kw)
