@@ -2,7 +2,7 @@
 # Build the dspark wheel (release, abi3) and install it with its Python dependencies.
 # Usage: bash scripts/install.sh [--torch | --test]
 #   --torch  also installs torch, transformers and tokenizers (the speculator and `dspark demo`)
-#   --test   --torch plus the test and benchmark dependencies
+#   --test   --torch plus the test and benchmark dependencies, and a wheel with the test hooks
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/dspark-target}"
@@ -18,6 +18,12 @@ case "${1:-}" in
         pip_install "pytest>=8" "pytest-benchmark>=4" "scipy>=1.10" "ruff>=0.6" "hypothesis>=6.100"
         ;;
 esac
+# The test build also compiles the test hooks (`_dlpack_describe`, `_dlpack_sum`, `_test_panic`);
+# a release wheel has none.
+features=()
+if [[ "${1:-}" == --test ]]; then
+    features=(--features test-hooks)
+fi
 rm -rf target/wheels
-maturin build --release --quiet --out target/wheels
+maturin build --release --quiet "${features[@]}" --out target/wheels
 $PIP install --disable-pip-version-check --quiet --force-reinstall --no-deps target/wheels/dspark-*.whl

@@ -11,8 +11,7 @@ python3 -m pytest tests
 
 tensor_tests=()
 for f in crates/dspark/tests/sampling_*.rs crates/dspark/tests/drafter_*.rs \
-    crates/dspark/tests/boundary_kernels.rs crates/dspark/tests/targets_*.rs \
-    crates/dspark/tests/speculator_*.rs; do
+    crates/dspark/tests/targets_*.rs crates/dspark/tests/speculator_*.rs; do
     tensor_tests+=(--test "$(basename "$f" .rs)")
 done
 DSPARK_KERNEL_PATH=tensor cargo test -p dspark --lib "${tensor_tests[@]}"

@@ -12,8 +12,16 @@ import numpy as np
 import pytest
 
 import dspark
+from dspark import _native
 from dspark._safetensors import save_file
 from dspark.example import draft_config, draft_tensors, target_config
+
+#: The test hooks (`_dlpack_describe`, `_dlpack_sum`, `_test_panic`) exist only in a wheel
+#: built with the `test-hooks` feature (`scripts/install.sh --test`), not in a release wheel.
+HAS_TEST_HOOKS = hasattr(_native, "_test_panic")
+requires_test_hooks = pytest.mark.skipif(
+    not HAS_TEST_HOOKS, reason="a release wheel: the test hooks are not compiled in"
+)
 
 
 def write_json(path: Path, value: Any) -> Path:

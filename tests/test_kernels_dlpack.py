@@ -10,11 +10,12 @@ import pytest
 
 import dspark
 from dspark import _native
-from helpers import expect_code, random_block_args, random_target_logits
+from helpers import expect_code, random_block_args, random_target_logits, requires_test_hooks
 
 NUMPY_DTYPES = ["float32", "float16", "int32", "int64", "uint32"]
 
 
+@requires_test_hooks
 @pytest.mark.parametrize("dtype", NUMPY_DTYPES)
 def test_numpy_dtype_shape_and_pointer(dtype):
     a = np.arange(24, dtype=dtype).reshape(2, 3, 4)
@@ -24,6 +25,7 @@ def test_numpy_dtype_shape_and_pointer(dtype):
     assert _native._dlpack_sum(a) == pytest.approx(float(a.astype(np.float64).sum()))
 
 
+@requires_test_hooks
 def test_views_with_offsets_are_read_in_place():
     big = np.arange(1000, dtype=np.float32).reshape(100, 10)
     view = big[37:61]  # a non-owning, C-contiguous view with a byte offset
@@ -32,6 +34,7 @@ def test_views_with_offsets_are_read_in_place():
     assert _native._dlpack_sum(view) == pytest.approx(float(view.sum(dtype=np.float64)))
 
 
+@requires_test_hooks
 def test_zero_dim_and_empty():
     assert _native._dlpack_describe(np.array(3.5, dtype=np.float32))[:2] == ("float32", [])
     assert _native._dlpack_sum(np.array(2.5, dtype=np.float32)) == 2.5
@@ -39,6 +42,7 @@ def test_zero_dim_and_empty():
     assert _native._dlpack_sum(np.zeros((3, 0), dtype=np.float32)) == 0.0
 
 
+@requires_test_hooks
 def test_unit_dims_with_any_stride_count_as_contiguous():
     base = np.arange(12, dtype=np.float32).reshape(3, 4)
     unit = base[:, None, :]  # stride of the size-1 dim is arbitrary
@@ -55,6 +59,7 @@ def test_unit_dims_with_any_stride_count_as_contiguous():
     ],
     ids=["transpose", "col-step", "row-step", "col-slice"],
 )
+@requires_test_hooks
 def test_non_contiguous_numpy_is_rejected_not_copied(make):
     a = np.arange(24, dtype=np.float32).reshape(6, 4)
     with pytest.raises(dspark.InputError) as e:
@@ -63,6 +68,7 @@ def test_non_contiguous_numpy_is_rejected_not_copied(make):
     assert "contiguous" in str(e.value)
 
 
+@requires_test_hooks
 @pytest.mark.parametrize("dtype", ["float64", "bool", "complex64", "int8", "uint8", "int16"])
 def test_unsupported_dtypes(dtype):
     with pytest.raises(dspark.InputError) as e:
@@ -70,12 +76,14 @@ def test_unsupported_dtypes(dtype):
     assert e.value.code == "unsupported-dtype"
 
 
+@requires_test_hooks
 def test_object_without_dlpack():
     with pytest.raises(dspark.InputError) as e:
         _native._dlpack_describe({"not": "a tensor"})
     assert e.value.code == "unsupported-dtype"
 
 
+@requires_test_hooks
 def test_deleter_runs_once_per_call():
     """The guard calls the producer's deleter: numpy's reference to the array is released."""
     a = np.ones((64, 64), dtype=np.float32)
@@ -86,6 +94,7 @@ def test_deleter_runs_once_per_call():
     assert sys.getrefcount(a) == before
 
 
+@requires_test_hooks
 def test_errors_after_taking_the_capsule_still_release_it():
     a = np.ones((4, 4), dtype=np.float32).T  # rejected after the capsule was consumed
     before = sys.getrefcount(a)
@@ -114,6 +123,7 @@ class LegacyOnly:
         return self.arr.__dlpack_device__()
 
 
+@requires_test_hooks
 def test_legacy_producer_fallback():
     a = np.arange(6, dtype=np.int64).reshape(2, 3)
     p = LegacyOnly(a)
@@ -133,6 +143,7 @@ class Recording:
         return self.arr.__dlpack__(**kwargs)
 
 
+@requires_test_hooks
 def test_versioned_protocol_is_requested_first():
     r = Recording(np.zeros(3, dtype=np.float32))
     _native._dlpack_describe(r)
@@ -149,6 +160,7 @@ class Replay:
         return self.capsule
 
 
+@requires_test_hooks
 def test_consumed_capsule_is_refused():
     r = Replay(np.zeros(3, dtype=np.float32))
     _native._dlpack_describe(r)
@@ -170,6 +182,7 @@ class FakeCuda:
         raise AssertionError("must not export a CUDA tensor")
 
 
+@requires_test_hooks
 def test_cuda_tensors_are_refused_before_export():
     with pytest.raises(dspark.InputError) as e:
         _native._dlpack_describe(FakeCuda())
@@ -184,6 +197,7 @@ def test_cuda_tensors_are_refused_before_export():
     assert "target_logits" in str(e.value)
 
 
+@requires_test_hooks
 def test_readonly_arrays_are_accepted():
     a = np.arange(8, dtype=np.float32)
     a.flags.writeable = False
@@ -205,6 +219,7 @@ class TestTorch:
             ("uint32", "uint32"),
         ],
     )
+    @requires_test_hooks
     def test_dtypes_and_pointer(self, dtype, name):
         torch = self.torch
         t = torch.arange(12).to(getattr(torch, dtype)).reshape(3, 4)
@@ -212,12 +227,14 @@ class TestTorch:
         assert (kind, shape, ptr) == (name, [3, 4], t.data_ptr())
         assert _native._dlpack_sum(t) == pytest.approx(66.0)
 
+    @requires_test_hooks
     def test_storage_offset_view(self):
         t = self.torch.arange(40, dtype=self.torch.bfloat16).reshape(10, 4)
         v = t[3:7]
         assert _native._dlpack_describe(v)[3] == v.data_ptr() == t.data_ptr() + 3 * 4 * 2
         assert _native._dlpack_sum(v) == pytest.approx(float(v.float().sum()))
 
+    @requires_test_hooks
     @pytest.mark.parametrize("make", [lambda t: t.t(), lambda t: t[:, ::2]], ids=["t", "step"])
     def test_non_contiguous_rejected(self, make):
         t = self.torch.zeros(4, 6)
@@ -225,6 +242,7 @@ class TestTorch:
             _native._dlpack_describe(make(t))
         assert e.value.code == "bad-shape"
 
+    @requires_test_hooks
     def test_float64_rejected(self):
         with pytest.raises(dspark.InputError) as e:
             _native._dlpack_describe(self.torch.zeros(3, dtype=self.torch.float64))
@@ -236,6 +254,7 @@ class TestTorch:
 B, K, V, R = 2, 3, 10, 4
 
 
+@requires_test_hooks
 def test_dlpack_producer_that_raises_is_typed():
     class Bad:
         def __dlpack__(self, **kw: Any) -> Any:
@@ -250,6 +269,7 @@ def test_dlpack_producer_that_raises_is_typed():
     assert "draft_tokens" in str(e)
 
 
+@requires_test_hooks
 @pytest.mark.torch
 def test_negative_bit_is_resolved_not_ignored():
     torch = pytest.importorskip("torch")

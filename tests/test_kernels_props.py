@@ -26,6 +26,7 @@ from strategies import (
 
 import dspark
 from dspark import _native
+from helpers import requires_test_hooks
 
 
 @PROPS
@@ -255,6 +256,7 @@ def test_schedulers(conf, threshold, table, interpolation):
         assert len(lengths) == b and all(0 <= n <= k for n in lengths), lengths
 
 
+@requires_test_hooks
 @PROPS
 @given(float_arrays(3), st.sampled_from(ODD_SCALARS))
 def test_raw_native_kernels_take_any_value(target, odd):

@@ -12,7 +12,7 @@ import pytest
 
 import dspark
 from dspark import _native
-from helpers import expect_code, random_block_args, random_target_logits
+from helpers import expect_code, random_block_args, random_target_logits, requires_test_hooks
 
 B, K, V, R = 2, 3, 10, 4
 F32 = np.float32
@@ -163,8 +163,10 @@ def test_num_draft_float_is_refused_not_truncated():
             lambda: dspark.confidence(np.ones((B, K, 2), F32), None, np.ones(2, F32), sts=["x"]),
             "invalid-argument",
         ),
-        (lambda: _native._dlpack_describe(np.array(["a", "b"])), None),
-        (lambda: _native._dlpack_describe(object()), None),
+        pytest.param(
+            lambda: _native._dlpack_describe(np.array(["a", "b"])), None, marks=requires_test_hooks
+        ),
+        pytest.param(lambda: _native._dlpack_describe(object()), None, marks=requires_test_hooks),
     ],
 )
 def test_untyped_exceptions_are_typed(call, code):

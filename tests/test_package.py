@@ -8,7 +8,7 @@ import pytest
 
 import dspark
 from dspark import _native
-from helpers import expect_code
+from helpers import expect_code, requires_test_hooks
 
 
 def test_exception_hierarchy() -> None:
@@ -31,6 +31,7 @@ def test_errors_carry_code_and_every_problem() -> None:
     assert [c for c, _ in info.value.problems] == ["d2t-out-of-range", "d2t-duplicate"]
 
 
+@requires_test_hooks
 def test_a_panic_is_a_typed_internal_error():
     e = expect_code("internal", _native._test_panic, "boom", cls=dspark.InternalError)
     assert isinstance(e, Exception) and "boom" in str(e)

@@ -204,6 +204,8 @@ def schedule_pipelined(
     steps_per_second: _Option,
     interpolation: _Option = None,
 ) -> list[int]: ...
+
+# Test hooks: only in a wheel built with the ``test-hooks`` feature (``install.sh --test``).
 def _dlpack_describe(obj: _Tensor) -> tuple[str, list[int], str, int]: ...
 def _dlpack_sum(obj: _Tensor) -> float: ...
 def _test_panic(message: str) -> None:
@@ -334,26 +336,46 @@ class NativeTarget:
     def logits(self, ids: _Ids) -> npt.NDArray[np.float32]:
         """Float32 logits ``[S, V_t]`` of every position of one sequence (an empty cache)."""
 
-# What ``generate`` reports (``dspark.SpeculationStats`` is built from it).
-_Stats = TypedDict(  # noqa: UP013 (a class would have to exist in the module)
-    "_Stats",
-    {
-        "rounds": int,
-        "plain_rounds": int,
-        "request_rounds": int,
-        "committed_tokens": int,
-        "drafted_tokens": int,
-        "accepted_tokens": int,
-        "position_attempts": list[int],
-        "position_accepts": list[int],
-        "drafter_seconds": float,
-        "target_seconds": float,
-        "kernel_seconds": float,
-        "total_seconds": float,
-        "prefill_seconds": float,
-        "confidence_records": list[tuple[int, float, bool]],
-    },
-)
+@final
+class SpeculationStats:
+    """What a generation did: rounds, drafted / accepted / committed tokens, acceptance per
+    draft position and the time split (seconds)."""
+
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def plain_rounds(self) -> int: ...
+    @property
+    def request_rounds(self) -> int: ...
+    @property
+    def committed_tokens(self) -> int: ...
+    @property
+    def drafted_tokens(self) -> int: ...
+    @property
+    def accepted_tokens(self) -> int: ...
+    @property
+    def position_attempts(self) -> list[int]: ...
+    @property
+    def position_accepts(self) -> list[int]: ...
+    @property
+    def drafter_seconds(self) -> float: ...
+    @property
+    def target_seconds(self) -> float: ...
+    @property
+    def kernel_seconds(self) -> float: ...
+    @property
+    def total_seconds(self) -> float: ...
+    @property
+    def prefill_seconds(self) -> float: ...
+    @property
+    def confidence_records(self) -> list[tuple[int, float, bool]]: ...
+    @property
+    def acceptance_length(self) -> float:
+        """τ: mean tokens committed per request-round (accepted drafts + 1)."""
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """Acceptance of draft position k given positions < k were accepted (NaN: never)."""
+    def to_dict(self) -> dict[str, object]: ...
 
 @final
 class Speculator:
@@ -385,7 +407,7 @@ class Speculator:
         max_new_tokens: int,
         stop_token_ids: list[int] | None = None,
         on_round: Callable[[list[list[int]]], object] | None = None,
-    ) -> tuple[list[list[int]], _Stats]:
+    ) -> tuple[list[list[int]], SpeculationStats]:
         """Speculative decoding; ``(tokens per prompt, stats)``."""
     def generate_target_only(
         self,
@@ -393,7 +415,7 @@ class Speculator:
         max_new_tokens: int,
         stop_token_ids: list[int] | None = None,
         on_round: Callable[[list[list[int]]], object] | None = None,
-    ) -> tuple[list[list[int]], _Stats]:
+    ) -> tuple[list[list[int]], SpeculationStats]:
         """Target-only decoding with the same options and seeds."""
     @property
     def num_speculative_tokens(self) -> int: ...

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dspark import _native
@@ -31,7 +31,6 @@ from dspark.protocols import DRAFTER_MEMBERS
 if TYPE_CHECKING:
     import torch
 
-    from dspark._native import _Stats
     from dspark._typing import TensorLike
     from dspark.drafter import Drafter
     from dspark.native_target import NativeTarget
@@ -42,7 +41,7 @@ OnRound: TypeAlias = "Callable[[list[list[int]]], object]"
 #: The native ``generate`` / ``generate_target_only``.
 _Generate: TypeAlias = (
     "Callable[[list[list[int]], int, list[int] | None, OnRound | None], "
-    "tuple[list[list[int]], _Stats]]"
+    "tuple[list[list[int]], SpeculationStats]]"
 )
 
 __all__ = ["GenerationResult", "SpeculationStats", "Speculator", "derive_seeds"]
@@ -65,58 +64,14 @@ def derive_seeds(
     return out
 
 
-@dataclass
-class SpeculationStats:
-    """What a :meth:`Speculator.generate` call did.
-
-    Attributes:
-        rounds: speculative rounds (one batched draft + verify each).
-        plain_rounds: of ``rounds``, those in which a scheduling policy drafted nothing (one
-            target-only step per request: drafting did not pay at that batch; see
-            ``docs/python-api.md``, "Verify policies").
-        request_rounds: sum over requests of the rounds each took part in.
-        committed_tokens: tokens committed by rounds (accepted drafts + correction/bonus).
-        drafted_tokens: draft tokens sent to verification.
-        accepted_tokens: draft tokens accepted.
-        position_attempts: per draft position k, how often it was verified after all earlier
-            drafts were accepted.
-        position_accepts: per draft position k, how often it was then accepted.
-        drafter_seconds / target_seconds / kernel_seconds: time split.
-        total_seconds: wall time of the call (the ``on_round`` hook excluded).
-        prefill_seconds: of ``total_seconds``, the time to first token (the prompts' prefill
-            and, when speculating, the drafter's first context extension); the rest is the
-            decode phase.
-        confidence_records: ``(position, confidence, accepted)`` of every verified slot whose
-            earlier slots were all accepted (only with ``record_confidence=True``).
-    """
-
-    rounds: int = 0
-    plain_rounds: int = 0
-    request_rounds: int = 0
-    committed_tokens: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-    position_attempts: list[int] = field(default_factory=list)
-    position_accepts: list[int] = field(default_factory=list)
-    drafter_seconds: float = 0.0
-    target_seconds: float = 0.0
-    kernel_seconds: float = 0.0
-    total_seconds: float = 0.0
-    prefill_seconds: float = 0.0
-    confidence_records: list[tuple[int, float, bool]] = field(default_factory=list)
-
-    @property
-    def acceptance_length(self) -> float:
-        """τ: mean tokens committed per request-round (accepted drafts + 1)."""
-        return self.committed_tokens / self.request_rounds if self.request_rounds else 0.0
-
-    @property
-    def per_position_acceptance(self) -> list[float]:
-        """Conditional acceptance rate of draft position k given positions < k were accepted."""
-        return [
-            a / n if n else float("nan")
-            for a, n in zip(self.position_accepts, self.position_attempts, strict=True)
-        ]
+#: What a :meth:`Speculator.generate` call did (the engine's statistics, read-only): rounds,
+#: ``plain_rounds`` (rounds a scheduling policy drafted nothing in), ``request_rounds``,
+#: ``committed_tokens``, ``drafted_tokens``, ``accepted_tokens``, ``position_attempts`` /
+#: ``position_accepts`` (per draft position), the time split (``drafter_seconds``,
+#: ``target_seconds``, ``kernel_seconds``, ``total_seconds``, ``prefill_seconds``),
+#: ``confidence_records`` (with ``record_confidence=True``), and the derived
+#: ``acceptance_length`` (τ) and ``per_position_acceptance``, computed by the engine.
+SpeculationStats = _native.SpeculationStats
 
 
 @dataclass(frozen=True)
@@ -284,7 +239,7 @@ class Speculator:
         prompts = id_rows(input_ids, "input_ids", vocab)
         stops = None if stop_token_ids is None else id_list(stop_token_ids, "stop_token_ids", vocab)
         tokens, stats = call(prompts, count, stops, on_round)
-        return GenerationResult(tokens=tokens, stats=SpeculationStats(**stats))
+        return GenerationResult(tokens=tokens, stats=stats)
 
     def _native_vocab(self) -> int:
         return int(self.drafter.target_vocab_size)

@@ -254,3 +254,21 @@ pub fn ids_in_vocab(values: &[i64], name: &str, vocab: usize) -> PyResult<Vec<u3
         })
         .collect()
 }
+
+/// Ids as `u32` without the vocabulary check, for a kernel that checks ranges itself in its
+/// own order: only ids that cannot be token ids at all (negative, or above `u32::MAX`) are
+/// refused here, as `token-out-of-range` against `vocab` (the size the kernel will check).
+pub fn ids_u32(values: &[i64], name: &str, vocab: usize) -> PyResult<Vec<u32>> {
+    values
+        .iter()
+        .map(|&id| {
+            u32::try_from(id).map_err(|_| {
+                err(Error::TokenOutOfRange {
+                    name: name.to_string(),
+                    id,
+                    vocab_size: vocab,
+                })
+            })
+        })
+        .collect()
+}

@@ -8,8 +8,8 @@ use candle_core::{DType, Device, Tensor};
 use pyo3::prelude::*;
 
 use dspark::Result;
-use dspark::speculator::TargetOutput;
 use dspark::cuda_interop::signal_stream;
+use dspark::speculator::TargetOutput;
 
 use crate::dlpack::cuda::{DeviceTensor, import};
 

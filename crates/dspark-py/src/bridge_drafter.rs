@@ -176,7 +176,9 @@ impl Drafter for PyDraftModel {
     }
 
     fn new_state(&self) -> Result<Py<PyAny>> {
-        self.call("drafter.new_state", |py| self.obj.call_method0(py, "new_state"))
+        self.call("drafter.new_state", |py| {
+            self.obj.call_method0(py, "new_state")
+        })
     }
 
     fn extend(&self, state: &mut Py<PyAny>, features: &Tensor, start: usize) -> Result<()> {

@@ -168,8 +168,8 @@ pub fn sample_block<'py>(
 }
 
 /// The anchors and id map of a block call as the engine takes them: `base` is `[B, K, V_d]`,
-/// `w1` is `[V_in, r]`. Ids are copied once (anchors checked against `V_in`); the map is the
-/// engine's decision ([`dspark::IdMap::for_call`]); the kernel validates the rest.
+/// `w1` is `[V_in, r]`. Ids are copied once (the kernel checks them against `V_in`, after the
+/// output sizes); the map is the engine's decision ([`dspark::IdMap::for_call`]).
 pub(crate) fn block_ids(
     anchors: &Bound<'_, PyAny>,
     d2t: Option<&Bound<'_, PyAny>>,
@@ -178,13 +178,13 @@ pub(crate) fn block_ids(
     w1: [usize; 2],
 ) -> PyResult<(Vec<u32>, dspark::IdMap)> {
     let anchor_ids = args::ids_1d(anchors, "anchors")?;
-    let anchor_ids = args::ids_in_vocab(&anchor_ids, "anchors", w1[0])?;
+    let anchor_ids = args::ids_u32(&anchor_ids, "anchors", w1[0])?;
     let offsets = d2t
         .filter(|d| !d.is_none())
         .map(|d| args::ids_1d(d, "d2t"))
         .transpose()?;
-    let id_map = dspark::IdMap::for_call(offsets.as_deref(), base[2], target_vocab_size)
-        .map_err(err)?;
+    let id_map =
+        dspark::IdMap::for_call(offsets.as_deref(), base[2], target_vocab_size).map_err(err)?;
     Ok((anchor_ids, id_map))
 }
 

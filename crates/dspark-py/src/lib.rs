@@ -18,6 +18,7 @@ mod kernels_device;
 mod native_target;
 mod pair;
 mod speculator;
+mod stats;
 #[cfg(feature = "test-hooks")]
 mod testing;
 mod vocab;
@@ -49,5 +50,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     drafter::register(m)?;
     m.add_class::<native_target::PyNativeTarget>()?;
     m.add_class::<speculator::PySpeculator>()?;
+    m.add_class::<stats::PyStats>()?;
     Ok(())
 }

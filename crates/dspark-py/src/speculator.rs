@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyList;
 
 use dspark::speculator::{
     Generation, Request, RoundUpdate, Speculator, SpeculatorOptions, VerifyPolicy, target_only,
@@ -19,6 +19,7 @@ use crate::errors::{callback_error, err, guard};
 use crate::kernels::sps_table;
 use crate::native_target::PyNativeTarget;
 use crate::pair::{AnyDrafter, AnyTarget};
+use crate::stats::PyStats;
 
 /// The engine's speculator (native half of `dspark.Speculator`).
 #[pyclass(name = "Speculator", module = "dspark._native", frozen)]
@@ -33,30 +34,9 @@ fn target_of(obj: &Bound<'_, PyAny>) -> PyResult<AnyTarget> {
     })
 }
 
-/// `(tokens, stats dict)` of a generation.
-fn result<'py>(py: Python<'py>, g: Generation) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
-    let s = &g.stats;
-    let d = PyDict::new(py);
-    d.set_item("rounds", s.rounds)?;
-    d.set_item("plain_rounds", s.plain_rounds)?;
-    d.set_item("request_rounds", s.request_rounds)?;
-    d.set_item("committed_tokens", s.committed_tokens)?;
-    d.set_item("drafted_tokens", s.drafted_tokens)?;
-    d.set_item("accepted_tokens", s.accepted_tokens)?;
-    d.set_item("position_attempts", &s.position_attempts)?;
-    d.set_item("position_accepts", &s.position_accepts)?;
-    d.set_item("drafter_seconds", s.drafter_seconds)?;
-    d.set_item("target_seconds", s.target_seconds)?;
-    d.set_item("kernel_seconds", s.kernel_seconds)?;
-    d.set_item("total_seconds", s.total_seconds)?;
-    d.set_item("prefill_seconds", s.prefill_seconds)?;
-    let records: Vec<(u32, f32, bool)> = s
-        .confidence_records
-        .iter()
-        .map(|r| (r.position, r.confidence, r.accepted))
-        .collect();
-    d.set_item("confidence_records", records)?;
-    Ok((g.tokens, d))
+/// `(tokens, stats)` of a generation.
+fn result(g: Generation) -> (Vec<Vec<u32>>, PyStats) {
+    (g.tokens, PyStats(g.stats))
 }
 
 /// Requests from prompts (lists of ids), one budget, one stop list, optional seeds.
@@ -141,7 +121,7 @@ impl PySpeculator {
         py: Python<'py>,
         call: Call<'_, 'py>,
         decode: Decode,
-    ) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
+    ) -> PyResult<(Vec<Vec<u32>>, PyStats)> {
         let vocab = self.inner.target().vocab_size();
         let reqs = requests(
             call.prompts,
@@ -154,7 +134,7 @@ impl PySpeculator {
             Decode::Speculative => inner.generate(&reqs, hook),
             Decode::TargetOnly => target_only(inner.target(), inner.options(), &reqs, hook),
         })?;
-        result(py, g)
+        Ok(result(g))
     }
 }
 
@@ -239,7 +219,7 @@ impl PySpeculator {
         max_new_tokens: &Bound<'py, PyAny>,
         stop_token_ids: Option<&Bound<'py, PyAny>>,
         on_round: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
+    ) -> PyResult<(Vec<Vec<u32>>, PyStats)> {
         let call = Call {
             prompts,
             max_new_tokens,
@@ -258,7 +238,7 @@ impl PySpeculator {
         max_new_tokens: &Bound<'py, PyAny>,
         stop_token_ids: Option<&Bound<'py, PyAny>>,
         on_round: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<(Vec<Vec<u32>>, Bound<'py, PyDict>)> {
+    ) -> PyResult<(Vec<Vec<u32>>, PyStats)> {
         let call = Call {
             prompts,
             max_new_tokens,

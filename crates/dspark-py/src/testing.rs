@@ -56,7 +56,6 @@ pub fn _test_panic(message: &str) -> PyResult<()> {
     guard(|| panic!("{message}"))
 }
 
-
 /// Register the hooks on the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_dlpack_describe, m)?)?;

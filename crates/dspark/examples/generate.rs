@@ -193,9 +193,9 @@ fn run(a: Args) -> Result<(), Fail> {
     };
     let mut on_round = |u: &RoundUpdate<'_>| -> dspark::Result<()> {
         all.extend_from_slice(u.new_tokens[0]);
-        let text = tok.decode(&all, true).map_err(|e| Error::Callback {
-            message: e.to_string(),
-        })?;
+        let text = tok
+            .decode(&all, true)
+            .map_err(|e| Error::callback("tokenizer.decode", e.to_string()))?;
         if let Some(new) = text
             .strip_prefix(shown.as_str())
             .filter(|s| !s.ends_with('\u{FFFD}'))

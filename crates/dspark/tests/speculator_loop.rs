@@ -568,15 +568,15 @@ fn callback_error_aborts_and_is_returned_as_is() {
     let t = toy();
     let mut cb = |u: &RoundUpdate<'_>| {
         if u.round == 4 {
-            Err(Error::Callback {
-                message: "stop".into(),
-            })
+            Err(Error::callback("on_round", "stop"))
         } else {
             Ok(())
         }
     };
     let err = target_only(&t, &SpeculatorOptions::default(), &batch(), Some(&mut cb)).unwrap_err();
-    assert!(matches!(&err, Error::Callback { message } if message == "stop"));
+    assert!(
+        matches!(&err, Error::Callback { context, source } if context == "on_round" && source.to_string() == "stop")
+    );
     assert_eq!(t.forwards(), 5);
 }
 
@@ -1014,16 +1014,26 @@ fn bad_requests_are_typed_errors() {
 fn misbehaving_drafters_are_typed_errors() {
     let t = toy();
     for (fault, temperature, verify, code) in [
-        (Fault::WrongBatch, 0.0, VerifyPolicy::Full, "callback"),
-        (Fault::ShortDraftLogits, 1.0, VerifyPolicy::Full, "callback"),
+        (Fault::WrongBatch, 0.0, VerifyPolicy::Full, "bad-shape"),
+        (
+            Fault::ShortDraftLogits,
+            1.0,
+            VerifyPolicy::Full,
+            "bad-shape",
+        ),
         (
             Fault::ShortConfidence,
             0.0,
             VerifyPolicy::Threshold(0.5),
-            "callback",
+            "bad-shape",
         ),
         // The loop checks drafted ids before the target sees them, naming the drafter.
-        (Fault::OutOfRangeToken, 0.0, VerifyPolicy::Full, "callback"),
+        (
+            Fault::OutOfRangeToken,
+            0.0,
+            VerifyPolicy::Full,
+            "token-out-of-range",
+        ),
     ] {
         let d = oracle(&t, Mode::Sampling).with_fault(fault);
         let o = SpeculatorOptions {
@@ -1034,6 +1044,7 @@ fn misbehaving_drafters_are_typed_errors() {
         let s = Speculator::new(toy(), d, o).unwrap();
         let e = s.generate(&batch(), None).unwrap_err();
         assert_eq!(e.code(), code, "{fault:?}: {e}");
+        assert!(e.to_string().contains("drafter.propose"), "{fault:?}: {e}");
     }
 }
 

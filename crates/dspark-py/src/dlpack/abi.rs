@@ -201,7 +201,10 @@ impl RawDLTensor {
     /// The address of the first element: `data + byte_offset` (`data` is non-null, the
     /// offset within the producer's buffer per the DLPack contract).
     pub(crate) fn first_element(&self, byte_offset: usize) -> *const u8 {
-        self.data.cast::<u8>().cast_const().wrapping_add(byte_offset)
+        self.data
+            .cast::<u8>()
+            .cast_const()
+            .wrapping_add(byte_offset)
     }
 }
 

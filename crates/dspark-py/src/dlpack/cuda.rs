@@ -17,7 +17,9 @@ use pyo3::prelude::*;
 use dspark::Error;
 use dspark::cuda_interop::{BorrowedTensor, cuda_device, device_ptr, signal_stream, stream_handle};
 
-use super::abi::{DL_CUDA, DLDataType, DLDevice, DLManagedTensor, DlDtype, NAME_LEGACY, RawDLTensor};
+use super::abi::{
+    DL_CUDA, DLDataType, DLDevice, DLManagedTensor, DlDtype, NAME_LEGACY, RawDLTensor,
+};
 use super::{DlTensor, dlpack_device};
 use crate::errors::{PyDSparkError, guard};
 

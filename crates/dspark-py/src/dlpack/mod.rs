@@ -27,8 +27,8 @@ use pyo3::types::{PyCapsule, PyDict};
 use dspark::Error;
 use dspark::sampling::Floats;
 
-pub use abi::{DlDtype, DlElement};
 use abi::{DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_CUDA_MANAGED, Owner, raw_dtype_name, take_capsule};
+pub use abi::{DlDtype, DlElement};
 
 use crate::errors::{PyDSparkError, retype};
 

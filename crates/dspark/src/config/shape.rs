@@ -4,7 +4,6 @@
 
 use serde::Serialize;
 
-
 /// A decoder stack's shape: vocabulary, widths, depth, heads, norms, RoPE.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelShape {

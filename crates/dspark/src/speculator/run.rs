@@ -367,9 +367,8 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         // Sampling: the draft logits `[B, K, V_t]` of the first `kmax` slots, where they are.
         let q: Option<Tensor> = (self.options.temperature > 0.0)
             .then(|| {
-                let bad = || {
-                    Error::bad_shape("drafter.propose", "draft logits are not [B, K, V_t]")
-                };
+                let bad =
+                    || Error::bad_shape("drafter.propose", "draft logits are not [B, K, V_t]");
                 let full = match device_q {
                     Some(t) if t.dims() == [act.len(), k, v_t] => t,
                     Some(_) => return Err(bad()),

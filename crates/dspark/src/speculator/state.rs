@@ -161,7 +161,11 @@ impl<'a, T: TargetModel> Run<'a, T> {
             logits: rows,
         };
         let out = self.target.forward(&mut self.cache, &input, self.capture)?;
-        out.check(&input, self.vocab, self.capture.len() * self.target.hidden_size())?;
+        out.check(
+            &input,
+            self.vocab,
+            self.capture.len() * self.target.hidden_size(),
+        )?;
         Ok(out)
     }
 

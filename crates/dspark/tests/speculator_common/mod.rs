@@ -574,8 +574,9 @@ impl Drafter for OracleDrafter {
             let tok = row[0] as u32;
             let want = feature_row(tok, start + r, &self.capture, self.hidden);
             if *row != want {
-                return Err(Error::Callback {
-                    message: format!(
+                return Err(Error::callback(
+                    "drafter.extend",
+                    format!(
                         "state {}: feature row {r} (claimed position {}) encodes token {} at \
                          position {}",
                         state.id,
@@ -583,7 +584,7 @@ impl Drafter for OracleDrafter {
                         row[0],
                         row[1]
                     ),
-                });
+                ));
             }
             tokens.push(tok);
             if start + r >= state.tokens.len() {

@@ -224,6 +224,13 @@ pub(crate) fn validate_dims(
 ) -> Result<Geometry> {
     let [batch, slots, draft_vocab] = base;
     let [input_vocab, rank] = w1;
+    // Outputs first (a zero-size input can carry one huge dimension): `[B, K, V_t]` draft
+    // logits (`V_t` may exceed `V_d` with a table) and `[B, K, r]` embeddings, sized with
+    // checked arithmetic before anything else is looked at or allocated.
+    let target_vocab = opts.id_map.target_vocab();
+    let (b64, k64) = (batch as u64, slots as u64);
+    output_elements("target_vocab_size", &[b64, k64, target_vocab as u64])?;
+    output_elements("markov_w1", &[b64, k64, rank as u64])?;
     if w2[0] != draft_vocab {
         return Err(Error::bad_shape(
             "markov_w2",
@@ -269,7 +276,6 @@ pub(crate) fn validate_dims(
     if opts.top_k == Some(0) {
         return Err(Error::invalid("top_k", "0 (use None for the dense path)"));
     }
-    let target_vocab = opts.id_map.target_vocab();
     let (valid, max_target) = match opts.id_map.table() {
         None => {
             if draft_vocab < target_vocab {
@@ -308,11 +314,6 @@ pub(crate) fn validate_dims(
             format!("{input_vocab} rows, but the drafter can emit target id {m}"),
         ));
     }
-    // Outputs: `[B, K, V_t]` draft logits (`V_t` may exceed `V_d` with a table) and
-    // `[B, K, r]` embeddings; sized with checked arithmetic before anything is allocated.
-    let (b64, k64) = (batch as u64, slots as u64);
-    output_elements("target_vocab_size", &[b64, k64, target_vocab as u64])?;
-    output_elements("markov_w1", &[b64, k64, rank as u64])?;
     Ok(Geometry {
         batch,
         slots,

@@ -1,4 +1,4 @@
-//! Directed regressions of issue 14 for the kernels: each input here used to crash, allocate
+//! Directed regressions of the kernels' input boundary: each input here used to crash, allocate
 //! without bound or return a wrong answer, and now gives a typed error.
 
 #![allow(clippy::unwrap_used)]
