@@ -67,16 +67,39 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the stable JSON report")
     e = sub.add_parser(
         "make-example",
-        help="write a small random, loadable target + DSpark drafter pair to a directory",
+        help="write a small random, loadable target + DSpark drafter pair to a directory (or,"
+        " with --memory-bound, the bundled pair's function at a 0.6 B model's cost)",
     )
     e.add_argument("dir", type=Path, help="output directory (created)")
     e.add_argument(
         "--layout",
         choices=["padded", "full", "reduced"],
-        default="padded",
+        default=None,
         help="draft vocabulary layout (default: padded)",
     )
-    e.add_argument("--seed", type=int, default=0, help="weight seed")
+    e.add_argument("--seed", type=int, default=None, help="weight seed (default: 0)")
+    from dspark.memory_bound import MAX_JITTER, jitter_arg
+
+    e.add_argument(
+        "--memory-bound",
+        action="store_true",
+        help="instead, the bundled pair's exact function at a 0.6 B model's cost (a Qwen3 target"
+        " with Qwen3-0.6B's widths, 0.62 B parameters, and its DSpark drafter; a few GB)",
+    )
+    e.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default=None,
+        help="with --memory-bound: weight dtype (default: float32)",
+    )
+    e.add_argument(
+        "--jitter",
+        type=jitter_arg,
+        default=None,
+        metavar="EPS",
+        help="with --memory-bound: replace every zero weight by a value of size EPS in "
+        f"(0, {MAX_JITTER:g}] (same speed, same greedy tokens)",
+    )
     from dspark.demo import add_arguments as add_demo_arguments
 
     d = sub.add_parser(
@@ -190,10 +213,24 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "inspect":
         return _cmd_inspect(args)
+    if args.command == "make-example" and args.memory_bound:
+        from dspark import memory_bound
+
+        if args.layout is not None or args.seed is not None:
+            return _fail("usage", "--layout and --seed do not apply to --memory-bound", EXIT_USAGE)
+        memory_bound.check_output_dir(args.dir)
+        pair = memory_bound.write_memory_bound(
+            args.dir, dtype=args.dtype or "float32", jitter=args.jitter
+        )
+        print(memory_bound.describe(pair))
+        return EXIT_OK
     if args.command == "make-example":
         from dspark.example import write_example
 
-        root = write_example(args.dir, args.layout, args.seed)
+        if args.dtype is not None or args.jitter is not None:
+            return _fail("usage", "--dtype and --jitter need --memory-bound", EXIT_USAGE)
+        args.layout = args.layout or "padded"
+        root = write_example(args.dir, args.layout, args.seed or 0)
         print(
             f"wrote {root / 'drafter'} and {root / 'target'} ({args.layout} vocabulary, random "
             f"weights; try: dspark generate --target {root / 'target'} --drafter "
