@@ -228,7 +228,7 @@ def test_cli_refusals_leave_nothing_behind(
         assert cli_main(["make-example", *argv]) == code, argv
         assert tag in capsys.readouterr().err, argv
     assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
-    # A failure midway (here: a source pair without its drafter) leaves no partial directory.
+    # A source pair with a file missing is refused before any work.
     broken = tmp_path / "src"
     (broken / "target").mkdir(parents=True)
     for name in ("config.json", "model.safetensors"):
@@ -237,6 +237,21 @@ def test_cli_refusals_leave_nothing_behind(
         write_memory_bound(tmp_path / "out", source=broken)
     assert err.value.code == "missing-file"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["full", "src"]
+
+
+def test_a_failure_midway_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dspark.memory_bound as mb
+
+    def boom(*_: object) -> None:
+        raise RuntimeError("boom")
+
+    # Both checkpoints are written by then; the tokenizer files come last.
+    monkeypatch.setattr(mb, "write_converter_tokenizer", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        write_memory_bound(tmp_path / "out", shape=SMALL_BIG, draft_layers=3)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_small_widening_is_exact_natively(small_pair: MemoryBoundPair) -> None:

@@ -370,7 +370,13 @@ def write_memory_bound(
     out = Path(root)
     check_output_dir(out)
     small = Path(source) if source is not None else bundled_tiny_dir()
-    for need in ("target/config.json", "target/model.safetensors", "drafter/config.json"):
+    for need in (
+        "target/config.json",
+        "target/model.safetensors",
+        "target/tokenizer.json",
+        "drafter/config.json",
+        "drafter/model.safetensors",
+    ):
         if not (small / need).is_file():
             raise_error(InputError, "missing-file", f"{small / need}: no such file")
     out.absolute().parent.mkdir(parents=True, exist_ok=True)
@@ -381,7 +387,8 @@ def write_memory_bound(
     os.umask(umask)
     tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the pair is an ordinary directory
     try:
-        counts = _write_pair(small, tmp, dtype, jitter, shape, draft_layers)  # type: ignore[arg-type]
+        wdtype: Dtype = "bfloat16" if dtype == "bfloat16" else "float32"
+        counts = _write_pair(small, tmp, wdtype, jitter, shape, draft_layers)
         if out.exists():
             out.rmdir()
         tmp.rename(out)
