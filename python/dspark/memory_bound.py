@@ -483,7 +483,10 @@ def write_converter_tokenizer(target: Path, out: Path) -> None:
 
 def _tokenizer_config(tokenizer: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """``tokenizer_config.json``: load ``tokenizer.json`` as it is, add no BOS or EOS."""
-    added = {str(t["id"]): t for t in tokenizer.get("added_tokens") or []}
+    added = {
+        str(t["id"]): {k: v for k, v in t.items() if k != "id"}
+        for t in tokenizer.get("added_tokens") or []
+    }
     eos = added.get(str(config.get("eos_token_id")), {}).get("content")
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
