@@ -192,21 +192,42 @@ def test_jitter_replaces_every_zero(small_pair: MemoryBoundPair, tmp_path: Path)
             assert np.all(np.abs(b[a == 0]) <= 1e-4), name
 
 
-def test_sentencepiece_file_holds_the_same_vocabulary() -> None:
+_SPM_CHECK = """
+import json, sys
+import sentencepiece as spm
+from tokenizers import Tokenizer
+sp = spm.SentencePieceProcessor(model_file=sys.argv[1])
+tok = Tokenizer.from_file(sys.argv[2])
+n = tok.get_vocab_size()
+assert sp.vocab_size() == n + 2 and sp.unk_id() == n and sp.IsControl(0), sp.vocab_size()
+assert sp.IsByte(n + 1) and sp.IdToPiece(n + 1) == "<0x20>"
+bad = [i for i in range(1, n) if tok.decode([i]) != sp.decode([i])]
+assert not bad, bad[:10]
+for text in json.load(open(sys.argv[3]))["texts"]:
+    assert sp.decode(tok.encode(text).ids) == text
+print("ok")
+"""
+
+
+def test_sentencepiece_file_holds_the_same_vocabulary(tmp_path: Path) -> None:
     doc = json.loads((BUNDLE / "target" / "tokenizer.json").read_text())
     raw = sentencepiece_model(doc)
     assert raw == sentencepiece_model(doc)  # deterministic
-    spm = pytest.importorskip("sentencepiece")
-    from tokenizers import Tokenizer
-
-    sp = spm.SentencePieceProcessor(model_proto=raw)
-    tok = Tokenizer.from_file(str(BUNDLE / "target" / "tokenizer.json"))
-    n = tok.get_vocab_size()
-    assert sp.vocab_size() == n + 2 and sp.unk_id() == n and sp.IsControl(0)
-    for i in range(1, n):
-        assert tok.decode([i]) == sp.decode([i]), i
-    text = json.loads((BUNDLE / "heldout_prompts.json").read_text())["texts"][0]
-    assert sp.decode(tok.encode(text).ids) == text
+    # SentencePiece itself loads it and decodes every id and every held-out text's ids to the
+    # same text as tokenizer.json (here, or in the peers venv, which has sentencepiece).
+    python = sys.executable
+    if subprocess.run([python, "-c", "import sentencepiece"], check=False).returncode:
+        python = _peers()["python"]
+    (tmp_path / "tokenizer.model").write_bytes(raw)
+    files = [tmp_path / "tokenizer.model", BUNDLE / "target" / "tokenizer.json"]
+    res = subprocess.run(
+        [python, "-c", _SPM_CHECK, *map(str, files), str(BUNDLE / "heldout_prompts.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
 
 
 def test_cli_refusals_leave_nothing_behind(
@@ -373,57 +394,99 @@ def _peer_python(doc: dict[str, Any], code: str, *args: str, timeout: int = 900)
 
 
 @pytest.mark.slow
-def test_llama_cpp_converts_and_decodes_the_target(
+def test_llama_cpp_converts_the_pair_and_decodes_the_same_tokens(
     full_bf16: MemoryBoundPair, tmp_path: Path
 ) -> None:
     doc = _peers()
-    gguf = tmp_path / "target.gguf"
     root = Path(__file__).resolve().parents[1]
+    convert = [sys.executable, str(root / "benches" / "peers" / "convert.py")]
+    args = ["--drafter", str(full_bf16.drafter), "--outdir", str(tmp_path), "--outtype", "bf16"]
     res = subprocess.run(
-        [
-            sys.executable,
-            str(root / "benches" / "peers" / "convert.py"),
-            str(full_bf16.target),
-            "--outfile",
-            str(gguf),
-            "--outtype",
-            "bf16",
-        ],
+        [*convert, str(full_bf16.target), *args],
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
     )
     assert res.returncode == 0, res.stderr[-4000:]
+    target, drafter = tmp_path / "target-bf16.gguf", tmp_path / "drafter-bf16.gguf"
+    assert target.is_file() and drafter.is_file()
+    # Fed the same ids, llama.cpp decodes the same greedy tokens.
     prompts = _prompts(1)
     want = _greedy(full_bf16.root, prompts, 8)[0][0]
     code = (
         "import json, sys, llama_cpp\n"
-        "m = llama_cpp.Llama(sys.argv[1], n_ctx=256, n_threads=2, verbose=False)\n"
-        "ids = json.loads(sys.argv[2])\n"
+        "m = llama_cpp.Llama(sys.argv[1], n_ctx=256, n_threads=1, verbose=False)\n"
         "out = []\n"
-        "for t in m.generate(ids, temp=0.0, top_k=1):\n"
+        "for t in m.generate(json.loads(sys.argv[2]), temp=0.0, top_k=1):\n"
         "    out.append(t)\n"
         "    if len(out) == 8: break\n"
-        "print(json.dumps(out))\n"
+        "print(json.dumps([out, m.detokenize(json.loads(sys.argv[2])).decode()]))\n"
     )
-    got = json.loads(_peer_python(doc, code, str(gguf), json.dumps(prompts[0])).splitlines()[-1])
+    out = _peer_python(doc, code, str(target), json.dumps(prompts[0])).splitlines()[-1]
+    got, text = json.loads(out)
     assert got == want
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(BUNDLE / "target" / "tokenizer.json"))
+    assert text == tok.decode(prompts[0])
+    # llama.cpp's own DSpark mode runs the drafter GGUF.
+    tool = Path(doc["bin"]) / "llama-speculative-simple"
+    if tool.is_file():
+        # One thread: llama.cpp's spinning pool collapses on a busy two-core machine.
+        greedy = [
+            "-p",
+            "def f(x):",
+            "-n",
+            "8",
+            "--temp",
+            "0",
+            "--top-k",
+            "1",
+            "-t",
+            "1",
+            "-td",
+            "1",
+        ]
+        run = subprocess.run(
+            [
+                str(tool),
+                "-m",
+                str(target),
+                "-md",
+                str(drafter),
+                "--spec-type",
+                "draft-dspark",
+                *greedy,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert run.returncode == 0, run.stderr[-4000:]
+        assert "n_accept" in run.stderr + run.stdout
+    for f in tmp_path.glob("*.gguf"):
+        f.unlink()
 
 
 @pytest.mark.slow
-def test_mistralrs_loads_the_target(full_bf16: MemoryBoundPair) -> None:
+def test_mistralrs_loads_the_target_and_decodes_the_same_text(
+    full_bf16: MemoryBoundPair,
+) -> None:
     doc = _peers()
     code = (
         "import sys, mistralrs as m\n"
-        "r = m.Runner(which=m.Which.Plain(model_id=sys.argv[1]))\n"
-        "res = r.send_completion_request(m.CompletionRequest(model='x', prompt=sys.argv[2],"
-        " max_tokens=8, temperature=0.0))\n"
-        "print(res.choices[0].text)\n"
+        "r = m.Runner(which=m.Which.Plain(model_id=sys.argv[1], arch=m.Architecture.Qwen3,"
+        " dtype=m.ModelDType.F32))\n"
+        "res = r.send_completion_request(m.CompletionRequest(model='t', prompt=sys.argv[2],"
+        " max_tokens=8, temperature=0.0, top_k=1))\n"
+        "print(repr(res.choices[0].text))\n"
     )
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(BUNDLE / "target" / "tokenizer.json"))
-    prompt = tok.decode(_prompts(1)[0])
-    out = _peer_python(doc, code, str(full_bf16.target), prompt)
-    assert out.strip()
+    prompts = _prompts(1)
+    want = tok.decode(_greedy(full_bf16.root, prompts, 8)[0][0])
+    out = _peer_python(doc, code, str(full_bf16.target), tok.decode(prompts[0]))
+    assert out.strip().splitlines()[-1] == repr(want)
