@@ -45,3 +45,19 @@ def test_error_class_maps_the_new_codes():
 
     assert error_class("too-large") is dspark.InputError
     assert error_class("internal") is dspark.InternalError
+
+
+def test_every_engine_error_code_is_documented():
+    """Every code `dspark::Error::code()` can return is in the table of docs/errors.md."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    source = (root / "crates/dspark/src/error.rs").read_text()
+    body = source[source.index("pub fn code(&self)") :]
+    body = body[: body.index("\n    }\n")]
+    codes = set(re.findall(r'=> "([a-z0-9-]+)"', body))
+    assert len(codes) > 20
+    table = (root / "docs/errors.md").read_text().split("## Size limits")[0]
+    documented = set(re.findall(r"`([a-z0-9-]+)`", table))
+    assert codes <= documented, sorted(codes - documented)
