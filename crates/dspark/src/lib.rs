@@ -14,6 +14,7 @@ pub(crate) mod cpu;
 pub mod cuda_interop;
 pub mod device;
 pub mod drafter;
+pub mod engine;
 pub mod error;
 pub mod files;
 pub mod idmap;

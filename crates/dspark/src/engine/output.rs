@@ -1,0 +1,79 @@
+//! What a step hands back: each request's new tokens and, when it ends, why and what it used.
+
+use super::request::RequestId;
+
+/// Why a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// It emitted one of its stop ids (kept as its last token).
+    Stop,
+    /// It generated `max_new_tokens` tokens.
+    Length,
+    /// It was aborted ([`Engine::abort`](super::Engine::abort)) before it finished.
+    Aborted,
+}
+
+impl FinishReason {
+    /// `"stop"`, `"length"` or `"aborted"` (OpenAI's spelling for the first two).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Aborted => "aborted",
+        }
+    }
+}
+
+/// What one request did over its life so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestUsage {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Tokens generated (committed), the stop token included.
+    pub generated_tokens: usize,
+    /// Rounds it took part in (each commits at least one token).
+    pub rounds: usize,
+    /// Draft tokens sent to verification.
+    pub drafted_tokens: usize,
+    /// Of those, accepted.
+    pub accepted_tokens: usize,
+    /// Times it was preempted (its cache dropped and rebuilt later).
+    pub preemptions: usize,
+}
+
+impl RequestUsage {
+    /// τ: tokens committed per round (`0` before the first round).
+    pub fn acceptance_length(&self) -> f64 {
+        if self.rounds == 0 {
+            0.0
+        } else {
+            // The first token comes from the prefill, not from a round.
+            self.generated_tokens.saturating_sub(1) as f64 / self.rounds as f64
+        }
+    }
+}
+
+/// One request's part of a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestOutput {
+    /// Which request.
+    pub id: RequestId,
+    /// Tokens it committed in this step (empty when it only waited, or was aborted).
+    pub new_tokens: Vec<u32>,
+    /// Drafts verified for it in this step.
+    pub drafted: usize,
+    /// Of those, accepted.
+    pub accepted: usize,
+    /// Set when the request ended in this step (it is then gone from the engine).
+    pub finish: Option<FinishReason>,
+    /// Its usage so far (final when `finish` is set).
+    pub usage: RequestUsage,
+}
+
+/// The result of one [`Engine::step`](super::Engine::step): an entry for every request that
+/// committed tokens, finished or was aborted in it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StepOutput {
+    /// Per request, in the engine's running order.
+    pub outputs: Vec<RequestOutput>,
+}
