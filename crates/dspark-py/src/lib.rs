@@ -43,6 +43,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<inspect::PyReport>()?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(build_info::build_info, m)?)?;
+    m.add_function(wrap_pyfunction!(build_info::_cuda_libraries, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_describe, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_sum, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_test_panic, m)?)?;
