@@ -49,7 +49,11 @@ fn read_small(path: &Path) -> Result<Option<String>, String> {
             .map(Some)
             .map_err(|_| format!("{}: not UTF-8 text", path.display())),
         Err(dspark::files::ReadError::NotFound) => Ok(None),
-        Err(e) => Err(format!("{}: {}", path.display(), e.describe(MAX_FILE_BYTES))),
+        Err(e) => Err(format!(
+            "{}: {}",
+            path.display(),
+            e.describe(MAX_FILE_BYTES)
+        )),
     }
 }
 
@@ -164,7 +168,11 @@ mod tests {
     #[test]
     fn renders_like_transformers() {
         let t = ChatTemplate::new(QWEN_LIKE.into(), None, Some("<|im_end|>".into())).unwrap();
-        let m = [msg("system", "S"), msg("user", "hi"), msg("assistant", "  yo ")];
+        let m = [
+            msg("system", "S"),
+            msg("user", "hi"),
+            msg("assistant", "  yo "),
+        ];
         assert_eq!(
             t.render(&m, true).unwrap(),
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n\
@@ -179,7 +187,8 @@ mod tests {
                    {% endif %}{{ m.content }}\n{% endfor %}";
         let t = ChatTemplate::new(src.into(), Some("<s>".into()), None).unwrap();
         assert_eq!(
-            t.render(&[msg("user", "a"), msg("user", "b")], false).unwrap(),
+            t.render(&[msg("user", "a"), msg("user", "b")], false)
+                .unwrap(),
             "<s>[user]a\nb\n"
         );
     }
@@ -191,7 +200,11 @@ mod tests {
         let t = ChatTemplate::new(src.into(), None, None).unwrap();
         let e = t.render(&[msg("system", "x")], true).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
-        assert!(e.message.contains("Conversation must start with user"), "{}", e.message);
+        assert!(
+            e.message.contains("Conversation must start with user"),
+            "{}",
+            e.message
+        );
         assert_eq!(t.render(&[msg("user", "x")], true).unwrap(), "ok");
     }
 
@@ -208,12 +221,24 @@ mod tests {
         let t = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
         assert_eq!(t.render(&[msg("user", "x")], true).unwrap(), "<b>D");
         std::fs::write(dir.path().join("tokenizer_config.json"), "{not json").unwrap();
-        assert!(ChatTemplate::from_dir(dir.path()).unwrap_err().contains("invalid JSON"));
+        assert!(
+            ChatTemplate::from_dir(dir.path())
+                .unwrap_err()
+                .contains("invalid JSON")
+        );
         std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
-        std::fs::write(dir.path().join("chat_template.jinja"), "J{{ messages|length }}").unwrap();
+        std::fs::write(
+            dir.path().join("chat_template.jinja"),
+            "J{{ messages|length }}",
+        )
+        .unwrap();
         let t = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
         assert_eq!(t.render(&[msg("user", "x")], true).unwrap(), "J1");
         std::fs::write(dir.path().join("chat_template.jinja"), "{% if %}").unwrap();
-        assert!(ChatTemplate::from_dir(dir.path()).unwrap_err().contains("compile"));
+        assert!(
+            ChatTemplate::from_dir(dir.path())
+                .unwrap_err()
+                .contains("compile")
+        );
     }
 }

@@ -23,7 +23,9 @@ fn parse_verify(s: &str) -> Result<Verify, String> {
         "scheduled" => Ok(Verify::Scheduled),
         _ => match s.parse::<f32>() {
             Ok(t) if (0.0..=1.0).contains(&t) => Ok(Verify::Threshold(t)),
-            _ => Err(format!("`{s}`: expected full, scheduled, or a threshold in [0, 1]")),
+            _ => Err(format!(
+                "`{s}`: expected full, scheduled, or a threshold in [0, 1]"
+            )),
         },
     }
 }
@@ -58,7 +60,12 @@ pub enum Dtype {
 /// runs the same server with the same options. SIGTERM or Ctrl-C stops admitting, lets the
 /// requests in flight finish for up to --shutdown-timeout seconds, aborts the rest and exits 0.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "dspark serve", bin_name = "dspark serve", version, max_term_width = 100)]
+#[command(
+    name = "dspark serve",
+    bin_name = "dspark serve",
+    version,
+    max_term_width = 100
+)]
 pub struct ServeArgs {
     /// Target: a Hugging Face Qwen3ForCausalLM directory with tokenizer.json [default: the
     /// bundled pair's target]

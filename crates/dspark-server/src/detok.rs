@@ -86,7 +86,11 @@ impl Detokenizer {
     /// Cut the text before the first stop string in the unreleased part; `true` if one was.
     fn find_stop(&mut self) -> bool {
         let pending = &self.text[self.released..];
-        let hit = self.stops.iter().filter_map(|s| pending.find(s.as_str())).min();
+        let hit = self
+            .stops
+            .iter()
+            .filter_map(|s| pending.find(s.as_str()))
+            .min();
         if let Some(at) = hit {
             self.text.truncate(self.released + at);
             self.stopped = true;

@@ -186,7 +186,10 @@ impl EngineHandle {
                     }
                     Err(panic) => {
                         let e = dspark::error::panic_message(panic.as_ref());
-                        let e = StartError::new("internal", format!("building the engine panicked: {e}"));
+                        let e = StartError::new(
+                            "internal",
+                            format!("building the engine panicked: {e}"),
+                        );
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
@@ -197,9 +200,12 @@ impl EngineHandle {
                 thread_shared.alive.store(false, Ordering::SeqCst);
             })
             .map_err(|e| StartError::new("io", format!("cannot start the engine thread: {e}")))?;
-        let ready = ready_rx
-            .recv()
-            .unwrap_or_else(|_| Err(StartError::new("internal", "the engine thread exited while starting")));
+        let ready = ready_rx.recv().unwrap_or_else(|_| {
+            Err(StartError::new(
+                "internal",
+                "the engine thread exited while starting",
+            ))
+        });
         if let Err(e) = ready {
             let _ = thread.join();
             return Err(e);
@@ -456,6 +462,8 @@ impl<E: ServingEngine> Loop<E> {
     fn step(&mut self) -> bool {
         match catch_unwind(AssertUnwindSafe(|| self.engine.step())) {
             Ok(Ok(out)) => {
+                // Counters first: a client that has its last token sees them in /metrics.
+                self.publish();
                 let at = Instant::now();
                 for o in out.outputs {
                     let Some(live) = self.live.get(&o.id) else {
@@ -488,7 +496,10 @@ impl<E: ServingEngine> Loop<E> {
             }
             Ok(Err(e)) => {
                 tracing::error!("engine step failed: {e}");
-                self.fail_all(&ApiError::internal(e.code(), format!("engine step failed: {e}")));
+                self.fail_all(&ApiError::internal(
+                    e.code(),
+                    format!("engine step failed: {e}"),
+                ));
                 true
             }
             Err(panic) => {

@@ -5,7 +5,7 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("[{code}]: {message}")]
 pub struct StartError {
-    /// `usage`, `no-engine`, `bind`, `tokenizer`, or a dspark error code.
+    /// `usage`, `bind`, `tokenizer`, or a dspark error code.
     pub code: String,
     /// What went wrong.
     pub message: String,

@@ -109,7 +109,10 @@ impl FakeEngine {
     /// Commit this step's tokens of `r`; its output entry.
     fn advance(&mut self, r: &mut Request) -> RequestOutput {
         let first = r.generated.is_empty();
-        let drafts = r.spec.max_drafts.map_or(self.config.drafts, |d| d.min(self.config.drafts));
+        let drafts = r
+            .spec
+            .max_drafts
+            .map_or(self.config.drafts, |d| d.min(self.config.drafts));
         let accepted = self.config.accepted.min(drafts);
         let want = if first { 1 } else { 1 + accepted };
         let mut new_tokens = Vec::new();
@@ -169,7 +172,11 @@ impl ServingEngine for FakeEngine {
         if spec.prompt.is_empty() {
             return Err(Error::invalid("prompt", "empty"));
         }
-        if let Some(&t) = spec.prompt.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+        if let Some(&t) = spec
+            .prompt
+            .iter()
+            .find(|&&t| t as usize >= self.config.vocab_size)
+        {
             return Err(Error::TokenOutOfRange {
                 name: "prompt".into(),
                 id: i64::from(t),
@@ -204,7 +211,10 @@ impl ServingEngine for FakeEngine {
         } else if let Some(i) = self.waiting.iter().position(|r| r.id == id) {
             self.waiting.remove(i).map(|r| r.usage).unwrap_or_default()
         } else {
-            return Err(Error::invalid("id", format!("{id} is not running or waiting")));
+            return Err(Error::invalid(
+                "id",
+                format!("{id} is not running or waiting"),
+            ));
         };
         self.metrics.requests_aborted += 1;
         self.aborted.push((id, usage));
@@ -246,7 +256,11 @@ impl ServingEngine for FakeEngine {
         }
         self.metrics.steps += 1;
         self.gauges();
-        Ok(StepOutput { outputs })
+        Ok(StepOutput {
+            outputs,
+            round: true,
+            ..StepOutput::default()
+        })
     }
 
     fn has_work(&self) -> bool {
@@ -282,7 +296,10 @@ mod tests {
         let b = e.add_request(spec).unwrap();
         let out = run(&mut e);
         let tokens = |id| -> Vec<u32> {
-            out.iter().filter(|o| o.id == id).flat_map(|o| o.new_tokens.clone()).collect()
+            out.iter()
+                .filter(|o| o.id == id)
+                .flat_map(|o| o.new_tokens.clone())
+                .collect()
         };
         assert_eq!(tokens(a), [5, 6, 7, 5, 6, 7, 5]);
         assert_eq!(tokens(b), [5, 6, 7]);

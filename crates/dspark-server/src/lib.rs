@@ -139,9 +139,13 @@ fn run(args: &ServeArgs, bundled: Option<&Path>) -> Result<(), StartError> {
         .map_err(|e| StartError::new("io", format!("cannot start the async runtime: {e}")))?;
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        let engine = if args.fake_engine { "test echo engine" } else { "native engine" };
+        let engine = if args.fake_engine {
+            "test echo engine"
+        } else {
+            "native engine"
+        };
         eprintln!("dspark serve: listening on http://{bound} (model {name}, {engine})");
-        let stop = async {
+        let stop = async move {
             let which = shutdown::signal().await;
             tracing::info!("{which}: shutting down (in-flight requests get {timeout:?})");
         };

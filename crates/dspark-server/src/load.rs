@@ -15,11 +15,17 @@ use crate::error::StartError;
 
 /// The bundled pair in this source tree (`python/dspark/models/tiny`), the default of
 /// `cargo run -p dspark-server`; the Python CLI passes the installed package's copy.
-pub const SOURCE_BUNDLED_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../python/dspark/models/tiny");
+pub const SOURCE_BUNDLED_DIR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../python/dspark/models/tiny"
+);
 
 /// `--target` and `--drafter`, defaulting to the bundled pair (`bundled`, else the source
 /// tree's).
-pub fn pair_dirs(args: &ServeArgs, bundled: Option<&Path>) -> Result<(PathBuf, PathBuf), StartError> {
+pub fn pair_dirs(
+    args: &ServeArgs,
+    bundled: Option<&Path>,
+) -> Result<(PathBuf, PathBuf), StartError> {
     let root = bundled.map_or_else(|| PathBuf::from(SOURCE_BUNDLED_DIR), Path::to_path_buf);
     let pick = |given: &Option<PathBuf>, sub: &str, flag: &str| match given {
         Some(dir) => Ok(dir.clone()),
@@ -59,7 +65,11 @@ pub fn engine_config(args: &ServeArgs) -> EngineConfig {
 /// server started twice in one process) is kept, with a warning.
 pub fn set_threads(threads: Option<usize>) {
     if let Some(n) = threads {
-        if rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_err() {
+        if rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .is_err()
+        {
             tracing::warn!("--threads {n}: the thread pool already exists, kept as it is");
         }
     }
@@ -114,8 +124,15 @@ mod tests {
     #[test]
     fn options_map_to_the_engine_config() {
         let args = ServeArgs::try_parse_from([
-            "x", "--verify", "scheduled", "--num-speculative-tokens", "0", "--kv-tokens", "4096",
-            "--max-running", "8",
+            "x",
+            "--verify",
+            "scheduled",
+            "--num-speculative-tokens",
+            "0",
+            "--kv-tokens",
+            "4096",
+            "--max-running",
+            "8",
         ])
         .unwrap();
         let c = engine_config(&args);

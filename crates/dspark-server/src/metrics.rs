@@ -178,7 +178,11 @@ impl Writer {
         let mut cumulative = 0;
         for (b, c) in h.bounds.iter().zip(&h.counts) {
             cumulative += c;
-            self.sample(&format!("{name}_bucket"), &format!("le=\"{b}\""), cumulative as f64);
+            self.sample(
+                &format!("{name}_bucket"),
+                &format!("le=\"{b}\""),
+                cumulative as f64,
+            );
         }
         self.sample(&format!("{name}_bucket"), "le=\"+Inf\"", h.count as f64);
         self.sample(&format!("{name}_sum"), "", h.sum);
@@ -204,46 +208,143 @@ pub fn render(
         labels: format!("model_name=\"{}\"", escape(model)),
     };
     let e = engine;
-    w.one("dspark:num_requests_running", "gauge", "Requests in the engine's running batch.", e.requests_running as f64);
-    w.one("dspark:num_requests_waiting", "gauge", "Requests admitted by the engine and waiting for room.", e.requests_waiting as f64);
+    w.one(
+        "dspark:num_requests_running",
+        "gauge",
+        "Requests in the engine's running batch.",
+        e.requests_running as f64,
+    );
+    w.one(
+        "dspark:num_requests_waiting",
+        "gauge",
+        "Requests admitted by the engine and waiting for room.",
+        e.requests_waiting as f64,
+    );
     if let Some(cap) = e.kv_tokens_capacity.filter(|&c| c > 0) {
-        w.one("dspark:kv_cache_usage_perc", "gauge", "KV cache usage: 1 means full.", e.kv_tokens_used as f64 / cap as f64);
+        w.one(
+            "dspark:kv_cache_usage_perc",
+            "gauge",
+            "KV cache usage: 1 means full.",
+            e.kv_tokens_used as f64 / cap as f64,
+        );
     }
-    w.one("dspark:kv_cache_tokens", "gauge", "KV cache tokens held by running requests.", e.kv_tokens_used as f64);
-    w.one("dspark:num_preemptions_total", "counter", "Preemptions (a running request's cache dropped for room).", e.preemptions as f64);
-    w.one("dspark:prompt_tokens_total", "counter", "Prompt tokens prefilled.", e.prompt_tokens as f64);
-    w.one("dspark:generation_tokens_total", "counter", "Tokens generated.", e.generation_tokens as f64);
-    w.one("dspark:spec_decode_num_drafts_total", "counter", "Drafted request-rounds (one per request per round whose block was verified).", e.num_drafts as f64);
-    w.one("dspark:spec_decode_num_draft_tokens_total", "counter", "Draft tokens sent to verification.", e.num_draft_tokens as f64);
-    w.one("dspark:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", e.num_accepted_tokens as f64);
+    w.one(
+        "dspark:kv_cache_tokens",
+        "gauge",
+        "KV cache tokens held by running requests.",
+        e.kv_tokens_used as f64,
+    );
+    w.one(
+        "dspark:num_preemptions_total",
+        "counter",
+        "Preemptions (a running request's cache dropped for room).",
+        e.preemptions as f64,
+    );
+    w.one(
+        "dspark:prompt_tokens_total",
+        "counter",
+        "Prompt tokens prefilled.",
+        e.prompt_tokens as f64,
+    );
+    w.one(
+        "dspark:generation_tokens_total",
+        "counter",
+        "Tokens generated.",
+        e.generation_tokens as f64,
+    );
+    w.one(
+        "dspark:spec_decode_num_drafts_total",
+        "counter",
+        "Drafted request-rounds (one per request per round whose block was verified).",
+        e.num_drafts as f64,
+    );
+    w.one(
+        "dspark:spec_decode_num_draft_tokens_total",
+        "counter",
+        "Draft tokens sent to verification.",
+        e.num_draft_tokens as f64,
+    );
+    w.one(
+        "dspark:spec_decode_num_accepted_tokens_total",
+        "counter",
+        "Draft tokens accepted.",
+        e.num_accepted_tokens as f64,
+    );
     let name = "dspark:spec_decode_num_accepted_tokens_per_pos_total";
     w.family(name, "counter", "Accepted draft tokens per draft position.");
     for (k, n) in e.num_accepted_tokens_per_pos.iter().enumerate() {
         w.sample(name, &format!("position=\"{k}\""), *n as f64);
     }
-    w.one("dspark:engine_steps_total", "counter", "Engine steps (rounds over the running batch).", e.steps as f64);
-    w.one("dspark:engine_requests_aborted_total", "counter", "Requests the engine aborted.", e.requests_aborted as f64);
-    w.one("dspark:server_requests_in_flight", "gauge", "Requests holding a server slot (running or queued).", in_flight as f64);
+    w.one(
+        "dspark:engine_steps_total",
+        "counter",
+        "Engine steps (rounds over the running batch).",
+        e.steps as f64,
+    );
+    w.one(
+        "dspark:engine_requests_aborted_total",
+        "counter",
+        "Requests the engine aborted.",
+        e.requests_aborted as f64,
+    );
+    w.one(
+        "dspark:server_requests_in_flight",
+        "gauge",
+        "Requests holding a server slot (running or queued).",
+        in_flight as f64,
+    );
 
     let s = server;
     let name = "dspark:request_success_total";
     w.family(name, "counter", "Finished requests by finish reason.");
     for (reason, i) in [("stop", 0), ("length", 1), ("abort", 2)] {
-        w.sample(name, &format!("finished_reason=\"{reason}\""), s.success[i].load(Ordering::Relaxed) as f64);
+        w.sample(
+            name,
+            &format!("finished_reason=\"{reason}\""),
+            s.success[i].load(Ordering::Relaxed) as f64,
+        );
     }
     let name = "dspark:request_aborts_total";
-    w.family(name, "counter", "Requests the server aborted in the engine, by cause.");
+    w.family(
+        name,
+        "counter",
+        "Requests the server aborted in the engine, by cause.",
+    );
     for (cause, i) in [("client_disconnect", 0), ("stop_string", 1), ("error", 2)] {
-        w.sample(name, &format!("cause=\"{cause}\""), s.aborts[i].load(Ordering::Relaxed) as f64);
+        w.sample(
+            name,
+            &format!("cause=\"{cause}\""),
+            s.aborts[i].load(Ordering::Relaxed) as f64,
+        );
     }
     let name = "dspark:request_rejections_total";
-    w.family(name, "counter", "Requests refused before the engine: queue_full (429), unavailable (503).");
+    w.family(
+        name,
+        "counter",
+        "Requests refused before the engine: queue_full (429), unavailable (503).",
+    );
     for (reason, i) in [("queue_full", 0), ("unavailable", 1)] {
-        w.sample(name, &format!("reason=\"{reason}\""), s.rejected[i].load(Ordering::Relaxed) as f64);
+        w.sample(
+            name,
+            &format!("reason=\"{reason}\""),
+            s.rejected[i].load(Ordering::Relaxed) as f64,
+        );
     }
-    w.histogram("dspark:time_to_first_token_seconds", "Time from arrival to the first token.", &s.ttft);
-    w.histogram("dspark:time_per_output_token_seconds", "Mean time per output token after the first, one observation per request.", &s.tpot);
-    w.histogram("dspark:e2e_request_latency_seconds", "Time from arrival to the last token.", &s.e2e);
+    w.histogram(
+        "dspark:time_to_first_token_seconds",
+        "Time from arrival to the first token.",
+        &s.ttft,
+    );
+    w.histogram(
+        "dspark:time_per_output_token_seconds",
+        "Mean time per output token after the first, one observation per request.",
+        &s.tpot,
+    );
+    w.histogram(
+        "dspark:e2e_request_latency_seconds",
+        "Time from arrival to the last token.",
+        &s.e2e,
+    );
     w.out
 }
 

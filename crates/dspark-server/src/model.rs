@@ -39,11 +39,18 @@ fn read_json(path: &Path) -> Result<Option<Value>, StartError> {
     if !path.is_file() {
         return Ok(None);
     }
-    let bytes = dspark::files::read_bounded(path, MAX_CONFIG_BYTES)
-        .map_err(|e| StartError::new("io", format!("{}: {}", path.display(), e.describe(MAX_CONFIG_BYTES))))?;
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| StartError::new("bad-config", format!("{}: invalid JSON: {e}", path.display())))
+    let bytes = dspark::files::read_bounded(path, MAX_CONFIG_BYTES).map_err(|e| {
+        StartError::new(
+            "io",
+            format!("{}: {}", path.display(), e.describe(MAX_CONFIG_BYTES)),
+        )
+    })?;
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        StartError::new(
+            "bad-config",
+            format!("{}: invalid JSON: {e}", path.display()),
+        )
+    })
 }
 
 /// `eos_token_id` (an int or a list) of `generation_config.json`, else of `config.json`.
@@ -81,10 +88,17 @@ impl ModelInfo {
         })?;
         let generation = read_json(&dir.join("generation_config.json"))?;
         let positive = |key: &str| -> Option<usize> {
-            config.get(key)?.as_u64().filter(|&v| v > 0).and_then(|v| usize::try_from(v).ok())
+            config
+                .get(key)?
+                .as_u64()
+                .filter(|&v| v > 0)
+                .and_then(|v| usize::try_from(v).ok())
         };
         let vocab_size = positive("vocab_size").ok_or_else(|| {
-            StartError::new("bad-config", format!("{}/config.json: no positive vocab_size", dir.display()))
+            StartError::new(
+                "bad-config",
+                format!("{}/config.json: no positive vocab_size", dir.display()),
+            )
         })?;
         let max_model_len = match (max_model_len, positive("max_position_embeddings")) {
             (Some(n), _) | (None, Some(n)) => n,
@@ -99,16 +113,17 @@ impl ModelInfo {
             }
         };
         let tokenizer_path = dir.join("tokenizer.json");
-        let bytes = dspark::files::read_bounded(&tokenizer_path, MAX_TOKENIZER_BYTES).map_err(|e| {
-            StartError::new(
-                "tokenizer",
-                format!(
-                    "{}: {} (the server needs the target's fast tokenizer)",
-                    tokenizer_path.display(),
-                    e.describe(MAX_TOKENIZER_BYTES)
-                ),
-            )
-        })?;
+        let bytes =
+            dspark::files::read_bounded(&tokenizer_path, MAX_TOKENIZER_BYTES).map_err(|e| {
+                StartError::new(
+                    "tokenizer",
+                    format!(
+                        "{}: {} (the server needs the target's fast tokenizer)",
+                        tokenizer_path.display(),
+                        e.describe(MAX_TOKENIZER_BYTES)
+                    ),
+                )
+            })?;
         let tokenizer = Tokenizer::from_bytes(&bytes).map_err(|e| {
             StartError::new("tokenizer", format!("{}: {e}", tokenizer_path.display()))
         })?;
@@ -146,7 +161,10 @@ mod tests {
     fn eos_from_generation_config_first() {
         let config = json!({"eos_token_id": 1});
         assert_eq!(eos_ids(None, &config), [1]);
-        assert_eq!(eos_ids(Some(&json!({"eos_token_id": [2, 3]})), &config), [2, 3]);
+        assert_eq!(
+            eos_ids(Some(&json!({"eos_token_id": [2, 3]})), &config),
+            [2, 3]
+        );
         assert_eq!(eos_ids(Some(&json!({"eos_token_id": null})), &config), [1]);
         assert!(eos_ids(None, &json!({})).is_empty());
     }

@@ -63,7 +63,10 @@ impl Session {
     ) -> Result<Self, ApiError> {
         let prompt_tokens = spec.prompt.len();
         let detok = Detokenizer::new(Arc::clone(&state.model.tokenizer), &spec.prompt, stops);
-        let Submitted { mut events, mut guard } = state.engine.submit(spec)?;
+        let Submitted {
+            mut events,
+            mut guard,
+        } = state.engine.submit(spec)?;
         match events.recv().await {
             Some(Event::Admitted) => {}
             Some(Event::Rejected(e)) => {
@@ -72,7 +75,10 @@ impl Session {
             }
             _ => {
                 guard.disarm();
-                return Err(ApiError::unavailable("engine_stopped", "the engine has stopped"));
+                return Err(ApiError::unavailable(
+                    "engine_stopped",
+                    "the engine has stopped",
+                ));
             }
         }
         Ok(Self {
@@ -98,15 +104,21 @@ impl Session {
             FinishReason::Length => Outcome::Length,
             FinishReason::Aborted => Outcome::Abort,
         };
-        let ttft = self.first.map(|t| t.saturating_duration_since(self.arrived));
+        let ttft = self
+            .first
+            .map(|t| t.saturating_duration_since(self.arrived));
         let tpot = match (self.first, self.last) {
             (Some(f), Some(l)) if self.tokens > 1 => {
                 Some(l.saturating_duration_since(f) / (self.tokens as u32 - 1).max(1))
             }
             _ => None,
         };
-        self.metrics
-            .finished(outcome, ttft, tpot, at.saturating_duration_since(self.arrived));
+        self.metrics.finished(
+            outcome,
+            ttft,
+            tpot,
+            at.saturating_duration_since(self.arrived),
+        );
         let u = self.usage;
         Finish {
             reason: match reason {
@@ -136,7 +148,10 @@ impl Session {
             let Some(event) = self.events.recv().await else {
                 self.done = true;
                 self.guard.disarm();
-                return Err(ApiError::unavailable("engine_stopped", "the engine has stopped"));
+                return Err(ApiError::unavailable(
+                    "engine_stopped",
+                    "the engine has stopped",
+                ));
             };
             match event {
                 Event::Tokens { ids, usage, at } => {
@@ -150,7 +165,10 @@ impl Session {
                             Ok(true) => {
                                 self.guard.abort(AbortCause::StopString);
                                 let text = self.detok.ready();
-                                return Ok(Some(Delta::Done(text, self.finish(FinishReason::Stop, at))));
+                                return Ok(Some(Delta::Done(
+                                    text,
+                                    self.finish(FinishReason::Stop, at),
+                                )));
                             }
                             Err(e) => return Err(self.detok_error(e)),
                         }
@@ -194,7 +212,10 @@ impl Session {
                     return Ok((text, finish));
                 }
                 None => {
-                    return Err(ApiError::internal("internal", "the request ended without a finish"));
+                    return Err(ApiError::internal(
+                        "internal",
+                        "the request ended without a finish",
+                    ));
                 }
             }
         }

@@ -21,13 +21,18 @@ pub async fn signal() -> &'static str {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
             (Ok(mut term), Ok(mut int)) => tokio::select! {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
             },
             (Err(e), _) | (_, Err(e)) => {
-                tracing::error!("cannot listen for SIGTERM/SIGINT ({e}): stop the server with SIGKILL");
+                tracing::error!(
+                    "cannot listen for SIGTERM/SIGINT ({e}): stop the server with SIGKILL"
+                );
                 std::future::pending().await
             }
         }

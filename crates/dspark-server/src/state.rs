@@ -85,7 +85,9 @@ impl AppState {
         let encoded = tokio::task::spawn_blocking(move || tokenizer.encode(text, special))
             .await
             .map_err(|e| ApiError::internal("tokenizer", e.to_string()))?
-            .map_err(|e| ApiError::invalid("prompt", format!("the prompt does not tokenize: {e}")))?;
+            .map_err(|e| {
+                ApiError::invalid("prompt", format!("the prompt does not tokenize: {e}"))
+            })?;
         let ids = encoded.get_ids().to_vec();
         if ids.is_empty() {
             return Err(ApiError::invalid("prompt", "the prompt has no tokens"));
@@ -94,7 +96,12 @@ impl AppState {
     }
 
     /// The engine request for a checked request.
-    pub fn request_spec(&self, prompt: Vec<u32>, max_new_tokens: usize, c: &Checked) -> RequestSpec {
+    pub fn request_spec(
+        &self,
+        prompt: Vec<u32>,
+        max_new_tokens: usize,
+        c: &Checked,
+    ) -> RequestSpec {
         let mut stop_token_ids = c.stop_token_ids.clone();
         if !c.ignore_eos {
             for &id in &self.model.eos_ids {
@@ -109,7 +116,11 @@ impl AppState {
             stop_token_ids,
             sampling: c.sampling,
             seed: c.seed.unwrap_or_else(|| self.random_seed()),
-            max_drafts: if self.no_drafting { Some(0) } else { c.max_drafts },
+            max_drafts: if self.no_drafting {
+                Some(0)
+            } else {
+                c.max_drafts
+            },
         }
     }
 }

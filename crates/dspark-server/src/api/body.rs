@@ -36,6 +36,10 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })?;
     de.end()
         .map_err(|e| ApiError::malformed(format!("request body is not valid JSON: {e}")))?;
+    // serde reads a struct from an array too; a request is an object.
+    if !text.trim_start().starts_with('{') {
+        return Err(ApiError::schema(None, "expected a JSON object"));
+    }
     Ok(value)
 }
 
@@ -64,7 +68,10 @@ mod tests {
         assert_eq!(status(b"{\"a\": 1} x"), StatusCode::BAD_REQUEST);
         assert_eq!(status(b"\xff\xfe{}"), StatusCode::BAD_REQUEST);
         assert_eq!(status(br#"{"a": "x"}"#), StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(status(br#"{"a": 1, "b": 2}"#), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            status(br#"{"a": 1, "b": 2}"#),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
         assert_eq!(status(br#"{}"#), StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(status(b"[1]"), StatusCode::UNPROCESSABLE_ENTITY);
     }

@@ -149,7 +149,10 @@ impl ChatRequest {
             ));
         }
         if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return Err(ApiError::unsupported("tools", "tool calling is not supported"));
+            return Err(ApiError::unsupported(
+                "tools",
+                "tool calling is not supported",
+            ));
         }
         match self.tool_choice.as_ref() {
             None | Some(Value::Null) => {}

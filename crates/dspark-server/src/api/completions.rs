@@ -110,7 +110,10 @@ impl CompletionRequest {
             return Err(ApiError::unsupported("echo", "echo is not supported"));
         }
         if self.logprobs.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::unsupported("logprobs", "logprobs are not supported"));
+            return Err(ApiError::unsupported(
+                "logprobs",
+                "logprobs are not supported",
+            ));
         }
         if self.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
             return Err(ApiError::unsupported("suffix", "suffix is not supported"));
@@ -164,10 +167,22 @@ mod tests {
 
     #[test]
     fn prompt_shapes() {
-        assert_eq!(prompt(r#"{"prompt": "hi"}"#).unwrap(), Prompt::Text("hi".into()));
-        assert_eq!(prompt(r#"{"prompt": [1, 2]}"#).unwrap(), Prompt::Ids(vec![1, 2]));
-        assert_eq!(prompt(r#"{"prompt": ["hi"]}"#).unwrap(), Prompt::Text("hi".into()));
-        assert_eq!(prompt(r#"{"prompt": [[3]]}"#).unwrap(), Prompt::Ids(vec![3]));
+        assert_eq!(
+            prompt(r#"{"prompt": "hi"}"#).unwrap(),
+            Prompt::Text("hi".into())
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": [1, 2]}"#).unwrap(),
+            Prompt::Ids(vec![1, 2])
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": ["hi"]}"#).unwrap(),
+            Prompt::Text("hi".into())
+        );
+        assert_eq!(
+            prompt(r#"{"prompt": [[3]]}"#).unwrap(),
+            Prompt::Ids(vec![3])
+        );
         for bad in [
             r#"{"prompt": ""}"#,
             r#"{"prompt": []}"#,
@@ -183,6 +198,12 @@ mod tests {
             assert_eq!(prompt(bad).unwrap_err().status.as_u16(), 400, "{bad}");
         }
         assert_eq!(prompt(r#"{}"#).unwrap_err().status.as_u16(), 422);
-        assert_eq!(prompt(r#"{"prompt": "x", "max_tokens": "5"}"#).unwrap_err().status.as_u16(), 422);
+        assert_eq!(
+            prompt(r#"{"prompt": "x", "max_tokens": "5"}"#)
+                .unwrap_err()
+                .status
+                .as_u16(),
+            422
+        );
     }
 }

@@ -85,7 +85,10 @@ fn finite(param: &str, v: f64) -> Result<f64, ApiError> {
     if v.is_finite() {
         Ok(v)
     } else {
-        Err(ApiError::invalid(param, format!("{param} must be a finite number")))
+        Err(ApiError::invalid(
+            param,
+            format!("{param} must be a finite number"),
+        ))
     }
 }
 
@@ -290,16 +293,76 @@ mod tests {
     #[test]
     fn bad_values_name_their_field() {
         let cases: Vec<(Common<'_>, &str)> = vec![
-            (Common { max_tokens: Some(0), ..Default::default() }, "max_tokens"),
-            (Common { max_tokens: Some(-5), ..Default::default() }, "max_tokens"),
-            (Common { temperature: Some(-0.1), ..Default::default() }, "temperature"),
-            (Common { temperature: Some(f64::NAN), ..Default::default() }, "temperature"),
-            (Common { top_p: Some(0.0), ..Default::default() }, "top_p"),
-            (Common { top_p: Some(1.5), ..Default::default() }, "top_p"),
-            (Common { top_k: Some(-2), ..Default::default() }, "top_k"),
-            (Common { max_drafts: Some(-1), ..Default::default() }, "max_drafts"),
-            (Common { n: Some(2), ..Default::default() }, "n"),
-            (Common { presence_penalty: Some(0.5), ..Default::default() }, "presence_penalty"),
+            (
+                Common {
+                    max_tokens: Some(0),
+                    ..Default::default()
+                },
+                "max_tokens",
+            ),
+            (
+                Common {
+                    max_tokens: Some(-5),
+                    ..Default::default()
+                },
+                "max_tokens",
+            ),
+            (
+                Common {
+                    temperature: Some(-0.1),
+                    ..Default::default()
+                },
+                "temperature",
+            ),
+            (
+                Common {
+                    temperature: Some(f64::NAN),
+                    ..Default::default()
+                },
+                "temperature",
+            ),
+            (
+                Common {
+                    top_p: Some(0.0),
+                    ..Default::default()
+                },
+                "top_p",
+            ),
+            (
+                Common {
+                    top_p: Some(1.5),
+                    ..Default::default()
+                },
+                "top_p",
+            ),
+            (
+                Common {
+                    top_k: Some(-2),
+                    ..Default::default()
+                },
+                "top_k",
+            ),
+            (
+                Common {
+                    max_drafts: Some(-1),
+                    ..Default::default()
+                },
+                "max_drafts",
+            ),
+            (
+                Common {
+                    n: Some(2),
+                    ..Default::default()
+                },
+                "n",
+            ),
+            (
+                Common {
+                    presence_penalty: Some(0.5),
+                    ..Default::default()
+                },
+                "presence_penalty",
+            ),
         ];
         for (c, field) in cases {
             let e = check(&c, 100).unwrap_err();
@@ -314,13 +377,19 @@ mod tests {
         let many = json!(["a", "b"]);
         let mixed = json!(["a", 3]);
         let empty = json!([""]);
-        let c = |v| Common { stop: Some(v), ..Default::default() };
+        let c = |v| Common {
+            stop: Some(v),
+            ..Default::default()
+        };
         assert_eq!(check(&c(&one), 10).unwrap().stop_strings, ["END"]);
         assert_eq!(check(&c(&many), 10).unwrap().stop_strings, ["a", "b"]);
         assert!(check(&c(&mixed), 10).is_err());
         assert!(check(&c(&empty), 10).is_err());
         let ids = [1i64, 9];
-        let c = Common { stop_token_ids: Some(&ids), ..Default::default() };
+        let c = Common {
+            stop_token_ids: Some(&ids),
+            ..Default::default()
+        };
         assert_eq!(check(&c, 10).unwrap().stop_token_ids, [1, 9]);
         assert!(check(&c, 9).is_err());
     }

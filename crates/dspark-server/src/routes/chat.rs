@@ -13,9 +13,7 @@ use crate::api::ApiError;
 use crate::api::body::parse;
 use crate::api::chat::ChatRequest;
 use crate::api::fields::{check, max_new_tokens};
-use crate::api::response::{
-    ChatChoice, ChatChunkChoice, ChatDelta, ChatMessage, Envelope, Usage,
-};
+use crate::api::response::{ChatChoice, ChatChunkChoice, ChatDelta, ChatMessage, Envelope, Usage};
 use crate::session::{Finish, Session};
 use crate::state::AppState;
 use crate::stream::{Chunks, sse};
@@ -62,11 +60,23 @@ impl Chunks for ChatChunks {
         Some(self.chunk(delta, None))
     }
     fn text(&self, text: String) -> String {
-        self.chunk(ChatDelta { role: None, content: Some(text) }, None)
+        self.chunk(
+            ChatDelta {
+                role: None,
+                content: Some(text),
+            },
+            None,
+        )
     }
     fn finish(&self, text: String, finish: &Finish) -> String {
         let content = (!text.is_empty()).then_some(text);
-        self.chunk(ChatDelta { role: None, content }, Some(finish))
+        self.chunk(
+            ChatDelta {
+                role: None,
+                content,
+            },
+            Some(finish),
+        )
     }
     fn usage(&self, usage: Usage) -> String {
         self.envelope(Vec::new(), Some(usage))

@@ -16,5 +16,8 @@ pub(super) async fn health(State(state): State<AppState>) -> (StatusCode, Json<V
     } else {
         return (StatusCode::OK, Json(json!({"status": "ok"})));
     };
-    (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": status })))
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({ "status": status })),
+    )
 }

@@ -14,7 +14,10 @@ pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         state.engine.in_flight(),
     );
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
 }

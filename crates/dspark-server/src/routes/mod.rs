@@ -49,7 +49,10 @@ fn body(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiE
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large(limit)
         } else {
-            ApiError::malformed(format!("cannot read the request body: {}", rejection.body_text()))
+            ApiError::malformed(format!(
+                "cannot read the request body: {}",
+                rejection.body_text()
+            ))
         }
     })
 }

@@ -4,7 +4,6 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 
-use crate::api::ApiError;
 use crate::api::response::{ModelCard, ModelList};
 use crate::state::AppState;
 

@@ -14,8 +14,6 @@ use dspark_server::model::ModelInfo;
 use dspark_server::server::Running;
 use dspark_server::state::AppState;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// The bundled pair's target directory (tokenizer, config).
 pub fn bundled_target() -> PathBuf {
@@ -58,8 +56,12 @@ impl Server {
             .expect("model info");
         let metrics = Arc::new(ServerMetrics::default());
         let fake = setup.fake.clone();
-        let engine = EngineHandle::spawn(move || Ok(FakeEngine::new(fake)), setup.limit, Arc::clone(&metrics))
-            .expect("engine thread");
+        let engine = EngineHandle::spawn(
+            move || Ok(FakeEngine::new(fake)),
+            setup.limit,
+            Arc::clone(&metrics),
+        )
+        .expect("engine thread");
         let state = AppState::new(engine, model, metrics, setup.max_body_bytes, false);
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let running = Running::start(state.clone(), addr, setup.shutdown_timeout)
@@ -69,7 +71,11 @@ impl Server {
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap();
-        Self { running, state, client }
+        Self {
+            running,
+            state,
+            client,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -78,7 +84,13 @@ impl Server {
 
     /// POST `body` (JSON) to `path`: status, headers and the JSON answer.
     pub async fn post(&self, path: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
-        let r = self.client.post(self.url(path)).json(body).send().await.unwrap();
+        let r = self
+            .client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         let json = r.json::<Value>().await.unwrap_or(Value::Null);
@@ -107,7 +119,13 @@ impl Server {
 
     /// POST a streaming request; the `data:` payloads in order.
     pub async fn stream(&self, path: &str, body: &Value) -> (u16, Vec<String>) {
-        let r = self.client.post(self.url(path)).json(body).send().await.unwrap();
+        let r = self
+            .client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         (status, sse_data(&text))
@@ -122,7 +140,10 @@ impl Server {
     /// Whether the server still answers a small completion correctly.
     pub async fn still_serves(&self) {
         let (status, _, body) = self
-            .post("/v1/completions", &serde_json::json!({"prompt": "ok then", "max_tokens": 3}))
+            .post(
+                "/v1/completions",
+                &serde_json::json!({"prompt": "ok then", "max_tokens": 3}),
+            )
             .await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["choices"][0]["finish_reason"], "length");
@@ -153,11 +174,18 @@ pub fn metric_value(text: &str, prefix: &str) -> Option<f64> {
 
 /// Send raw bytes on a fresh connection and read the whole response (the server closes it).
 pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(request).await.unwrap();
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).into_owned()
+    use std::io::{Read, Write};
+    let request = request.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&request).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    })
+    .await
+    .unwrap()
 }
 
 /// A minimal HTTP/1.1 POST with `Connection: close`.
@@ -176,7 +204,12 @@ pub fn http_post(path: &str, body: &[u8]) -> Vec<u8> {
 /// `config` (links to the bundled files).
 pub fn target_with_config(config: &Value) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for f in ["config.json", "generation_config.json", "tokenizer.json", "model.safetensors"] {
+    for f in [
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "model.safetensors",
+    ] {
         link(&bundled_target().join(f), &dir.path().join(f));
     }
     std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
