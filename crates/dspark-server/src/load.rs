@@ -64,14 +64,13 @@ pub fn engine_config(args: &ServeArgs) -> EngineConfig {
 /// Size rayon's global pool (the engine's CPU threads); a pool that already exists (the
 /// server started twice in one process) is kept, with a warning.
 pub fn set_threads(threads: Option<usize>) {
-    if let Some(n) = threads {
-        if rayon::ThreadPoolBuilder::new()
+    if let Some(n) = threads
+        && rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build_global()
             .is_err()
-        {
-            tracing::warn!("--threads {n}: the thread pool already exists, kept as it is");
-        }
+    {
+        tracing::warn!("--threads {n}: the thread pool already exists, kept as it is");
     }
 }
 

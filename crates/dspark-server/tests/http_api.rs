@@ -2,6 +2,8 @@
 //! usage and dspark figures, stop strings, seeds, typed errors, disconnects, the queue limit
 //! and graceful shutdown. Every server binds 127.0.0.1 on port 0.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;

@@ -1,4 +1,5 @@
 //! Golden tokens (temporary).
+#![allow(clippy::unwrap_used)]
 // Prints the tokens the speculative loop commits on the bundled pair for a fixed set of
 // requests with their own seeds (sampled, full and threshold verification) and greedy.
 use candle_core::Device;
@@ -20,9 +21,12 @@ fn main() {
         (1.0, VerifyPolicy::Full),
     ] {
         let target = Qwen3Target::load(&root.join("target"), &Device::Cpu).unwrap();
-        let drafter =
-            Qwen3Drafter::load(&root.join("drafter"), &target.target_spec(), target.shared_weights())
-                .unwrap();
+        let drafter = Qwen3Drafter::load(
+            &root.join("drafter"),
+            &target.target_spec(),
+            target.shared_weights(),
+        )
+        .unwrap();
         let options = SpeculatorOptions {
             temperature,
             top_p: 0.95,

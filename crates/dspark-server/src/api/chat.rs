@@ -164,13 +164,13 @@ impl ChatRequest {
                 ));
             }
         }
-        if let Some(format) = &self.response_format {
-            if format.get("type").and_then(Value::as_str) != Some("text") {
-                return Err(ApiError::unsupported(
-                    "response_format",
-                    "only response_format {\"type\": \"text\"} is supported",
-                ));
-            }
+        if let Some(format) = &self.response_format
+            && format.get("type").and_then(Value::as_str) != Some("text")
+        {
+            return Err(ApiError::unsupported(
+                "response_format",
+                "only response_format {\"type\": \"text\"} is supported",
+            ));
         }
         if self.messages.is_empty() {
             return Err(ApiError::invalid("messages", "messages is empty"));

@@ -1,6 +1,6 @@
 //! Shared helpers of the HTTP tests: a server on 127.0.0.1:0 over the echo engine and the
 //! bundled target's tokenizer, an HTTP client, SSE parsing and raw-socket requests.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -225,6 +225,9 @@ fn link(from: &Path, to: &Path) {
 
 /// The bundled tokenizer's ids of `text` (no special tokens).
 pub fn encode(text: &str) -> Vec<u32> {
-    let tok = tokenizers::Tokenizer::from_file(bundled_target().join("tokenizer.json")).unwrap();
+    static TOKENIZER: std::sync::OnceLock<tokenizers::Tokenizer> = std::sync::OnceLock::new();
+    let tok = TOKENIZER.get_or_init(|| {
+        tokenizers::Tokenizer::from_file(bundled_target().join("tokenizer.json")).unwrap()
+    });
     tok.encode(text, false).unwrap().get_ids().to_vec()
 }
