@@ -91,6 +91,9 @@ async fn stop_strings_cut_the_text_and_finish_with_stop() {
         assert_eq!(text, full[..at], "stream {stream}");
         assert_eq!(reason, "stop");
     }
+    // The match aborted the request in the engine.
+    let aborts = "dspark:request_aborts_total{model_name=\"tiny\",cause=\"stop_string\"}";
+    assert!(s.metric(aborts).await >= 2.0);
     // A stop id ends the request too.
     let mut b = body.clone();
     b["stop_token_ids"] = json!([prompt[2]]);
