@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,3 +220,44 @@ def test_a_second_server_on_a_taken_port_fails_cleanly(server: Server) -> None:
     )
     assert r.returncode == 1
     assert "[bind]" in r.stderr
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_bounded_load_completes_or_refuses_every_request_without_growth() -> None:
+    """300 requests from 24 threads at a server admitting 8: each answers 200 or 429/503 within
+    its deadline; the server's resident memory after the load is within 10% of before it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = Server("--max-running", "4", "--max-queue", "4")
+    try:
+
+        def one(i: int) -> int:
+            body = {"prompt": f"def f{i}(x):\n", "max_tokens": 4 + i % 8, "temperature": 0}
+            if i % 2:
+                body["stream"] = True
+            status, raw = s.post("/v1/completions", body)
+            if status == 200 and i % 2:
+                assert raw.rstrip().endswith(b"data: [DONE]")
+            return status
+
+        with ThreadPoolExecutor(24) as pool:
+            assert set(pool.map(one, range(60))) <= {200, 429, 503}
+            before = _rss_bytes(s.proc.pid)
+            statuses = list(pool.map(one, range(300)))
+        after = _rss_bytes(s.proc.pid)
+        assert len(statuses) == 300
+        assert set(statuses) <= {200, 429, 503}, sorted(set(statuses))
+        assert statuses.count(200) > 0
+        assert after <= before * 1.10, (before, after)
+        status, _ = s.post("/v1/completions", {"prompt": "x = 1", "max_tokens": 2})
+        assert status == 200
+    finally:
+        assert s.stop() == 0
