@@ -13,7 +13,9 @@ errors. Writes ``benches/results/server.json`` (``--out``).
 
 Servers:
 
-* ``dspark``: ``python -m dspark serve`` (this interpreter's dspark), default verification;
+* ``dspark``: ``python -m dspark serve`` (this interpreter's dspark), default verification
+  (the whole block);
+* ``dspark-scheduled``: drafting left to the scheduler (``--verify scheduled``);
 * ``dspark-nodraft``: the same with ``--num-speculative-tokens 0``;
 * ``llama.cpp``: ``python -m llama_cpp.server`` in the peers venv (``benches/peers/setup.sh``)
   on an f32 GGUF of the same target made by llama.cpp's own converter
@@ -221,6 +223,7 @@ def servers_for(pair: Path, args: argparse.Namespace, workdir: Path) -> list[tup
     pattern = r"listening on (http://\S+)"
     out: list[tuple[str, Any]] = [
         ("dspark", lambda: Proc(base, pattern)),
+        ("dspark-scheduled", lambda: Proc([*base, "--verify", "scheduled"], pattern)),
         ("dspark-nodraft", lambda: Proc([*base, "--num-speculative-tokens", "0"], pattern)),
     ]
     peers_py = PEERS / "venv/bin/python"

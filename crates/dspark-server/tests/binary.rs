@@ -20,7 +20,8 @@ fn help_and_usage_errors() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// Start the binary on the echo engine; the child and its address.
+/// Start the binary on the echo engine; the child and its address (the caller waits for it).
+#[allow(clippy::zombie_processes)]
 fn start(
     extra: &[&str],
 ) -> (
