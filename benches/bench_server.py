@@ -19,8 +19,9 @@ Servers:
 * ``dspark-nodraft``: the same with ``--num-speculative-tokens 0``;
 * ``llama.cpp``: ``python -m llama_cpp.server`` in the peers venv (``benches/peers/setup.sh``)
   on an f32 GGUF of the same target made by llama.cpp's own converter
-  (``benches/peers/convert.py``). Skipped, with a line that says why, when the peers are not
-  installed.
+  (``benches/peers/convert.py``), with ``--interrupt_requests False`` (by default a new request
+  cuts the stream in progress short); it serves one request at a time. Skipped, with a line
+  that says why, when the peers are not installed.
 
 The HTTP client is a small asyncio one (no dependency): it reads the server-sent events as they
 arrive, so the first token's time is the client's.
@@ -243,7 +244,7 @@ def servers_for(pair: Path, args: argparse.Namespace, workdir: Path) -> list[tup
         port = free_port()
         cmd = [str(peers_py), "-m", "llama_cpp.server", "--model", str(gguf),
                "--host", "127.0.0.1", "--port", str(port), "--model_alias", "m",
-               "--n_ctx", "4096"]  # fmt: skip
+               "--n_ctx", "4096", "--interrupt_requests", "False"]  # fmt: skip
         if args.threads:
             cmd += ["--n_threads", str(args.threads)]
         return Proc(cmd, r"Uvicorn running on", port)
