@@ -139,6 +139,10 @@ def build_info() -> _BuildInfo:
     Raises ``InputError`` (code ``invalid-argument``) for an invalid ``DSPARK_KERNEL_PATH``.
     """
 
+def serve(argv: list[str], bundled: str | None = None) -> int:
+    """Run ``dspark serve`` with ``argv`` (the arguments after ``serve``), the GIL released,
+    until it stops; the exit code (0 stopped, 1 could not start, 2 usage)."""
+
 # --- kernels (DLPack in: numpy arrays, torch tensors, anything with ``__dlpack__``) ---------
 # Use the typed wrappers in ``dspark.kernels`` (re-exported as ``dspark.sample_block`` etc.);
 # these natives return numpy arrays for host results.

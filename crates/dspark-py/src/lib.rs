@@ -18,6 +18,7 @@ mod kernels;
 mod kernels_device;
 mod native_target;
 mod pair;
+mod serve;
 mod speculator;
 mod stats;
 #[cfg(feature = "test-hooks")]
@@ -46,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(build_info::build_info, m)?)?;
     m.add_function(wrap_pyfunction!(build_info::_cuda_libraries, m)?)?;
+    m.add_function(wrap_pyfunction!(serve::serve, m)?)?;
     #[cfg(feature = "test-hooks")]
     testing::register(m)?;
     kernels::register(m)?;

@@ -7,7 +7,9 @@ Commands (each module holds ``HELP``, ``DESCRIPTION``, ``add_arguments(parser)``
 * ``make-example`` (:mod:`dspark.cli.make_example`): write a small random pair;
 * ``demo`` (:mod:`dspark.cli.demo`): the bundled pair against target-only decoding;
 * ``generate`` (:mod:`dspark.cli.generate`): your own HF target and DSpark drafter;
-* ``calibrate`` (:mod:`dspark.cli.calibrate`): fit the confidence head's temperatures (STS).
+* ``calibrate`` (:mod:`dspark.cli.calibrate`): fit the confidence head's temperatures (STS);
+* ``serve`` (:mod:`dspark.cli.serve`): the OpenAI-compatible HTTP server (its options are
+  parsed by the Rust server itself).
 
 Exit codes: 0 when the command succeeded (for ``inspect``: the drafter will load), 1 when it
 did not (the drafter will not load, a model failed to load, the input was refused), 2 on a usage
@@ -38,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "demo": "dspark.cli.demo",
     "generate": "dspark.cli.generate",
     "calibrate": "dspark.cli.calibrate",
+    "serve": "dspark.cli.serve",
 }
 
 
@@ -98,6 +101,12 @@ def _safe_streams() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dspark`` console script; returns the exit code."""
     _safe_streams()
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["serve"]:
+        # The Rust server parses its own options (one --help text with the binary).
+        from dspark.cli.serve import run
+
+        return run(given[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -1,0 +1,10 @@
+//! The HTTP API's types: request bodies and their checks, response bodies, OpenAI errors.
+
+pub mod body;
+pub mod chat;
+pub mod completions;
+pub mod error;
+pub mod fields;
+pub mod response;
+
+pub use error::ApiError;

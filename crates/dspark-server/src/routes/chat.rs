@@ -1,0 +1,139 @@
+//! `POST /v1/chat/completions`: the messages rendered with the model's chat template, then
+//! served as a completion of that text.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::response::{IntoResponse, Response};
+
+use crate::api::ApiError;
+use crate::api::body::parse;
+use crate::api::chat::ChatRequest;
+use crate::api::fields::{check, max_new_tokens};
+use crate::api::response::{ChatChoice, ChatChunkChoice, ChatDelta, ChatMessage, Envelope, Usage};
+use crate::session::{Finish, Session};
+use crate::state::AppState;
+use crate::stream::{Chunks, sse};
+
+/// Writes `chat.completion.chunk`s.
+struct ChatChunks {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+}
+
+impl ChatChunks {
+    fn envelope(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> String {
+        let e = Envelope {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage: self.include_usage.then_some(usage),
+        };
+        serde_json::to_string(&e).unwrap_or_default()
+    }
+
+    fn chunk(&self, delta: ChatDelta, finish: Option<&Finish>) -> String {
+        let choice = ChatChunkChoice {
+            index: 0,
+            delta,
+            finish_reason: finish.map(|f| f.reason),
+            logprobs: None,
+            dspark: finish.map(|f| f.stats),
+        };
+        self.envelope(vec![choice], None)
+    }
+}
+
+impl Chunks for ChatChunks {
+    fn opening(&self) -> Option<String> {
+        let delta = ChatDelta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+        };
+        Some(self.chunk(delta, None))
+    }
+    fn text(&self, text: String) -> String {
+        self.chunk(
+            ChatDelta {
+                role: None,
+                content: Some(text),
+            },
+            None,
+        )
+    }
+    fn finish(&self, text: String, finish: &Finish) -> String {
+        let content = (!text.is_empty()).then_some(text);
+        self.chunk(
+            ChatDelta {
+                role: None,
+                content,
+            },
+            Some(finish),
+        )
+    }
+    fn usage(&self, usage: Usage) -> String {
+        self.envelope(Vec::new(), Some(usage))
+    }
+}
+
+pub(super) async fn handle(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    super::respond(run(state, body).await)
+}
+
+async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    let body = super::body(body, state.max_body_bytes)?;
+    let request: ChatRequest = parse(&body)?;
+    drop(body);
+    state.check_model(request.model.as_deref())?;
+    let model = &state.model;
+    let checked = check(&request.common(), model.vocab_size)?;
+    let messages = request.messages()?;
+    let template = model
+        .chat
+        .as_ref()
+        .map_err(|why| ApiError::unsupported("messages", why.clone()))?;
+    let text = template.render(&messages, request.add_generation_prompt.unwrap_or(true))?;
+    let prompt = state.tokenize(text, false).await?;
+    let max_new = max_new_tokens(checked.max_tokens, None, prompt.len(), model.max_model_len)?;
+    let spec = state.request_spec(prompt, max_new, &checked);
+    let mut session = Session::start(&state, spec, checked.stop_strings.clone(), arrived).await?;
+    let chunks = ChatChunks {
+        id: state.new_id("chatcmpl"),
+        created: model.created,
+        model: model.name.clone(),
+        include_usage: checked.include_usage,
+    };
+    if checked.stream {
+        return Ok(sse(session, chunks, checked.include_usage));
+    }
+    let (text, finish) = session.collect().await?;
+    let body = Envelope {
+        id: chunks.id,
+        object: "chat.completion",
+        created: chunks.created,
+        model: chunks.model,
+        choices: vec![ChatChoice {
+            index: 0,
+            message: ChatMessage {
+                role: "assistant",
+                content: text,
+            },
+            finish_reason: Some(finish.reason),
+            logprobs: None,
+            dspark: finish.stats,
+        }],
+        usage: Some(Some(finish.usage)),
+    };
+    Ok(Json(body).into_response())
+}

@@ -1,0 +1,116 @@
+//! `POST /v1/completions`.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::response::{IntoResponse, Response};
+
+use crate::api::ApiError;
+use crate::api::body::parse;
+use crate::api::completions::{CompletionRequest, Prompt};
+use crate::api::fields::{check, max_new_tokens};
+use crate::api::response::{CompletionChoice, Envelope, Usage};
+use crate::session::{Finish, Session};
+use crate::state::AppState;
+use crate::stream::{Chunks, sse};
+
+/// OpenAI's default `max_tokens` for completions.
+const DEFAULT_MAX_TOKENS: usize = 16;
+
+/// Writes `text_completion` chunks.
+struct CompletionChunks {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+}
+
+impl CompletionChunks {
+    fn envelope(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> String {
+        let e = Envelope {
+            id: self.id.clone(),
+            object: "text_completion",
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage: self.include_usage.then_some(usage),
+        };
+        serde_json::to_string(&e).unwrap_or_default()
+    }
+}
+
+fn choice(text: String, finish: Option<&Finish>) -> CompletionChoice {
+    CompletionChoice {
+        index: 0,
+        text,
+        finish_reason: finish.map(|f| f.reason),
+        logprobs: None,
+        dspark: finish.map(|f| f.stats),
+    }
+}
+
+impl Chunks for CompletionChunks {
+    fn opening(&self) -> Option<String> {
+        None
+    }
+    fn text(&self, text: String) -> String {
+        self.envelope(vec![choice(text, None)], None)
+    }
+    fn finish(&self, text: String, finish: &Finish) -> String {
+        self.envelope(vec![choice(text, Some(finish))], None)
+    }
+    fn usage(&self, usage: Usage) -> String {
+        self.envelope(Vec::new(), Some(usage))
+    }
+}
+
+pub(super) async fn handle(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    super::respond(run(state, body).await)
+}
+
+async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    let body = super::body(body, state.max_body_bytes)?;
+    let request: CompletionRequest = parse(&body)?;
+    drop(body);
+    state.check_model(request.model.as_deref())?;
+    let model = &state.model;
+    let checked = check(&request.common(), model.vocab_size)?;
+    let prompt = match request.prompt(model.vocab_size)? {
+        Prompt::Text(text) => state.tokenize(text, true).await?,
+        Prompt::Ids(ids) => ids,
+    };
+    let max_new = max_new_tokens(
+        checked.max_tokens,
+        Some(DEFAULT_MAX_TOKENS),
+        prompt.len(),
+        model.max_model_len,
+    )?;
+    let spec = state.request_spec(prompt, max_new, &checked);
+    let mut session = Session::start(&state, spec, checked.stop_strings.clone(), arrived).await?;
+    let chunks = CompletionChunks {
+        id: state.new_id("cmpl"),
+        created: model.created,
+        model: model.name.clone(),
+        include_usage: checked.include_usage,
+    };
+    if checked.stream {
+        return Ok(sse(session, chunks, checked.include_usage));
+    }
+    let (text, finish) = session.collect().await?;
+    let body = Envelope {
+        id: chunks.id,
+        object: "text_completion",
+        created: chunks.created,
+        model: chunks.model,
+        choices: vec![choice(text, Some(&finish))],
+        usage: Some(Some(finish.usage)),
+    };
+    Ok(Json(body).into_response())
+}

@@ -1,0 +1,263 @@
+"""``dspark serve`` end to end: the server started by the test on a free loopback port over the
+bundled pair, called with plain HTTP and with the official ``openai`` client (those tests skip
+when ``openai`` is not installed): greedy text equals offline ``Speculator.generate``, usage
+counts are right, ``[DONE]`` ends each stream, seeds reproduce, errors are OpenAI-shaped, and
+SIGTERM stops the server with exit code 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dspark
+from dspark.bundled import bundled_dir
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+#: Seconds the server may take to load the pair and listen.
+START_TIMEOUT = 120.0
+
+
+class Server:
+    """A ``python -m dspark serve`` process on 127.0.0.1, port chosen by the OS."""
+
+    def __init__(self, *args: str) -> None:
+        cmd = [sys.executable, "-m", "dspark", "serve", "--port", "0", "--threads", "2", *args]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.log: list[str] = []
+        found = threading.Event()
+        self.url = ""
+
+        def read() -> None:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                self.log.append(line)
+                m = re.search(r"listening on (http://\S+)", line)
+                if m and not found.is_set():
+                    self.url = m.group(1)
+                    found.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not found.wait(0.1):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError("the server did not start:\n" + "".join(self.log))
+
+    def post(self, path: str, body: bytes | dict[str, Any]) -> tuple[int, bytes]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.url + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return int(r.status), bytes(r.read())
+        except urllib.error.HTTPError as e:
+            return int(e.code), bytes(e.read())
+
+    def stop(self) -> int:
+        """SIGTERM, then the exit code (killed after 30 s)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    tokenizers = pytest.importorskip("tokenizers")
+    return tokenizers.Tokenizer.from_file(str(bundled_dir() / "target" / "tokenizer.json"))
+
+
+PROMPT = "import os\nimport sys\n\n\ndef main("
+
+
+def offline_greedy(ids: list[int], max_new: int) -> list[int]:
+    """``Speculator.generate`` on the bundled pair, greedy, stopping at the end id (0)."""
+    target = dspark.NativeTarget.from_pretrained(bundled_dir() / "target")
+    drafter = dspark.Drafter.from_pretrained(bundled_dir() / "drafter", target)
+    out = dspark.Speculator(target, drafter).generate([ids], max_new, stop_token_ids=[0])
+    return list(out.tokens[0])
+
+
+def test_help_is_the_servers() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "dspark", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "Usage: dspark serve [OPTIONS]" in r.stdout
+    assert "--kv-tokens" in r.stdout
+    r = subprocess.run(
+        [sys.executable, "-m", "dspark", "serve", "--port", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+
+
+def test_greedy_text_and_usage_equal_offline_generate(server: Server, tokenizer: Any) -> None:
+    ids = tokenizer.encode(PROMPT, add_special_tokens=False).ids
+    status, raw = server.post(
+        "/v1/completions", {"prompt": ids, "max_tokens": 24, "temperature": 0}
+    )
+    assert status == 200, raw
+    body = json.loads(raw)
+    want = offline_greedy(ids, 24)
+    assert body["choices"][0]["text"] == tokenizer.decode(want, skip_special_tokens=True)
+    assert body["usage"] == {
+        "prompt_tokens": len(ids),
+        "completion_tokens": len(want),
+        "total_tokens": len(ids) + len(want),
+    }
+    assert body["choices"][0]["dspark"]["rounds"] > 0
+
+
+def test_streams_end_with_done_and_carry_usage(server: Server) -> None:
+    body = {
+        "prompt": PROMPT,
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, raw = server.post("/v1/completions", body)
+    assert status == 200
+    data = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
+    text = "".join(c["choices"][0]["text"] for c in chunks[:-1])
+    whole = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    status, raw = server.post("/v1/completions", whole)
+    assert json.loads(raw)["choices"][0]["text"] == text
+
+
+def test_errors_are_openai_shaped_and_the_server_keeps_serving(server: Server) -> None:
+    for body, want in [
+        (b"{nope", 400),
+        (b'{"prompt": "x", "bogus": true}', 422),
+        (b'{"prompt": "x", "max_tokens": -3}', 400),
+        (b'{"prompt": "x", "model": "gpt-9"}', 404),
+        (b'{"prompt": "\xff"}', 400),
+    ]:
+        status, raw = server.post("/v1/completions", body)
+        assert status == want, raw
+        err = json.loads(raw)["error"]
+        assert {"message", "type", "param", "code"} <= set(err)
+    status, raw = server.post(
+        "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert status == 400 and "template" in json.loads(raw)["error"]["message"]
+    status, _ = server.post("/v1/completions", {"prompt": "x = 1", "max_tokens": 2})
+    assert status == 200
+
+
+def test_openai_client_streaming_and_seeds(server: Server, tokenizer: Any) -> None:
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    model = client.models.list().data[0].id
+    ids = tokenizer.encode(PROMPT, add_special_tokens=False).ids
+    whole = client.completions.create(model=model, prompt=ids, max_tokens=20, temperature=0)
+    assert whole.choices[0].text == tokenizer.decode(
+        offline_greedy(ids, 20), skip_special_tokens=True
+    )
+    assert whole.usage is not None and whole.usage.prompt_tokens == len(ids)
+    parts = client.completions.create(
+        model=model, prompt=ids, max_tokens=20, temperature=0, stream=True
+    )
+    assert "".join(p.choices[0].text for p in parts if p.choices) == whole.choices[0].text
+    seeded = {"model": model, "prompt": PROMPT, "max_tokens": 16, "temperature": 0.9, "seed": 7}
+    a = client.completions.create(**seeded).choices[0].text
+    b = client.completions.create(**seeded).choices[0].text
+    assert a == b
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="gpt-9", prompt="x", max_tokens=2)
+
+
+def test_sigterm_exits_zero() -> None:
+    s = Server("--shutdown-timeout", "5")
+    status, _ = s.post("/v1/completions", {"prompt": "x = 1", "max_tokens": 2})
+    assert status == 200
+    assert s.stop() == 0
+    assert "stopped" in "".join(s.log)
+
+
+def test_a_second_server_on_a_taken_port_fails_cleanly(server: Server) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    r = subprocess.run(
+        [sys.executable, "-m", "dspark", "serve", "--port", port],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RUST_LOG": "error"},
+    )
+    assert r.returncode == 1
+    assert "[bind]" in r.stderr
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_bounded_load_completes_or_refuses_every_request_without_growth() -> None:
+    """300 requests from 24 threads at a server admitting 8: each answers 200 or 429/503 within
+    its deadline; the server's resident memory after the load is within 10% of before it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = Server("--max-running", "4", "--max-queue", "4")
+    try:
+
+        def one(i: int) -> int:
+            body = {"prompt": f"def f{i}(x):\n", "max_tokens": 4 + i % 8, "temperature": 0}
+            if i % 2:
+                body["stream"] = True
+            status, raw = s.post("/v1/completions", body)
+            if status == 200 and i % 2:
+                assert raw.rstrip().endswith(b"data: [DONE]")
+            return status
+
+        with ThreadPoolExecutor(24) as pool:
+            assert set(pool.map(one, range(60))) <= {200, 429, 503}
+            before = _rss_bytes(s.proc.pid)
+            statuses = list(pool.map(one, range(300)))
+        after = _rss_bytes(s.proc.pid)
+        assert len(statuses) == 300
+        assert set(statuses) <= {200, 429, 503}, sorted(set(statuses))
+        assert statuses.count(200) > 0
+        assert after <= before * 1.10, (before, after)
+        status, _ = s.post("/v1/completions", {"prompt": "x = 1", "max_tokens": 2})
+        assert status == 200
+    finally:
+        assert s.stop() == 0
