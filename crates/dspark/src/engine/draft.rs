@@ -470,7 +470,13 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let profile = match &self.observed.profile {
             Some((max, table)) if *max >= tokens => table.clone(),
             _ => {
-                let want = tokens.max(self.observed.profile.as_ref().map_or(0, |s| s.0));
+                // A batch that outgrows the profile doubles it: under continuous batching the
+                // batch grows a request at a time, and profiling at every size it passes
+                // through would cost more than the rounds it prices.
+                let before = self.observed.profile.as_ref().map_or(0, |s| s.0);
+                let want = tokens
+                    .max(before.saturating_mul(2))
+                    .min(MAX_PROFILE_TOKENS.max(row_tokens));
                 let table = measure_steps_per_second(&self.target, want, row_tokens)?;
                 self.observed.profile = Some((want, table.clone()));
                 table
