@@ -17,7 +17,8 @@ case "${1:-}" in
         pip_install "torch>=2.4" "transformers>=4.50" "tokenizers>=0.15" "safetensors>=0.4"
         ;;&
     --test)
-        pip_install "pytest>=8" "pytest-benchmark>=4" "scipy>=1.10" "ruff>=0.6" "hypothesis>=6.100"
+        pip_install "pytest>=8" "pytest-benchmark>=4" "scipy>=1.10" "ruff>=0.6" "hypothesis>=6.100" \
+            "openai>=1.40"
         ;;
 esac
 # The test build also compiles the test hooks (`_dlpack_describe`, `_dlpack_sum`, `_test_panic`);

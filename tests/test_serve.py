@@ -249,7 +249,9 @@ def test_bounded_load_completes_or_refuses_every_request_without_growth() -> Non
             return status
 
         with ThreadPoolExecutor(24) as pool:
-            assert set(pool.map(one, range(60))) <= {200, 429, 503}
+            # Warm-up as long as the measured load: the allocator's and the HTTP stack's
+            # caches settle at the load's concurrency, after which resident memory is flat.
+            assert set(pool.map(one, range(300))) <= {200, 429, 503}
             before = _rss_bytes(s.proc.pid)
             statuses = list(pool.map(one, range(300)))
         after = _rss_bytes(s.proc.pid)
