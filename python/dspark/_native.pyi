@@ -491,6 +491,8 @@ class Engine:
     def num_running(self) -> int: ...
     @property
     def num_waiting(self) -> int: ...
+    def warm_up(self, batch: object) -> None:
+        """Profile the target for the scheduler now (``verify="scheduled"`` without a table)."""
     def last_step_timing(self) -> dict[str, float | bool]:
         """Where the last step's time went (seconds): drafter, target, kernels, overhead,
         total; and whether it ran a round."""

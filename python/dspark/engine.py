@@ -150,6 +150,13 @@ class Engine:
         """Requests waiting for room (new, or preempted)."""
         return int(self._native.num_waiting)
 
+    def warm_up(self, batch: int = 16) -> None:
+        """With ``verify="scheduled"`` and no ``steps_per_second``: measure the target's
+        steps-per-second profile now for ``batch`` concurrent requests (the GIL released), so
+        that the first requests do not wait for it (a larger batch later grows it). Nothing
+        under other policies."""
+        self._native.warm_up(as_int(batch, "batch", lo=1))
+
     def last_step_timing(self) -> dict[str, float | bool]:
         """Where the last step's time went, in seconds: ``drafter``, ``target`` (forwards),
         ``kernels`` (verify lengths, verification, commit), ``overhead`` (aborts, admission,

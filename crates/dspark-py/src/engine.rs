@@ -275,6 +275,15 @@ impl PyEngine {
         })
     }
 
+    /// Under `verify="scheduled"` with no table, profile the target now for `batch`
+    /// concurrent requests (the GIL released), so that the first requests do not wait for it.
+    fn warm_up(&self, py: Python<'_>, batch: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(|| {
+            let batch = args::usize_at_most(batch, "batch", 1 << 16)?;
+            py.detach(|| self.engine()?.warm_up(batch).map_err(err))
+        })
+    }
+
     /// Whether a step has anything to do.
     fn has_work(&self) -> bool {
         self.busy.load(Ordering::Relaxed)

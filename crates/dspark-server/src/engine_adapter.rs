@@ -25,12 +25,19 @@ impl ServingEngine for Engine<Qwen3Target, Qwen3Drafter> {
     }
 }
 
-/// The native engine over a loaded pair.
+/// Concurrent requests the scheduler's profile covers at start (a larger batch later grows it).
+const WARM_UP_BATCH: usize = 16;
+
+/// The native engine over a loaded pair (profiled for the scheduler first when it schedules).
 pub fn native_engine(
     target: Qwen3Target,
     drafter: Qwen3Drafter,
     config: EngineConfig,
 ) -> Result<Box<dyn ServingEngine>, StartError> {
-    let engine = Engine::new(target, drafter, config)?;
+    let batch = config.budget.max_running.min(WARM_UP_BATCH);
+    let mut engine = Engine::new(target, drafter, config)?;
+    // Under `--verify scheduled` the target's profile is measured now, before the first
+    // request, which would otherwise wait for it.
+    engine.warm_up(batch)?;
     Ok(Box::new(engine))
 }

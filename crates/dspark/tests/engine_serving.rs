@@ -402,3 +402,31 @@ fn an_abort_from_another_thread_takes_effect_at_the_next_step() {
 fn the_resizable_toy_passes_the_target_contract() {
     dspark::speculator::contract::check_target(&toy(), &CAPTURE).unwrap();
 }
+
+#[test]
+fn warm_up_profiles_the_scheduler_before_any_request() {
+    let config = EngineConfig {
+        verify: VerifyPolicy::ScheduledMeasured,
+        ..EngineConfig::default()
+    };
+    let mut e = engine(Mode::Greedy { corrupt_every: 3 }, config);
+    assert!(e.measured_steps_per_second().is_none());
+    e.warm_up(4).unwrap();
+    let table = e.measured_steps_per_second().expect("profiled");
+    let largest = table.points().iter().map(|p| p.0).max().unwrap_or(0);
+    assert!(largest >= 4 * (K + 1), "{table:?}");
+    // Serving after it gives the target's greedy tokens, like any other engine.
+    let id = e.add_request(spec(3, 5, 12)).unwrap();
+    let mut tokens = Vec::new();
+    while e.has_work() {
+        for out in e.step().unwrap().outputs {
+            assert_eq!(out.id, id);
+            tokens.extend(out.new_tokens);
+        }
+    }
+    assert_eq!(tokens.len(), 12);
+    // Under a policy that does not schedule it measures nothing.
+    let mut full = engine(Mode::Greedy { corrupt_every: 3 }, EngineConfig::default());
+    full.warm_up(4).unwrap();
+    assert!(full.measured_steps_per_second().is_none());
+}

@@ -463,7 +463,11 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     /// The steps-per-second table measured on the target, at least up to `tokens` verified
     /// tokens (profiled on first use, again when a larger batch needs more), refined by the
     /// forwards observed since (module `learned`).
-    fn measured_table(&mut self, tokens: usize, row_tokens: usize) -> Result<StepsPerSecond> {
+    pub(super) fn measured_table(
+        &mut self,
+        tokens: usize,
+        row_tokens: usize,
+    ) -> Result<StepsPerSecond> {
         // Past MAX_PROFILE_TOKENS the table holds tokens/s constant: a huge batch's first
         // round must not wait on a profile of its whole size.
         let tokens = tokens.min(MAX_PROFILE_TOKENS.max(row_tokens));

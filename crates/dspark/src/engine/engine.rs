@@ -378,6 +378,18 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         self.num_speculative
     }
 
+    /// Measure what [`VerifyPolicy::ScheduledMeasured`] needs before serving, so that the
+    /// first requests do not pay for it: the target's steps-per-second profile up to `batch`
+    /// rows of `K + 1` tokens (a larger batch later grows it). Nothing under other policies.
+    pub fn warm_up(&mut self, batch: usize) -> Result<()> {
+        if !matches!(self.config.verify, VerifyPolicy::ScheduledMeasured) || batch == 0 {
+            return Ok(());
+        }
+        let row = self.num_speculative + 1;
+        self.measured_table(batch.saturating_mul(row), row)
+            .map(|_| ())
+    }
+
     /// The table [`VerifyPolicy::ScheduledMeasured`] uses, once measured: the profile refined
     /// by the forwards observed so far.
     pub fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
