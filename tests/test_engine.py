@@ -286,3 +286,15 @@ def test_a_target_without_grow_and_retain_is_refused() -> None:
     assert "grow" in str(e.value)
     tokens = dspark.Speculator(static, hf.drafter).generate([PROMPTS[0]], 6).tokens
     assert len(tokens[0]) == 6
+
+
+def test_warm_up_then_serve_with_the_scheduler(pair: tuple[Any, Any]) -> None:
+    """A warmed-up scheduling engine serves the greedy tokens of any other engine."""
+    eng = _engine(pair, verify="scheduled")
+    eng.warm_up(2)
+    ids = [eng.add_request(p, 10) for p in PROMPTS[:2]]
+    out = eng.run()
+    assert [out[i] for i in ids] == [_alone(pair, p, 10) for p in PROMPTS[:2]]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(dspark.InputError):
+            eng.warm_up(bad)
