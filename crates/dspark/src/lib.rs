@@ -37,6 +37,7 @@ pub use config::{
 };
 pub use drafter::{DraftState, Drafter, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights};
 pub use error::{Error, ErrorKind, Result};
+pub use nn::{LoadOptions, WeightDtype};
 pub use idmap::IdMap;
 pub use inspect::{Report, inspect};
 pub use speculator::{Speculator, TargetModel};
