@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 OnRound: TypeAlias = "Callable[[list[list[int]]], object]"
 #: The native ``generate`` / ``generate_target_only``.
 _Generate: TypeAlias = (
-    "Callable[[list[list[int]], int, list[int] | None, OnRound | None], "
+    "Callable[[list[list[int]], int, list[int] | None, OnRound | None, int | list[int]], "
     "tuple[list[list[int]], SpeculationStats]]"
 )
 
@@ -165,7 +165,7 @@ class Speculator:
         mode, threshold = _verify_mode(verify)
         if mode == "pipelined" and steps_per_second is None:
             raise_error(InputError, "invalid-argument", "verify='pipelined' needs steps_per_second")
-        self.seed = secrets.randbits(62) if seed is None else as_int(seed, "seed", lo=None)
+        self.seed = secrets.randbits(62) if seed is None else _seed(seed)
         self.verify = verify
         self.steps_per_second = (
             list(steps_per_second)
@@ -183,7 +183,7 @@ class Speculator:
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
-            seed=self.seed & _MASK64,
+            seed=self.seed,
             verify=mode,
             threshold=threshold,
             steps_per_second=self.steps_per_second if mode in ("scheduled", "pipelined") else None,
@@ -199,6 +199,7 @@ class Speculator:
         stop_token_ids: Sequence[int] | TensorLike | None = None,
         *,
         on_round: OnRound | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` per prompt (a ``[B,S]`` tensor or a list of prompts
         of any lengths), stopping a request after it emits a stop token.
@@ -207,8 +208,16 @@ class Speculator:
         tokens each request committed since the previous call (one list per request, possibly
         empty): the hook for streaming. Time spent inside it is not counted in the stats, and
         an exception it raises ends the call.
+
+        ``seed``: one seed for every request, or one per request (default: the speculator's).
+        A request's draws depend only on its seed and positions, never on the batch: the same
+        prompt and seed give the same tokens alone, reversed or in any batch (sampling with
+        ``verify="full"`` or a threshold; the scheduling policies keep the distribution exact
+        but may pick other tokens for a seed, see ``docs/python-api.md``).
         """
-        return self._run(self._native.generate, input_ids, max_new_tokens, stop_token_ids, on_round)
+        return self._run(
+            self._native.generate, input_ids, max_new_tokens, stop_token_ids, on_round, seed
+        )
 
     def generate_target_only(
         self,
@@ -217,11 +226,17 @@ class Speculator:
         stop_token_ids: Sequence[int] | TensorLike | None = None,
         *,
         on_round: OnRound | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> GenerationResult:
         """The baseline: the target alone, same options, seeds and stop rules (greedy output
         equals :meth:`generate`'s)."""
         return self._run(
-            self._native.generate_target_only, input_ids, max_new_tokens, stop_token_ids, on_round
+            self._native.generate_target_only,
+            input_ids,
+            max_new_tokens,
+            stop_token_ids,
+            on_round,
+            seed,
         )
 
     def _run(
@@ -231,6 +246,7 @@ class Speculator:
         max_new_tokens: object,
         stop_token_ids: object,
         on_round: OnRound | None,
+        seed: int | Sequence[int] | None,
     ) -> GenerationResult:
         count = as_int(max_new_tokens, "max_new_tokens")
         if on_round is not None and not callable(on_round):
@@ -238,11 +254,29 @@ class Speculator:
         vocab = int(self._native_vocab())
         prompts = id_rows(input_ids, "input_ids", vocab)
         stops = None if stop_token_ids is None else id_list(stop_token_ids, "stop_token_ids", vocab)
-        tokens, stats = call(prompts, count, stops, on_round)
+        if seed is None:
+            seeds: int | list[int] = self.seed
+        elif isinstance(seed, (list, tuple)):
+            seeds = [_seed(x) for x in seed]
+            if len(seeds) != len(prompts):
+                raise_error(
+                    InputError,
+                    "bad-shape",
+                    f"seed: {len(seeds)} seeds for {len(prompts)} prompts",
+                )
+        else:
+            seeds = _seed(seed)
+        tokens, stats = call(prompts, count, stops, on_round, seeds)
         return GenerationResult(tokens=tokens, stats=stats)
 
     def _native_vocab(self) -> int:
         return int(self.drafter.target_vocab_size)
+
+
+def _seed(value: object) -> int:
+    """A seed: an int in ``[0, 2**64)`` (typed errors: ``invalid-argument`` for a bool, float
+    or negative value, ``too-large`` beyond u64)."""
+    return as_int(value, "seed", lo=0, hi=_MASK64)
 
 
 def _verify_mode(verify: object) -> tuple[str, float | None]:
