@@ -100,6 +100,12 @@ impl Layer {
         })
     }
 
+    /// The dtype the layer's matrices are kept in (its query projection's: a checkpoint
+    /// stores a layer's matrices in one dtype).
+    pub(crate) fn weight_dtype(&self) -> crate::nn::WeightDtype {
+        self.q_proj.weight_dtype()
+    }
+
     /// Bytes of the layer's matrices (what one forward reads of it, norms aside).
     pub(crate) fn weight_bytes(&self) -> usize {
         [

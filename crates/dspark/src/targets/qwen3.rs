@@ -216,6 +216,14 @@ impl Qwen3Target {
         self.config.target_spec()
     }
 
+    /// The dtype the decoder layers' matrices are kept in ([`LoadOptions::dtype`], by default
+    /// the checkpoint's; `float32` on the device-generic path, which computes in f32).
+    pub fn weight_dtype(&self) -> crate::nn::WeightDtype {
+        self.layers
+            .first()
+            .map_or(crate::nn::WeightDtype::F32, Layer::weight_dtype)
+    }
+
     /// Bytes of weights one forward step reads whatever its rows (what bounds a decode step
     /// from below): every layer's matrices and the output head, in their kept dtype (norms
     /// and the embedding rows looked up aside).
