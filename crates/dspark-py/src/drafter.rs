@@ -16,8 +16,7 @@ use dspark::device::{device_name, parse_device};
 use dspark::sampling::{PerRequest, Seeds, StsCalibration};
 use dspark::{
     DraftSpec, DraftState, Drafter, Error, LoadOptions, Proposal, ProposeOptions, Qwen3Drafter,
-    SharedWeights,
-    TargetModel, TargetSpec, WeightSource, limits,
+    SharedWeights, TargetModel, TargetSpec, WeightSource, limits,
 };
 
 use crate::args;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 
-use dspark::{Error, LoadOptions};
 use dspark::device::{device_name, parse_device};
 use dspark::speculator::{LogitRows, TargetInput, TargetModel};
 use dspark::targets::Qwen3Target;
+use dspark::{Error, LoadOptions};
 
 use crate::args;
 use crate::errors::{err, guard};

@@ -38,9 +38,9 @@ pub use config::{
 };
 pub use drafter::{DraftState, Drafter, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights};
 pub use error::{Error, ErrorKind, Result};
-pub use nn::{LoadOptions, WeightDtype};
 pub use idmap::IdMap;
 pub use inspect::{Report, inspect};
+pub use nn::{LoadOptions, WeightDtype};
 pub use speculator::{Speculator, TargetModel};
 pub use targets::Qwen3Target;
 pub use vocab::{VocabLayout, VocabSizes};

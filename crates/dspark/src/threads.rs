@@ -130,9 +130,8 @@ mod tests {
         // A thread outside the pool, in a round: never (it would park on every product).
         let outside = std::thread::spawn(move || in_round(|| split_stream(big)));
         assert!(!outside.join().unwrap());
-        let (on_worker, round) = in_round(|| {
-            on_pool(|| (rayon::current_thread_index().is_some(), round_active()))
-        });
+        let (on_worker, round) =
+            in_round(|| on_pool(|| (rayon::current_thread_index().is_some(), round_active())));
         assert!(round);
         assert_eq!(on_worker, rayon::current_num_threads() > 1);
         assert!(!on_pool(round_active));

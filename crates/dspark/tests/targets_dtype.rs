@@ -80,7 +80,10 @@ fn a_bf16_checkpoint_stays_two_bytes_and_widens_exactly() {
     assert_eq!(wide.weight_dtype(), WeightDtype::F32);
     if kept() {
         assert_eq!(own.weight_dtype(), WeightDtype::BF16);
-        assert_eq!(own.weight_bytes_per_step() * 2, wide.weight_bytes_per_step());
+        assert_eq!(
+            own.weight_bytes_per_step() * 2,
+            wide.weight_bytes_per_step()
+        );
         // The embedding and head handed to a drafter are the kept ones, not f32 copies.
         assert_eq!(own.shared_weights().embed.unwrap().dtype(), DType::BF16);
     }
@@ -115,7 +118,10 @@ fn narrow_dtypes_stay_within_their_precision_of_f32() {
         }
         let got = logits(&t, &tokens);
         let d = max_diff(&got, &want);
-        assert!(d <= tol * scale, "{dtype}: logits differ by {d} (scale {scale})");
+        assert!(
+            d <= tol * scale,
+            "{dtype}: logits differ by {d} (scale {scale})"
+        );
         assert!(d > 0.0, "{dtype}: rounding should move the logits");
     }
 }
@@ -147,12 +153,9 @@ fn greedy_speculative_equals_target_only_in_every_dtype() {
         .map(|p| Request::new(p.to_vec(), 24))
         .collect();
     for dtype in WeightDtype::ALL {
-        let target = Qwen3Target::load_with(
-            &bundled_dir().join("target"),
-            &Device::Cpu,
-            options(dtype),
-        )
-        .unwrap();
+        let target =
+            Qwen3Target::load_with(&bundled_dir().join("target"), &Device::Cpu, options(dtype))
+                .unwrap();
         let drafter = Qwen3Drafter::load_with(
             &bundled_dir().join("drafter"),
             &target.target_spec(),

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::nn::decoder::{Layer, Take};
 use crate::nn::weights::{SharedWeights, load_planned, shared_weight};
-use crate::nn::{LoadOptions, Linear, Rope, f32_of};
+use crate::nn::{Linear, LoadOptions, Rope, f32_of};
 use crate::sampling::StsCalibration;
 use crate::vocab::VocabSizes;
 

@@ -148,11 +148,17 @@ mod tests {
             WeightDtype::parse("dtype", " torch.BFloat16").unwrap(),
             WeightDtype::BF16
         );
-        assert_eq!(WeightDtype::parse("dtype", "half").unwrap(), WeightDtype::F16);
+        assert_eq!(
+            WeightDtype::parse("dtype", "half").unwrap(),
+            WeightDtype::F16
+        );
         let e = WeightDtype::parse("dtype", "int8").unwrap_err();
         assert_eq!(e.code(), "invalid-argument");
         let text = e.to_string();
-        assert!(text.contains("dtype") && text.contains("bfloat16"), "{text}");
+        assert!(
+            text.contains("dtype") && text.contains("bfloat16"),
+            "{text}"
+        );
         assert!(LoadOptions::with_dtype_name(Some("float64")).is_err());
         assert_eq!(
             LoadOptions::with_dtype_name(None).unwrap(),

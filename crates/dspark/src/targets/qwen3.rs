@@ -3,8 +3,9 @@
 //! Weights (safetensors, single file or sharded; f32, f16, bf16 or f64 on disk) are
 //! shape-checked against the config before anything is read, then kept in the dtype the
 //! [`LoadOptions`] choose (by default the checkpoint's: a bf16 checkpoint's matrices, embedding
-//! and head stay 2 bytes a weight, widened in registers by the kernels; see [`crate::nn::dtype`]). The decoder layers are
-//! the drafter's ([`crate::drafter`]'s shared `Layer`); the forward is in `forward.rs`.
+//! and head stay 2 bytes a weight, widened in registers by the kernels; see
+//! [`crate::nn::dtype`]). The decoder layers are the drafter's ([`crate::drafter`]'s shared
+//! `Layer`); the forward is in `forward.rs`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,10 +18,10 @@ use crate::checkpoint::shapes::{EMBED, LM_HEAD};
 use crate::config::Qwen3Config;
 use crate::config::TargetSpec;
 use crate::error::{Error, Result};
-use crate::nn::{LoadOptions, SharedWeights};
 use crate::nn::decoder::{Heads, Layer, Take};
 use crate::nn::weights::TensorReader;
 use crate::nn::{Linear, Rope, output_head};
+use crate::nn::{LoadOptions, SharedWeights};
 use crate::target::{TargetInput, TargetModel, TargetOutput};
 
 /// A Qwen3 causal LM on candle: the native [`TargetModel`].
@@ -231,7 +232,9 @@ impl Qwen3Target {
         let layers: usize = self.layers.iter().map(Layer::weight_bytes).sum();
         let head = match &self.head {
             Some(h) => h.weight_bytes(),
-            None => self.lm_head_logical.elem_count() * self.lm_head_logical.dtype().size_in_bytes(),
+            None => {
+                self.lm_head_logical.elem_count() * self.lm_head_logical.dtype().size_in_bytes()
+            }
         };
         layers + head
     }

@@ -54,7 +54,10 @@ fn pack_round_trips_and_rejects_bad_lengths() {
         assert_eq!(pb.unpack(), wb);
         assert_eq!(pb.bytes() * 2, p.bytes());
         let pw = PackedWeight::pack(Floats::BF16(&b), rows, cols, WeightDtype::F32).unwrap();
-        assert_eq!(pw, PackedWeight::F32(PackedMatrix::pack(&wb, rows, cols).unwrap()));
+        assert_eq!(
+            pw,
+            PackedWeight::F32(PackedMatrix::pack(&wb, rows, cols).unwrap())
+        );
         let ph = PackedWeight::pack(Floats::BF16(&b), rows, cols, WeightDtype::F16).unwrap();
         let want: Vec<f32> = wb.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
         assert_eq!((ph.unpack(), ph.dtype()), (want, WeightDtype::F16));
@@ -140,9 +143,14 @@ fn narrow_panels_multiply_their_widened_values_exactly() {
     // Special values (subnormals, signed zeros, extremes) widen exactly: a 2-byte panel gives
     // the bits of the f32 panel holding the same values, on every kernel.
     let (rows, cols) = (37, 19);
-    let specials = |bits: &[u16]| -> Vec<u16> { (0..rows * cols).map(|i| bits[i % bits.len()]).collect() };
-    let hb = specials(&[0x0001, 0x8000, 0x3f80, 0x7000, 0x0080, 0xbf00, 0x0000, 0x3e4d]);
-    let hh = specials(&[0x0001, 0x8000, 0x3c00, 0x7bff, 0x03ff, 0xb800, 0x0000, 0x2e66]);
+    let specials =
+        |bits: &[u16]| -> Vec<u16> { (0..rows * cols).map(|i| bits[i % bits.len()]).collect() };
+    let hb = specials(&[
+        0x0001, 0x8000, 0x3f80, 0x7000, 0x0080, 0xbf00, 0x0000, 0x3e4d,
+    ]);
+    let hh = specials(&[
+        0x0001, 0x8000, 0x3c00, 0x7bff, 0x03ff, 0xb800, 0x0000, 0x2e66,
+    ]);
     let b: Vec<bf16> = hb.iter().map(|&v| bf16::from_bits(v)).collect();
     let h: Vec<f16> = hh.iter().map(|&v| f16::from_bits(v)).collect();
     let pb = PackedMatrix::pack(&b, rows, cols).unwrap();
