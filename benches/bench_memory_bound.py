@@ -20,6 +20,8 @@ are against dspark's native target-only decoding of the same dtype in the same r
   the native engine in this process, the pair loaded in its checkpoint dtype. tokens/s are
   end to end (prefill included) and decode-only (``committed / (total - prefill)``);
 * ``llama-bench``: llama.cpp target-only token generation (``-p 0 -n TOKENS``);
+  ``llama-bench-1t`` the same on one thread (on a shared machine llama.cpp's spinning thread
+  pool collapses at 2 threads when another process holds a core);
 * ``llama.cpp draft-dspark``: ``llama-speculative-simple --spec-type draft-dspark`` with our
   drafter (its decode speed as it prints it);
 * ``mistral.rs F32``: the ``mistralrs`` wheel, ``Which.Plain`` on the HF target directory,
@@ -68,7 +70,9 @@ def read_bandwidth(threads: int, mib: int = 512, repeats: int = 5) -> float:
     with ThreadPoolExecutor(threads) as pool:
         for _ in range(repeats):
             t0 = time.perf_counter()
-            list(pool.map(np.sum, parts))
+            # x · x: BLAS's dot reads each value once at vector speed (np.sum's pairwise sum
+            # is slower than memory on some CPUs).
+            list(pool.map(lambda x: float(np.dot(x, x)), parts))
             best = min(best, time.perf_counter() - t0)
     return data.nbytes / best
 
@@ -212,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         if engine == "llama-bench":
             out = _run([str(bins / "llama-bench"), "-m", str(gguf), "-p", "0", "-n", n,
                         "-t", th, "-r", "1", "-o", "json"], 600)  # fmt: skip
+            if out:
+                return {"tokens_per_s": json.loads(out[: out.rindex("]") + 1])[0]["avg_ts"]}
+        elif engine == "llama-bench-1t":
+            # One thread: llama.cpp's spinning pool collapses when another process holds a core.
+            out = _run([str(bins / "llama-bench"), "-m", str(gguf), "-p", "0", "-n", n,
+                        "-t", "1", "-r", "1", "-o", "json"], 600)  # fmt: skip
             if out:
                 return {"tokens_per_s": json.loads(out[: out.rindex("]") + 1])[0]["avg_ts"]}
         elif engine == "draft-dspark":
