@@ -236,15 +236,18 @@ pub fn matmul_t(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor>
     if let Some(y) = matmul_t_small(x, w, bias)? {
         return Ok(y);
     }
-    if let (&[n, _], true) = (x.dims(), w.dtype() != DType::F32 && host_weight(w)) {
-        if n > SMALL_ROWS && host_fast(x) {
-            let mut parts = Vec::with_capacity(n.div_ceil(SMALL_ROWS));
-            for i0 in (0..n).step_by(SMALL_ROWS) {
-                let rows = x.narrow(0, i0, SMALL_ROWS.min(n - i0))?.contiguous()?;
-                parts.push(matmul_t(&rows, w, bias)?);
-            }
-            return Ok(Tensor::cat(&parts, 0)?);
+    if let &[n, _] = x.dims()
+        && w.dtype() != DType::F32
+        && host_weight(w)
+        && n > SMALL_ROWS
+        && host_fast(x)
+    {
+        let mut parts = Vec::with_capacity(n.div_ceil(SMALL_ROWS));
+        for i0 in (0..n).step_by(SMALL_ROWS) {
+            let rows = x.narrow(0, i0, SMALL_ROWS.min(n - i0))?.contiguous()?;
+            parts.push(matmul_t(&rows, w, bias)?);
         }
+        return Ok(Tensor::cat(&parts, 0)?);
     }
     let w = if w.dtype() == x.dtype() {
         w.clone()
