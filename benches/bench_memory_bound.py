@@ -131,9 +131,10 @@ class Dspark:
         else:
             out["tau"] = st.acceptance_length
             out["greedy_equal"] = [list(t) for t in res.tokens] == self.reference
-            spent = st.total_seconds - st.prefill_seconds
+            # The round's time outside the target's forwards and the drafter (sampling,
+            # scheduling, bookkeeping), over the whole call.
             inside = st.target_seconds + st.drafter_seconds
-            out["outside_share"] = max(spent - inside, 0.0) / spent if spent > 0 else None
+            out["outside_share"] = max(st.total_seconds - inside, 0.0) / st.total_seconds
         return out
 
 
