@@ -21,13 +21,29 @@ from dspark._native import InputError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["as_float", "as_int", "id_list", "id_rows", "is_torch", "torch_view"]
+__all__ = ["as_float", "as_int", "dtype_name", "id_list", "id_rows", "is_torch", "torch_view"]
 
 
 def is_torch(x: object) -> TypeGuard[torch.Tensor]:
     """Whether ``x`` is a torch object (without importing torch); the callers only meet torch
     tensors there (parameters included)."""
     return type(x).__module__.split(".", 1)[0] == "torch"
+
+
+def dtype_name(dtype: object) -> str | None:
+    """``dtype`` as the name the engine parses: a ``str`` as given, a ``torch.dtype`` (or
+    anything whose ``str`` starts with ``torch.``) by that name, ``None`` as ``None``; anything
+    else raises ``InputError`` (``invalid-argument``)."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text
+    raise_error(
+        InputError,
+        "invalid-argument",
+        f"dtype: expected 'float32', 'bfloat16', 'float16' or None, got {type(dtype).__name__}",
+    )
 
 
 def _is_bool(x: object) -> bool:

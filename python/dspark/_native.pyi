@@ -232,9 +232,11 @@ class Drafter:
         lm_head: _Tensor | None = None,
         sts: _Option = None,
         device: str = "cpu",
+        dtype: str | None = None,
     ) -> Drafter:
         """Load onto ``device`` (``cpu``, ``cuda``, ``cuda:N``); ``embed_tokens``/``lm_head``
-        (DLPack, CPU) are required where shared."""
+        (DLPack, CPU) are required where shared; weight matrices in ``dtype`` (``None``: their
+        own)."""
     @property
     def device(self) -> str:
         """``cpu`` or ``cuda:N``."""
@@ -293,8 +295,10 @@ class Drafter:
         target: NativeTarget,
         sts: _Option = None,
         device: str | None = None,
+        dtype: str | None = None,
     ) -> Drafter:
-        """Load for a native target, sharing its embedding / lm_head (no copy), on its device."""
+        """Load for a native target, sharing its embedding / lm_head (no copy), on its device;
+        weight matrices in ``dtype`` (``None``: their own, the target's for shared ones)."""
     def new_state(self) -> DraftState: ...
     def propose_states(
         self,
@@ -328,8 +332,18 @@ class NativeTarget:
     """The engine's candle Qwen3 causal LM (on the CPU or a CUDA device)."""
 
     @staticmethod
-    def load(path: str | os.PathLike[str], device: str = "cpu") -> NativeTarget:
-        """Load an HF ``Qwen3ForCausalLM`` directory (config.json + safetensors) onto ``device``."""
+    def load(
+        path: str | os.PathLike[str], device: str = "cpu", dtype: str | None = None
+    ) -> NativeTarget:
+        """Load an HF ``Qwen3ForCausalLM`` directory (config.json + safetensors) onto ``device``,
+        weight matrices in ``dtype`` (``float32``, ``bfloat16``, ``float16``; ``None``: the
+        checkpoint's)."""
+    @property
+    def weight_dtype(self) -> str:
+        """``float32``, ``bfloat16`` or ``float16``."""
+    @property
+    def weight_bytes_per_step(self) -> int:
+        """Bytes of weights one forward step reads."""
     @property
     def device(self) -> str:
         """``cpu`` or ``cuda:N``."""

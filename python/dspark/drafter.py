@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import numpy as np
 
 from dspark import _native
-from dspark._args import is_torch, torch_view
+from dspark._args import dtype_name, is_torch, torch_view
 from dspark._errors import raise_error
 from dspark._native import ConfigError, InputError
 from dspark.protocols import DraftProposal
@@ -219,6 +219,7 @@ class Drafter:
         *,
         sts: str | os.PathLike[str] | Sequence[float] | bool | None = None,
         device: str | None = None,
+        dtype: str | object | None = None,
     ) -> Drafter:
         """Load the drafter at ``path`` (``config.json`` + safetensors) for ``target``.
 
@@ -236,7 +237,12 @@ class Drafter:
         device needs the CUDA wheel, ``docs/gpu.md``). ``None`` (default): the target's
         device (a native target's weights are shared, so its drafter always runs there); for a
         torch target on a GPU with the CPU wheel, the CPU (its logits cross to the host).
+
+        ``dtype``: the dtype its weight matrices are kept in (``"float32"``, ``"bfloat16"``,
+        ``"float16"`` or a ``torch.dtype``); ``None`` (default) keeps each one's own (the
+        checkpoint's, and the native target's for the weights it shares).
         """
+        dtype = dtype_name(dtype)
         if device is not None and not isinstance(device, str):
             raise_error(
                 InputError,
@@ -251,7 +257,9 @@ class Drafter:
                     "invalid-argument",
                     f"path: expected a path (str or os.PathLike), got {type(path).__name__}",
                 )
-            return cls(_native.Drafter.load_native(os.fspath(path), native_target, sts, device))
+            return cls(
+                _native.Drafter.load_native(os.fspath(path), native_target, sts, device, dtype)
+            )
         config, embed, lm_head = _target_parts(target)
         try:
             text = json.dumps(config, default=str, allow_nan=False)
@@ -268,7 +276,7 @@ class Drafter:
         embed_w = _cpu(embed(), "embed_tokens") if share_embed else None
         head_w = _cpu(lm_head(), "lm_head") if share_head else None
         device = device or _default_device(target)
-        return cls(_native.Drafter.load(path, text, embed_w, head_w, sts, device))
+        return cls(_native.Drafter.load(path, text, embed_w, head_w, sts, device, dtype))
 
     # -- contract members ------------------------------------------------------------------
     @property

@@ -5,7 +5,9 @@ Python in the loop.
     drafter = dspark.Drafter.from_pretrained("path/to/drafter", target)  # embed/lm_head shared
     result = dspark.Speculator(target, drafter).generate([[1, 2, 3]], 64)
 
-Weights are loaded as float32 on the CPU (f32, f16 or bf16 on disk; single file or sharded).
+Weight matrices keep the checkpoint's dtype by default (f32, bf16 or f16 on disk; single file or
+sharded): a bf16 checkpoint is read as 2 bytes a weight and widened in registers, arithmetic is
+float32. ``dtype=`` chooses another (``"float32"``, ``"bfloat16"``, ``"float16"``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dspark import _native
+from dspark._args import dtype_name
 from dspark._errors import raise_error
 from dspark._native import InputError
 
@@ -39,16 +42,27 @@ class NativeTarget:
         self._config = config
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], *, device: str = "cpu") -> NativeTarget:
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        device: str = "cpu",
+        dtype: str | object | None = None,
+    ) -> NativeTarget:
         """Load an HF ``Qwen3ForCausalLM`` directory (typed ``dspark`` errors) onto ``device``:
-        ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, ``docs/gpu.md``)."""
+        ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, ``docs/gpu.md``).
+
+        ``dtype``: the dtype the weight matrices are kept in, ``"float32"``, ``"bfloat16"`` or
+        ``"float16"`` (also ``"f32"``, ``"bf16"``, ``"f16"`` or a ``torch.dtype``); ``None``
+        (default) keeps the checkpoint's. Anything else raises ``InputError``
+        (``invalid-argument``)."""
         if not isinstance(device, str):
             raise_error(
                 InputError,
                 "invalid-argument",
                 f"device: expected a str such as 'cpu' or 'cuda:0', got {type(device).__name__}",
             )
-        native = _native.NativeTarget.load(path, device)
+        native = _native.NativeTarget.load(path, device, dtype_name(dtype))
         root = Path(path)
         config = json.loads((root / "config.json").read_text()) if root.is_dir() else {}
         return cls(native, root, config)
@@ -57,6 +71,18 @@ class NativeTarget:
     def device(self) -> str:
         """Where the weights live: ``"cpu"`` or ``"cuda:N"``."""
         return str(self._native_target.device)
+
+    @property
+    def weight_dtype(self) -> str:
+        """The dtype the weight matrices are kept in: ``"float32"``, ``"bfloat16"`` or
+        ``"float16"``."""
+        return str(self._native_target.weight_dtype)
+
+    @property
+    def weight_bytes_per_step(self) -> int:
+        """Bytes of weights one forward step reads (a decode step's floor is this over the
+        machine's read bandwidth)."""
+        return int(self._native_target.weight_bytes_per_step)
 
     @property
     def num_hidden_layers(self) -> int:

@@ -15,8 +15,8 @@ use dspark::checkpoint::{Inventory, LoadPlan};
 use dspark::device::{device_name, parse_device};
 use dspark::sampling::{PerRequest, Seeds, StsCalibration};
 use dspark::{
-    DraftSpec, DraftState, Drafter, Error, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights,
-    TargetModel, TargetSpec, WeightSource, limits,
+    DraftSpec, DraftState, Drafter, Error, LoadOptions, Proposal, ProposeOptions, Qwen3Drafter,
+    SharedWeights, TargetModel, TargetSpec, WeightSource, limits,
 };
 
 use crate::args;
@@ -176,16 +176,18 @@ impl PyDrafter {
     /// Load the drafter at `path` for a native target, sharing its embed / lm_head (no copy),
     /// on the target's device (`device`, when given, must name it).
     #[staticmethod]
-    #[pyo3(signature = (path, target, sts = None, device = None))]
+    #[pyo3(signature = (path, target, sts = None, device = None, dtype = None))]
     fn load_native(
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
         target: &Bound<'_, crate::native_target::PyNativeTarget>,
         sts: Option<&Bound<'_, PyAny>>,
         device: Option<&str>,
+        dtype: Option<&str>,
     ) -> PyResult<Self> {
         guard(|| {
             let path = args::path(path, "path")?;
+            let options = LoadOptions::with_dtype_name(dtype).map_err(err)?;
             let t = &target.get().inner;
             let on = t.device();
             if let Some(spec) = device {
@@ -199,7 +201,15 @@ impl PyDrafter {
                 }
             }
             let inner = py
-                .detach(|| Qwen3Drafter::load_on(&path, &t.target_spec(), t.shared_weights(), &on))
+                .detach(|| {
+                    Qwen3Drafter::load_with(
+                        &path,
+                        &t.target_spec(),
+                        t.shared_weights(),
+                        &on,
+                        options,
+                    )
+                })
                 .map_err(err)?;
             let inner = with_sts(inner, sts)?;
             Ok(Self {
@@ -226,7 +236,7 @@ impl PyDrafter {
     /// Load the drafter at `path` for the target described by `target_config` (JSON text);
     /// `embed_tokens` / `lm_head` are the target's weights, required where the plan shares them.
     #[staticmethod]
-    #[pyo3(signature = (path, target_config, embed_tokens = None, lm_head = None, sts = None, device = "cpu"))]
+    #[pyo3(signature = (path, target_config, embed_tokens = None, lm_head = None, sts = None, device = "cpu", dtype = None))]
     #[allow(clippy::too_many_arguments)]
     fn load(
         py: Python<'_>,
@@ -236,10 +246,12 @@ impl PyDrafter {
         lm_head: Option<&Bound<'_, PyAny>>,
         sts: Option<&Bound<'_, PyAny>>,
         device: &str,
+        dtype: Option<&str>,
     ) -> PyResult<Self> {
         guard(|| {
             let path = args::path(path, "path")?;
             let device = parse_device("device", device).map_err(err)?;
+            let options = LoadOptions::with_dtype_name(dtype).map_err(err)?;
             let target = target_spec(&args::string(target_config, "target_config")?)?;
             let (share_embed, share_head) =
                 py.detach(|| plan_sharing(&path, &target)).map_err(err)?;
@@ -252,7 +264,7 @@ impl PyDrafter {
                 lm_head: take(lm_head, share_head, "lm_head")?,
             };
             let inner = py
-                .detach(|| Qwen3Drafter::load_on(&path, &target, shared, &device))
+                .detach(|| Qwen3Drafter::load_with(&path, &target, shared, &device, options))
                 .map_err(err)?;
             let inner = with_sts(inner, sts)?;
             Ok(Self {

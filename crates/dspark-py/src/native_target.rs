@@ -6,10 +6,10 @@ use std::sync::Arc;
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 
-use dspark::Error;
 use dspark::device::{device_name, parse_device};
 use dspark::speculator::{LogitRows, TargetInput, TargetModel};
 use dspark::targets::Qwen3Target;
+use dspark::{Error, LoadOptions};
 
 use crate::args;
 use crate::errors::{err, guard};
@@ -23,15 +23,22 @@ pub struct PyNativeTarget {
 #[pymethods]
 impl PyNativeTarget {
     /// Load an HF `Qwen3ForCausalLM` directory (`config.json` + safetensors) onto `device`
-    /// (`cpu`, `cuda` or `cuda:N`).
+    /// (`cpu`, `cuda` or `cuda:N`), its weight matrices kept in `dtype` (`float32`,
+    /// `bfloat16`, `float16`; `None`: the checkpoint's).
     #[staticmethod]
-    #[pyo3(signature = (path, device = "cpu"))]
-    fn load(py: Python<'_>, path: &Bound<'_, PyAny>, device: &str) -> PyResult<Self> {
+    #[pyo3(signature = (path, device = "cpu", dtype = None))]
+    fn load(
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        device: &str,
+        dtype: Option<&str>,
+    ) -> PyResult<Self> {
         guard(|| {
             let path = args::path(path, "path")?;
             let device = parse_device("device", device).map_err(err)?;
+            let options = LoadOptions::with_dtype_name(dtype).map_err(err)?;
             let inner = py
-                .detach(|| Qwen3Target::load(&path, &device))
+                .detach(|| Qwen3Target::load_with(&path, &device, options))
                 .map_err(err)?;
             Ok(Self {
                 inner: Arc::new(inner),
@@ -49,6 +56,18 @@ impl PyNativeTarget {
     #[getter]
     fn device(&self) -> PyResult<String> {
         guard(|| Ok(device_name(&self.inner.device())))
+    }
+
+    /// The dtype the weight matrices are kept in (`float32`, `bfloat16` or `float16`).
+    #[getter]
+    fn weight_dtype(&self) -> PyResult<&'static str> {
+        guard(|| Ok(self.inner.weight_dtype().as_str()))
+    }
+
+    /// Bytes of weights one forward step reads (the decode floor's numerator).
+    #[getter]
+    fn weight_bytes_per_step(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.weight_bytes_per_step()))
     }
 
     /// Number of decoder layers.

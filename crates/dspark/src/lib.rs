@@ -40,6 +40,7 @@ pub use drafter::{DraftState, Drafter, Proposal, ProposeOptions, Qwen3Drafter, S
 pub use error::{Error, ErrorKind, Result};
 pub use idmap::IdMap;
 pub use inspect::{Report, inspect};
+pub use nn::{LoadOptions, WeightDtype};
 pub use speculator::{Speculator, TargetModel};
 pub use targets::Qwen3Target;
 pub use vocab::{VocabLayout, VocabSizes};

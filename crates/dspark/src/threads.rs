@@ -17,6 +17,14 @@
 //!   (tens of milliseconds of work) to amortize a handoff even on a busy machine. Prefill (the
 //!   prompt through the target and the drafter's first context extension) runs outside the round
 //!   and keeps the normal bar, where parallelism pays.
+//! - **Products that stream a large weight from memory** (a decode or verify step's matrix
+//!   products: a few rows against megabytes of weights) split the weight over the pool
+//!   ([`split_stream`]) from [`STREAM_POOL_MIN_BYTES`], inside a round too, when the caller is
+//!   a pool worker: a step's time is the time to read its weights, and one core alone does not
+//!   reach the machine's read bandwidth. The native target's forward and the drafter's passes
+//!   run on a worker ([`on_pool`]: one handoff per forward, not per product), so their splits
+//!   are rayon joins from inside the pool: a worker whose peers are busy (another process
+//!   holds the other cores) finds its halves unstolen and runs them itself, with no wait.
 //! - **A torch target keeps its own threads** (`torch.set_num_threads`); the engine calls it
 //!   once per round and does nothing in parallel meanwhile.
 //!
@@ -30,6 +38,10 @@ pub const POOL_MIN_WORK: usize = 1 << 20;
 
 /// Work below which a call made inside a speculative round stays on the calling thread.
 pub const ROUND_POOL_MIN_WORK: usize = 1 << 25;
+
+/// Weight bytes from which a streamed product splits over the pool ([`split_stream`]): about
+/// 0.1 ms of reading on one core, against microseconds for a join inside the pool.
+pub const STREAM_POOL_MIN_BYTES: usize = 1 << 20;
 
 thread_local! {
     static IN_ROUND: Cell<bool> = const { Cell::new(false) };
@@ -63,6 +75,28 @@ pub fn use_pool(work: usize) -> bool {
     work >= bar && rayon::current_num_threads() > 1
 }
 
+/// `true` when a product that streams `bytes` of weights (see the module docs) should split
+/// them over the pool: at least [`STREAM_POOL_MIN_BYTES`], the pool has more than one thread,
+/// and either no round is running here or this thread is a pool worker (inside a round, a
+/// caller outside the pool would park on every product).
+pub fn split_stream(bytes: usize) -> bool {
+    bytes >= STREAM_POOL_MIN_BYTES
+        && rayon::current_num_threads() > 1
+        && (!round_active() || rayon::current_thread_index().is_some())
+}
+
+/// Run `f` on a worker of the pool, keeping this thread's [`in_round`] state, so the streamed
+/// products inside it split with joins from inside the pool ([`split_stream`]). Runs `f` right
+/// here when this thread is already a worker or the pool has one thread. Results do not
+/// depend on where `f` runs.
+pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() || rayon::current_num_threads() <= 1 {
+        return f();
+    }
+    let round = round_active();
+    rayon::scope(move |_| if round { in_round(f) } else { f() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +113,28 @@ mod tests {
             assert!(round_active());
         });
         assert!(!round_active());
+    }
+
+    #[test]
+    fn on_pool_keeps_the_round_and_streams_split_only_from_workers() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let big = STREAM_POOL_MIN_BYTES;
+        pool.install(|| {
+            // `install` already runs on a worker: splits are allowed in a round.
+            assert!(in_round(|| split_stream(big)));
+            assert!(!split_stream(big - 1));
+        });
+        // A thread outside the pool, in a round: never (it would park on every product).
+        let outside = std::thread::spawn(move || in_round(|| split_stream(big)));
+        assert!(!outside.join().unwrap());
+        let (on_worker, round) =
+            in_round(|| on_pool(|| (rayon::current_thread_index().is_some(), round_active())));
+        assert!(round);
+        assert_eq!(on_worker, rayon::current_num_threads() > 1);
+        assert!(!on_pool(round_active));
     }
 
     #[test]

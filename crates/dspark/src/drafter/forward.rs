@@ -150,7 +150,7 @@ impl Qwen3Drafter {
         }
         let n = b_n * q_len;
         let ids = Tensor::from_vec(ids, n, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?;
+        let mut x = f32_of(&self.embed.index_select(&ids, 0)?)?;
         let (cos, sin) = self.rope.tables(&positions, &self.device)?;
         let eps = self.spec.shape.rms_norm_eps;
         let scale = 1.0 / (hd as f64).sqrt();

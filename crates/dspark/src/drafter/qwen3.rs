@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::nn::decoder::{Layer, Take};
 use crate::nn::weights::{SharedWeights, load_planned, shared_weight};
-use crate::nn::{Linear, Rope};
+use crate::nn::{Linear, LoadOptions, Rope, f32_of};
 use crate::sampling::StsCalibration;
 use crate::vocab::VocabSizes;
 
@@ -133,9 +133,22 @@ impl Qwen3Drafter {
         shared: SharedWeights,
         device: &Device,
     ) -> Result<Self> {
+        Self::load_with(dir, target, shared, device, LoadOptions::default())
+    }
+
+    /// [`Qwen3Drafter::load_on`] with [`LoadOptions`] (the weight dtype; by default each
+    /// matrix keeps its checkpoint dtype and the shared weights the target's).
+    pub fn load_with(
+        dir: &Path,
+        target: &TargetSpec,
+        shared: SharedWeights,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
         let spec = DraftSpec::from_path(dir)?;
         let inventory = Inventory::open(dir)?;
-        let mut drafter = Self::from_checkpoint(spec, target, &inventory, shared, device)?;
+        let mut drafter =
+            Self::from_checkpoint_with(spec, target, &inventory, shared, device, options)?;
         let path = dir.join(STS_FILE);
         if drafter.confidence.is_some() && path.is_file() {
             drafter.set_sts(Some(StsCalibration::from_json_path(&path)?))?;
@@ -185,19 +198,39 @@ impl Qwen3Drafter {
         shared: SharedWeights,
         device: &Device,
     ) -> Result<Self> {
+        Self::from_checkpoint_with(
+            spec,
+            target,
+            inventory,
+            shared,
+            device,
+            LoadOptions::default(),
+        )
+    }
+
+    /// [`Qwen3Drafter::from_checkpoint`] with [`LoadOptions`] (the weight dtype).
+    pub fn from_checkpoint_with(
+        spec: DraftSpec,
+        target: &TargetSpec,
+        inventory: &Inventory,
+        shared: SharedWeights,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
         check_supported(&spec)?;
         Error::collect(spec.check_target(target))?;
         let plan = LoadPlan::build(&spec, target, inventory)?;
         let rope = Rope::new(&spec.shape.rope, spec.shape.head_dim, &spec.source)?;
         let vocab = plan.vocab;
         let h = spec.shape.hidden_size;
-        let mut t = Take(load_planned(&plan, inventory, device)?);
+        let mut t = Take(load_planned(&plan, inventory, device, options)?);
         let embed = match shared_weight(
             shapes::EMBED,
             shared.embed.as_ref(),
             plan.embed_tokens,
             [vocab.input, vocab.input, h],
             device,
+            options,
         )? {
             Some(w) => w,
             None => t.get(shapes::EMBED)?,
@@ -208,6 +241,7 @@ impl Qwen3Drafter {
             plan.lm_head,
             [vocab.draft.min(vocab.target), vocab.draft, h],
             device,
+            options,
         )? {
             Some(w) => w,
             None => t.get(shapes::LM_HEAD)?,
@@ -217,7 +251,7 @@ impl Qwen3Drafter {
         for i in 0..spec.shape.num_hidden_layers {
             layers.push(Layer::load(&mut t, &format!("model.layers.{i}"), bias)?);
         }
-        let host = |x: Tensor| -> Result<Vec<f32>> { Ok(x.flatten_all()?.to_vec1::<f32>()?) };
+        let host = |x: Tensor| -> Result<Vec<f32>> { Ok(f32_of(&x.flatten_all()?)?.to_vec1()?) };
         let (markov_w1, markov_w2) = if spec.markov_rank > 0 {
             (
                 host(t.get("model.markov_head.markov_w1.weight")?)?,

@@ -100,6 +100,28 @@ impl Layer {
         })
     }
 
+    /// The dtype the layer's matrices are kept in (its query projection's: a checkpoint
+    /// stores a layer's matrices in one dtype).
+    pub(crate) fn weight_dtype(&self) -> crate::nn::WeightDtype {
+        self.q_proj.weight_dtype()
+    }
+
+    /// Bytes of the layer's matrices (what one forward reads of it, norms aside).
+    pub(crate) fn weight_bytes(&self) -> usize {
+        [
+            &self.q_proj,
+            &self.k_proj,
+            &self.v_proj,
+            &self.o_proj,
+            &self.gate_proj,
+            &self.up_proj,
+            &self.down_proj,
+        ]
+        .iter()
+        .map(|l| l.weight_bytes())
+        .sum()
+    }
+
     /// The pre-norm layer over `x: [N, H]` (rows of any number of requests, packed), with
     /// `(cos, sin)` tables for the `N` rows' positions:
     /// `x + o(attend(q, k, v))`, then `+ mlp(post_norm(·))`. `attend` receives

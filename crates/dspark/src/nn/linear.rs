@@ -1,30 +1,34 @@
-//! Linear maps on candle tensors in `f32`, shared by every model.
+//! Linear maps on candle tensors (f32 activations), shared by every model.
 //!
 //! A round multiplies a handful of rows (`B·K` block slots, `K + 1` verified tokens) by each
 //! weight. General GEMM is a poor fit there: it repacks the whole weight on every call and
-//! splits a few microseconds of work over the thread pool. On the CPU in f32, [`Linear`] keeps
-//! its weight packed once, at load, for the panel kernel of [`super::packed`] (the output heads
-//! get a packed copy, [`output_head`]; attention runs through the same kernel). [`matmul_t`]
-//! remains for everything else: inputs of at most [`SMALL_ROWS`] rows (f32, CPU) go through the
-//! register-blocked dot kernel of the Markov bias (each weight row read once, straight from the
-//! tensor's storage; split over the pool by column chunks only for large weights, from
-//! [`PAR_MIN_MACS`](crate::cpu::par::PAR_MIN_MACS)), the rest through candle's matmul.
+//! splits a few microseconds of work over the thread pool. On the CPU, [`Linear`] keeps its
+//! weight packed once, at load, in the weight's own dtype (f32, bf16 or f16: a 2-byte weight
+//! stays 2 bytes) for the panel kernel of [`super::packed`] (the output heads get a packed
+//! copy, [`output_head`]; attention runs through the same kernel). [`matmul_t`] remains for
+//! everything else: inputs of at most [`SMALL_ROWS`] rows (CPU, f32 rows against an f32, bf16
+//! or f16 weight) go through the register-blocked dot kernel of the Markov bias (each weight
+//! row read once, straight from the tensor's storage; split over the pool by column chunks
+//! only for large weights, from [`PAR_MIN_MACS`](crate::cpu::par::PAR_MIN_MACS)), the rest
+//! through candle's matmul.
 //!
 //! Every host shortcut here (packing, the dot kernel, the single-pass `fused` chains) is taken
-//! only for tensors that pass [`crate::device::host_fast`]: with `DSPARK_KERNEL_PATH=tensor`
+//! only on the host fast path ([`crate::device::fast_on`]): with `DSPARK_KERNEL_PATH=tensor`
 //! the CPU runs the candle-op branch, the one a CUDA device runs (no cumsum or sort over the
-//! vocabulary anywhere in it), so it is tested without a GPU.
+//! vocabulary anywhere in it), so it is tested without a GPU. That branch computes in f32: a
+//! 2-byte weight given to it is widened once, at construction.
 
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use rayon::prelude::*;
 
 use std::sync::Arc;
 
+use super::WeightDtype;
 use super::fused;
-use super::packed::PackedMatrix;
+use super::packed::PackedWeight;
 use crate::cpu::bias_block;
 use crate::cpu::par::PAR_MIN_MACS;
-use crate::device::host_fast;
+use crate::device::{fast_on, host_fast};
 use crate::error::{Error, Result};
 use crate::view::{Floats, Mat};
 
@@ -33,14 +37,38 @@ pub const SMALL_ROWS: usize = 32;
 
 /// Largest output head (elements) that a model also keeps packed for [`output_head`]: the
 /// packed copy sits beside the stored head (which the embedding and a drafter may share), so
-/// heads above 64 MiB of f32 keep the dot kernel instead of doubling their memory.
+/// heads above 2^24 elements (64 MiB in f32, 32 MiB in bf16) keep the dot kernel instead of
+/// doubling their memory.
 pub const PACKED_HEAD_MAX: usize = 1 << 24;
 
-/// A packed copy of an output head `[V, H]` when it takes the host fast path
-/// ([`crate::device::host_fast`]: CPU, f32, `DSPARK_KERNEL_PATH` not `tensor`) and is at most
+/// Run `f` on the contiguous values of a CPU tensor in f32, bf16 or f16; `None` for any other
+/// tensor.
+pub(crate) fn with_floats<R>(t: &Tensor, f: impl FnOnce(Floats<'_>) -> R) -> Option<R> {
+    if !t.device().is_cpu() {
+        return None;
+    }
+    let (storage, layout) = t.storage_and_layout();
+    let (lo, hi) = layout.contiguous_offsets()?;
+    let floats = match &*storage {
+        Storage::Cpu(CpuStorage::F32(all)) => Floats::F32(&all[lo..hi]),
+        Storage::Cpu(CpuStorage::BF16(all)) => Floats::BF16(&all[lo..hi]),
+        Storage::Cpu(CpuStorage::F16(all)) => Floats::F16(&all[lo..hi]),
+        _ => return None,
+    };
+    Some(f(floats))
+}
+
+/// `true` when `t` is a weight the host kernels read where it lies: an f32, bf16 or f16
+/// tensor on the host fast path ([`fast_on`]).
+fn host_weight(t: &Tensor) -> bool {
+    WeightDtype::of_candle(t.dtype()).is_some() && fast_on(t.device())
+}
+
+/// A packed copy of an output head `[V, H]` when it takes the host fast path (f32, bf16 or
+/// f16 on the CPU, `DSPARK_KERNEL_PATH` not `tensor`; packed in its own dtype) and is at most
 /// [`PACKED_HEAD_MAX`] elements (see [`Linear`]); `None` otherwise.
 pub fn output_head(head: &Tensor) -> Result<Option<Linear>> {
-    let host = host_fast(head) && head.rank() == 2;
+    let host = host_weight(head) && head.rank() == 2;
     if !host || head.elem_count() > PACKED_HEAD_MAX {
         return Ok(None);
     }
@@ -49,9 +77,10 @@ pub fn output_head(head: &Tensor) -> Result<Option<Linear>> {
 
 /// A linear map `y = x · Wᵀ (+ b)` with `W` given `[out, in]` (PyTorch layout).
 ///
-/// On the CPU in f32 the weight is kept in [`PackedMatrix`] panels (instead of, not beside,
-/// the `[out, in]` tensor) and every product runs the panel kernel; elsewhere it stays a candle
-/// tensor and goes through [`matmul_t`].
+/// On the host fast path the weight is kept in [`PackedWeight`] panels of its own dtype (f32,
+/// bf16 or f16: instead of, not beside, the `[out, in]` tensor) and every product runs the
+/// panel kernel, widening in registers; elsewhere it stays a candle tensor (widened to f32
+/// once, here) and goes through [`matmul_t`]. Activations and results are f32.
 #[derive(Debug, Clone)]
 pub struct Linear {
     weight: Weight,
@@ -63,12 +92,13 @@ pub struct Linear {
 enum Weight {
     Tensor(Tensor),
     /// The packed weight and the bias on the host.
-    Packed(Arc<PackedMatrix>, Option<Arc<Vec<f32>>>),
+    Packed(Arc<PackedWeight>, Option<Arc<Vec<f32>>>),
 }
 
 impl Linear {
-    /// `weight: [out, in]`, `bias: [out]`. Errors: `bad-shape` for a weight that is not 2-D
-    /// or a bias that is not `[out]`.
+    /// `weight: [out, in]` (f32, bf16 or f16; packed in that dtype on the host fast path),
+    /// `bias: [out]`. Errors: `bad-shape` for a weight that is not 2-D or a bias that is not
+    /// `[out]`.
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
         let &[out, d_in] = weight.dims() else {
             return Err(Error::bad_shape(
@@ -82,14 +112,18 @@ impl Linear {
                 format!("{:?} for a weight of {out} outputs", b.dims()),
             ));
         }
-        if !host_fast(&weight) || bias.as_ref().is_some_and(|b| !host_fast(b)) {
+        let bias = bias.map(|b| super::f32_of(&b)).transpose()?;
+        let dtype = WeightDtype::of_candle(weight.dtype());
+        let host = host_weight(&weight) && bias.as_ref().is_none_or(host_fast);
+        let (Some(dtype), true) = (dtype, host) else {
             return Ok(Self {
-                weight: Weight::Tensor(weight),
+                weight: Weight::Tensor(super::f32_of(&weight)?),
                 bias,
             });
-        }
-        let w = weight.flatten_all()?.to_vec1::<f32>()?;
-        let packed = PackedMatrix::pack(&w, out, d_in)
+        };
+        let weight = weight.contiguous()?;
+        let packed = with_floats(&weight, |w| PackedWeight::pack(w, out, d_in, dtype))
+            .flatten()
             .ok_or_else(|| Error::bad_shape("weight", "data does not fill [out, in]"))?;
         let b = bias
             .as_ref()
@@ -99,6 +133,22 @@ impl Linear {
             weight: Weight::Packed(Arc::new(packed), b),
             bias,
         })
+    }
+
+    /// The dtype the weight is kept in (`float32` for a tensor-path weight).
+    pub fn weight_dtype(&self) -> WeightDtype {
+        match &self.weight {
+            Weight::Tensor(_) => WeightDtype::F32,
+            Weight::Packed(w, _) => w.dtype(),
+        }
+    }
+
+    /// Bytes of the weight one product reads.
+    pub fn weight_bytes(&self) -> usize {
+        match &self.weight {
+            Weight::Tensor(t) => t.elem_count() * t.dtype().size_in_bytes(),
+            Weight::Packed(w, _) => w.bytes(),
+        }
     }
 
     /// Apply to `x` of shape `[.., in]`, giving `[.., out]`.
@@ -178,12 +228,32 @@ impl Linear {
 }
 
 /// `x · wᵀ (+ bias)` for `x: [N, in]` and `w: [out, in]`, giving `[N, out]`: the dot kernel when
-/// `N <= SMALL_ROWS` and everything is contiguous f32 on the CPU, candle's matmul otherwise
-/// (any device or dtype, and its shape errors).
+/// `x` is contiguous f32 on the host fast path and `w` an f32, bf16 or f16 weight there (in
+/// chunks of [`SMALL_ROWS`] rows when `w` is not f32: each chunk reads it once), candle's
+/// matmul otherwise (any device or dtype, and its shape errors; a weight of another dtype than
+/// `x` is converted first).
 pub fn matmul_t(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     if let Some(y) = matmul_t_small(x, w, bias)? {
         return Ok(y);
     }
+    if let &[n, _] = x.dims()
+        && w.dtype() != DType::F32
+        && host_weight(w)
+        && n > SMALL_ROWS
+        && host_fast(x)
+    {
+        let mut parts = Vec::with_capacity(n.div_ceil(SMALL_ROWS));
+        for i0 in (0..n).step_by(SMALL_ROWS) {
+            let rows = x.narrow(0, i0, SMALL_ROWS.min(n - i0))?.contiguous()?;
+            parts.push(matmul_t(&rows, w, bias)?);
+        }
+        return Ok(Tensor::cat(&parts, 0)?);
+    }
+    let w = if w.dtype() == x.dtype() {
+        w.clone()
+    } else {
+        w.to_dtype(x.dtype())?
+    };
     let y = x.matmul(&w.t()?)?;
     Ok(match bias {
         Some(b) => y.broadcast_add(b)?,
@@ -199,7 +269,7 @@ fn matmul_t_small(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Optio
     if n == 0
         || n > SMALL_ROWS
         || !host_fast(x)
-        || !host_fast(w)
+        || !host_weight(w)
         || bias.is_some_and(|b| !host_fast(b))
     {
         return Ok(None);
@@ -216,19 +286,28 @@ fn matmul_t_small(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Optio
         None => vec![0f32; n * out],
     };
     let xs = x.flatten_all()?.to_vec1::<f32>()?;
-    let (storage, layout) = w.storage_and_layout();
-    let (Storage::Cpu(CpuStorage::F32(all)), Some((lo, hi))) =
-        (&*storage, layout.contiguous_offsets())
-    else {
+    let done = with_floats(w, |data| {
+        let mat = Mat {
+            data,
+            dims: [out, d_in],
+        };
+        dots_into(mat, n, &xs, &mut y);
+    });
+    if done.is_none() {
         return Ok(None);
-    };
-    let mat = Mat {
-        data: Floats::F32(&all[lo..hi]),
-        dims: [out, d_in],
-    };
-    if n * out * d_in >= PAR_MIN_MACS && crate::threads::use_pool(n * out * d_in) {
-        // A large weight: column chunks of every row in parallel (each weight row still read
-        // once, by one worker).
+    }
+    Ok(Some(Tensor::from_vec(y, (n, out), x.device())?))
+}
+
+/// `y[i] += xs[i] · matᵀ` for `n` rows, with the dot kernel: split over the pool by column
+/// chunks for large weights (each weight row still read once, by one worker).
+fn dots_into(mat: Mat<'_>, n: usize, xs: &[f32], y: &mut [f32]) {
+    let [out, d_in] = mat.dims;
+    let work = n * out * d_in;
+    let bytes = out * d_in * mat.data.elem_bytes();
+    if (work >= PAR_MIN_MACS && crate::threads::use_pool(work))
+        || crate::threads::split_stream(bytes)
+    {
         let chunk = out.div_ceil(rayon::current_num_threads() * 4).max(16);
         let mut parts: Vec<Vec<&mut [f32]>> = (0..out.div_ceil(chunk))
             .map(|_| Vec::with_capacity(n))
@@ -241,13 +320,11 @@ fn matmul_t_small(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Optio
         parts
             .into_par_iter()
             .enumerate()
-            .for_each(|(c, mut dst)| bias_block(mat, c * chunk, &xs, &mut dst, 1.0));
+            .for_each(|(c, mut dst)| bias_block(mat, c * chunk, xs, &mut dst, 1.0));
     } else {
         let mut rows: Vec<&mut [f32]> = y.chunks_mut(out).collect();
-        bias_block(mat, 0, &xs, &mut rows, 1.0);
+        bias_block(mat, 0, xs, &mut rows, 1.0);
     }
-    drop(storage);
-    Ok(Some(Tensor::from_vec(y, (n, out), x.device())?))
 }
 
 /// Ensure `t` is `f32` (the drafter's compute dtype).

@@ -11,13 +11,16 @@
 //!   attention each model supplies;
 //! - `fused`: the single-pass host bodies of these ops, taken for contiguous f32 CPU tensors
 //!   on the fast kernel path ([`crate::device::host_fast`]);
-//! - [`weights`]: safetensors → tensors, and the weights a target shares with its drafter.
+//! - [`weights`]: safetensors → tensors, and the weights a target shares with its drafter;
+//! - [`dtype`]: the dtype weight matrices are kept in ([`WeightDtype`]: f32, or bf16 / f16
+//!   read as 2 bytes and widened in registers) and the [`LoadOptions`] that choose it.
 //!
 //! Every op here is a candle-op front: the host shortcut first, else the device-generic path
 //! (what a CUDA device runs, and the CPU under `DSPARK_KERNEL_PATH=tensor`).
 
 pub mod attention;
 pub(crate) mod decoder;
+pub mod dtype;
 pub(crate) mod fused;
 pub mod linear;
 pub mod mlp;
@@ -28,6 +31,7 @@ pub mod weights;
 
 pub use crate::cpu::par::PAR_MIN_MACS;
 pub use attention::{causal_gqa_attention, causal_gqa_attention_kt, gqa_attention, softmax_last};
+pub use dtype::{LoadOptions, WeightDtype};
 pub use linear::{Linear, PACKED_HEAD_MAX, SMALL_ROWS, f32_of, matmul_t, output_head};
 pub use mlp::swiglu;
 pub use norm::rms_norm;

@@ -1,9 +1,13 @@
 //! Reading a drafter's tensors from safetensors through its [`LoadPlan`].
 //!
-//! Files are memory-mapped once each; every planned tensor (f32, f16, bf16 or f64 on disk) is
-//! widened to an `f32` candle tensor on the requested device. Weights the plan takes from the
-//! target ([`WeightSource::SharedTarget`]) come from [`SharedWeights`] and are shape-checked:
-//! a plan that shares a weight nobody passed is an error, never a silently random tensor.
+//! Files are memory-mapped once each. Every planned tensor (f32, f16, bf16 or f64 on disk)
+//! becomes a candle tensor on the requested device: matrices (2-D) in the dtype the
+//! [`LoadOptions`] choose (by default the one they are stored in, so a bf16 checkpoint stays
+//! 2 bytes a weight), everything else (norms, biases) in `f32`. On the device-generic path
+//! (not [`fast_on`]) every tensor is `f32`, holding the values of the chosen dtype. Weights
+//! the plan takes from the target ([`WeightSource::SharedTarget`]) come from
+//! [`SharedWeights`] and are shape-checked: a plan that shares a weight nobody passed is an
+//! error, never a silently random tensor.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -12,11 +16,15 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use memmap2::Mmap;
 
+use super::packed::PanelElem;
+use super::{LoadOptions, WeightDtype};
 use crate::checkpoint::{Inventory, LoadPlan, TensorInfo, WeightSource};
+use crate::device::fast_on;
 use crate::error::{Error, Result};
 
 /// Embedding and output head handed over by the target model, used where the load plan says
-/// [`WeightSource::SharedTarget`]. Any float dtype; converted to `f32`.
+/// [`WeightSource::SharedTarget`]. f32, bf16 or f16: a drafter keeps them in their dtype
+/// (shared, not copied, when the rows match) unless its [`LoadOptions`] choose another.
 #[derive(Debug, Clone, Default)]
 pub struct SharedWeights {
     /// The target's input embedding `[rows >= V_in, H]`.
@@ -29,6 +37,7 @@ pub struct SharedWeights {
 pub(crate) struct TensorReader {
     maps: BTreeMap<PathBuf, (Mmap, usize)>,
     device: Device,
+    options: LoadOptions,
 }
 
 fn io(path: &Path, source: std::io::Error) -> Error {
@@ -46,10 +55,11 @@ fn bad(path: &Path, message: impl Into<String>) -> Error {
 }
 
 impl TensorReader {
-    pub(crate) fn new(device: &Device) -> Self {
+    pub(crate) fn new(device: &Device, options: LoadOptions) -> Self {
         Self {
             maps: BTreeMap::new(),
             device: device.clone(),
+            options,
         }
     }
 
@@ -80,9 +90,16 @@ impl TensorReader {
         Ok((map, *start))
     }
 
-    /// Read one tensor as `f32` on the reader's device.
+    /// Read one tensor onto the reader's device: a matrix (2-D) in the options' dtype for it
+    /// ([`LoadOptions::matrix_dtype`]), anything else in `f32`; `f32` holding those values on
+    /// the device-generic path.
     pub(crate) fn read(&mut self, info: &TensorInfo) -> Result<Tensor> {
         let device = self.device.clone();
+        let dtype = if info.shape.len() == 2 {
+            self.options.matrix_dtype(&info.dtype)
+        } else {
+            WeightDtype::F32
+        };
         let (map, start) = self.map(&info.file)?;
         let (b, e) = info.data_offsets;
         let range = usize::try_from(b)
@@ -121,37 +138,62 @@ impl TensorReader {
                 ),
             ));
         }
-        let values: Vec<f32> = match info.dtype.as_str() {
-            "F32" => bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            "F16" => bytes
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            "BF16" => bytes
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            _ => bytes
-                .chunks_exact(8)
-                .map(|c| {
-                    f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32
-                })
-                .collect(),
+        let shape = info.shape.as_slice();
+        let stored = info.dtype.as_str();
+        let host = match dtype {
+            WeightDtype::F32 => Tensor::from_vec(decode::<f32>(bytes, stored), shape, &Device::Cpu),
+            WeightDtype::BF16 => {
+                Tensor::from_vec(decode::<half::bf16>(bytes, stored), shape, &Device::Cpu)
+            }
+            WeightDtype::F16 => {
+                Tensor::from_vec(decode::<half::f16>(bytes, stored), shape, &Device::Cpu)
+            }
+        }?;
+        let host = if fast_on(&device) {
+            host
+        } else {
+            host.to_dtype(DType::F32)?
         };
-        Ok(Tensor::from_vec(values, info.shape.as_slice(), &device)?)
+        Ok(host.to_device(&device)?)
     }
 }
 
-/// Every planned tensor of a checkpoint, by canonical name, as `f32` on `device`.
+/// Little-endian safetensors data of dtype `stored` (`F32`, `F16`, `BF16`, `F64`; the caller
+/// checked the length) as `T`: exact when `T` holds every stored value, else rounded to
+/// nearest even (`F64` through `f32`).
+fn decode<T: PanelElem>(bytes: &[u8], stored: &str) -> Vec<T> {
+    match stored {
+        "F32" => bytes
+            .chunks_exact(4)
+            .map(|c| T::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        "F16" => bytes
+            .chunks_exact(2)
+            .map(|c| T::from_f32(half::f16::from_le_bytes([c[0], c[1]]).to_f32()))
+            .collect(),
+        "BF16" => bytes
+            .chunks_exact(2)
+            .map(|c| T::from_f32(PanelElem::to_f32(half::bf16::from_le_bytes([c[0], c[1]]))))
+            .collect(),
+        _ => bytes
+            .chunks_exact(8)
+            .map(|c| {
+                let v = f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+                T::from_f32(v as f32)
+            })
+            .collect(),
+    }
+}
+
+/// Every planned tensor of a checkpoint, by canonical name, on `device` (dtypes as
+/// [`TensorReader::read`]).
 pub(crate) fn load_planned(
     plan: &LoadPlan,
     inventory: &Inventory,
     device: &Device,
+    options: LoadOptions,
 ) -> Result<BTreeMap<String, Tensor>> {
-    let mut reader = TensorReader::new(device);
+    let mut reader = TensorReader::new(device, options);
     let mut out = BTreeMap::new();
     for (canonical, name) in &plan.tensors {
         if canonical == crate::checkpoint::names::D2T_CANONICAL {
@@ -171,13 +213,16 @@ pub(crate) fn load_planned(
 
 /// A weight taken from the target: present when the plan shares it, 2-D with `cols` columns
 /// and at least `min_rows` rows; rows beyond `rows` are dropped and missing rows up to `rows`
-/// (padded vocabularies) are zero-filled. Returned as `f32` on `device`.
+/// (padded vocabularies) are zero-filled. Returned on `device` in the options' dtype, else
+/// its own (f32, bf16 or f16; anything else becomes f32): no copy when that is the given
+/// tensor's dtype and device and its rows match. `f32` on the device-generic path.
 pub(crate) fn shared_weight(
     what: &'static str,
     given: Option<&Tensor>,
     source: WeightSource,
     [min_rows, rows, cols]: [usize; 3],
     device: &Device,
+    options: LoadOptions,
 ) -> Result<Option<Tensor>> {
     if source == WeightSource::Own {
         return Ok(None);
@@ -199,11 +244,16 @@ pub(crate) fn shared_weight(
     if c != cols || n < min_rows {
         return Err(bad_shape());
     }
-    let t = t.to_device(device)?.to_dtype(DType::F32)?;
+    let dtype = match options.dtype {
+        _ if !fast_on(device) => WeightDtype::F32,
+        Some(d) => d,
+        None => WeightDtype::of_candle(t.dtype()).unwrap_or(WeightDtype::F32),
+    };
+    let t = t.to_device(device)?.to_dtype(dtype.candle())?;
     let t = if n >= rows {
         t.narrow(0, 0, rows)?
     } else {
-        let pad = Tensor::zeros((rows - n, cols), DType::F32, device)?;
+        let pad = Tensor::zeros((rows - n, cols), dtype.candle(), device)?;
         Tensor::cat(&[&t, &pad], 0)?
     };
     Ok(Some(t.contiguous()?))

@@ -13,7 +13,7 @@ use super::cache::Qwen3Cache;
 use super::qwen3::Qwen3Target;
 use crate::error::{Error, Result};
 use crate::limits::{MAX_POSITION, output_elements};
-use crate::nn::{causal_gqa_attention_kt, matmul_t, rms_norm};
+use crate::nn::{causal_gqa_attention_kt, f32_of, matmul_t, rms_norm};
 use crate::target::{LogitRows, TargetInput, TargetOutput};
 
 /// Where each request's new tokens sit in the packed batch.
@@ -105,8 +105,25 @@ impl Qwen3Target {
         Ok(packed)
     }
 
-    /// [`crate::speculator::TargetModel::forward`].
+    /// [`crate::target::TargetModel::forward`]. On the host fast path the forward runs on
+    /// a pool worker ([`crate::threads::on_pool`]), so that its large products split their
+    /// weights over the pool, inside a speculative round too (a step's time is the time to
+    /// read the weights, and one core alone does not reach the read bandwidth).
     pub(crate) fn forward_packed(
+        &self,
+        cache: &mut Qwen3Cache,
+        input: &TargetInput<'_>,
+        capture: &[usize],
+    ) -> Result<TargetOutput> {
+        if crate::device::fast_on(&self.device) {
+            crate::threads::on_pool(|| self.forward_here(cache, input, capture))
+        } else {
+            self.forward_here(cache, input, capture)
+        }
+    }
+
+    /// [`Self::forward_packed`] on the calling thread.
+    fn forward_here(
         &self,
         cache: &mut Qwen3Cache,
         input: &TargetInput<'_>,
@@ -132,7 +149,7 @@ impl Qwen3Target {
             }
         }
         let ids = Tensor::from_vec(std::mem::take(&mut p.ids), n, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?;
+        let mut x = f32_of(&self.embed.index_select(&ids, 0)?)?;
         let (cos, sin) = self.rope.tables(&p.positions, &self.device)?;
         let heads = self.heads();
         let scale = 1.0 / (heads.head_dim as f64).sqrt();

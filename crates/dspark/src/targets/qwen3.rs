@@ -1,8 +1,11 @@
 //! [`Qwen3Target`]: a Hugging Face `Qwen3ForCausalLM` checkpoint run natively on candle.
 //!
-//! Weights (safetensors, single file or sharded; f32, f16, bf16 or f64 on disk) are widened to
-//! `f32` and shape-checked against the config before anything is read. The decoder layers are
-//! the drafter's ([`crate::drafter`]'s shared `Layer`); the forward is in `forward.rs`.
+//! Weights (safetensors, single file or sharded; f32, f16, bf16 or f64 on disk) are
+//! shape-checked against the config before anything is read, then kept in the dtype the
+//! [`LoadOptions`] choose (by default the checkpoint's: a bf16 checkpoint's matrices, embedding
+//! and head stay 2 bytes a weight, widened in registers by the kernels; see
+//! [`crate::nn::dtype`]). The decoder layers are the drafter's ([`crate::drafter`]'s shared
+//! `Layer`); the forward is in `forward.rs`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,10 +18,10 @@ use crate::checkpoint::shapes::{EMBED, LM_HEAD};
 use crate::config::Qwen3Config;
 use crate::config::TargetSpec;
 use crate::error::{Error, Result};
-use crate::nn::SharedWeights;
 use crate::nn::decoder::{Heads, Layer, Take};
 use crate::nn::weights::TensorReader;
 use crate::nn::{Linear, Rope, output_head};
+use crate::nn::{LoadOptions, SharedWeights};
 use crate::target::{TargetInput, TargetModel, TargetOutput};
 
 /// A Qwen3 causal LM on candle: the native [`TargetModel`].
@@ -108,9 +111,14 @@ impl Qwen3Target {
     /// Load a `Qwen3ForCausalLM` directory (`config.json` + `model.safetensors` or a sharded
     /// `model.safetensors.index.json`) onto `device`.
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        Self::load_with(dir, device, LoadOptions::default())
+    }
+
+    /// [`Qwen3Target::load`] with [`LoadOptions`] (the weight dtype).
+    pub fn load_with(dir: &Path, device: &Device, options: LoadOptions) -> Result<Self> {
         let config = Qwen3Config::from_path(dir)?;
         let inventory = Inventory::open(dir)?;
-        Self::from_checkpoint(config, &inventory, device)
+        Self::from_checkpoint_with(config, &inventory, device, options)
     }
 
     /// Build from a parsed config and an opened checkpoint. Every tensor is checked (present:
@@ -122,6 +130,16 @@ impl Qwen3Target {
         config: Qwen3Config,
         inventory: &Inventory,
         device: &Device,
+    ) -> Result<Self> {
+        Self::from_checkpoint_with(config, inventory, device, LoadOptions::default())
+    }
+
+    /// [`Qwen3Target::from_checkpoint`] with [`LoadOptions`] (the weight dtype).
+    pub fn from_checkpoint_with(
+        config: Qwen3Config,
+        inventory: &Inventory,
+        device: &Device,
+        options: LoadOptions,
     ) -> Result<Self> {
         let rope = Rope::new(&config.shape.rope, config.shape.head_dim, &config.source)?;
         let wants = expected(&config);
@@ -152,7 +170,7 @@ impl Qwen3Target {
             }
         }
         Error::collect(problems)?;
-        let mut reader = TensorReader::new(device);
+        let mut reader = TensorReader::new(device, options);
         let mut tensors = BTreeMap::new();
         for w in &wants {
             if let Some(info) = inventory.get(&w.name) {
@@ -199,7 +217,29 @@ impl Qwen3Target {
         self.config.target_spec()
     }
 
-    /// The embedding and output head as stored (cheap handle copies: a drafter loaded with
+    /// The dtype the decoder layers' matrices are kept in ([`LoadOptions::dtype`], by default
+    /// the checkpoint's; `float32` on the device-generic path, which computes in f32).
+    pub fn weight_dtype(&self) -> crate::nn::WeightDtype {
+        self.layers
+            .first()
+            .map_or(crate::nn::WeightDtype::F32, Layer::weight_dtype)
+    }
+
+    /// Bytes of weights one forward step reads whatever its rows (what bounds a decode step
+    /// from below): every layer's matrices and the output head, in their kept dtype (norms
+    /// and the embedding rows looked up aside).
+    pub fn weight_bytes_per_step(&self) -> usize {
+        let layers: usize = self.layers.iter().map(Layer::weight_bytes).sum();
+        let head = match &self.head {
+            Some(h) => h.weight_bytes(),
+            None => {
+                self.lm_head_logical.elem_count() * self.lm_head_logical.dtype().size_in_bytes()
+            }
+        };
+        layers + head
+    }
+
+    /// The embedding and output head as kept (cheap handle copies: a drafter loaded with
     /// them shares their memory).
     pub fn shared_weights(&self) -> SharedWeights {
         SharedWeights {

@@ -1,8 +1,27 @@
-//! The AVX-512 and AVX2 register tiles of [`super::PanelView`].
+//! The AVX-512 and AVX2 register tiles of [`super::PanelView`], for every panel element type:
+//! each 16-lane column is loaded and widened to f32 ([`PanelElem::load16`] /
+//! [`PanelElem::load8`], exact), then fed to the same FMAs as f32 panels.
 
 use std::arch::x86_64::*;
 
-use super::{Dst, PANEL};
+use super::tile::Dst;
+use super::{PANEL, PanelElem};
+
+/// Prefetch the cache lines of `ahead` that a tile consuming `lines_per_col` lines of its own
+/// panels per column has reached at column `k` (so the prefetches end with the tile).
+#[inline(always)]
+fn prefetch<T>(ahead: &[T], k: usize, lines_per_col: usize) {
+    let bytes = std::mem::size_of_val(ahead);
+    let ap = ahead.as_ptr().cast::<u8>();
+    for l in 0..lines_per_col {
+        let at = (k * lines_per_col + l) * 64;
+        if at < bytes {
+            // SAFETY: `at < bytes`, so the address is inside `ahead` (and a prefetch never
+            // faults anyway).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(at).cast()) };
+        }
+    }
+}
 
 /// `M` rows × `R` panels with AVX-512F.
 ///
@@ -11,33 +30,28 @@ use super::{Dst, PANEL};
 /// `r < R`, `k < cols` (16 lanes each), `xs` `M·cols`; `dst` is writable for `M` rows × `R`
 /// panels (see [`Dst`]).
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn tile512<const M: usize, const R: usize>(
-    w: &[f32],
+pub(super) unsafe fn tile512<T: PanelElem, const M: usize, const R: usize>(
+    w: &[T],
     cols: usize,
     (ps, cs): (usize, usize),
     xs: &[f32],
     dst: Dst,
-    ahead: &[f32],
+    ahead: &[T],
 ) {
     debug_assert!(w.len() >= (R - 1) * ps + (cols - 1) * cs + PANEL);
     debug_assert!(xs.len() >= M * cols);
     let (wp, xp) = (w.as_ptr(), xs.as_ptr());
     let mut acc = [[_mm512_setzero_ps(); R]; M];
-    // One cache line of `ahead` per panel line read: the next group arrives as this ends.
-    let (ap, lines) = (ahead.as_ptr(), ahead.len() / PANEL);
+    // Lines of 64 bytes this tile reads per column: R·16 elements.
+    let lines = (R * PANEL * std::mem::size_of::<T>()).div_ceil(64);
     for k in 0..cols {
-        for l in 0..R {
-            let line = k * R + l;
-            if line < lines {
-                // SAFETY: a prefetch never faults, and `line·PANEL < ahead.len()`.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(line * PANEL).cast()) };
-            }
-        }
+        // One line of `ahead` per line read: the next group arrives as this ends.
+        prefetch(ahead, k, lines);
         // SAFETY: `r·ps + k·cs + PANEL <= w.len()` and `q·cols + k < M·cols`.
         unsafe {
             let mut wv = [_mm512_setzero_ps(); R];
             for (r, v) in wv.iter_mut().enumerate() {
-                *v = _mm512_loadu_ps(wp.add(r * ps + k * cs));
+                *v = T::load16(wp.add(r * ps + k * cs));
             }
             for (q, aq) in acc.iter_mut().enumerate() {
                 let xb = _mm512_set1_ps(*xp.add(q * cols + k));
@@ -59,33 +73,30 @@ pub(super) unsafe fn tile512<const M: usize, const R: usize>(
     }
 }
 
-/// `M` rows × 1 panel (two 8-lane halves) with AVX2 + FMA.
+/// `M` rows × 1 panel (two 8-lane halves) with AVX2 + FMA (+ F16C for `f16`).
 ///
 /// # Safety
-/// AVX2 and FMA must be available; `w` holds column `k` at `k·cs` (16 lanes each) for
+/// AVX2, FMA and F16C must be available; `w` holds column `k` at `k·cs` (16 lanes each) for
 /// `k < cols`, `xs` `M·cols`; `dst` is writable for `M` rows × 1 panel (see [`Dst`]).
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn tile256<const M: usize>(
-    w: &[f32],
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile256<T: PanelElem, const M: usize>(
+    w: &[T],
     cols: usize,
     (_, cs): (usize, usize),
     xs: &[f32],
     dst: Dst,
-    ahead: &[f32],
+    ahead: &[T],
 ) {
     debug_assert!(w.len() >= (cols - 1) * cs + PANEL && xs.len() >= M * cols);
     let (wp, xp) = (w.as_ptr(), xs.as_ptr());
     let mut acc = [[_mm256_setzero_ps(); 2]; M];
-    let (ap, lines) = (ahead.as_ptr(), ahead.len() / PANEL);
+    let lines = (PANEL * std::mem::size_of::<T>()).div_ceil(64);
     for k in 0..cols {
-        if k < lines {
-            // SAFETY: a prefetch never faults, and `k·PANEL < ahead.len()`.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(k * PANEL).cast()) };
-        }
+        prefetch(ahead, k, lines);
         // SAFETY: `k·cs + PANEL <= w.len()` and `q·cols + k < M·cols`.
         unsafe {
-            let lo = _mm256_loadu_ps(wp.add(k * cs));
-            let hi = _mm256_loadu_ps(wp.add(k * cs + 8));
+            let lo = T::load8(wp.add(k * cs));
+            let hi = T::load8(wp.add(k * cs + 8));
             for (q, aq) in acc.iter_mut().enumerate() {
                 let xb = _mm256_set1_ps(*xp.add(q * cols + k));
                 aq[0] = _mm256_fmadd_ps(lo, xb, aq[0]);

@@ -1,0 +1,295 @@
+"""The memory-bound pair, B = 1: dspark against llama.cpp and mistral.rs on the same weights.
+
+    python benches/bench_memory_bound.py /var/tmp/mb --gguf-dir /var/tmp/mb/gguf \\
+        [--dtypes bf16 f32] [--tokens 64] [--prompts 2] [--repeats 2] [--threads 2] \\
+        [--budget-s 1200] [--out benches/results/memory_bound.json]
+
+``PAIRS`` holds ``{dtype}/target`` and ``{dtype}/drafter`` (``dspark make-example DIR
+--memory-bound --dtype ...``); ``--gguf-dir`` holds ``target-{dtype}.gguf`` and
+``drafter-{dtype}.gguf`` made by llama.cpp's own converter from those directories
+(``benches/peers/convert.py``); the peers come from ``benches/peers/setup.sh``
+(``$DSPARK_PEERS_DIR/peers.json``, default ``/var/tmp/dspark-peers``). A peer that is missing
+is skipped with a line saying so.
+
+Greedy, held-out prompts (their first 48 tokens), ``--tokens`` new tokens, ``--threads``
+threads for every engine. Runs are interleaved (repeat → dtype → engine), so a change in the
+machine's load hits every engine alike; the JSON keeps every run and the medians, and ratios
+are against dspark's native target-only decoding of the same dtype in the same run:
+
+* ``dspark target-only`` / ``dspark speculative`` (full verification) / ``dspark scheduled``:
+  the native engine in this process, the pair loaded in its checkpoint dtype. tokens/s are
+  end to end (prefill included) and decode-only (``committed / (total - prefill)``);
+* ``llama-bench``: llama.cpp target-only token generation (``-p 0 -n TOKENS``);
+  ``llama-bench-1t`` the same on one thread (on a shared machine llama.cpp's spinning thread
+  pool collapses at 2 threads when another process holds a core);
+* ``llama.cpp draft-dspark``: ``llama-speculative-simple --spec-type draft-dspark`` with our
+  drafter (its decode speed as it prints it);
+* ``mistral.rs F32``: the ``mistralrs`` wheel, ``Which.Plain`` on the HF target directory,
+  target-only (its Python API runs no DSpark drafter).
+
+The floor: weight bytes per step (as the engine keeps them) ÷ the measured read bandwidth
+with ``--threads`` threads. The run stops starting new engine runs once ``--budget-s`` has
+passed. The machine this runs on may be shared: say so next to the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PEERS = Path(os.environ.get("DSPARK_PEERS_DIR", "/var/tmp/dspark-peers"))
+PROMPT_TOKENS = 48
+
+_MISTRALRS = """
+import json, sys, time, mistralrs as m
+r = m.Runner(which=m.Which.Plain(model_id=sys.argv[1], arch=m.Architecture.Qwen3,
+                                 dtype=getattr(m.ModelDType, sys.argv[4])))
+res = r.send_completion_request(m.CompletionRequest(
+    model="target", prompt=sys.argv[2], max_tokens=int(sys.argv[3]), temperature=0.0, top_k=1))
+print(json.dumps({"tokens_per_s": res.usage.avg_compl_tok_per_sec}))
+"""
+
+
+def read_bandwidth(threads: int, mib: int = 512, repeats: int = 5) -> float:
+    """Bytes/s of a parallel read of ``mib`` MiB with ``threads`` threads (best of repeats)."""
+    data = np.ones(mib << 18, dtype=np.float32)
+    parts = np.array_split(data, threads)
+    best = float("inf")
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            # x · x: BLAS's dot reads each value once at vector speed (np.sum's pairwise sum
+            # is slower than memory on some CPUs).
+            list(pool.map(lambda x: float(np.dot(x, x)), parts))
+            best = min(best, time.perf_counter() - t0)
+    return data.nbytes / best
+
+
+def cpu_isa() -> list[str]:
+    """The AVX-512 / AVX2 / FMA / F16C flags of this CPU (Linux)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split()
+    except (OSError, IndexError):
+        return []
+    keep = ("avx512", "avx2", "fma", "f16c")
+    return sorted({f for f in flags if f.startswith(keep)})
+
+
+def _run(cmd: list[str], timeout: float) -> str | None:
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        print(f"    timed out after {timeout:.0f} s")
+        return None
+    if res.returncode != 0:
+        print(f"    failed ({res.returncode}): {res.stderr[-400:]}")
+        return None
+    return res.stdout + "\n" + res.stderr
+
+
+class Dspark:
+    """The native pair of one dtype, loaded once."""
+
+    def __init__(self, pair: Path, prompts: list[list[int]], tokens: int) -> None:
+        from dspark.drafter import Drafter
+        from dspark.native_target import NativeTarget
+        from dspark.speculator import Speculator
+
+        self.target = NativeTarget.from_pretrained(pair / "target")
+        drafter = Drafter.from_pretrained(pair / "drafter", self.target)
+        self.full = Speculator(self.target, drafter, seed=0)
+        self.scheduled = Speculator(self.target, drafter, seed=0, verify="scheduled")
+        self.prompts, self.tokens = prompts, tokens
+        self.reference: list[list[int]] | None = None
+
+    def run(self, mode: str) -> dict[str, Any]:
+        spec = self.scheduled if mode == "scheduled" else self.full
+        call = spec.generate_target_only if mode == "target-only" else spec.generate
+        t0 = time.perf_counter()
+        res = call(self.prompts, self.tokens)
+        wall = time.perf_counter() - t0
+        st = res.stats
+        out: dict[str, Any] = {
+            "tokens_per_s": st.committed_tokens / wall,
+            "decode_tokens_per_s": st.committed_tokens
+            / max(st.total_seconds - st.prefill_seconds, 1e-9),
+        }
+        if mode == "target-only":
+            self.reference = [list(t) for t in res.tokens]
+        else:
+            out["tau"] = st.acceptance_length
+            out["greedy_equal"] = [list(t) for t in res.tokens] == self.reference
+            # The round's time outside the target's forwards and the drafter (sampling,
+            # scheduling, bookkeeping), over the whole call.
+            inside = st.target_seconds + st.drafter_seconds
+            out["outside_share"] = max(st.total_seconds - inside, 0.0) / st.total_seconds
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("pairs", type=Path)
+    ap.add_argument("--gguf-dir", type=Path, required=True)
+    ap.add_argument("--dtypes", nargs="+", default=["bf16", "f32"], choices=["bf16", "f32"])
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=1200.0)
+    ap.add_argument(
+        "--engines",
+        nargs="+",
+        default=[
+            "target-only",
+            "speculative",
+            "scheduled",
+            "llama-bench",
+            "draft-dspark",
+            "mistralrs",
+        ],
+    )
+    ap.add_argument("--out", type=Path, default=Path("benches/results/memory_bound.json"))
+    args = ap.parse_args(argv)
+    th = str(args.threads)
+    os.environ["RAYON_NUM_THREADS"] = th
+    start = time.perf_counter()
+
+    from tokenizers import Tokenizer
+
+    from dspark.memory_bound import bundled_tiny_dir
+
+    peers: dict[str, Any] = {}
+    if (PEERS / "peers.json").is_file():
+        peers = json.loads((PEERS / "peers.json").read_text())
+    else:
+        print(
+            f"skipping llama.cpp and mistral.rs: no {PEERS / 'peers.json'} (benches/peers/setup.sh)"
+        )
+    bins = Path(peers.get("bin", "/nonexistent"))
+    texts = json.loads((bundled_tiny_dir() / "heldout_prompts.json").read_text())["texts"]
+    bw = read_bandwidth(args.threads)
+    print(f"read bandwidth ({args.threads} threads): {bw / 1e9:.1f} GB/s")
+    results: dict[str, Any] = {
+        "machine": {
+            "isa": cpu_isa(),
+            "cpus": os.cpu_count(),
+            "threads": args.threads,
+            "platform": platform.platform(),
+            "read_bandwidth_bytes_per_s": bw,
+            "note": "shared machine: other processes ran during the measurements",
+        },
+        "tokens": args.tokens,
+        "prompts": args.prompts,
+        "runs": [],
+    }
+    pairs: dict[str, Dspark] = {}
+    prompt_text: dict[str, str] = {}
+    for dt in args.dtypes:
+        tok = Tokenizer.from_file(str(args.pairs / dt / "target" / "tokenizer.json"))
+        prompts = [tok.encode(t).ids[:PROMPT_TOKENS] for t in texts[: args.prompts]]
+        prompt_text[dt] = tok.decode(prompts[0])
+        pairs[dt] = Dspark(args.pairs / dt, prompts, args.tokens)
+        wb = pairs[dt].target.weight_bytes_per_step
+        results.setdefault("floor", {})[dt] = {
+            "weight_dtype": pairs[dt].target.weight_dtype,
+            "weight_bytes_per_step": wb,
+            "tokens_per_s": bw / wb,
+        }
+        print(f"[{dt}] weights kept as {pairs[dt].target.weight_dtype}: {wb / 1e9:.2f} GB/step,"
+              f" floor {bw / wb:.2f} tok/s")  # fmt: skip
+
+    def peer(dt: str, engine: str) -> dict[str, Any] | None:
+        gguf = args.gguf_dir / f"target-{dt}.gguf"
+        n = str(args.tokens)
+        if engine == "llama-bench":
+            out = _run([str(bins / "llama-bench"), "-m", str(gguf), "-p", "0", "-n", n,
+                        "-t", th, "-r", "1", "-o", "json"], 600)  # fmt: skip
+            if out:
+                return {"tokens_per_s": json.loads(out[: out.rindex("]") + 1])[0]["avg_ts"]}
+        elif engine == "llama-bench-1t":
+            # One thread: llama.cpp's spinning pool collapses when another process holds a core.
+            out = _run([str(bins / "llama-bench"), "-m", str(gguf), "-p", "0", "-n", n,
+                        "-t", "1", "-r", "1", "-o", "json"], 600)  # fmt: skip
+            if out:
+                return {"tokens_per_s": json.loads(out[: out.rindex("]") + 1])[0]["avg_ts"]}
+        elif engine == "draft-dspark":
+            out = _run([str(bins / "llama-speculative-simple"), "-m", str(gguf), "-md",
+                        str(args.gguf_dir / f"drafter-{dt}.gguf"), "--spec-type", "draft-dspark",
+                        "--spec-draft-n-max", "8", "-p", prompt_text[dt], "-n", n, "--temp", "0",
+                        "--top-k", "1", "-t", th, "-td", th, "-c", "1024"], 600)  # fmt: skip
+            if out:
+                got: dict[str, Any] = {
+                    k: float(v) for k, v in re.findall(r"(n_drafted|n_accept)\s*=\s*([\d.]+)", out)
+                }
+                speed = re.search(
+                    r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+)", out
+                )
+                if speed:
+                    got["tokens_per_s"] = float(speed.group(1))
+                    return got
+        elif engine == "mistralrs":
+            out = _run([peers["python"], "-c", _MISTRALRS, str(args.pairs / dt / "target"),
+                        prompt_text[dt], n, "F32"], 900)  # fmt: skip
+            if out:
+                line = next(ln for ln in out.splitlines() if ln.startswith("{"))
+                return dict(json.loads(line))
+        return None
+
+    for r in range(args.repeats):
+        for dt in args.dtypes:
+            for engine in args.engines:
+                if time.perf_counter() - start > args.budget_s:
+                    print(f"budget of {args.budget_s:.0f} s spent: stopping")
+                    break
+                if engine in ("target-only", "speculative", "scheduled"):
+                    got: dict[str, Any] | None = pairs[dt].run(engine)
+                    name = f"dspark {engine}"
+                elif not peers:
+                    continue
+                else:
+                    got, name = peer(dt, engine), engine
+                if got is None:
+                    continue
+                got.update({"repeat": r, "dtype": dt, "engine": name})
+                results["runs"].append(got)
+                tau = f"  tau {got['tau']:.2f}" if "tau" in got else ""
+                print(f"[{r}] {dt:4s} {name:24s} {got['tokens_per_s']:7.2f} tok/s{tau}", flush=True)
+
+    summary: dict[str, Any] = {}
+    for dt in args.dtypes:
+        rows = [x for x in results["runs"] if x["dtype"] == dt]
+        med = {
+            e: statistics.median(x["tokens_per_s"] for x in rows if x["engine"] == e)
+            for e in dict.fromkeys(x["engine"] for x in rows)
+        }
+        base = med.get("dspark target-only")
+        summary[dt] = {
+            e: {"tokens_per_s": v, "x_target_only": v / base if base else None}
+            for e, v in med.items()
+        }
+        if base:
+            summary[dt]["floor_fraction_target_only"] = base / results["floor"][dt]["tokens_per_s"]
+    results["median"] = summary
+    results["seconds"] = time.perf_counter() - start
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+//! Criterion bench of the decode matvec per weight dtype, against the read-bandwidth floor.
+//!
+//! A memory-bound decode step multiplies one row (or the `K + 1` rows of a verification) by
+//! every weight of the model, so its time is the time to read the weights. This bench streams a
+//! ring of packed matrices of the memory-bound pair's MLP shapes (`[5120, 1024]` and
+//! `[1024, 5120]`, 8 of them: 168 MB in f32, 84 MB in bf16 / f16, well past the L3) through
+//! [`PackedWeight::matmul`] with 1 and 9 rows, and reports bytes of weights per second, the
+//! figure to read against `matvec_bandwidth/sum` (a plain parallel read of 256 MiB with as many
+//! threads as the pool). bf16 / f16 panels read half the bytes of f32 ones, so at the floor
+//! they multiply twice the weights per second.
+//!
+//! Run: `cargo bench -p dspark-benches --bench matvec -- --warm-up-time 1 --measurement-time 3`
+//! (`RAYON_NUM_THREADS` sets the threads; the floor uses the same count).
+
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use dspark::nn::WeightDtype;
+use dspark::nn::packed::PackedWeight;
+use dspark::view::Floats;
+use std::hint::black_box;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The memory-bound target's MLP widths.
+const HIDDEN: usize = 1024;
+const MLP: usize = 5120;
+/// Matrices in the ring (alternating `[MLP, HIDDEN]` and `[HIDDEN, MLP]`).
+const RING: usize = 8;
+
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i.wrapping_mul(2_654_435_761) + seed) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+/// Sum of `data` over `threads` threads (each a contiguous share), 16 lanes per thread.
+fn parallel_sum(data: &[f32], threads: usize) -> f32 {
+    let chunk = data.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = data
+            .chunks(chunk)
+            .map(|c| {
+                s.spawn(move || {
+                    let mut acc = [0f32; 16];
+                    let it = c.chunks_exact(16);
+                    let tail: f32 = it.remainder().iter().sum();
+                    for v in it {
+                        for (a, x) in acc.iter_mut().zip(v) {
+                            *a += x;
+                        }
+                    }
+                    acc.iter().sum::<f32>() + tail
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    })
+}
+
+fn bench_matvec(c: &mut Criterion) {
+    let threads = rayon::current_num_threads();
+    let data = vec![1.0f32; 64 << 20]; // 256 MiB
+    let mut g = c.benchmark_group("matvec_bandwidth");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes((data.len() * 4) as u64));
+    g.bench_function(format!("sum_256MiB_{threads}threads"), |b| {
+        b.iter(|| black_box(parallel_sum(&data, threads)))
+    });
+    g.finish();
+    drop(data);
+
+    let mut g = c.benchmark_group("decode_matvec");
+    g.sample_size(20);
+    for dtype in WeightDtype::ALL {
+        let ring: Vec<PackedWeight> = (0..RING)
+            .map(|s| {
+                let (rows, cols) = if s % 2 == 0 {
+                    (MLP, HIDDEN)
+                } else {
+                    (HIDDEN, MLP)
+                };
+                let w = values(rows * cols, s);
+                PackedWeight::pack(Floats::F32(&w), rows, cols, dtype).unwrap()
+            })
+            .collect();
+        let bytes = ring[0].bytes();
+        for n in [1usize, 9] {
+            let xs = [values(n * HIDDEN, 7), values(n * MLP, 8)];
+            g.throughput(Throughput::Bytes(bytes as u64));
+            let mut next = 0;
+            g.bench_with_input(BenchmarkId::new(dtype.as_str(), n), &n, |b, &n| {
+                b.iter(|| {
+                    next = (next + 1) % RING;
+                    let w = &ring[next];
+                    black_box(w.matmul(&xs[next % 2], n, None).unwrap())
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_matvec);
+criterion_main!(benches);

@@ -1,0 +1,261 @@
+//! Every kernel against the portable one, bit for bit, in every panel dtype; the portable one
+//! against an f64 oracle; packing, views and the pool split.
+
+use half::{bf16, f16};
+
+use super::*;
+use crate::test_values::values;
+
+/// `x · Wᵀ` in f64, the oracle.
+fn reference(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f64> {
+    let mut y = vec![0f64; n * rows];
+    for i in 0..n {
+        for o in 0..rows {
+            y[i * rows + o] = (0..cols)
+                .map(|k| f64::from(w[o * cols + k]) * f64::from(x[i * cols + k]))
+                .sum();
+        }
+    }
+    y
+}
+
+/// The kernels this machine can run, lowest first: the higher ones are checked against the
+/// portable one by forcing each in turn.
+const KERNELS: [Kernel; 3] = [Kernel::Portable, Kernel::Avx2, Kernel::Avx512];
+
+#[test]
+fn pack_round_trips_and_rejects_bad_lengths() {
+    for (rows, cols) in [(1, 1), (5, 3), (16, 7), (17, 2), (33, 40)] {
+        let w = values(rows * cols, 3);
+        let p = PackedMatrix::pack(&w, rows, cols).unwrap();
+        assert_eq!(p.unpack(), w);
+        assert_eq!((p.rows(), p.cols()), (rows, cols));
+        assert_eq!(
+            p,
+            PackedMatrix::pack_with(rows, cols, |o, k| w[o * cols + k])
+        );
+        // Wᵀ from a strided [cols, rows] view of a wider buffer.
+        let stride = rows + 3;
+        let a: Vec<f32> = (0..cols * stride)
+            .map(|i| {
+                if i % stride < rows {
+                    w[(i % stride) * cols + i / stride]
+                } else {
+                    9.0
+                }
+            })
+            .collect();
+        assert_eq!(PackedMatrix::pack_transposed(&a, stride, rows, cols), p);
+        // Narrow dtypes: rounded once, to nearest even, then exact.
+        let b: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+        let pb = PackedMatrix::<bf16>::pack_floats(Floats::F32(&w), rows, cols).unwrap();
+        assert_eq!(pb, PackedMatrix::pack(&b, rows, cols).unwrap());
+        let wb: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
+        assert_eq!(pb.unpack(), wb);
+        assert_eq!(pb.bytes() * 2, p.bytes());
+        let pw = PackedWeight::pack(Floats::BF16(&b), rows, cols, WeightDtype::F32).unwrap();
+        assert_eq!(
+            pw,
+            PackedWeight::F32(PackedMatrix::pack(&wb, rows, cols).unwrap())
+        );
+        let ph = PackedWeight::pack(Floats::BF16(&b), rows, cols, WeightDtype::F16).unwrap();
+        let want: Vec<f32> = wb.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+        assert_eq!((ph.unpack(), ph.dtype()), (want, WeightDtype::F16));
+    }
+    assert!(PackedMatrix::pack(&[1.0; 5], 2, 3).is_none());
+    assert!(PackedWeight::pack(Floats::F32(&[1.0; 5]), 2, 3, WeightDtype::BF16).is_none());
+    // Empty products: no rows in, no outputs, or no inputs (zeros).
+    let p = PackedMatrix::pack(&[1.0; 6], 2, 3).unwrap();
+    assert_eq!(p.matmul(&[], 0, None).unwrap(), Vec::<f32>::new());
+    let none = PackedMatrix::<f32>::pack(&[], 0, 3).unwrap();
+    assert_eq!(none.matmul(&[1.0; 6], 2, None).unwrap(), Vec::<f32>::new());
+    let flat = PackedMatrix::<f32>::pack(&[], 17, 0).unwrap();
+    assert_eq!(
+        flat.matmul(&[], 2, Some(&[1.0; 17])).unwrap(),
+        vec![1.0; 34]
+    );
+    let p = PackedMatrix::pack(&[1.0; 6], 2, 3).unwrap();
+    assert!(p.matmul(&[1.0; 5], 2, None).is_none());
+    assert!(p.matmul(&[1.0; 6], 2, Some(&[0.0; 3])).is_none());
+}
+
+/// Shapes around panel and panel-group edges, row counts around tile splits.
+const SHAPES: [(usize, usize); 7] = [
+    (1, 5),
+    (15, 8),
+    (16, 16),
+    (17, 9),
+    (64, 33),
+    (100, 24),
+    (131, 3),
+];
+const ROWS: [usize; 8] = [1, 2, 5, 6, 7, 9, 13, 40];
+
+/// Every kernel gives the portable kernel's bits for `dtype` panels of `w`, with and without
+/// a bias; the portable one is within rounding of the f64 product of the stored values.
+fn kernels_agree(dtype: WeightDtype) {
+    for (rows, cols) in SHAPES {
+        let w = values(rows * cols, 11);
+        let p = PackedWeight::pack(Floats::F32(&w), rows, cols, dtype).unwrap();
+        let stored = p.unpack();
+        let bias = values(rows, 5);
+        for n in ROWS {
+            let x = values(n * cols, n as u32);
+            let want = reference(&stored, rows, cols, &x, n);
+            let port = p.matmul_with(Kernel::Portable, &x, n, None).unwrap();
+            for (a, b) in port.iter().zip(&want) {
+                assert!(
+                    (f64::from(*a) - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{a} vs {b}"
+                );
+            }
+            for k in KERNELS {
+                let got = p.matmul_with(k, &x, n, None).unwrap();
+                assert_eq!(got, port, "{dtype} {k:?} rows {rows} cols {cols} n {n}");
+                let with_bias = p.matmul_with(k, &x, n, Some(&bias)).unwrap();
+                for (i, row) in with_bias.chunks(rows).enumerate() {
+                    for (o, v) in row.iter().enumerate() {
+                        assert_eq!(*v, port[i * rows + o] + bias[o], "{dtype} {k:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_kernel_matches_the_oracle_and_each_other_bit_for_bit_f32() {
+    kernels_agree(WeightDtype::F32);
+}
+
+#[test]
+fn every_kernel_matches_the_oracle_and_each_other_bit_for_bit_bf16() {
+    kernels_agree(WeightDtype::BF16);
+}
+
+#[test]
+fn every_kernel_matches_the_oracle_and_each_other_bit_for_bit_f16() {
+    kernels_agree(WeightDtype::F16);
+}
+
+#[test]
+fn narrow_panels_multiply_their_widened_values_exactly() {
+    // Special values (subnormals, signed zeros, extremes) widen exactly: a 2-byte panel gives
+    // the bits of the f32 panel holding the same values, on every kernel.
+    let (rows, cols) = (37, 19);
+    let specials =
+        |bits: &[u16]| -> Vec<u16> { (0..rows * cols).map(|i| bits[i % bits.len()]).collect() };
+    let hb = specials(&[
+        0x0001, 0x8000, 0x3f80, 0x7000, 0x0080, 0xbf00, 0x0000, 0x3e4d,
+    ]);
+    let hh = specials(&[
+        0x0001, 0x8000, 0x3c00, 0x7bff, 0x03ff, 0xb800, 0x0000, 0x2e66,
+    ]);
+    let b: Vec<bf16> = hb.iter().map(|&v| bf16::from_bits(v)).collect();
+    let h: Vec<f16> = hh.iter().map(|&v| f16::from_bits(v)).collect();
+    let pb = PackedMatrix::pack(&b, rows, cols).unwrap();
+    let ph = PackedMatrix::pack(&h, rows, cols).unwrap();
+    let fb = PackedMatrix::pack(&pb.unpack(), rows, cols).unwrap();
+    let fh = PackedMatrix::pack(&ph.unpack(), rows, cols).unwrap();
+    for n in [1, 4, 9] {
+        let x = values(n * cols, 3);
+        for k in KERNELS {
+            let want = fb.matmul_with(Kernel::Portable, &x, n, None);
+            assert_eq!(pb.matmul_with(k, &x, n, None), want, "bf16 {k:?}");
+            let want = fh.matmul_with(Kernel::Portable, &x, n, None);
+            assert_eq!(ph.matmul_with(k, &x, n, None), want, "f16 {k:?}");
+        }
+    }
+}
+
+#[test]
+fn the_pool_split_gives_the_same_bits() {
+    // Enough work to cross PAR_MIN_MACS, so the panels are split over the pool.
+    let (rows, cols, n) = (1000, 512, 20);
+    assert!(rows * cols * n >= crate::cpu::par::PAR_MIN_MACS);
+    let w = values(rows * cols, 1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    for dtype in WeightDtype::ALL {
+        let p = PackedWeight::pack(Floats::F32(&w), rows, cols, dtype).unwrap();
+        let x = values(n * cols, 2);
+        let split = pool.install(|| p.matmul(&x, n, None).unwrap());
+        let inline = p.matmul_with(Kernel::Portable, &x, n, None).unwrap();
+        assert_eq!(split, inline);
+        // The bias is added by the tiles on both paths: the same bits.
+        let bias = values(rows, 3);
+        let split = pool.install(|| p.matmul(&x, n, Some(&bias)).unwrap());
+        let inline = crate::threads::in_round(|| p.matmul(&x, n, Some(&bias)).unwrap());
+        assert_eq!(split, inline);
+        let shifted: Vec<f32> = p
+            .matmul_with(Kernel::Portable, &x, n, None)
+            .unwrap()
+            .chunks(rows)
+            .flat_map(|row| row.iter().zip(&bias).map(|(a, b)| a + b))
+            .collect();
+        assert_eq!(split, shifted);
+    }
+}
+
+#[test]
+fn streamed_matvecs_split_from_a_worker_in_a_round_with_the_same_bits() {
+    // One row against a weight above the streaming bar: inside a round, from a pool worker,
+    // the panels are split; the bits are the inline ones.
+    let (rows, cols) = (1100, 512);
+    let w = values(rows * cols, 7);
+    let p = PackedMatrix::pack(&w, rows, cols).unwrap();
+    assert!(p.bytes() >= crate::threads::STREAM_POOL_MIN_BYTES);
+    let x = values(cols, 1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let split = pool.install(|| {
+        crate::threads::in_round(|| {
+            assert!(crate::threads::split_stream(p.bytes()));
+            p.matmul(&x, 1, None).unwrap()
+        })
+    });
+    let inline = p.matmul_with(Kernel::Portable, &x, 1, None).unwrap();
+    assert_eq!(split, inline);
+}
+
+#[test]
+fn strided_views_give_the_packed_bits_and_refuse_short_data() {
+    // Wᵀ of a token-major [S, 2 heads, 32] buffer, head 1, read in place: panel p, column
+    // k is row k's dimensions 16p..16p+16; and the same keys transposed with capacity 48.
+    let (s, hd, stride, cap) = (21, 32, 64, 48);
+    let v = values(s * stride, 4);
+    let packed = PackedMatrix::pack_transposed(&v[hd..], stride, hd, s);
+    let view = PanelView::new(&v[hd..], hd, s, PANEL, stride).unwrap();
+    let mut kt = vec![f32::NAN; hd * cap];
+    for j in 0..s {
+        for d in 0..hd {
+            kt[d * cap + j] = v[j * stride + hd + d];
+        }
+    }
+    let keys = PackedMatrix::pack_strided(&v[hd..], stride, s, hd);
+    let kview = PanelView::new(&kt, s, hd, PANEL, cap).unwrap();
+    for n in [1, 3, 7, 12, 13] {
+        for k in KERNELS {
+            let x = values(n * s, n as u32);
+            assert_eq!(
+                view.matmul_with(k, &x, n, None),
+                packed.matmul_with(k, &x, n, None)
+            );
+            let x = values(n * hd, n as u32 + 9);
+            assert_eq!(
+                kview.matmul_with(k, &x, n, None),
+                keys.matmul_with(k, &x, n, None)
+            );
+        }
+    }
+    // The last panel's 16 lanes of the last column must lie inside the data.
+    assert!(PanelView::new(&v[hd..], hd, s, PANEL, stride + 1).is_none());
+    assert!(PanelView::new(&kt, cap, hd, PANEL, cap).is_some());
+    assert!(PanelView::new(&kt, cap + 1, hd, PANEL, cap).is_none());
+    assert!(PanelView::new(&kt[..hd * cap - 1], cap, hd, PANEL, cap).is_none());
+    assert!(PanelView::<f32>::new(&[], 0, 5, PANEL, 1).is_some());
+}

@@ -1,0 +1,168 @@
+//! The register tiles' dispatch: which tile shape each kernel runs, where the sums go, and the
+//! portable tile (the x86 bodies are in `x86.rs`).
+
+use super::{Kernel, PANEL, PanelElem, TILE_ROWS};
+
+/// Panels per AVX-512 register tile: up to 6 rows × 4 panels or 12 rows × 2 panels (24
+/// accumulators of the 32 registers).
+const PANELS_512: usize = 4;
+
+/// `(panels per group, rows per tile at most)` of `kernel` for `n` input rows. A product of up
+/// to 12 rows (a verification of `K ≤ 11`) is one tile, so each weight line is read once,
+/// straight into the FMAs that use it.
+pub(super) fn tiling(kernel: Kernel, n: usize) -> (usize, usize) {
+    match kernel {
+        Kernel::Avx512 if n <= 6 => (PANELS_512, 6),
+        Kernel::Avx512 => (2, TILE_ROWS),
+        Kernel::Avx2 | Kernel::Portable => (1, 6),
+    }
+}
+
+/// Where a tile's sums go: row `q`, panel `r` (of the tile's group), lane `j` is
+/// `ptr[q·row_stride + r·panel_stride + j]`, plus `bias[r·PANEL + j]` unless `bias` is null;
+/// the group's last panel keeps its first `last_width` lanes (the matrix's partial last panel),
+/// every other panel all [`PANEL`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dst {
+    pub(super) ptr: *mut f32,
+    pub(super) row_stride: usize,
+    pub(super) panel_stride: usize,
+    pub(super) last_width: usize,
+    pub(super) bias: *const f32,
+}
+
+impl Dst {
+    /// Write the sums `lanes` of row `q`, panel `r` of a group of `np` panels: `lanes[j]`
+    /// (`+ bias`) for each kept lane, the same single add as a bias applied afterwards.
+    ///
+    /// # Safety
+    /// As `PanelView::panels_into`: the kept lanes (and their biases) are in bounds.
+    #[inline(always)]
+    pub(super) unsafe fn put(&self, q: usize, r: usize, np: usize, lanes: &[f32; PANEL]) {
+        let width = if r + 1 == np { self.last_width } else { PANEL };
+        // SAFETY: by the caller's contract.
+        unsafe {
+            let at = self.ptr.add(q * self.row_stride + r * self.panel_stride);
+            if self.bias.is_null() {
+                std::ptr::copy_nonoverlapping(lanes.as_ptr(), at, width);
+            } else {
+                let b = self.bias.add(r * PANEL);
+                for (j, &v) in lanes.iter().enumerate().take(width) {
+                    *at.add(j) = v + *b.add(j);
+                }
+            }
+        }
+    }
+}
+
+/// `m` rows `xs` × `np` panels `w` into `dst` (its `ptr` at the tile's first row and the
+/// group's first panel), prefetching `ahead` (the next panels, or nothing) on the way.
+/// Dispatches to a monomorphized kernel.
+///
+/// # Safety
+/// `dst` as in `PanelView::panels_into` for `m` rows and `np` panels.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tile<T: PanelElem>(
+    kernel: Kernel,
+    w: &[T],
+    np: usize,
+    cols: usize,
+    strides: (usize, usize),
+    xs: &[f32],
+    m: usize,
+    dst: Dst,
+    ahead: &[T],
+) {
+    debug_assert!(w.len() == (np - 1) * strides.0 + (cols - 1) * strides.1 + PANEL);
+    debug_assert!(xs.len() == m * cols);
+    debug_assert!(m <= TILE_ROWS && np >= 1);
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => {
+            use super::x86::tile512;
+            macro_rules! go {
+                ($($m:literal),*) => {
+                    match (m, np) {
+                        $(
+                            ($m, 4) => tile512::<T, $m, 4>(w, cols, strides, xs, dst, ahead),
+                            ($m, 3) => tile512::<T, $m, 3>(w, cols, strides, xs, dst, ahead),
+                            ($m, 2) => tile512::<T, $m, 2>(w, cols, strides, xs, dst, ahead),
+                            ($m, _) => tile512::<T, $m, 1>(w, cols, strides, xs, dst, ahead),
+                        )*
+                        _ => {}
+                    }
+                };
+            }
+            macro_rules! go_wide {
+                ($($m:literal),*) => {
+                    match (m, np) {
+                        $(
+                            ($m, 2) => tile512::<T, $m, 2>(w, cols, strides, xs, dst, ahead),
+                            ($m, _) => tile512::<T, $m, 1>(w, cols, strides, xs, dst, ahead),
+                        )*
+                        _ => {}
+                    }
+                };
+            }
+            // SAFETY: `Kernel::Avx512` is only chosen when the CPU supports AVX-512F; the
+            // shapes are the ones asserted above, `dst` by the caller's contract.
+            unsafe {
+                if m <= 6 {
+                    go!(1, 2, 3, 4, 5, 6)
+                } else {
+                    go_wide!(7, 8, 9, 10, 11, 12)
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => {
+            use super::x86::tile256;
+            // SAFETY: `Kernel::Avx2` is only chosen when the CPU supports AVX2, FMA and F16C;
+            // `dst` by the caller's contract.
+            unsafe {
+                match m {
+                    1 => tile256::<T, 1>(w, cols, strides, xs, dst, ahead),
+                    2 => tile256::<T, 2>(w, cols, strides, xs, dst, ahead),
+                    3 => tile256::<T, 3>(w, cols, strides, xs, dst, ahead),
+                    4 => tile256::<T, 4>(w, cols, strides, xs, dst, ahead),
+                    5 => tile256::<T, 5>(w, cols, strides, xs, dst, ahead),
+                    _ => tile256::<T, 6>(w, cols, strides, xs, dst, ahead),
+                }
+            }
+        }
+        _ => {
+            let _ = ahead;
+            // SAFETY: by the caller's contract.
+            unsafe { tile_portable(w, np, cols, strides, xs, m, dst) }
+        }
+    }
+}
+
+/// Plain-Rust tile (any `m`, `np`): each weight widened exactly, then `f32::mul_add`.
+///
+/// # Safety
+/// `dst` as in [`tile`].
+unsafe fn tile_portable<T: PanelElem>(
+    w: &[T],
+    np: usize,
+    cols: usize,
+    (ps, cs): (usize, usize),
+    xs: &[f32],
+    m: usize,
+    dst: Dst,
+) {
+    for r in 0..np {
+        for q in 0..m {
+            let x = &xs[q * cols..(q + 1) * cols];
+            let mut acc = [0f32; PANEL];
+            for (k, &xv) in x.iter().enumerate() {
+                let lanes = &w[r * ps + k * cs..r * ps + k * cs + PANEL];
+                for (a, &wv) in acc.iter_mut().zip(lanes) {
+                    *a = wv.to_f32().mul_add(xv, *a);
+                }
+            }
+            // SAFETY: by the caller's contract.
+            unsafe { dst.put(q, r, np, &acc) };
+        }
+    }
+}

@@ -1,0 +1,70 @@
+"""The weight dtype of a native target and its drafter (``dtype=``).
+
+By default the weight matrices keep the checkpoint's dtype (the bundled pair is float32);
+``dtype="bfloat16"`` / ``"float16"`` keeps them as 2 bytes a weight (widened in registers, the
+arithmetic float32), halving the bytes a step reads. Bad values are typed ``invalid-argument``
+errors. Greedy speculative output equals target-only output in every dtype.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import dspark
+from dspark.bundled import bundled_dir
+
+ROOT = bundled_dir()
+PROMPT = [[5, 17, 99, 3, 250, 7], [1200, 8, 41]]
+
+# On the device-generic path every weight is a float32 tensor holding the chosen values.
+TENSOR_PATH = os.environ.get("DSPARK_KERNEL_PATH", "").strip().lower() == "tensor"
+
+
+def test_the_default_keeps_the_checkpoint_dtype() -> None:
+    t = dspark.NativeTarget.from_pretrained(ROOT / "target")
+    assert t.weight_dtype == "float32"
+    assert t.weight_bytes_per_step > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [("bfloat16", "bfloat16"), ("bf16", "bfloat16"), ("float16", "float16"), ("f32", "float32")],
+)
+def test_dtype_names_choose_the_kept_dtype(name: str, want: str) -> None:
+    wide = dspark.NativeTarget.from_pretrained(ROOT / "target")
+    t = dspark.NativeTarget.from_pretrained(ROOT / "target", dtype=name)
+    if TENSOR_PATH:
+        assert t.weight_dtype == "float32"
+        return
+    assert t.weight_dtype == want
+    if want != "float32":
+        assert t.weight_bytes_per_step * 2 == wide.weight_bytes_per_step
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_greedy_speculative_equals_target_only(dtype: str) -> None:
+    t = dspark.NativeTarget.from_pretrained(ROOT / "target", dtype=dtype)
+    d = dspark.Drafter.from_pretrained(ROOT / "drafter", t, dtype=dtype)
+    s = dspark.Speculator(t, d)
+    assert s.generate(PROMPT, 16).tokens == s.generate_target_only(PROMPT, 16).tokens
+
+
+@pytest.mark.parametrize("bad", ["int8", "float64", "", "bf-16"])
+def test_bad_names_are_invalid_arguments(bad: str) -> None:
+    with pytest.raises(dspark.InputError) as e:
+        dspark.NativeTarget.from_pretrained(ROOT / "target", dtype=bad)
+    assert e.value.code == "invalid-argument"
+    assert "dtype" in str(e.value)
+    native = dspark.NativeTarget.from_pretrained(ROOT / "target")
+    with pytest.raises(dspark.InputError) as e:
+        dspark.Drafter.from_pretrained(ROOT / "drafter", native, dtype=bad)
+    assert e.value.code == "invalid-argument"
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, b"bf16", ["bf16"]])
+def test_non_string_dtypes_are_invalid_arguments(bad: object) -> None:
+    with pytest.raises(dspark.InputError) as e:
+        dspark.NativeTarget.from_pretrained(ROOT / "target", dtype=bad)
+    assert e.value.code == "invalid-argument"
