@@ -11,16 +11,19 @@ mod dlpack;
 mod drafter;
 mod errors;
 mod inspect;
+mod interrupt;
 mod json;
 mod kernels;
 #[cfg(feature = "cuda")]
 mod kernels_device;
+mod limits;
 mod native_target;
 mod pair;
 mod speculator;
 mod stats;
 #[cfg(feature = "test-hooks")]
 mod testing;
+mod user;
 mod vocab;
 
 use pyo3::prelude::*;
@@ -38,6 +41,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
+    limits::register(m)?;
     m.add_class::<config::PyDraftSpec>()?;
     m.add_class::<vocab::PyVocabLayout>()?;
     m.add_class::<vocab::PyIdMap>()?;

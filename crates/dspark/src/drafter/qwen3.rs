@@ -126,8 +126,26 @@ impl Qwen3Drafter {
         Self::load_on(dir, target, shared, &Device::Cpu)
     }
 
-    /// [`Qwen3Drafter::load`] onto `device`.
+    /// [`Qwen3Drafter::load`] onto `device`; the calibration is `sts.json` next to the
+    /// checkpoint when present (a file that does not fit the block is an error).
     pub fn load_on(
+        dir: &Path,
+        target: &TargetSpec,
+        shared: SharedWeights,
+        device: &Device,
+    ) -> Result<Self> {
+        let mut drafter = Self::load_uncalibrated(dir, target, shared, device)?;
+        let path = dir.join(STS_FILE);
+        if drafter.confidence.is_some() && path.is_file() {
+            drafter.set_sts(Some(StsCalibration::from_json_path(&path)?))?;
+        }
+        Ok(drafter)
+    }
+
+    /// [`Qwen3Drafter::load_on`] without reading `sts.json`: raw confidences until
+    /// [`Qwen3Drafter::set_sts`] (a caller that brings its own calibration, or none, never
+    /// depends on that file).
+    pub fn load_uncalibrated(
         dir: &Path,
         target: &TargetSpec,
         shared: SharedWeights,
@@ -135,12 +153,7 @@ impl Qwen3Drafter {
     ) -> Result<Self> {
         let spec = DraftSpec::from_path(dir)?;
         let inventory = Inventory::open(dir)?;
-        let mut drafter = Self::from_checkpoint(spec, target, &inventory, shared, device)?;
-        let path = dir.join(STS_FILE);
-        if drafter.confidence.is_some() && path.is_file() {
-            drafter.set_sts(Some(StsCalibration::from_json_path(&path)?))?;
-        }
-        Ok(drafter)
+        Self::from_checkpoint(spec, target, &inventory, shared, device)
     }
 
     /// The confidence calibration in use (loaded from `sts.json` next to the checkpoint, or
