@@ -413,6 +413,7 @@ class Speculator:
         max_new_tokens: int,
         stop_token_ids: list[int] | None = None,
         on_round: Callable[[list[list[int]]], object] | None = None,
+        seed: int | list[int] | None = None,
     ) -> tuple[list[list[int]], SpeculationStats]:
         """Speculative decoding; ``(tokens per prompt, stats)``."""
     def generate_target_only(
@@ -421,6 +422,7 @@ class Speculator:
         max_new_tokens: int,
         stop_token_ids: list[int] | None = None,
         on_round: Callable[[list[list[int]]], object] | None = None,
+        seed: int | list[int] | None = None,
     ) -> tuple[list[list[int]], SpeculationStats]:
         """Target-only decoding with the same options and seeds."""
     @property
@@ -428,3 +430,68 @@ class Speculator:
     @property
     def vocab_size(self) -> int:
         """The target's vocabulary (prompt and stop ids lie below it)."""
+
+@final
+class RequestUpdate:
+    """One request's part of an engine step."""
+
+    @property
+    def request_id(self) -> int: ...
+    @property
+    def new_tokens(self) -> list[int]:
+        """Tokens it committed in this step."""
+    @property
+    def drafted(self) -> int:
+        """Drafts verified for it in this step."""
+    @property
+    def accepted(self) -> int:
+        """Of those, accepted."""
+    @property
+    def finish_reason(self) -> str | None:
+        """``None`` while it runs; ``"stop"``, ``"length"`` or ``"aborted"`` when it ended."""
+    @property
+    def usage(self) -> dict[str, int | float]:
+        """What it used so far (final when it finished)."""
+
+@final
+class Engine:
+    """The serving engine (continuous batching) over a native or Python target and drafter."""
+
+    def __init__(
+        self,
+        target: object,
+        drafter: object,
+        *,
+        num_speculative_tokens: object = None,
+        verify: str = "full",
+        threshold: float | None = None,
+        steps_per_second: Sequence[tuple[int, float]] | None = None,
+        steps_interpolation: str | None = None,
+        record_confidence: bool = False,
+        max_running: object = None,
+        max_batched_tokens: object = None,
+        kv_tokens: object = None,
+    ) -> None: ...
+    def add_request(
+        self,
+        prompt: object,
+        max_new_tokens: object,
+        *,
+        temperature: object = None,
+        top_k: object = None,
+        top_p: object = None,
+        seed: object = None,
+        stop_token_ids: object = None,
+        max_drafts: object = None,
+    ) -> int:
+        """Queue a request; returns its id."""
+    def step(self) -> list[RequestUpdate]:
+        """One round over every running request, the GIL released."""
+    def abort(self, request_id: object) -> None:
+        """Abort a request (any thread); it ends at the next step."""
+    def has_work(self) -> bool: ...
+    @property
+    def num_running(self) -> int: ...
+    @property
+    def num_waiting(self) -> int: ...
+    def metrics(self) -> dict[str, object]: ...

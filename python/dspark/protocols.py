@@ -213,6 +213,12 @@ class TargetModel(Protocol[CacheT]):
     own length. ``input_ids`` is a torch tensor when torch is installed, else a numpy array.
     An optional ``device`` attribute (``"cuda:0"``...) says where the outputs live; with the
     CUDA build, CUDA logits and hidden states are read in place whether or not it is set.
+
+    Optional, for continuous batching (:class:`dspark.Engine`): ``grow(cache, n)`` appends
+    ``n`` empty rows and ``retain(cache, keep)`` keeps the rows ``i`` with ``keep[i]`` (both
+    leave the other rows' contents alone); a ``ragged = True`` attribute says a forward costs
+    its tokens rather than rows x its widest row (then a joining request's prefill rides the
+    running requests' forward).
     """
 
     @property

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 OnRound: TypeAlias = "Callable[[list[list[int]]], object]"
 #: The native ``generate`` / ``generate_target_only``.
 _Generate: TypeAlias = (
-    "Callable[[list[list[int]], int, list[int] | None, OnRound | None], "
+    "Callable[[list[list[int]], int, list[int] | None, OnRound | None, int | list[int]], "
     "tuple[list[list[int]], SpeculationStats]]"
 )
 
@@ -196,6 +196,7 @@ class Speculator:
         stop_token_ids: Sequence[int] | TensorLike | None = None,
         *,
         on_round: OnRound | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` per prompt (a ``[B,S]`` tensor or a list of prompts
         of any lengths), stopping a request after it emits a stop token.
@@ -204,8 +205,16 @@ class Speculator:
         tokens each request committed since the previous call (one list per request, possibly
         empty): the hook for streaming. Time spent inside it is not counted in the stats, and
         an exception it raises ends the call.
+
+        ``seed``: one seed for every request, or one per request (default: the speculator's).
+        A request's draws depend only on its seed and positions, never on the batch: the same
+        prompt and seed give the same tokens alone, reversed or in any batch (sampling with
+        ``verify="full"`` or a threshold; the scheduling policies keep the distribution exact
+        but may pick other tokens for a seed, see ``docs/python-api.md``).
         """
-        return self._run(self._native.generate, input_ids, max_new_tokens, stop_token_ids, on_round)
+        return self._run(
+            self._native.generate, input_ids, max_new_tokens, stop_token_ids, on_round, seed
+        )
 
     def generate_target_only(
         self,
@@ -214,11 +223,17 @@ class Speculator:
         stop_token_ids: Sequence[int] | TensorLike | None = None,
         *,
         on_round: OnRound | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> GenerationResult:
         """The baseline: the target alone, same options, seeds and stop rules (greedy output
         equals :meth:`generate`'s)."""
         return self._run(
-            self._native.generate_target_only, input_ids, max_new_tokens, stop_token_ids, on_round
+            self._native.generate_target_only,
+            input_ids,
+            max_new_tokens,
+            stop_token_ids,
+            on_round,
+            seed,
         )
 
     def _run(
@@ -228,6 +243,7 @@ class Speculator:
         max_new_tokens: object,
         stop_token_ids: object,
         on_round: OnRound | None,
+        seed: int | Sequence[int] | None,
     ) -> GenerationResult:
         count = as_int(max_new_tokens, "max_new_tokens")
         if on_round is not None and not callable(on_round):
@@ -235,7 +251,19 @@ class Speculator:
         vocab = int(self._native_vocab())
         prompts = id_rows(input_ids, "input_ids", vocab)
         stops = None if stop_token_ids is None else id_list(stop_token_ids, "stop_token_ids", vocab)
-        tokens, stats = call(prompts, count, stops, on_round)
+        if seed is None:
+            seeds: int | list[int] = self.seed
+        elif isinstance(seed, (list, tuple)):
+            seeds = [as_seed(x) for x in seed]
+            if len(seeds) != len(prompts):
+                raise_error(
+                    InputError,
+                    "bad-shape",
+                    f"seed: {len(seeds)} seeds for {len(prompts)} prompts",
+                )
+        else:
+            seeds = as_seed(seed)
+        tokens, stats = call(prompts, count, stops, on_round, seeds)
         return GenerationResult(tokens=tokens, stats=stats)
 
     def _native_vocab(self) -> int:

@@ -284,6 +284,69 @@ class HFTarget:
             self.compact(cache)
         _restore_dense(cache)
 
+    def grow(self, cache: HFCache, n: int) -> None:
+        """Append ``n`` empty rows (requests joining a running batch): every existing column is
+        a hole for them, and the other rows are untouched."""
+        n = int(n)
+        if n < 0:
+            raise_error(InputError, "invalid-argument", f"grow: {n} rows")
+        if n == 0:
+            return
+        if cache.width > 0:
+            refs = _kv_refs(cache.kv)
+            if refs is None:
+                raise_error(
+                    InputError,
+                    "invalid-argument",
+                    "grow: this transformers cache keeps its tensors where dspark cannot add rows",
+                )
+            for ref in refs:
+                t = _get(ref)
+                pad = t.new_zeros((n, *t.shape[1:]))
+                _put(ref, torch.cat([t, pad], dim=0))
+            valid, token_pos = cache.valid, cache.token_pos
+            cache.valid = torch.cat(
+                [valid, torch.zeros(n, cache.width, dtype=torch.bool, device=cache.device)]
+            )
+            cache.token_pos = torch.cat(
+                [token_pos, torch.full((n, cache.width), -1, dtype=torch.long, device=cache.device)]
+            )
+        cache.lengths = torch.cat(
+            [cache.lengths, torch.zeros(n, dtype=torch.long, device=cache.device)]
+        )
+        cache.batch += n
+
+    def retain(self, cache: HFCache, keep: Sequence[bool]) -> None:
+        """Keep the rows ``i`` with ``keep[i]``, in order (finished requests leave); columns no
+        kept row uses any more are dropped."""
+        flags = [bool(k) for k in keep]
+        if len(flags) != cache.batch:
+            raise_error(
+                InputError, "bad-shape", f"keep: {len(flags)} values for {cache.batch} rows"
+            )
+        idx = torch.tensor([i for i, k in enumerate(flags) if k], dtype=torch.long)
+        if cache.width > 0:
+            refs = _kv_refs(cache.kv)
+            if refs is None:
+                raise_error(
+                    InputError,
+                    "invalid-argument",
+                    "retain: this transformers cache keeps its tensors where dspark cannot drop "
+                    "rows",
+                )
+            for ref in refs:
+                t = _get(ref)
+                _put(ref, t.index_select(0, idx.to(t.device)))
+            if not cache.dense:
+                valid = cache.valid.index_select(0, idx.to(cache.device))
+                token_pos = cache.token_pos.index_select(0, idx.to(cache.device))
+                cache._valid, cache._token_pos = valid, token_pos
+        cache.lengths = cache.lengths.index_select(0, idx.to(cache.device))
+        cache.batch = len(idx)
+        if cache.width > 0 and not cache.dense:
+            # Columns no kept row holds any more go (a crop to every row's own length).
+            self.crop(cache, [int(x) for x in cache.lengths.tolist()])
+
     def compact(self, cache: HFCache) -> bool:
         """Drop the holes: each row's committed columns, in order, right-aligned in a cache as
         wide as the fullest row. Returns False (cache untouched) when the transformers cache

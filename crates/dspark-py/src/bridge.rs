@@ -17,7 +17,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use dspark::speculator::{LogitRows, TargetInput, TargetModel, TargetOutput};
+use dspark::target::{TargetInput, TargetModel, TargetOutput};
 use dspark::{Error, Result, limits};
 
 use crate::dlpack::DlTensor;
@@ -181,6 +181,10 @@ pub struct PyTarget {
     hidden: usize,
     /// Where the target says it runs (its `device` attribute; the CPU when it has none).
     device: Device,
+    /// It has `grow(cache, n)` and `retain(cache, keep)` (continuous batching).
+    resizable: bool,
+    /// It says its forward costs its tokens, not rows × the widest row (`ragged = True`).
+    ragged: bool,
 }
 
 /// The cache of a [`PyTarget`]: the Python cache object and the row lengths it holds.
@@ -205,6 +209,11 @@ impl PyTarget {
             layers: user::uint(obj, OWNER, "num_hidden_layers", 1, limits::MAX_LAYERS)?,
             hidden: user::uint(obj, OWNER, "hidden_size", 1, limits::MAX_HIDDEN)?,
             device: declared_device(obj)?,
+            resizable: obj.hasattr("grow")? && obj.hasattr("retain")?,
+            ragged: match obj.getattr("ragged") {
+                Ok(v) => v.is_truthy()?,
+                Err(_) => false,
+            },
         })
     }
 
@@ -250,13 +259,16 @@ impl TargetModel for PyTarget {
         capture_layer_ids: &[usize],
     ) -> Result<TargetOutput> {
         let (b, s) = (input.batch(), input.width);
-        // The flat rows `[B * S]` of the logits the round reads.
-        let rows: Vec<usize> = match input.logits {
-            LogitRows::All => (0..b * s).collect(),
-            LogitRows::Last => (0..b)
-                .map(|r| r * s + input.num_tokens[r].max(1) - 1)
-                .collect(),
-        };
+        // The flat rows `[B * S]` of the logits the round reads (padding rows read row 0).
+        let rows: Vec<usize> = (0..b)
+            .flat_map(|r| {
+                input
+                    .logits
+                    .positions(r, input.num_tokens[r], s)
+                    .into_iter()
+                    .map(move |p| r * s + p.unwrap_or(0))
+            })
+            .collect();
         let out = self.call(FORWARD, |py| {
             let ids: Vec<i64> = input.tokens.iter().map(|&t| i64::from(t)).collect();
             let mut ids = PyArray1::from_vec(py, ids).reshape([b, s])?.into_any();
@@ -308,5 +320,41 @@ impl TargetModel for PyTarget {
 
     fn cache_lengths(&self, cache: &PyTargetCache) -> Vec<usize> {
         cache.lengths.clone()
+    }
+
+    fn resizable(&self) -> bool {
+        self.resizable
+    }
+
+    fn grow(&self, cache: &mut PyTargetCache, n: usize) -> Result<()> {
+        self.call("target.grow", |py| {
+            self.obj.call_method1(py, "grow", (&cache.obj, n))?;
+            Ok(())
+        })?;
+        cache.lengths.extend(std::iter::repeat_n(0, n));
+        Ok(())
+    }
+
+    fn retain(&self, cache: &mut PyTargetCache, keep: &[bool]) -> Result<()> {
+        if keep.len() != cache.lengths.len() {
+            return Err(Error::bad_shape(
+                "keep",
+                format!("{} values for {} rows", keep.len(), cache.lengths.len()),
+            ));
+        }
+        self.call("target.retain", |py| {
+            self.obj
+                .call_method1(py, "retain", (&cache.obj, PyList::new(py, keep)?))?;
+            Ok(())
+        })?;
+        let mut it = keep.iter();
+        cache
+            .lengths
+            .retain(|_| it.next().copied().unwrap_or(false));
+        Ok(())
+    }
+
+    fn ragged(&self) -> bool {
+        self.ragged
     }
 }

@@ -9,6 +9,7 @@ mod build_info;
 mod config;
 mod dlpack;
 mod drafter;
+mod engine;
 mod errors;
 mod inspect;
 mod interrupt;
@@ -54,6 +55,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     drafter::register(m)?;
     m.add_class::<native_target::PyNativeTarget>()?;
     m.add_class::<speculator::PySpeculator>()?;
+    m.add_class::<engine::PyEngine>()?;
+    m.add_class::<engine::PyRequestUpdate>()?;
     m.add_class::<stats::PyStats>()?;
     Ok(())
 }

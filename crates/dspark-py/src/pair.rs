@@ -7,6 +7,7 @@ use candle_core::{Device, Tensor};
 
 use dspark::checkpoint::WeightSource;
 use dspark::drafter::{DraftState, Proposal, ProposeOptions};
+use dspark::schedule::VerifyPolicy;
 use dspark::speculator::{TargetInput, TargetModel, TargetOutput};
 use dspark::targets::{Qwen3Cache, Qwen3Target};
 use dspark::{Drafter, Error, IdMap, Qwen3Drafter, Result, VocabSizes};
@@ -14,6 +15,57 @@ use pyo3::prelude::*;
 
 use crate::bridge::{PyTarget, PyTargetCache};
 use crate::bridge_drafter::PyDraftModel;
+use crate::drafter::PyDrafter;
+use crate::errors::err;
+use crate::kernels::sps_table;
+use crate::native_target::PyNativeTarget;
+
+/// A `dspark.NativeTarget` runs natively; any other object through the `TargetModel`
+/// protocol.
+pub fn target_of(obj: &Bound<'_, PyAny>) -> PyResult<AnyTarget> {
+    Ok(match obj.cast::<PyNativeTarget>() {
+        Ok(t) => AnyTarget::Native(Arc::clone(&t.get().inner)),
+        Err(_) => AnyTarget::Py(PyTarget::new(obj)?),
+    })
+}
+
+/// A `dspark.Drafter` runs natively; any other object through the drafter protocol
+/// (`target_hidden`: the target's hidden size).
+pub fn drafter_of(obj: &Bound<'_, PyAny>, target_hidden: usize) -> PyResult<AnyDrafter> {
+    Ok(match obj.cast::<PyDrafter>() {
+        Ok(d) => AnyDrafter::Native(d.get().shared()),
+        Err(_) => AnyDrafter::Py(PyDraftModel::new(obj, target_hidden)?),
+    })
+}
+
+/// The verify policy from its Python spelling.
+pub fn policy(
+    verify: &str,
+    threshold: Option<f64>,
+    steps_per_second: Option<&Bound<'_, PyAny>>,
+    steps_interpolation: Option<&Bound<'_, PyAny>>,
+) -> PyResult<VerifyPolicy> {
+    Ok(match (verify, threshold, steps_per_second) {
+        ("full", _, _) => VerifyPolicy::Full,
+        ("threshold", Some(t), _) => VerifyPolicy::Threshold(t as f32),
+        ("scheduled", _, Some(t)) if !t.is_none() => {
+            VerifyPolicy::Scheduled(sps_table(t, steps_interpolation)?)
+        }
+        ("scheduled", _, _) => VerifyPolicy::ScheduledMeasured,
+        ("pipelined", _, Some(t)) if !t.is_none() => {
+            VerifyPolicy::Pipelined(sps_table(t, steps_interpolation)?)
+        }
+        (other, _, _) => {
+            return Err(err(Error::invalid(
+                "verify",
+                format!(
+                    "{other:?}: 'full', 'threshold' (with a threshold), 'scheduled' or \
+                     'pipelined' (with steps_per_second)"
+                ),
+            )));
+        }
+    })
+}
 
 /// A native target or a Python one.
 pub enum AnyTarget {
@@ -101,6 +153,36 @@ impl TargetModel for AnyTarget {
             (AnyTarget::Native(t), AnyCache::Native(c)) => t.cache_lengths(c),
             (AnyTarget::Py(t), AnyCache::Py(c)) => t.cache_lengths(c),
             _ => Vec::new(),
+        }
+    }
+
+    fn resizable(&self) -> bool {
+        match self {
+            AnyTarget::Native(t) => t.resizable(),
+            AnyTarget::Py(t) => t.resizable(),
+        }
+    }
+
+    fn grow(&self, cache: &mut AnyCache, n: usize) -> Result<()> {
+        match (self, cache) {
+            (AnyTarget::Native(t), AnyCache::Native(c)) => t.grow(c, n),
+            (AnyTarget::Py(t), AnyCache::Py(c)) => t.grow(c, n),
+            _ => Err(wrong()),
+        }
+    }
+
+    fn retain(&self, cache: &mut AnyCache, keep: &[bool]) -> Result<()> {
+        match (self, cache) {
+            (AnyTarget::Native(t), AnyCache::Native(c)) => t.retain(c, keep),
+            (AnyTarget::Py(t), AnyCache::Py(c)) => t.retain(c, keep),
+            _ => Err(wrong()),
+        }
+    }
+
+    fn ragged(&self) -> bool {
+        match self {
+            AnyTarget::Native(t) => t.ragged(),
+            AnyTarget::Py(t) => t.ragged(),
         }
     }
 }

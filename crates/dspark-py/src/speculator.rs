@@ -1,25 +1,16 @@
 //! `dspark._native.Speculator`: the engine's speculative loop over a native or Python target
 //! and a native or Python drafter, with the GIL released outside the Python calls.
 
-use std::sync::Arc;
-
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use dspark::speculator::{
-    Generation, Request, RoundUpdate, Speculator, SpeculatorOptions, VerifyPolicy, target_only,
-};
+use dspark::speculator::{Generation, Request, RoundUpdate, Speculator, SpeculatorOptions};
 use dspark::{Error, TargetModel};
 
 use crate::args;
-use crate::bridge::PyTarget;
-use crate::bridge_drafter::PyDraftModel;
-use crate::drafter::PyDrafter;
 use crate::errors::{callback_error, err, guard};
 use crate::interrupt::Interrupts;
-use crate::kernels::sps_table;
-use crate::native_target::PyNativeTarget;
-use crate::pair::{AnyDrafter, AnyTarget};
+use crate::pair::{AnyDrafter, AnyTarget, drafter_of, policy, target_of};
 use crate::stats::PyStats;
 
 /// The engine's speculator (native half of `dspark.Speculator`).
@@ -28,23 +19,18 @@ pub struct PySpeculator {
     inner: Speculator<AnyTarget, AnyDrafter>,
 }
 
-fn target_of(obj: &Bound<'_, PyAny>) -> PyResult<AnyTarget> {
-    Ok(match obj.cast::<PyNativeTarget>() {
-        Ok(t) => AnyTarget::Native(Arc::clone(&t.get().inner)),
-        Err(_) => AnyTarget::Py(PyTarget::new(obj)?),
-    })
-}
-
 /// `(tokens, stats)` of a generation.
 fn result(g: Generation) -> (Vec<Vec<u32>>, PyStats) {
     (g.tokens, PyStats(g.stats))
 }
 
-/// Requests from prompts (lists of ids), one budget, one stop list, optional seeds.
+/// Requests from prompts (lists of ids), one budget, one stop list, and seeds: one for every
+/// request, one per request, or none (the speculator's own).
 fn requests(
     prompts: &Bound<'_, PyAny>,
     max_new_tokens: &Bound<'_, PyAny>,
     stop_token_ids: Option<&Bound<'_, PyAny>>,
+    seed: Option<&Bound<'_, PyAny>>,
     vocab: usize,
 ) -> PyResult<Vec<Request>> {
     let max_new_tokens = args::usize_at_most(max_new_tokens, "max_new_tokens", u64::MAX)?;
@@ -69,6 +55,30 @@ fn requests(
             stop_token_ids: stops.clone(),
             seed: None,
         });
+    }
+    match seed.filter(|s| !s.is_none()) {
+        None => {}
+        Some(s) if args::is_sequence(s) => {
+            let seeds: Vec<u64> = s
+                .try_iter()?
+                .map(|x| args::uint(&x?, "seed", u64::MAX))
+                .collect::<PyResult<_>>()?;
+            if seeds.len() != out.len() {
+                return Err(err(Error::bad_shape(
+                    "seed",
+                    format!("{} seeds for {} prompts", seeds.len(), out.len()),
+                )));
+            }
+            for (r, s) in out.iter_mut().zip(seeds) {
+                r.seed = Some(s);
+            }
+        }
+        Some(s) => {
+            let one = args::uint(s, "seed", u64::MAX)?;
+            for r in &mut out {
+                r.seed = Some(one);
+            }
+        }
     }
     Ok(out)
 }
@@ -110,6 +120,7 @@ struct Call<'a, 'py> {
     prompts: &'a Bound<'py, PyAny>,
     max_new_tokens: &'a Bound<'py, PyAny>,
     stop_token_ids: Option<&'a Bound<'py, PyAny>>,
+    seed: Option<&'a Bound<'py, PyAny>>,
     on_round: Option<&'a Bound<'py, PyAny>>,
 }
 
@@ -133,12 +144,13 @@ impl PySpeculator {
             call.prompts,
             call.max_new_tokens,
             call.stop_token_ids,
+            call.seed,
             vocab,
         )?;
         let inner = &self.inner;
         let g = run_detached(py, call.on_round, |hook| match decode {
             Decode::Speculative => inner.generate(&reqs, hook),
-            Decode::TargetOnly => target_only(inner.target(), inner.options(), &reqs, hook),
+            Decode::TargetOnly => inner.generate_target_only(&reqs, hook),
         })?;
         Ok(result(g))
     }
@@ -169,30 +181,8 @@ impl PySpeculator {
     ) -> PyResult<Self> {
         guard(|| {
             let target = target_of(target)?;
-            let drafter = match drafter.cast::<PyDrafter>() {
-                Ok(d) => AnyDrafter::Native(d.get().shared()),
-                Err(_) => AnyDrafter::Py(PyDraftModel::new(drafter, target.hidden_size())?),
-            };
-            let verify = match (verify, threshold, steps_per_second) {
-                ("full", _, _) => VerifyPolicy::Full,
-                ("threshold", Some(t), _) => VerifyPolicy::Threshold(t as f32),
-                ("scheduled", _, Some(t)) if !t.is_none() => {
-                    VerifyPolicy::Scheduled(sps_table(t, steps_interpolation)?)
-                }
-                ("scheduled", _, _) => VerifyPolicy::ScheduledMeasured,
-                ("pipelined", _, Some(t)) if !t.is_none() => {
-                    VerifyPolicy::Pipelined(sps_table(t, steps_interpolation)?)
-                }
-                (other, _, _) => {
-                    return Err(err(Error::invalid(
-                        "verify",
-                        format!(
-                            "{other:?}: 'full', 'threshold' (with a threshold), 'scheduled' or \
-                             'pipelined' (with steps_per_second)"
-                        ),
-                    )));
-                }
-            };
+            let drafter = drafter_of(drafter, target.hidden_size())?;
+            let verify = policy(verify, threshold, steps_per_second, steps_interpolation)?;
             let options = SpeculatorOptions {
                 num_speculative_tokens: args::opt_usize(
                     num_speculative_tokens,
@@ -217,7 +207,8 @@ impl PySpeculator {
     }
 
     /// Generate for every prompt: `(tokens per prompt, stats dict)`.
-    #[pyo3(signature = (prompts, max_new_tokens, stop_token_ids = None, on_round = None))]
+    #[pyo3(signature = (prompts, max_new_tokens, stop_token_ids = None, on_round = None,
+        seed = None))]
     fn generate<'py>(
         &self,
         py: Python<'py>,
@@ -225,18 +216,21 @@ impl PySpeculator {
         max_new_tokens: &Bound<'py, PyAny>,
         stop_token_ids: Option<&Bound<'py, PyAny>>,
         on_round: Option<&Bound<'py, PyAny>>,
+        seed: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Vec<Vec<u32>>, PyStats)> {
         let call = Call {
             prompts,
             max_new_tokens,
             stop_token_ids,
+            seed,
             on_round,
         };
         guard(|| self.run(py, call, Decode::Speculative))
     }
 
     /// Target-only decoding with the same options and seeds (the baseline).
-    #[pyo3(signature = (prompts, max_new_tokens, stop_token_ids = None, on_round = None))]
+    #[pyo3(signature = (prompts, max_new_tokens, stop_token_ids = None, on_round = None,
+        seed = None))]
     fn generate_target_only<'py>(
         &self,
         py: Python<'py>,
@@ -244,11 +238,13 @@ impl PySpeculator {
         max_new_tokens: &Bound<'py, PyAny>,
         stop_token_ids: Option<&Bound<'py, PyAny>>,
         on_round: Option<&Bound<'py, PyAny>>,
+        seed: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(Vec<Vec<u32>>, PyStats)> {
         let call = Call {
             prompts,
             max_new_tokens,
             stop_token_ids,
+            seed,
             on_round,
         };
         guard(|| self.run(py, call, Decode::TargetOnly))

@@ -322,8 +322,9 @@ impl DlTensor {
         &self.name
     }
 
-    /// The start of the data (for tests of zero-copy); null for empty tensors.
-    #[cfg(feature = "test-hooks")]
+    /// The start of the data (borrowed by the CUDA path; read by zero-copy tests); null for
+    /// empty tensors.
+    #[cfg(any(feature = "test-hooks", feature = "cuda"))]
     pub fn data_ptr(&self) -> usize {
         self.data as usize
     }

@@ -196,3 +196,81 @@ pub trait Drafter {
         opts: &ProposeOptions,
     ) -> Result<Proposal>;
 }
+
+impl<D: Drafter + ?Sized> Drafter for std::sync::Arc<D> {
+    type State = D::State;
+
+    fn block_size(&self) -> usize {
+        (**self).block_size()
+    }
+    fn num_draft_tokens(&self) -> usize {
+        (**self).num_draft_tokens()
+    }
+    fn noise_token(&self) -> u32 {
+        (**self).noise_token()
+    }
+    fn vocab(&self) -> VocabSizes {
+        (**self).vocab()
+    }
+    fn id_map(&self) -> &IdMap {
+        (**self).id_map()
+    }
+    fn embed_source(&self) -> WeightSource {
+        (**self).embed_source()
+    }
+    fn lm_head_source(&self) -> WeightSource {
+        (**self).lm_head_source()
+    }
+    fn target_layer_ids(&self) -> &[i64] {
+        (**self).target_layer_ids()
+    }
+    fn capture_layer_ids(&self) -> &[usize] {
+        (**self).capture_layer_ids()
+    }
+    fn sample_from_anchor(&self) -> bool {
+        (**self).sample_from_anchor()
+    }
+    fn has_confidence_head(&self) -> bool {
+        (**self).has_confidence_head()
+    }
+    fn context_width(&self) -> usize {
+        (**self).context_width()
+    }
+    fn new_state(&self) -> Result<Self::State> {
+        (**self).new_state()
+    }
+    fn extend(&self, state: &mut Self::State, features: &Tensor, start: usize) -> Result<()> {
+        (**self).extend(state, features, start)
+    }
+    fn truncate(&self, state: &mut Self::State, len: usize) -> Result<()> {
+        (**self).truncate(state, len)
+    }
+    fn state_end(&self, state: &Self::State) -> usize {
+        (**self).state_end(state)
+    }
+    fn propose_cached(
+        &self,
+        states: &[&Self::State],
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        (**self).propose_cached(states, anchors, opts)
+    }
+    fn propose_for_verify(
+        &self,
+        states: &[&Self::State],
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<(Proposal, Option<Tensor>)> {
+        (**self).propose_for_verify(states, anchors, opts)
+    }
+    fn propose(
+        &self,
+        context: &Tensor,
+        anchors: &[u32],
+        start_positions: &[usize],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        (**self).propose(context, anchors, start_positions, opts)
+    }
+}

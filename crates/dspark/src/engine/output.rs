@@ -70,10 +70,32 @@ pub struct RequestOutput {
     pub usage: RequestUsage,
 }
 
+/// Where one step's time went (seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepTiming {
+    /// In the drafter (proposals, context extension).
+    pub drafter_seconds: f64,
+    /// In target forwards.
+    pub target_seconds: f64,
+    /// In kernels and bookkeeping (verify lengths, verification, cache edits).
+    pub kernel_seconds: f64,
+}
+
 /// The result of one [`Engine::step`](super::Engine::step): an entry for every request that
 /// committed tokens, finished or was aborted in it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct StepOutput {
     /// Per request, in the engine's running order.
     pub outputs: Vec<RequestOutput>,
+    /// Whether running requests took a round in this step (a step may only prefill joining
+    /// requests, or only drop aborted ones).
+    pub round: bool,
+    /// Of a round, whether it drafted nothing: a scheduling policy found one target-only step
+    /// of every running request faster than the best drafted round.
+    pub plain: bool,
+    /// Where the step's time went.
+    pub timing: StepTiming,
+    /// Every verified slot whose earlier slots were all accepted, with its confidence and
+    /// outcome (only with [`EngineConfig::record_confidence`](super::EngineConfig)).
+    pub confidence_records: Vec<crate::speculator::ConfidenceRecord>,
 }

@@ -12,11 +12,13 @@
 //! policies. The speculator's round loop is their one caller in the engine.
 
 mod pipelined;
+mod policy;
 mod scheduler;
 mod table;
 mod threshold;
 
 pub use pipelined::schedule_pipelined;
+pub use policy::VerifyPolicy;
 pub use scheduler::{schedule_lengths, schedule_lengths_ahead};
 pub use table::StepsPerSecond;
 pub use threshold::threshold_lengths;

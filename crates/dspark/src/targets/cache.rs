@@ -111,6 +111,36 @@ impl Qwen3Cache {
         })
     }
 
+    /// Append `n` empty rows (requests joining the batch; nothing is allocated until their
+    /// first forward). Errors: `too-large` past [`crate::limits::MAX_BATCH`] rows.
+    pub fn grow(&mut self, n: usize) -> Result<()> {
+        let rows = self.lengths.len() as u64 + n as u64;
+        crate::limits::at_most("batch", rows, crate::limits::MAX_BATCH)?;
+        self.lengths.extend(std::iter::repeat_n(0, n));
+        self.capacity.extend(std::iter::repeat_n(0, n));
+        self.rows.extend((0..n).map(|_| Vec::new()));
+        Ok(())
+    }
+
+    /// Keep the rows `b` with `keep[b]`, in order; the others' buffers are freed
+    /// (`bad-shape` when `keep` does not have one entry per row).
+    pub fn retain(&mut self, keep: &[bool]) -> Result<()> {
+        if keep.len() != self.lengths.len() {
+            return Err(Error::bad_shape(
+                "keep",
+                format!("{} values for {} rows", keep.len(), self.lengths.len()),
+            ));
+        }
+        let mut it = keep.iter();
+        self.lengths.retain(|_| it.next().copied().unwrap_or(false));
+        let mut it = keep.iter();
+        self.capacity
+            .retain(|_| it.next().copied().unwrap_or(false));
+        let mut it = keep.iter();
+        self.rows.retain(|_| it.next().copied().unwrap_or(false));
+        Ok(())
+    }
+
     /// Number of requests.
     pub fn batch(&self) -> usize {
         self.lengths.len()

@@ -14,7 +14,7 @@ use super::qwen3::Qwen3Target;
 use crate::error::{Error, Result};
 use crate::limits::{MAX_POSITION, output_elements};
 use crate::nn::{causal_gqa_attention_kt, matmul_t, rms_norm};
-use crate::speculator::{LogitRows, TargetInput, TargetOutput};
+use crate::target::{LogitRows, TargetInput, TargetOutput};
 
 /// Where each request's new tokens sit in the packed batch.
 struct Packed {
@@ -67,10 +67,8 @@ impl Qwen3Target {
                 ),
             });
         }
-        let out_rows = match input.logits {
-            LogitRows::All => width,
-            LogitRows::Last => 1,
-        };
+        input.check()?;
+        let out_rows = input.logits.rows(width);
         let u = |x: usize| x as u64;
         output_elements("logits", &[u(b_n), u(out_rows), u(c.shape.vocab_size)])?;
         let lh = capture.len().saturating_mul(c.shape.hidden_size);
@@ -114,13 +112,10 @@ impl Qwen3Target {
         input: &TargetInput<'_>,
         capture: &[usize],
     ) -> Result<TargetOutput> {
-        let p = self.pack(cache, input, capture)?;
+        let mut p = self.pack(cache, input, capture)?;
         let (b_n, width, n) = (input.batch(), input.width, p.ids.len());
         let (h, v) = (self.config.shape.hidden_size, self.config.shape.vocab_size);
-        let out_rows = match input.logits {
-            LogitRows::All => width,
-            LogitRows::Last => 1,
-        };
+        let out_rows = input.logits.rows(width);
         if n == 0 {
             return Ok(TargetOutput {
                 logits: Tensor::zeros((b_n, out_rows, v), DType::F32, &self.device)?,
@@ -136,7 +131,7 @@ impl Qwen3Target {
                 cache.reserve(b, cache.lengths()[b] + m)?;
             }
         }
-        let ids = Tensor::from_vec(p.ids, n, &self.device)?;
+        let ids = Tensor::from_vec(std::mem::take(&mut p.ids), n, &self.device)?;
         let mut x = self.embed.index_select(&ids, 0)?;
         let (cos, sin) = self.rope.tables(&p.positions, &self.device)?;
         let heads = self.heads();
@@ -201,12 +196,53 @@ impl Qwen3Target {
                 };
                 (sel, slots)
             }
+            LogitRows::Tail(_) => {
+                // Each row's last positions asked for, in order; `sel` the packed rows read.
+                let mut sel: Vec<u32> = Vec::new();
+                let mut slots = Vec::with_capacity(b_n * out_rows);
+                for (b, &(off, m)) in p.rows.iter().enumerate() {
+                    for j in input.logits.positions(b, m, width) {
+                        slots.push(j.map(|j| {
+                            sel.push((off + j) as u32);
+                            sel.len() - 1
+                        }));
+                    }
+                }
+                if sel.is_empty() {
+                    let logits = Tensor::zeros((b_n, out_rows, v), DType::F32, &self.device)?;
+                    return self.finish_forward(cache, &p, logits, &captured, capture, width);
+                }
+                let in_order =
+                    sel.len() == n && sel.iter().enumerate().all(|(i, &r)| r as usize == i);
+                let count = sel.len();
+                let x = if in_order {
+                    x
+                } else {
+                    x.index_select(&Tensor::from_vec(sel, count, &self.device)?, 0)?
+                };
+                (x, slots)
+            }
         };
         let logits = match &self.head {
             Some(head) => head.forward(&selected)?,
             None => matmul_t(&selected, &self.lm_head_logical, None)?,
         };
         let logits = scatter(&logits, &slots, (b_n, out_rows, v))?;
+        self.finish_forward(cache, &p, logits, &captured, capture, width)
+    }
+
+    /// The captured hidden states scattered to `[B, S, L·H]`, the cache advanced past the
+    /// forward's tokens, and the output.
+    fn finish_forward(
+        &self,
+        cache: &mut Qwen3Cache,
+        p: &Packed,
+        logits: Tensor,
+        captured: &[Option<Tensor>],
+        capture: &[usize],
+        width: usize,
+    ) -> Result<TargetOutput> {
+        let (b_n, h) = (p.rows.len(), self.config.shape.hidden_size);
         let hidden = if capture.is_empty() {
             Tensor::zeros((b_n, width, 0), DType::F32, &self.device)?
         } else {

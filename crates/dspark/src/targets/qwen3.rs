@@ -19,7 +19,7 @@ use crate::nn::SharedWeights;
 use crate::nn::decoder::{Heads, Layer, Take};
 use crate::nn::weights::TensorReader;
 use crate::nn::{Linear, Rope, output_head};
-use crate::speculator::{TargetInput, TargetModel, TargetOutput};
+use crate::target::{TargetInput, TargetModel, TargetOutput};
 
 /// A Qwen3 causal LM on candle: the native [`TargetModel`].
 #[derive(Debug, Clone)]
@@ -264,5 +264,21 @@ impl TargetModel for Qwen3Target {
 
     fn cache_lengths(&self, cache: &Qwen3Cache) -> Vec<usize> {
         cache.lengths().to_vec()
+    }
+
+    fn resizable(&self) -> bool {
+        true
+    }
+
+    fn grow(&self, cache: &mut Qwen3Cache, n: usize) -> Result<()> {
+        cache.grow(n)
+    }
+
+    fn retain(&self, cache: &mut Qwen3Cache, keep: &[bool]) -> Result<()> {
+        cache.retain(keep)
+    }
+
+    fn ragged(&self) -> bool {
+        true
     }
 }

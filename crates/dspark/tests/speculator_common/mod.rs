@@ -120,12 +120,30 @@ pub fn feature_row(token: u32, pos: usize, captures: &[usize], hidden: usize) ->
         .collect()
 }
 
+/// Which logits a forward asked for (an owned [`LogitRows`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rows {
+    All,
+    Last,
+    Tail(Vec<usize>),
+}
+
+impl Rows {
+    fn of(r: LogitRows<'_>) -> Self {
+        match r {
+            LogitRows::All => Rows::All,
+            LogitRows::Last => Rows::Last,
+            LogitRows::Tail(t) => Rows::Tail(t.to_vec()),
+        }
+    }
+}
+
 /// One forward as the toy saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
     pub num_tokens: Vec<usize>,
     pub width: usize,
-    pub logits: LogitRows,
+    pub logits: Rows,
     pub capture: Vec<usize>,
 }
 
@@ -150,6 +168,9 @@ pub struct ToyTarget {
     pub hidden: usize,
     /// The logits dtype handed to the loop.
     pub dtype: DType,
+    /// Whether it grows and retains cache rows (continuous batching); off by default, so a
+    /// batch keeps its rows (the log's row indices are request indices).
+    pub resizable: bool,
     pub log: RefCell<ToyLog>,
 }
 
@@ -164,8 +185,15 @@ impl ToyTarget {
             layers,
             hidden,
             dtype: DType::F32,
+            resizable: false,
             log: RefCell::new(ToyLog::default()),
         }
+    }
+
+    /// The same toy, resizable (continuous batching).
+    pub fn into_resizable(mut self) -> Self {
+        self.resizable = true;
+        self
     }
 
     pub fn forwards(&self) -> usize {
@@ -228,10 +256,8 @@ impl TargetModel for ToyTarget {
                 });
             }
         }
-        let rows = match input.logits {
-            LogitRows::All => s,
-            LogitRows::Last => 1,
-        };
+        input.check()?;
+        let rows = input.logits.rows(s);
         let fw = capture.len() * self.hidden;
         // Positions nobody may read are NaN (canaries); `Last` rows of idle requests are finite.
         let mut logits = vec![f32::NAN; b * rows * v];
@@ -244,6 +270,13 @@ impl TargetModel for ToyTarget {
             if n == 0 && input.logits == LogitRows::Last {
                 logits[r * v..(r + 1) * v].fill(0.0);
             }
+            // Rows nobody reads beyond a short tail are finite (the contract says arbitrary).
+            let at_of: Vec<Option<usize>> = input.logits.positions(r, n, s);
+            for (k, a) in at_of.iter().enumerate() {
+                if a.is_none() && matches!(input.logits, LogitRows::Tail(_)) {
+                    logits[(r * rows + k) * v..(r * rows + k + 1) * v].fill(0.0);
+                }
+            }
             if n > 0 {
                 log.row_forwards[r] += 1;
             }
@@ -253,10 +286,7 @@ impl TargetModel for ToyTarget {
                 let pos = row.len();
                 let l = self.lm.logits(row.last().copied(), tok, pos);
                 row.push(tok);
-                let at = match input.logits {
-                    LogitRows::All => Some(j),
-                    LogitRows::Last => (j + 1 == n).then_some(0),
-                };
+                let at = at_of.iter().position(|&a| a == Some(j));
                 if let Some(at) = at {
                     logits[(r * rows + at) * v..(r * rows + at + 1) * v].copy_from_slice(&l);
                 }
@@ -267,7 +297,7 @@ impl TargetModel for ToyTarget {
         log.calls.push(Call {
             num_tokens: input.num_tokens.to_vec(),
             width: s,
-            logits: input.logits,
+            logits: Rows::of(input.logits),
             capture: capture.to_vec(),
         });
         log.tokens += input.num_tokens.iter().sum::<usize>();
@@ -301,6 +331,39 @@ impl TargetModel for ToyTarget {
 
     fn cache_lengths(&self, cache: &ToyCache) -> Vec<usize> {
         cache.0.iter().map(Vec::len).collect()
+    }
+
+    fn resizable(&self) -> bool {
+        self.resizable
+    }
+
+    fn grow(&self, cache: &mut ToyCache, n: usize) -> Result<()> {
+        if !self.resizable {
+            return Err(Error::invalid("target", "not resizable"));
+        }
+        cache.0.extend((0..n).map(|_| Vec::new()));
+        let mut log = self.log.borrow_mut();
+        log.row_forwards.extend(std::iter::repeat_n(0, n));
+        log.cache = cache.0.clone();
+        Ok(())
+    }
+
+    fn retain(&self, cache: &mut ToyCache, keep: &[bool]) -> Result<()> {
+        if !self.resizable || keep.len() != cache.0.len() {
+            return Err(Error::bad_shape("keep", "one per row"));
+        }
+        let mut it = keep.iter();
+        cache.0.retain(|_| it.next().copied().unwrap_or(false));
+        let mut log = self.log.borrow_mut();
+        let mut it = keep.iter();
+        log.row_forwards
+            .retain(|_| it.next().copied().unwrap_or(false));
+        log.cache = cache.0.clone();
+        Ok(())
+    }
+
+    fn ragged(&self) -> bool {
+        true
     }
 }
 

@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::{Error, Result};
-use crate::speculator::target::{LogitRows, TargetInput, TargetModel};
+use crate::target::{LogitRows, TargetInput, TargetModel};
 
 /// A bad forward: what is wrong (or the expected code), tokens, width, num_tokens, capture ids.
 pub(super) type Case<'a> = (&'a str, &'a [u32], usize, &'a [usize], &'a [usize]);
@@ -127,7 +127,7 @@ impl<T: TargetModel> Suite<'_, T> {
         check: &str,
         cache: &mut T::Cache,
         rows: &[&[u32]],
-        logits: LogitRows,
+        logits: LogitRows<'_>,
         capture: &[usize],
     ) -> Result<Out> {
         let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
@@ -144,7 +144,7 @@ impl<T: TargetModel> Suite<'_, T> {
         };
         let before = self.t.cache_lengths(cache);
         let out = expect(check, "forward", self.t.forward(cache, &input, capture))?;
-        let s = if logits == LogitRows::All { width } else { 1 };
+        let s = logits.rows(width);
         let w = capture.len() * self.t.hidden_size();
         let (b_n, v) = (rows.len(), self.vocab);
         if out.logits.dims() != [b_n, s, v] || out.hidden_states.dims() != [b_n, width, w] {
@@ -173,8 +173,12 @@ impl<T: TargetModel> Suite<'_, T> {
             dtype: out.logits.dtype(),
         };
         for (b, &n) in num.iter().enumerate() {
-            // Every Last row must be finite (rows with no token: arbitrary but finite).
-            let real = if logits == LogitRows::All { n } else { 1 };
+            // Every row asked for must be finite (Last rows with no token: arbitrary but finite).
+            let real = match logits {
+                LogitRows::All => n,
+                LogitRows::Last => 1,
+                LogitRows::Tail(t) => t[b],
+            };
             for j in 0..real {
                 if o.logit(b, j).iter().any(|x| !x.is_finite()) {
                     return Err(fail(

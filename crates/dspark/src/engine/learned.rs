@@ -1,5 +1,5 @@
-//! What the round loop observes of its own costs, kept by the [`Speculator`](super::Speculator)
-//! across calls: the seconds of each target forward by its total token count (refining a
+//! What the round loop observes of its own costs, kept by the [`Engine`](super::Engine) for
+//! its lifetime: the seconds of each target forward by its total token count (refining a
 //! profiled steps-per-second table), and the seconds a round spends outside the forward per
 //! request, by batch size (the scheduler's overhead).
 //!

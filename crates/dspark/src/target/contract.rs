@@ -3,7 +3,10 @@
 //! The speculator relies on more than the trait's signatures: a prefill followed by one-token
 //! steps must give the logits of one forward over the whole sequence, a ragged batch must give
 //! each row what it would get alone, a rolled-back cache must behave like a fresh one, and a
-//! failed forward must leave the cache alone. The suite runs small deterministic token
+//! failed forward must leave the cache alone; a resizable target's rows come and go
+//! ([`TargetModel::grow`], [`TargetModel::retain`]) without changing the other rows' logits,
+//! and a joining row's prefill rides a forward with the others' steps
+//! ([`LogitRows::Tail`]). The suite runs small deterministic token
 //! sequences (derived from `vocab_size`) through the target and returns the first violation as
 //! an `invalid-argument` error on `target` naming the check; an error the target raises where
 //! none is expected is reported the same way, with its code.
@@ -12,7 +15,7 @@ mod harness;
 
 use candle_core::DType;
 
-use super::target::{LogitRows, TargetInput, TargetModel};
+use super::{LogitRows, TargetInput, TargetModel};
 use crate::error::Result;
 use harness::{Case, Out, Suite, close, close_at, expect, fail, tokens};
 
@@ -257,6 +260,10 @@ pub fn check_target<T: TargetModel>(target: &T, capture_layer_ids: &[usize]) -> 
         }
     }
 
+    if target.resizable() {
+        rows_come_and_go(&s, cap, tol)?;
+    }
+
     // Bad input is refused before any work, and the cache is left alone.
     let check = "refuses-bad-input";
     let mut c = s.cache(check, 2)?;
@@ -284,6 +291,112 @@ pub fn check_target<T: TargetModel>(target: &T, capture_layer_ids: &[usize]) -> 
             logits: LogitRows::Last,
         };
         s.refuse(&format!("{check}: {what}"), &mut c, &input, capture)?;
+    }
+    Ok(())
+}
+
+/// A resizable target: rows grow and leave between forwards, a joining row's prefill rides
+/// the others' steps (`Tail` logits), and every row gets what it would alone.
+fn rows_come_and_go<T: TargetModel>(s: &Suite<'_, T>, cap: &[usize], tol: f32) -> Result<()> {
+    let check = "rows-come-and-go";
+    let t = s.t;
+    let seqs = [
+        tokens(s.vocab, 11, 9),
+        tokens(s.vocab, 12, 9),
+        tokens(s.vocab, 13, 9),
+    ];
+    // Each sequence alone, every position.
+    let mut alone = Vec::new();
+    for q in &seqs {
+        alone.push(s.run(check, &mut s.cache(check, 1)?, &[q], LogitRows::All, cap)?);
+    }
+    let mut c = s.cache(check, 2)?;
+    s.run(
+        check,
+        &mut c,
+        &[&seqs[0][..5], &seqs[1][..3]],
+        LogitRows::All,
+        cap,
+    )?;
+    expect(check, "grow", t.grow(&mut c, 1))?;
+    if t.cache_lengths(&c) != [5, 3, 0] {
+        return Err(fail(
+            check,
+            format!(
+                "lengths {:?} after growing [5, 3] by one row",
+                t.cache_lengths(&c)
+            ),
+        ));
+    }
+    // Row 0 one step, row 1 two, row 2 its whole prefill: each row's steps and the joining
+    // row's last position.
+    let tails = [1, 2, 1];
+    let o = s.run(
+        check,
+        &mut c,
+        &[&seqs[0][5..6], &seqs[1][3..5], &seqs[2][..6]],
+        LogitRows::Tail(&tails),
+        cap,
+    )?;
+    close_at(check, "row 0 step", (&o, 0, 0), (&alone[0], 0, 5), tol)?;
+    close_at(
+        check,
+        "row 1 first step",
+        (&o, 1, 0),
+        (&alone[1], 0, 3),
+        tol,
+    )?;
+    close_at(
+        check,
+        "row 1 second step",
+        (&o, 1, 1),
+        (&alone[1], 0, 4),
+        tol,
+    )?;
+    close(
+        check,
+        "row 2 prefill's last: logits",
+        o.logit(2, 0),
+        alone[2].logit(0, 5),
+        tol,
+    )?;
+    for j in 0..6 {
+        close(
+            check,
+            &format!("row 2 prefill features at {j}"),
+            o.hid(2, j),
+            alone[2].hid(0, j),
+            tol,
+        )?;
+    }
+    // Row 1 leaves; the others go on as if it had never been there.
+    expect(check, "retain", t.retain(&mut c, &[true, false, true]))?;
+    if t.cache_lengths(&c) != [6, 6] {
+        return Err(fail(
+            check,
+            format!(
+                "lengths {:?} after dropping row 1 of [6, 5, 6]",
+                t.cache_lengths(&c)
+            ),
+        ));
+    }
+    let o = s.run(
+        check,
+        &mut c,
+        &[&seqs[0][6..8], &seqs[2][6..8]],
+        LogitRows::All,
+        cap,
+    )?;
+    for (row, seq) in [(0, 0), (1, 2)] {
+        for j in 0..2 {
+            close_at(
+                check,
+                &format!("row {row} after a retain, step {j}"),
+                (&o, row, j),
+                (&alone[seq], 0, 6 + j),
+                tol,
+            )?;
+        }
     }
     Ok(())
 }

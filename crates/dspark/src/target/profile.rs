@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::target::{LogitRows, TargetInput, TargetModel};
+use super::{LogitRows, TargetInput, TargetModel};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_BATCH, MAX_BLOCK, at_most};
 use crate::schedule::StepsPerSecond;
@@ -17,7 +17,7 @@ const PROFILE_REPEATS: usize = 3;
 /// The most verified tokens the engine profiles for [`VerifyPolicy::ScheduledMeasured`]
 /// (larger batches read the table past its end: tokens/s held constant).
 ///
-/// [`VerifyPolicy::ScheduledMeasured`]: super::VerifyPolicy::ScheduledMeasured
+/// [`VerifyPolicy::ScheduledMeasured`]: crate::schedule::VerifyPolicy::ScheduledMeasured
 pub const MAX_PROFILE_TOKENS: usize = 4096;
 
 /// Past the dense range, each profiled size is at most this factor above the previous one.
@@ -27,7 +27,7 @@ const PROFILE_GROWTH: f64 = 1.25;
 /// row tiling puts steps in the cost of small forwards, where one round's verify length
 /// decides; the scheduler's early stop must see them), then sizes growing by at most
 /// [`PROFILE_GROWTH`], and `max_tokens` itself.
-pub(super) fn profile_sizes(max_tokens: usize, row_tokens: usize) -> Vec<usize> {
+pub(crate) fn profile_sizes(max_tokens: usize, row_tokens: usize) -> Vec<usize> {
     let dense = max_tokens.min(row_tokens.saturating_mul(2).max(1));
     let mut sizes: Vec<usize> = (1..=dense).collect();
     let mut n = dense;

@@ -1,0 +1,157 @@
+//! After a round's verification: each request commits what it kept (its usage, the engine's
+//! counters and acceptance record follow), and the drafter contexts take the target features
+//! of the kept positions.
+
+use std::time::Instant;
+
+use super::engine::Engine;
+use super::output::StepOutput;
+use super::round::Plan;
+use crate::drafter::Drafter;
+use crate::error::Result;
+use crate::sampling::Verification;
+use crate::speculator::ConfidenceRecord;
+use crate::target::{TargetModel, TargetOutput};
+
+/// What one request committed in a round.
+pub(super) struct Committed {
+    /// The tokens it kept (a stop id or its budget may cut the verified ones short).
+    pub(super) tokens: Vec<u32>,
+    /// How many.
+    pub(super) kept: usize,
+    /// Of its verified drafts, how many it accepted and kept.
+    pub(super) accepted: usize,
+}
+
+impl<T: TargetModel, D: Drafter> Engine<T, D> {
+    /// Commit request `j` of the round (`p.act[j]`) from `v`.
+    pub(super) fn commit(
+        &mut self,
+        j: usize,
+        p: &Plan,
+        v: &Verification,
+        out: &mut StepOutput,
+    ) -> Committed {
+        let i = p.act[j];
+        let n = p.lens[j];
+        let emitted: Vec<u32> = v.emitted(j).iter().map(|&t| t as u32).collect();
+        let Some(slot) = self.rows[i].as_mut() else {
+            return Committed {
+                tokens: Vec::new(),
+                kept: 0,
+                accepted: 0,
+            };
+        };
+        if let Some(&last) = emitted.last() {
+            slot.anchor = last;
+        }
+        let kept = slot.push(&emitted);
+        let accepted = (v.num_accepted[j] as usize).min(kept);
+        slot.usage.rounds += 1;
+        slot.usage.drafted_tokens += n;
+        slot.usage.accepted_tokens += accepted;
+        let confidence = p.confidence[j].as_deref();
+        if self.config.record_confidence
+            && let Some(c) = confidence
+        {
+            let verdict = v.num_accepted[j] as usize;
+            for (k, &confidence) in c.iter().enumerate().take((verdict + 1).min(n)) {
+                out.confidence_records.push(ConfidenceRecord {
+                    position: k as u32,
+                    confidence,
+                    accepted: k < verdict,
+                });
+            }
+        }
+        self.acceptance.record(n, accepted, confidence);
+        let m = &mut self.metrics;
+        m.generation_tokens += kept as u64;
+        if n > 0 {
+            m.num_drafts += 1;
+            m.num_draft_tokens += n as u64;
+            m.num_accepted_tokens += accepted as u64;
+            if m.num_accepted_tokens_per_pos.len() < n {
+                m.num_accepted_tokens_per_pos.resize(n, 0);
+            }
+            for k in 0..accepted {
+                m.num_accepted_tokens_per_pos[k] += 1;
+            }
+        }
+        Committed {
+            tokens: emitted[..kept].to_vec(),
+            kept,
+            accepted,
+        }
+    }
+
+    /// Extend the round's drafter contexts with the features of each request's kept
+    /// positions (`kept[row]`), after any rows still pending from plain rounds; after a plain
+    /// round they wait in the request's pending rows for its next proposal (one extension of
+    /// many rows then, instead of a one-row extension every round). Returns the seconds spent
+    /// in the drafter.
+    pub(super) fn extend_round(
+        &mut self,
+        p: &Plan,
+        o: &TargetOutput,
+        kept: &[usize],
+    ) -> Result<f64> {
+        let t = Instant::now();
+        for &i in &p.act {
+            let Some(slot) = self.rows[i].as_mut() else {
+                continue;
+            };
+            let Some(state) = slot.state.as_mut() else {
+                continue;
+            };
+            let feats = o.hidden_states.get(i)?.narrow(0, 0, kept[i])?;
+            let (start, rows) = &mut slot.pending;
+            if rows.is_empty() {
+                *start = slot.len;
+            }
+            rows.push(feats);
+            if !p.plain {
+                // Pending plain-round rows first (a request that did not propose this round
+                // still holds them), then this round's, in one call.
+                let (start, rows) = std::mem::take(&mut slot.pending);
+                let feats = if rows.len() == 1 {
+                    rows.into_iter()
+                        .next()
+                        .ok_or_else(|| crate::error::Error::Internal {
+                            message: "pending rows vanished".into(),
+                        })?
+                } else {
+                    candle_core::Tensor::cat(&rows, 0)?
+                };
+                self.drafter.extend(state, &feats, start)?;
+            }
+        }
+        Ok(t.elapsed().as_secs_f64())
+    }
+
+    /// Give each joining request that drafts a drafter context holding its prefill's features
+    /// (`rows` tokens each). Returns the seconds spent in the drafter.
+    pub(super) fn extend_joining(
+        &mut self,
+        join: &[usize],
+        o: &TargetOutput,
+        rows: &[Vec<u32>],
+    ) -> Result<f64> {
+        let t = Instant::now();
+        for &i in join {
+            let drafts = match &self.rows[i] {
+                Some(s) => self.drafts_for(&s.spec),
+                None => continue,
+            };
+            if drafts == 0 {
+                continue;
+            }
+            let mut state = self.drafter.new_state()?;
+            let feats = o.hidden_states.get(i)?.narrow(0, 0, rows[i].len())?;
+            self.drafter.extend(&mut state, &feats, 0)?;
+            if let Some(slot) = self.rows[i].as_mut() {
+                slot.state = Some(state);
+            }
+        }
+        Ok(t.elapsed().as_secs_f64())
+    }
+}

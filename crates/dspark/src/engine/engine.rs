@@ -1,0 +1,387 @@
+//! [`Engine`]: construction, the request API (add, abort) and what it reports. The step itself
+//! is in `step.rs`, admission and preemption in `admit.rs`, a round in `round.rs`.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::acceptance::Acceptance;
+use super::config::EngineConfig;
+use super::draft::Streak;
+use super::learned::{ForwardTimes, RoundCosts};
+use super::metrics::EngineMetrics;
+use super::request::{RequestId, RequestSpec};
+use super::slot::{Slot, Waiting};
+use crate::drafter::Drafter;
+use crate::error::{Error, Result};
+use crate::limits::MAX_POSITION;
+use crate::schedule::{StepsPerSecond, VerifyPolicy};
+use crate::target::TargetModel;
+
+/// The step-level serving engine: requests are added with their own prompt, sampling, seed,
+/// stop ids, budget and speculation limit; each [`Engine::step`] runs one round over every
+/// running request (a joining request's prefill rides the same forward where the target is
+/// ragged); requests finish (stop, length) or are aborted between rounds; a KV budget admits
+/// requests and preempts the newest running one, which later resumes by re-prefilling what it
+/// committed (its position-keyed draws make it continue exactly as if never preempted).
+pub struct Engine<T: TargetModel, D: Drafter> {
+    pub(super) target: T,
+    pub(super) drafter: D,
+    pub(super) config: EngineConfig,
+    /// Drafts verified per round at most (the engine's limit).
+    pub(super) num_speculative: usize,
+    /// Requests join and leave a running batch (the target grows and retains cache rows).
+    /// Otherwise a batch runs until all of its requests finish (static batches).
+    pub(super) continuous: bool,
+    pub(super) cache: Option<T::Cache>,
+    /// Row `i` of the cache: its request (`None`: a finished row of a static batch).
+    pub(super) rows: Vec<Option<Slot<D::State>>>,
+    pub(super) waiting: VecDeque<Waiting>,
+    next_id: u64,
+    /// Admissions so far (each running request's admission order).
+    pub(super) admissions: u64,
+    pub(super) live: Arc<Mutex<Live>>,
+    pub(super) acceptance: Acceptance,
+    pub(super) observed: Observed,
+    pub(super) streak: Streak,
+    pub(super) metrics: EngineMetrics,
+}
+
+/// The requests the engine holds, and aborts asked for since the last step: shared with
+/// [`AbortHandle`]s on other threads.
+#[derive(Debug, Default)]
+pub(super) struct Live {
+    pub(super) ids: HashSet<RequestId>,
+    pub(super) aborts: Vec<RequestId>,
+}
+
+/// What the scheduling policies learn while serving (module `learned`): the measured table
+/// (profiled up to `max tokens` at first use, refined by the forwards the rounds time) and the
+/// costs of a round outside the forward.
+#[derive(Debug, Default)]
+pub(super) struct Observed {
+    pub(super) profile: Option<(usize, StepsPerSecond)>,
+    pub(super) times: ForwardTimes,
+    pub(super) costs: RoundCosts,
+}
+
+/// Aborts requests of an [`Engine`] from any thread; they take effect at the next step.
+#[derive(Debug, Clone)]
+pub struct AbortHandle(Arc<Mutex<Live>>);
+
+impl AbortHandle {
+    /// Abort `id`: it ends with [`FinishReason::Aborted`](super::FinishReason::Aborted) at the
+    /// next step (its cache row is freed then). Errors: `invalid-argument` for an id the
+    /// engine does not hold (unknown, or already finished).
+    pub fn abort(&self, id: RequestId) -> Result<()> {
+        let mut live = lock(&self.0)?;
+        if !live.ids.contains(&id) {
+            return Err(unknown(id));
+        }
+        if !live.aborts.contains(&id) {
+            live.aborts.push(id);
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn lock(m: &Mutex<Live>) -> Result<MutexGuard<'_, Live>> {
+    m.lock().map_err(|_| Error::Internal {
+        message: "the engine's request registry lock is poisoned".into(),
+    })
+}
+
+fn unknown(id: RequestId) -> Error {
+    Error::invalid(
+        "request_id",
+        format!("{id} is not held by this engine (unknown, or already finished)"),
+    )
+}
+
+fn mismatch(message: String) -> Error {
+    Error::TargetMismatch { message }
+}
+
+impl<T: TargetModel, D: Drafter> Engine<T, D> {
+    /// An engine over `target` and `drafter`. Checks the pair (capture layers, feature
+    /// width, vocabulary), the options and that the target can add and drop cache rows
+    /// (continuous batching needs it: a target that cannot is an error here, not mid-serve).
+    /// Errors: `target-mismatch`, `invalid-argument`, `bad-config` (a confidence policy for a
+    /// drafter without a confidence head).
+    pub fn new(target: T, drafter: D, config: EngineConfig) -> Result<Self> {
+        if !target.resizable() {
+            return Err(Error::invalid(
+                "target",
+                "the target cannot add or drop cache rows (TargetModel::grow / retain): \
+                 continuous batching needs both",
+            ));
+        }
+        Self::build(target, drafter, config, true)
+    }
+
+    /// An engine that runs static batches when the target cannot resize its cache: requests
+    /// admitted together run until all of them finish before others join (the batch API).
+    pub(crate) fn new_any(target: T, drafter: D, config: EngineConfig) -> Result<Self> {
+        let continuous = target.resizable();
+        Self::build(target, drafter, config, continuous)
+    }
+
+    fn build(target: T, drafter: D, config: EngineConfig, continuous: bool) -> Result<Self> {
+        let layers = target.num_hidden_layers();
+        for &c in drafter.capture_layer_ids() {
+            if c >= layers {
+                return Err(mismatch(format!(
+                    "drafter target layer id {} (capture id {c}) does not fit a {layers}-layer \
+                     target (DeepSpec ids -1..={})",
+                    c as i64 - 1,
+                    layers as i64 - 2
+                )));
+            }
+        }
+        let width = drafter.capture_layer_ids().len() * target.hidden_size();
+        if drafter.context_width() != width {
+            return Err(mismatch(format!(
+                "drafter fuses context features of width {}, the target gives {} layers × \
+                 hidden_size {} = {width}",
+                drafter.context_width(),
+                drafter.capture_layer_ids().len(),
+                target.hidden_size()
+            )));
+        }
+        if drafter.vocab().target != target.vocab_size() {
+            return Err(mismatch(format!(
+                "drafter target vocab {} != target vocab {}",
+                drafter.vocab().target,
+                target.vocab_size()
+            )));
+        }
+        let k = drafter.num_draft_tokens();
+        let n = config.num_speculative_tokens.unwrap_or(k);
+        if n > k {
+            return Err(Error::invalid(
+                "num_speculative_tokens",
+                format!("{n}: must be in [0, {k}] (the drafter's block)"),
+            ));
+        }
+        match &config.verify {
+            VerifyPolicy::Full => {}
+            VerifyPolicy::Threshold(t) if !(0.0..=1.0).contains(t) => {
+                return Err(Error::invalid(
+                    "verify",
+                    format!("threshold {t}: must be in [0, 1]"),
+                ));
+            }
+            policy if !drafter.has_confidence_head() => {
+                return Err(Error::bad_config(
+                    "<drafter>",
+                    "enable_confidence_head",
+                    format!("verify={} needs a confidence head", policy.name()),
+                ));
+            }
+            _ => {}
+        }
+        let b = config.budget;
+        for (name, v) in [
+            ("budget.max_running", b.max_running),
+            ("budget.max_batched_tokens", b.max_batched_tokens),
+            ("budget.kv_tokens", b.kv_tokens.unwrap_or(1)),
+        ] {
+            if v == 0 {
+                return Err(Error::invalid(name, "0: must be at least 1"));
+            }
+        }
+        let metrics = EngineMetrics {
+            kv_tokens_capacity: b.kv_tokens,
+            ..EngineMetrics::default()
+        };
+        Ok(Self {
+            target,
+            drafter,
+            config,
+            num_speculative: n,
+            continuous,
+            cache: None,
+            rows: Vec::new(),
+            waiting: VecDeque::new(),
+            next_id: 0,
+            admissions: 0,
+            live: Arc::new(Mutex::new(Live::default())),
+            acceptance: Acceptance::default(),
+            observed: Observed::default(),
+            streak: Streak::default(),
+            metrics,
+        })
+    }
+
+    /// Queue a request; it joins the running batch at a step when the budget has room.
+    ///
+    /// Errors (naming the field): `invalid-argument` (an empty prompt, sampling values out of
+    /// range, `max_drafts` above the drafter's block), `token-out-of-range` (prompt or stop
+    /// ids outside the target vocabulary), `too-large` (prompt plus budget past the largest
+    /// position, a prompt longer than `max_batched_tokens`, or a request that could never fit
+    /// `kv_tokens` even alone).
+    pub fn add_request(&mut self, spec: RequestSpec) -> Result<RequestId> {
+        let what = format!("request {}", self.next_id);
+        self.check_request(&spec, &what)?;
+        let id = RequestId(self.next_id);
+        self.next_id += 1;
+        lock(&self.live)?.ids.insert(id);
+        self.metrics.requests_added += 1;
+        self.waiting.push_back(Waiting {
+            id,
+            usage: super::output::RequestUsage {
+                prompt_tokens: spec.prompt.len(),
+                ..Default::default()
+            },
+            spec,
+            out: Vec::new(),
+        });
+        Ok(id)
+    }
+
+    /// The checks of [`Engine::add_request`], errors naming `what` (e.g. `request 3`).
+    pub(crate) fn check_request(&self, spec: &RequestSpec, what: &str) -> Result<()> {
+        let vocab = self.target.vocab_size();
+        if spec.prompt.is_empty() {
+            return Err(Error::invalid(
+                format!("{what}.prompt"),
+                "empty: a prompt needs at least one token",
+            ));
+        }
+        for (field, ids) in [
+            ("prompt", &spec.prompt),
+            ("stop_token_ids", &spec.stop_token_ids),
+        ] {
+            if let Some(&t) = ids.iter().find(|&&t| t as usize >= vocab) {
+                return Err(Error::TokenOutOfRange {
+                    name: format!("{what}.{field}"),
+                    id: i64::from(t),
+                    vocab_size: vocab,
+                });
+            }
+        }
+        spec.sampling.check(what)?;
+        let block = self.drafter.num_draft_tokens();
+        if let Some(m) = spec.max_drafts.filter(|&m| m > block) {
+            return Err(Error::invalid(
+                format!("{what}.max_drafts"),
+                format!("{m}: must be in [0, {block}] (the drafter's block)"),
+            ));
+        }
+        let end = spec.prompt.len() as u128 + spec.max_new_tokens as u128;
+        if end > u128::from(MAX_POSITION) {
+            return Err(Error::too_large(
+                format!("{what}: prompt + max_new_tokens"),
+                end,
+                MAX_POSITION,
+                " positions",
+            ));
+        }
+        let budget = self.config.budget;
+        if spec.prompt.len() > budget.max_batched_tokens {
+            return Err(Error::too_large(
+                format!("{what}.prompt (budget.max_batched_tokens)"),
+                spec.prompt.len() as u128,
+                budget.max_batched_tokens as u64,
+                " tokens",
+            ));
+        }
+        if let Some(cap) = budget.kv_tokens {
+            // At most: the prompt and every committed token but the last in the cache, plus
+            // one round's verified block.
+            let need = spec.prompt.len() as u128
+                + spec.max_new_tokens as u128
+                + self.drafts_for(spec) as u128;
+            if need > cap as u128 {
+                return Err(Error::too_large(
+                    format!("{what}: prompt + max_new_tokens + drafts (budget.kv_tokens)"),
+                    need,
+                    cap as u64,
+                    " KV tokens",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop every request and the target cache (after a failed step, for a caller that
+    /// starts over).
+    pub(crate) fn clear(&mut self) {
+        self.rows.clear();
+        self.waiting.clear();
+        self.cache = None;
+        if let Ok(mut live) = self.live.lock() {
+            live.ids.clear();
+            live.aborts.clear();
+        }
+    }
+
+    /// Drafts a round verifies for `spec` at most: the engine's limit, lowered by its own.
+    pub(super) fn drafts_for(&self, spec: &RequestSpec) -> usize {
+        spec.max_drafts
+            .map_or(self.num_speculative, |m| m.min(self.num_speculative))
+    }
+
+    /// Abort `id` now (it ends with `aborted` at the next step, where its row is freed).
+    /// Errors: `invalid-argument` for an id the engine does not hold.
+    pub fn abort(&mut self, id: RequestId) -> Result<()> {
+        self.abort_handle().abort(id)
+    }
+
+    /// A handle that aborts requests from another thread (they take effect at the next step).
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle(Arc::clone(&self.live))
+    }
+
+    /// Whether a step has anything to do: running or waiting requests, or aborts to apply.
+    pub fn has_work(&self) -> bool {
+        self.num_running() > 0
+            || !self.waiting.is_empty()
+            || self.live.lock().is_ok_and(|l| !l.aborts.is_empty())
+    }
+
+    /// Requests in the running batch.
+    pub fn num_running(&self) -> usize {
+        self.rows.iter().flatten().count()
+    }
+
+    /// Requests waiting for room (new, or preempted).
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// The engine's counters since construction, with the current gauges.
+    pub fn metrics(&self) -> EngineMetrics {
+        let mut m = self.metrics.clone();
+        m.requests_running = self.num_running();
+        m.requests_waiting = self.num_waiting();
+        m.kv_tokens_used = self.rows.iter().flatten().map(|s| s.len).sum();
+        m
+    }
+
+    /// The target model.
+    pub fn target(&self) -> &T {
+        &self.target
+    }
+
+    /// The drafter.
+    pub fn drafter(&self) -> &D {
+        &self.drafter
+    }
+
+    /// The options.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Drafts verified per round at most.
+    pub fn num_speculative_tokens(&self) -> usize {
+        self.num_speculative
+    }
+
+    /// The table [`VerifyPolicy::ScheduledMeasured`] uses, once measured: the profile refined
+    /// by the forwards observed so far.
+    pub fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
+        let (_, profile) = self.observed.profile.as_ref()?;
+        self.observed.times.refine(profile).ok()
+    }
+}

@@ -1,0 +1,168 @@
+"""``dspark.Engine``: the serving engine — requests join, leave and are cancelled between
+rounds (continuous batching), each with its own sampling, seed, stop ids, budget and
+speculation limit.
+
+A step runs one round over every running request (a joining request's prefill rides the same
+target forward on a :class:`dspark.NativeTarget`) with the GIL released. A request's draws
+depend only on its own seed and positions: with ``verify="full"`` or a threshold (and greedy
+decoding under any policy) a seeded request gives the same tokens alone, in any batch, joining
+mid-run or resumed after a preemption. Targets must be able to add and drop cache rows (a
+``NativeTarget``, an HF model, or a :class:`dspark.protocols.TargetModel` with ``grow`` and
+``retain``).
+
+Example::
+
+    eng = dspark.Engine(target, drafter, verify="full")
+    rid = eng.add_request(prompt_ids, max_new_tokens=64, temperature=0.7, seed=1)
+    for u in eng.updates():          # steps until idle, one update per request per step
+        print(u.request_id, u.new_tokens, u.finish_reason)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dspark import _native
+from dspark._args import as_float, as_int
+from dspark._errors import raise_error
+from dspark._native import InputError, RequestUpdate
+from dspark.protocols import DRAFTER_MEMBERS
+from dspark.speculator import _engine_target, _seed, _verify_mode
+
+if TYPE_CHECKING:
+    import torch
+
+    from dspark._typing import TensorLike
+    from dspark.drafter import Drafter
+    from dspark.native_target import NativeTarget
+    from dspark.protocols import DrafterProtocol, TargetModel
+
+__all__ = ["Engine", "RequestUpdate"]
+
+
+class Engine:
+    """The serving engine over ``target`` and ``drafter`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        target: NativeTarget | TargetModel[Any] | torch.nn.Module,
+        drafter: Drafter | DrafterProtocol[Any],
+        *,
+        num_speculative_tokens: int | None = None,
+        verify: str | float = "full",
+        steps_per_second: Sequence[tuple[int, float]] | None = None,
+        steps_interpolation: str = "step",
+        record_confidence: bool = False,
+        max_running: int | None = None,
+        max_batched_tokens: int | None = None,
+        kv_tokens: int | None = None,
+    ) -> None:
+        """Check the pair, the options and that the target can grow and drop cache rows.
+
+        Args:
+            target, drafter, num_speculative_tokens, verify, steps_per_second,
+                steps_interpolation, record_confidence: as :class:`dspark.Speculator`.
+            max_running: requests in the running batch at most (default 256).
+            max_batched_tokens: prompt tokens a step prefills beside the running requests'
+                rounds at most (default 8192; a longer prompt is refused at ``add_request``).
+            kv_tokens: KV cache tokens the running requests may hold together (default:
+                unbounded). A request that could never fit is refused at ``add_request``; when
+                the running requests cannot take their next round the newest one is preempted
+                and resumes later where it was.
+        """
+        missing = [m for m in DRAFTER_MEMBERS if not hasattr(drafter, m)]
+        if missing:
+            raise_error(InputError, "invalid-argument", f"drafter lacks contract members {missing}")
+        self.target, engine_target = _engine_target(target)
+        self.drafter = drafter
+        mode, threshold = _verify_mode(verify)
+        if mode == "pipelined" and steps_per_second is None:
+            raise_error(InputError, "invalid-argument", "verify='pipelined' needs steps_per_second")
+        native_drafter = getattr(drafter, "_native", None)
+        if not isinstance(native_drafter, _native.Drafter):
+            native_drafter = drafter
+        table = list(steps_per_second) if steps_per_second is not None else None
+        self._native = _native.Engine(
+            engine_target,
+            native_drafter,
+            num_speculative_tokens=num_speculative_tokens,
+            verify=mode,
+            threshold=threshold,
+            steps_per_second=table if mode in ("scheduled", "pipelined") else None,
+            steps_interpolation=steps_interpolation,
+            record_confidence=bool(record_confidence),
+            max_running=max_running,
+            max_batched_tokens=max_batched_tokens,
+            kv_tokens=kv_tokens,
+        )
+
+    def add_request(
+        self,
+        prompt_ids: Sequence[int] | TensorLike,
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop_token_ids: Sequence[int] | None = None,
+        max_drafts: int | None = None,
+    ) -> int:
+        """Queue a request; returns its id. ``max_drafts``: drafts verified per round at most
+        for this request (``0``: no drafting; ``None``: the engine's limit). Values out of
+        range are typed errors naming the field."""
+        return int(
+            self._native.add_request(
+                prompt_ids,
+                as_int(max_new_tokens, "max_new_tokens"),
+                temperature=as_float(temperature, "temperature"),
+                top_k=None if top_k is None else as_int(top_k, "top_k", lo=1),
+                top_p=as_float(top_p, "top_p"),
+                seed=_seed(seed),
+                stop_token_ids=stop_token_ids,
+                max_drafts=None if max_drafts is None else as_int(max_drafts, "max_drafts"),
+            )
+        )
+
+    def step(self) -> list[RequestUpdate]:
+        """One round over every running request (the GIL released): one update per request
+        that committed tokens, finished or was aborted."""
+        updates: list[RequestUpdate] = self._native.step()
+        return updates
+
+    def abort(self, request_id: int) -> None:
+        """Abort a request, from any thread: it ends with ``"aborted"`` at the next step. An
+        unknown or finished id is an ``InputError``."""
+        self._native.abort(as_int(request_id, "request_id"))
+
+    def has_work(self) -> bool:
+        """Whether a step has anything to do."""
+        return bool(self._native.has_work())
+
+    @property
+    def num_running(self) -> int:
+        """Requests in the running batch."""
+        return int(self._native.num_running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests waiting for room (new, or preempted)."""
+        return int(self._native.num_waiting)
+
+    def metrics(self) -> dict[str, Any]:
+        """The engine's counters (named after vLLM's speculative-decoding metrics)."""
+        return dict(self._native.metrics())
+
+    def updates(self) -> Iterator[RequestUpdate]:
+        """Step until idle, yielding every request's update of every step as it comes (the
+        streaming helper: requests may be added or aborted between items)."""
+        while self.has_work():
+            yield from self.step()
+
+    def run(self) -> dict[int, list[int]]:
+        """Step until idle; every request's tokens by id (those that ran in these steps)."""
+        tokens: dict[int, list[int]] = {}
+        for u in self.updates():
+            tokens.setdefault(u.request_id, []).extend(u.new_tokens)
+        return tokens
