@@ -3,7 +3,11 @@
 # repository root with the CUDA wheel built by scripts/build_cuda.sh in target/wheels-cuda/.
 # Needs Python with torch (CUDA), numpy, scipy, transformers and pytest installed.
 #
-# 1. installs the wheel into a private folder (nothing else is touched);
+# 1. checks the wheel (scripts/check_cuda_wheel.py: not empty, the extension, PTX for sm_90,
+#    the driver not linked; an empty or broken wheel stops the script here) and installs it
+#    into a private folder (nothing else is touched). No LD_LIBRARY_PATH is set: the extension
+#    opens the driver and cuBLAS / cuRAND / NVRTC at run time, and `import dspark` finds the
+#    latter in the nvidia wheels torch installed (dspark/_cuda_libs.py);
 # 2. `pytest -m cuda`: CUDA against the CPU fast path, losslessness, the speculator with an HF
 #    target on the GPU, no per-round host copy of logits;
 # 3. benches/bench_cuda.py: verify and block sampling against torch ops and the HBM floor, a
@@ -19,33 +23,35 @@ out="${OUT:-target/gpu_check}"
 mkdir -p "$out"
 started=$(date +%s)
 
-wheel=$(ls target/wheels-cuda/dspark-*.whl 2>/dev/null | head -n 1)
-if [[ -z "$wheel" ]]; then
-    echo "no CUDA wheel in target/wheels-cuda/ (build it with scripts/build_cuda.sh)" >&2
+wheels=(target/wheels-cuda/dspark-*.whl)
+if [[ ! -f "${wheels[0]}" ]]; then
+    echo "gpu_check: no CUDA wheel in target/wheels-cuda/ (build it with scripts/build_cuda.sh)" >&2
+    exit 2
+fi
+wheel="${wheels[0]}"
+python3 scripts/check_cuda_wheel.py "$wheel" 2>&1 | tee "$out/wheel_check.log"
+if [[ "${PIPESTATUS[0]}" != 0 ]]; then
+    echo "gpu_check: $wheel failed its checks (above): rebuild it with scripts/build_cuda.sh" >&2
     exit 2
 fi
 python3 -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"' || exit 2
-
-# cuBLAS / cuRAND / NVRTC come from the nvidia wheels torch installed; the extension links
-# the driver's libcuda.so.1 from the system.
-site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-for lib in "$site"/nvidia/*/lib "$site"/nvidia/cu13/lib; do
-    [[ -d "$lib" ]] && LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
-done
-export LD_LIBRARY_PATH
 
 prefix=/tmp/dspark-gpu-check
 rm -rf "$prefix"
 python3 -m pip install --quiet --no-index --no-deps --no-compile --target "$prefix" "$wheel" || exit 2
 export PYTHONPATH="$prefix${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-python3 - "$out/build_info.json" <<'EOF' || exit 2
+python3 - "$out/build_info.json" "$prefix" <<'EOF' || exit 2
 import json, sys
 import dspark
+from dspark._cuda_libs import LOADED
 info = dspark.build_info()
 print("dspark", dspark.__file__, info)
-assert info["cuda"] and info["cuda_devices"] >= 1, info
-open(sys.argv[1], "w").write(json.dumps(info))
+print("CUDA libraries loaded from:", LOADED)
+open(sys.argv[1], "w").write(json.dumps({**info, "loaded": LOADED}))
+assert dspark.__file__.startswith(sys.argv[2]), "not the wheel just installed"
+assert info["cuda"], "not the CUDA build"
+assert info["cuda_devices"] >= 1, f"no usable CUDA device: {info['cuda_error']}"
 EOF
 
 status=0

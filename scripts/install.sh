@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/dspark-target}"
 PIP="python3 -m pip"
 pip_install() { $PIP install --disable-pip-version-check --quiet "$@"; }
-pip_install "maturin>=1.9.4,<2.0" "numpy>=1.24"
+# shellcheck source=scripts/maturin.sh
+source scripts/maturin.sh
+pip_install "$(dspark_maturin_pin)" "numpy>=1.24"
 case "${1:-}" in
     --torch | --test)
         # torch from PyPI is a large CUDA build; pip skips it when already installed.
@@ -25,5 +27,5 @@ if [[ "${1:-}" == --test ]]; then
     features=(--features test-hooks)
 fi
 rm -rf target/wheels
-maturin build --release --quiet "${features[@]}" --out target/wheels
+dspark_maturin build --release --quiet "${features[@]}" --out target/wheels
 $PIP install --disable-pip-version-check --quiet --force-reinstall --no-deps target/wheels/dspark-*.whl

@@ -51,11 +51,12 @@ def verify_inputs(vocab: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tens
 
 def test_build_info_reports_the_build():
     info = dspark.build_info()
-    assert set(info) == {"version", "cuda", "cuda_devices", "kernel_path"}
+    assert set(info) == {"version", "cuda", "cuda_devices", "cuda_error", "kernel_path"}
     assert info["kernel_path"] in ("fast", "tensor")
     if ON_GPU:
         assert info["cuda"] is True
         assert info["cuda_devices"] >= 1
+        assert info["cuda_error"] is None
 
 
 @pytest.mark.parametrize("vocab", [1000, 151936])

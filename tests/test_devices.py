@@ -63,12 +63,36 @@ def test_non_string_devices_are_invalid_arguments(native: dspark.NativeTarget, b
 def test_a_cuda_device_this_machine_lacks_is_device_unavailable() -> None:
     info = dspark.build_info()
     missing = f"cuda:{info['cuda_devices']}"  # one past the last device the driver reports
-    names = [missing] if info["cuda"] else ["cuda", "cuda:0", missing]
+    names = [missing] if info["cuda_devices"] > 0 else ["cuda", "cuda:0", missing]
     for name in names:
         with pytest.raises(dspark.InputError) as e:
             dspark.NativeTarget.from_pretrained(ROOT / "target", device=name)
         assert e.value.code == "device-unavailable", name
         assert "cuda:" in str(e.value)
+
+
+def test_cuda_without_a_device_says_which_build_and_why(native: dspark.NativeTarget) -> None:
+    """On the CPU wheel, or the CUDA wheel where no device is usable (no driver: CI), asking
+    for CUDA is a typed ``device-unavailable`` error that says which build this is and, for
+    the CUDA wheel, why it has no device (the reason ``build_info()`` gives)."""
+    info = dspark.build_info()
+    if info["cuda_devices"] > 0:
+        pytest.skip("this machine has a usable CUDA device")
+    build = "CUDA build" if info["cuda"] else "CPU build"
+    calls = {
+        "NativeTarget": lambda: dspark.NativeTarget.from_pretrained(ROOT / "target", device="cuda"),
+        "Drafter": lambda: dspark.Drafter.from_pretrained(ROOT / "drafter", native, device="cuda"),
+    }
+    for what, call in calls.items():
+        with pytest.raises(dspark.DSparkError) as e:
+            call()
+        assert isinstance(e.value, dspark.InputError), what
+        assert e.value.code == "device-unavailable", what
+        message = str(e.value)
+        assert "cuda:0" in message and build in message, (what, message)
+        assert dspark.__version__ in message, (what, message)
+        if info["cuda"]:
+            assert info["cuda_error"] in message, (what, message)
 
 
 def test_the_drafter_of_a_native_target_runs_on_its_device(native: dspark.NativeTarget) -> None:
@@ -101,11 +125,12 @@ def test_a_torch_targets_drafter_follows_it_where_this_build_can(tmp_path) -> No
         def get_output_embeddings(self):  # type: ignore[no-untyped-def]
             return target.get_output_embeddings()
 
-    if dspark.build_info()["cuda"]:
+    if dspark.build_info()["cuda_devices"] > 0:
         assert dspark.Drafter.from_pretrained(path, OnGpu()).device == "cuda:0"
     else:
-        # The CPU wheel keeps such a drafter on the CPU (the target's logits cross once per
-        # round) rather than refusing a target it can serve.
+        # The CPU wheel (or the CUDA wheel where no device is usable) keeps such a drafter on
+        # the CPU (the target's logits cross once per round) rather than refusing a target it
+        # can serve; asking for the device is a typed refusal.
         assert dspark.Drafter.from_pretrained(path, OnGpu()).device == "cpu"
         with pytest.raises(dspark.InputError) as e:
             dspark.Drafter.from_pretrained(path, OnGpu(), device="cuda:0")

@@ -4,6 +4,7 @@ The engine (config normalization, checkpoint rules, id mapping, sampling kernels
 native module ``dspark._native``; this package re-exports it and adds the torch-facing front.
 """
 
+from dspark._cuda_libs import preload_cuda_libraries
 from dspark._native import (
     BackendError,
     CheckpointError,
@@ -36,6 +37,8 @@ from dspark.native_target import NativeTarget
 
 # Before the engine's first parallel op or matmul (see dspark._threads).
 ensure_rayon_threads()
+# The CUDA build finds cuBLAS, cuRAND and NVRTC in NVIDIA's wheels (see dspark._cuda_libs).
+preload_cuda_libraries()
 
 # The torch-facing front imports torch: loaded on first use so numpy-only installs still work.
 _TORCH_EXPORTS = {

@@ -134,12 +134,13 @@ _BuildInfo = TypedDict(  # noqa: UP013 (a class would have to exist in the modul
         "version": str,
         "cuda": bool,
         "cuda_devices": int,
+        "cuda_error": str | None,
         "kernel_path": Literal["fast", "tensor"],
     },
 )
 
 def build_info() -> _BuildInfo:
-    """The version, CUDA support (compiled, devices seen) and the host kernel path.
+    """The version, CUDA support (compiled, devices usable, why none) and the host kernel path.
 
     Raises ``InputError`` (code ``invalid-argument``) for an invalid ``DSPARK_KERNEL_PATH``.
     """
@@ -214,6 +215,7 @@ def schedule_pipelined(
 # Test hooks: only in a wheel built with the ``test-hooks`` feature (``install.sh --test``).
 def _dlpack_describe(obj: _Tensor) -> tuple[str, list[int], str, int]: ...
 def _dlpack_sum(obj: _Tensor) -> float: ...
+def _cuda_libraries() -> list[str]: ...
 def _test_panic(message: str) -> None:
     """Panics inside the panic boundary: raises ``InternalError`` (tests only)."""
 
@@ -494,4 +496,7 @@ class Engine:
     def num_running(self) -> int: ...
     @property
     def num_waiting(self) -> int: ...
+    def last_step_timing(self) -> dict[str, float | bool]:
+        """Where the last step's time went (seconds): drafter, target, kernels, overhead,
+        total; and whether it ran a round."""
     def metrics(self) -> dict[str, object]: ...

@@ -149,12 +149,12 @@ def _target_parts(
 
 def _default_device(target: object) -> str:
     """The device of a torch target (an HF model or a weights dict) when this build can run
-    there, else ``"cpu"``."""
+    there (the CUDA build with a usable device), else ``"cpu"``."""
     dev = getattr(target, "device", None)
     if isinstance(target, dict):
         dev = getattr(target.get("embed_tokens"), "device", None)
     name = str(dev) if dev is not None else "cpu"
-    if name.startswith("cuda") and _native.build_info()["cuda"]:
+    if name.startswith("cuda") and _native.build_info()["cuda_devices"] > 0:
         return name
     return "cpu"
 

@@ -150,6 +150,12 @@ class Engine:
         """Requests waiting for room (new, or preempted)."""
         return int(self._native.num_waiting)
 
+    def last_step_timing(self) -> dict[str, float | bool]:
+        """Where the last step's time went, in seconds: ``drafter``, ``target`` (forwards),
+        ``kernels`` (verify lengths, verification, commit), ``overhead`` (aborts, admission,
+        planning, cache edits), ``total``; ``round``: whether it ran a round."""
+        return dict(self._native.last_step_timing())
+
     def metrics(self) -> dict[str, Any]:
         """The engine's counters (named after vLLM's speculative-decoding metrics)."""
         return dict(self._native.metrics())

@@ -10,7 +10,7 @@ use pyo3::types::PyDict;
 
 use dspark::engine::{
     AbortHandle, Budget, Engine, EngineConfig, EngineMetrics, RequestId, RequestOutput,
-    RequestSpec, RequestUsage, SamplingParams,
+    RequestSpec, RequestUsage, SamplingParams, StepTiming,
 };
 use dspark::{Error, TargetModel};
 
@@ -27,6 +27,7 @@ pub struct PyEngine {
     running: AtomicUsize,
     waiting: AtomicUsize,
     busy: AtomicBool,
+    last: Mutex<(StepTiming, bool)>,
 }
 
 /// One request's part of a step.
@@ -194,6 +195,7 @@ impl PyEngine {
                 running: AtomicUsize::new(0),
                 waiting: AtomicUsize::new(0),
                 busy: AtomicBool::new(false),
+                last: Mutex::new((StepTiming::default(), false)),
             })
         })
     }
@@ -257,6 +259,7 @@ impl PyEngine {
                 self.publish(&engine);
                 out
             })?;
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = (out.timing, out.round);
             Ok(out.outputs.into_iter().map(PyRequestUpdate).collect())
         })
     }
@@ -287,6 +290,23 @@ impl PyEngine {
     #[getter]
     fn num_waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Where the last step's time went, in seconds: `drafter`, `target` (forwards),
+    /// `kernels` (verify lengths, verification, commit), `overhead` (the rest: aborts,
+    /// admission, planning, cache edits), `total`, and `round` (whether it ran a round).
+    fn last_step_timing<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        guard(|| {
+            let (t, round) = *self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let d = PyDict::new(py);
+            d.set_item("drafter", t.drafter_seconds)?;
+            d.set_item("target", t.target_seconds)?;
+            d.set_item("kernels", t.kernel_seconds)?;
+            d.set_item("overhead", t.overhead_seconds)?;
+            d.set_item("total", t.total_seconds())?;
+            d.set_item("round", round)?;
+            Ok(d)
+        })
     }
 
     /// The engine's counters (waits for a running step).

@@ -49,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<inspect::PyReport>()?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(build_info::build_info, m)?)?;
+    m.add_function(wrap_pyfunction!(build_info::_cuda_libraries, m)?)?;
     #[cfg(feature = "test-hooks")]
     testing::register(m)?;
     kernels::register(m)?;

@@ -28,7 +28,8 @@ fn cuda_error(what: &str, e: impl std::fmt::Display) -> Error {
 
 /// The process-wide candle device of CUDA ordinal `ordinal` (created on first use).
 ///
-/// Errors: `device-unavailable` when the driver has no such device.
+/// Errors: `device-unavailable` when the driver has no such device, or a piece it needs is
+/// missing (see [`crate::device::open_cuda`]).
 pub fn cuda_device(ordinal: usize) -> Result<Device> {
     static DEVICES: Mutex<Option<HashMap<usize, Device>>> = Mutex::new(None);
     let mut guard = DEVICES
@@ -38,15 +39,7 @@ pub fn cuda_device(ordinal: usize) -> Result<Device> {
     if let Some(d) = map.get(&ordinal) {
         return Ok(d.clone());
     }
-    let count = crate::device::cuda_device_count();
-    if ordinal >= count {
-        return Err(Error::DeviceUnavailable {
-            name: "device".into(),
-            device: format!("cuda:{ordinal}"),
-            message: format!("the driver reports {count} CUDA device(s)"),
-        });
-    }
-    let device = Device::new_cuda_with_stream(ordinal)?;
+    let device = crate::device::open_cuda("device", ordinal, Device::new_cuda_with_stream)?;
     map.insert(ordinal, device.clone());
     Ok(device)
 }

@@ -95,23 +95,120 @@ pub const fn cuda_compiled() -> bool {
     cfg!(feature = "cuda")
 }
 
-/// Number of CUDA devices the driver reports (0 without the `cuda` feature or a driver).
-pub fn cuda_device_count() -> usize {
+/// Which build this is, for messages: "the CPU build of dspark 0.1.0 (no \`cuda\` feature)", or
+/// "the CUDA build of dspark 0.1.0 (CUDA 13.0, PTX 9.0 for sm_90)".
+pub fn build_description() -> String {
+    let version = env!("CARGO_PKG_VERSION");
     #[cfg(feature = "cuda")]
     {
-        candle_core::cuda::cudarc::driver::result::init()
-            .and_then(|()| candle_core::cuda::cudarc::driver::result::device::get_count())
-            .map_or(0, |n| usize::try_from(n).unwrap_or(0))
+        format!(
+            "the CUDA build of dspark {version} (CUDA {}, PTX {} for {})",
+            cuda::version_string(cuda::BUILD_CUDA),
+            cuda::ptx_field(".version"),
+            cuda::ptx_field(".target"),
+        )
     }
     #[cfg(not(feature = "cuda"))]
     {
-        0
+        format!("the CPU build of dspark {version} (no `cuda` feature)")
     }
 }
 
+/// The number of CUDA devices this build can use here, or why there is none.
+///
+/// Without the `cuda` feature: always the reason that this is the CPU build. With it, the
+/// driver is probed once per process (the result is kept): its library (`libcuda.so.1`, loaded
+/// at run time, so a machine without a driver can still import the build and use the CPU),
+/// `cuInit`, a driver at least as new as the CUDA major version this build was compiled for,
+/// and the device count. Never panics.
+pub fn cuda_status() -> std::result::Result<usize, String> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::status()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(format!(
+            "{} cannot use CUDA devices (install the CUDA wheel: README \"GPU build\")",
+            build_description()
+        ))
+    }
+}
+
+/// Number of CUDA devices the driver reports (0 without the `cuda` feature, without a driver,
+/// or with one too old for this build: [`cuda_error`] says which).
+pub fn cuda_device_count() -> usize {
+    cuda_status().unwrap_or(0)
+}
+
+/// Why [`cuda_device_count`] is 0 (`None` when there is at least one device), e.g.
+/// `the NVIDIA driver (libcuda.so.1) was not found: ...`.
+pub fn cuda_error() -> Option<String> {
+    cuda_status().err()
+}
+
+/// The shared libraries (sonames) a CUDA build opens by name at run time besides the driver:
+/// cuBLAS (and its cuBLASLt), cuRAND and NVRTC of the CUDA major version it was compiled for,
+/// e.g. `libcublas.so.13`. A loader (the Python package's) makes them findable from NVIDIA's
+/// wheels before first use. Empty without the `cuda` feature.
+pub fn cuda_runtime_libraries() -> Vec<String> {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::runtime_libraries()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Vec::new()
+    }
+}
+
+/// The candle device of CUDA ordinal `ordinal`, made by `make` (`Device::new_cuda` or
+/// `Device::new_cuda_with_stream`) once everything it needs is known to be there, so that a
+/// missing piece is a typed error instead of a panic deep in the CUDA bindings.
+///
+/// Errors (`device-unavailable`, naming `name` and `cuda:N`): a build without the `cuda`
+/// feature (the message says which build this is); no usable driver or device (the reason of
+/// [`cuda_error`]); an ordinal past the devices the driver reports; cuBLAS or cuRAND not found;
+/// the driver failing to create the device; the driver refusing this build's PTX (for example
+/// a driver older than the PTX: its message, with the PTX and driver versions).
+pub fn open_cuda(
+    name: &str,
+    ordinal: usize,
+    make: impl FnOnce(usize) -> candle_core::Result<Device>,
+) -> Result<Device> {
+    let unavailable = |message: String| Error::DeviceUnavailable {
+        name: name.to_string(),
+        device: format!("cuda:{ordinal}"),
+        message,
+    };
+    if !cuda_compiled() {
+        return Err(unavailable(format!(
+            "this is {}: install the CUDA wheel (README \"GPU build\")",
+            build_description()
+        )));
+    }
+    let count = cuda_status().map_err(|why| {
+        unavailable(format!(
+            "this is {}, but no CUDA device can be used here: {why}",
+            build_description()
+        ))
+    })?;
+    if ordinal >= count {
+        return Err(unavailable(format!(
+            "the driver reports {count} CUDA device(s)"
+        )));
+    }
+    #[cfg(feature = "cuda")]
+    cuda::runtime_libraries_present().map_err(&unavailable)?;
+    let device = make(ordinal).map_err(|e| unavailable(e.to_string()))?;
+    #[cfg(feature = "cuda")]
+    cuda::check_ptx(&device).map_err(&unavailable)?;
+    Ok(device)
+}
+
 /// The device named `spec`: `cpu`, `cuda` (device 0) or `cuda:N`. Errors: `invalid-argument`
-/// for any other name; `device-unavailable` for a CUDA device on a build without the `cuda`
-/// feature, or one the driver does not have (`name` is the argument that asked for it).
+/// for any other name; `device-unavailable` for a CUDA device this build or machine cannot give
+/// (see [`open_cuda`]; `name` is the argument that asked for it).
 pub fn parse_device(name: &str, spec: &str) -> Result<Device> {
     let s = spec.trim().to_ascii_lowercase();
     let ordinal = match s.as_str() {
@@ -127,24 +224,179 @@ pub fn parse_device(name: &str, spec: &str) -> Result<Device> {
             }
         },
     };
-    let unavailable = |message: String| Error::DeviceUnavailable {
-        name: name.to_string(),
-        device: format!("cuda:{ordinal}"),
-        message,
-    };
-    if !cuda_compiled() {
-        return Err(unavailable(
-            "this build has no `cuda` feature (install the CUDA wheel: README \"GPU build\")"
-                .into(),
-        ));
+    open_cuda(name, ordinal, Device::new_cuda)
+}
+
+/// The driver side of a CUDA build: everything is opened at run time and probed before use.
+#[cfg(feature = "cuda")]
+mod cuda {
+    use std::sync::OnceLock;
+
+    use candle_core::Device;
+    use candle_core::cuda::cudarc::driver::{DriverError, result, sys};
+    use candle_core::cuda::cudarc::nvrtc::Ptx;
+
+    /// The CUDA version this build was compiled for, as the driver API writes it (13000).
+    pub(super) const BUILD_CUDA: u32 = sys::CUDA_VERSION;
+
+    /// dspark's own PTX (built by the same nvcc as candle's kernels): probed at device
+    /// creation, its header named in messages.
+    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mask.ptx"));
+
+    /// `13000` -> `13.0`.
+    pub(super) fn version_string(v: u32) -> String {
+        format!("{}.{}", v / 1000, (v % 1000) / 10)
     }
-    let count = cuda_device_count();
-    if ordinal >= count {
-        return Err(unavailable(format!(
-            "the driver reports {count} CUDA device(s)"
-        )));
+
+    /// The value of a PTX header directive (`.version` -> `9.0`, `.target` -> `sm_90`).
+    pub(super) fn ptx_field(key: &str) -> &'static str {
+        PTX.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(key).filter(|rest| rest.starts_with(' ')))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map_or("?", |v| v.trim_end_matches(','))
     }
-    Device::new_cuda(ordinal).map_err(|e| unavailable(e.to_string()))
+
+    /// `CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)`.
+    fn describe(e: DriverError) -> String {
+        let name = e.error_name().map_or_else(
+            |_| format!("CUresult {}", e.0 as u32),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        match e.error_string() {
+            Ok(s) => format!("{name} ({})", s.to_string_lossy()),
+            Err(_) => name,
+        }
+    }
+
+    /// Open the first of `names` that loads; the error is that of the first name.
+    fn open_any(names: &[String]) -> std::result::Result<libloading::Library, String> {
+        let mut first = None;
+        for n in names {
+            // SAFETY: loading a CUDA library runs its initializers, which ask nothing of the
+            // caller; the CUDA bindings open the same libraries by the same names.
+            match unsafe { libloading::Library::new(n) } {
+                Ok(lib) => return Ok(lib),
+                Err(e) => {
+                    // libloading's own text is "dlopen failed": the reason is its source.
+                    let why = std::error::Error::source(&e)
+                        .map_or_else(|| e.to_string(), |s| s.to_string());
+                    first.get_or_insert(why);
+                }
+            }
+        }
+        Err(first.unwrap_or_else(|| "no library name to try".into()))
+    }
+
+    fn driver_version() -> std::result::Result<u32, String> {
+        let mut v: std::ffi::c_int = 0;
+        // SAFETY: `v` is a valid out-pointer for the duration of the call; the driver library
+        // is loaded (checked by the caller).
+        unsafe { sys::cuDriverGetVersion(&mut v) }
+            .result()
+            .map_err(|e| format!("cuDriverGetVersion failed: {}", describe(e)))?;
+        Ok(u32::try_from(v).unwrap_or(0))
+    }
+
+    /// The driver probe behind [`super::cuda_status`], once per process.
+    pub(super) fn status() -> std::result::Result<usize, String> {
+        static STATUS: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+        STATUS.get_or_init(probe).clone()
+    }
+
+    fn probe() -> std::result::Result<usize, String> {
+        static DRIVER: OnceLock<libloading::Library> = OnceLock::new();
+        if DRIVER.get().is_none() {
+            let names = ["libcuda.so.1".to_string(), "libcuda.so".to_string()];
+            let lib = open_any(&names).map_err(|e| {
+                format!("the NVIDIA driver (libcuda.so.1) was not found, so CUDA is off: {e}")
+            })?;
+            // Kept open for the process: the bindings open the same library by name.
+            let _ = DRIVER.set(lib);
+        }
+        result::init().map_err(|e| format!("the driver did not initialize: {}", describe(e)))?;
+        let driver = driver_version()?;
+        if driver / 1000 < BUILD_CUDA / 1000 {
+            return Err(format!(
+                "the driver supports CUDA {}, older than the CUDA {} this build needs (a driver \
+                 for CUDA {}.0 or newer)",
+                version_string(driver),
+                version_string(BUILD_CUDA),
+                BUILD_CUDA / 1000
+            ));
+        }
+        let n = result::device::get_count()
+            .map_err(|e| format!("the driver could not count devices: {}", describe(e)))?;
+        match usize::try_from(n) {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err("the driver reports no CUDA device".into()),
+        }
+    }
+
+    /// cuRAND's soname major is 10 from CUDA 11 to 13; the others follow the CUDA major.
+    const CURAND_MAJOR: u32 = 10;
+
+    pub(super) fn runtime_libraries() -> Vec<String> {
+        let major = BUILD_CUDA / 1000;
+        vec![
+            format!("libcublasLt.so.{major}"),
+            format!("libcublas.so.{major}"),
+            format!("libcurand.so.{CURAND_MAJOR}"),
+            format!("libnvrtc.so.{major}"),
+        ]
+    }
+
+    /// cuBLAS and cuRAND, which a candle device opens when it is made (the bindings would
+    /// panic on a missing one). Once both are found they stay open.
+    pub(super) fn runtime_libraries_present() -> std::result::Result<(), String> {
+        static OPEN: OnceLock<Vec<libloading::Library>> = OnceLock::new();
+        if OPEN.get().is_some() {
+            return Ok(());
+        }
+        let major = BUILD_CUDA / 1000;
+        let mut libs = Vec::new();
+        for (stem, soname_major) in [("cublas", major), ("curand", CURAND_MAJOR)] {
+            let names = [
+                format!("lib{stem}.so.{soname_major}"),
+                format!("lib{stem}.so"),
+            ];
+            let lib = open_any(&names).map_err(|e| {
+                format!(
+                    "{} was not found ({e}); install NVIDIA's CUDA {major} wheels \
+                     (`pip install \"dspark[cuda]\"`, or torch built for CUDA {major}) and \
+                     import dspark (it finds them in site-packages)",
+                    names[0]
+                )
+            })?;
+            libs.push(lib);
+        }
+        let _ = OPEN.set(libs);
+        Ok(())
+    }
+
+    /// Load this build's PTX on `device`: a driver that refuses it (older than the PTX, or a
+    /// GPU the PTX target cannot run on) is reported with its own message and both versions.
+    pub(super) fn check_ptx(device: &Device) -> std::result::Result<(), String> {
+        let dev = device.as_cuda_device().map_err(|e| e.to_string())?;
+        let context = dev.cuda_stream().context().clone();
+        match context.load_module(Ptx::from_src(PTX)) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let driver = driver_version().map_or_else(|e| e, version_string);
+                let cap = context
+                    .compute_capability()
+                    .map_or_else(|_| "?".into(), |(a, b)| format!("{a}.{b}"));
+                Err(format!(
+                    "the driver (CUDA {driver}, GPU compute capability {cap}) cannot load this \
+                     build's PTX (.version {}, .target {}, from CUDA {}): {}",
+                    ptx_field(".version"),
+                    ptx_field(".target"),
+                    version_string(BUILD_CUDA),
+                    describe(e)
+                ))
+            }
+        }
+    }
 }
 
 /// A short name of a device: `cpu`, `cuda:N` or `metal:N`.
@@ -199,6 +451,31 @@ mod tests {
             assert_eq!(cuda_device_count(), 0);
         }
         Ok(())
+    }
+
+    #[test]
+    fn cuda_status_is_a_count_or_a_reason() {
+        match cuda_status() {
+            Ok(n) => assert!(n > 0 && cuda_error().is_none()),
+            Err(why) => {
+                assert!(!why.is_empty());
+                assert_eq!(cuda_device_count(), 0);
+                assert_eq!(cuda_error(), Some(why.clone()));
+                if !cuda_compiled() {
+                    assert!(why.contains("CPU build"), "{why}");
+                }
+            }
+        }
+        let description = build_description();
+        assert!(description.contains(env!("CARGO_PKG_VERSION")));
+        let libraries = cuda_runtime_libraries();
+        if cuda_compiled() {
+            assert!(description.contains("CUDA build") && !description.contains('?'));
+            assert!(libraries.iter().any(|l| l.starts_with("libcublas.so.")));
+        } else {
+            assert!(description.contains("CPU build"));
+            assert!(libraries.is_empty());
+        }
     }
 
     #[test]

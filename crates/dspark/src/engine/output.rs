@@ -77,8 +77,18 @@ pub struct StepTiming {
     pub drafter_seconds: f64,
     /// In target forwards.
     pub target_seconds: f64,
-    /// In kernels and bookkeeping (verify lengths, verification, cache edits).
+    /// In the round's kernels: verify lengths, verification and sampling, committing.
     pub kernel_seconds: f64,
+    /// The rest of the step: aborts, admission and preemption, planning the round, cache edits
+    /// (the engine's per-step overhead).
+    pub overhead_seconds: f64,
+}
+
+impl StepTiming {
+    /// The whole step.
+    pub fn total_seconds(&self) -> f64 {
+        self.drafter_seconds + self.target_seconds + self.kernel_seconds + self.overhead_seconds
+    }
 }
 
 /// The result of one [`Engine::step`](super::Engine::step): an entry for every request that

@@ -20,13 +20,13 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     /// A failed step (the target or drafter failed) leaves the engine holding its requests;
     /// abort them or drop the engine.
     pub fn step(&mut self) -> Result<StepOutput> {
+        let t0 = Instant::now();
         let mut out = StepOutput::default();
         self.apply_aborts(&mut out)?;
         self.finish_empty(&mut out)?;
         self.compact()?;
         self.preempt()?;
         self.admit(&mut out)?;
-        let t0 = Instant::now();
         if self.rows.iter().flatten().next().is_some() {
             // Decode-sized work runs inline on this thread (see `crate::threads`).
             crate::threads::in_round(|| self.round(&mut out))?;
@@ -36,8 +36,9 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         self.metrics.steps += 1;
         let spent = t0.elapsed().as_secs_f64();
         let t = &mut out.timing;
-        // Whatever the round did not attribute (admission, cache edits) is bookkeeping.
-        t.kernel_seconds +=
+        // Whatever the round did not attribute (aborts, admission, planning, cache edits) is
+        // the engine's own overhead.
+        t.overhead_seconds =
             (spent - t.drafter_seconds - t.target_seconds - t.kernel_seconds).max(0.0);
         Ok(out)
     }

@@ -203,7 +203,7 @@ fn drive<T: TargetModel, D: Drafter>(
         let step = engine.step()?;
         stats.drafter_seconds += step.timing.drafter_seconds;
         stats.target_seconds += step.timing.target_seconds;
-        stats.kernel_seconds += step.timing.kernel_seconds;
+        stats.kernel_seconds += step.timing.kernel_seconds + step.timing.overhead_seconds;
         if step.round {
             stats.rounds += 1;
             stats.plain_rounds += usize::from(step.plain);

@@ -1,0 +1,266 @@
+"""``dspark.Engine``: continuous batching from Python.
+
+The bundled pair runs on the native target with no torch: requests joining and leaving
+between steps give the tokens they give alone, a seeded request's draws depend on its seed and
+positions only (never on the batch, its order or its arrival step), aborts from another thread
+end a request at the next step, and bad input is a typed error naming the field. The torch
+tests run an HF target through the same engine (it grows and drops cache rows).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import dspark
+from dspark.bundled import bundled_dir
+
+PROMPTS = [[(5 * i + 7 * j + 11) % 900 + 3 for j in range(2 + (3 * i) % 9)] for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[Any, Any]:
+    root = bundled_dir()
+    target = dspark.NativeTarget.from_pretrained(root / "target")
+    drafter = dspark.Drafter.from_pretrained(root / "drafter", target, sts=False)
+    return target, drafter
+
+
+def _engine(pair: tuple[Any, Any], **kw: Any) -> dspark.Engine:
+    target, drafter = pair
+    return dspark.Engine(target, drafter, **kw)
+
+
+def _alone(pair: tuple[Any, Any], prompt: Sequence[int], new: int, **kw: Any) -> list[int]:
+    eng = _engine(pair, verify=kw.pop("verify", "full"))
+    rid = eng.add_request(list(prompt), new, **kw)
+    return eng.run()[rid]
+
+
+def test_greedy_engine_equals_the_speculator(pair: tuple[Any, Any]) -> None:
+    target, drafter = pair
+    ref = dspark.Speculator(target, drafter).generate(PROMPTS, 16).tokens
+    eng = _engine(pair)
+    ids = [eng.add_request(p, 16) for p in PROMPTS]
+    out = eng.run()
+    assert [out[i] for i in ids] == ref
+    assert not eng.has_work()
+    assert eng.num_running == 0 and eng.num_waiting == 0
+
+
+def test_requests_joining_between_steps_give_their_own_tokens(pair: tuple[Any, Any]) -> None:
+    """Arrivals mid-run, a small batch cap and a KV budget that forces preemption: every
+    request's tokens are the ones it gives alone, at temperature 0 and with its own seed."""
+    kw: list[dict[str, Any]] = [
+        {"temperature": 0.0} if i % 2 == 0 else {"temperature": 0.8, "seed": 100 + i}
+        for i in range(len(PROMPTS))
+    ]
+    alone = [_alone(pair, p, 14, **k) for p, k in zip(PROMPTS, kw, strict=True)]
+    eng = _engine(pair, max_running=3, kv_tokens=60)
+    pending = list(range(len(PROMPTS)))
+    ids: dict[int, int] = {}
+    got: dict[int, list[int]] = {}
+    steps = 0
+    while pending or eng.has_work():
+        if pending and steps % 2 == 0:
+            i = pending.pop(0)
+            ids[i] = eng.add_request(PROMPTS[i], 14, **kw[i])
+        for u in eng.step():
+            got.setdefault(u.request_id, []).extend(u.new_tokens)
+        steps += 1
+        assert steps < 500
+    assert [got[ids[i]] for i in range(len(PROMPTS))] == alone
+
+
+@pytest.mark.parametrize("verify", ["full", 0.4])
+def test_seeded_requests_do_not_depend_on_batch_order(
+    pair: tuple[Any, Any], verify: str | float
+) -> None:
+    """Temperature 0.7: the same seeded requests in forward and reversed order, and each
+    alone, commit the same tokens."""
+    seeds = [7, 7, 123, 2**64 - 1, 0, 99]
+
+    def batch(order: list[int]) -> dict[int, list[int]]:
+        eng = _engine(pair, verify=verify)
+        ids = {
+            i: eng.add_request(PROMPTS[i], 12, temperature=0.7, top_p=0.95, seed=seeds[i])
+            for i in order
+        }
+        out = eng.run()
+        return {i: out[rid] for i, rid in ids.items()}
+
+    forward = batch(list(range(len(PROMPTS))))
+    backward = batch(list(reversed(range(len(PROMPTS)))))
+    assert forward == backward
+    assert forward[0] == _alone(
+        pair, PROMPTS[0], 12, temperature=0.7, top_p=0.95, seed=7, verify=verify
+    )
+    # And a rerun is the same run.
+    other = batch(list(range(len(PROMPTS))))
+    assert other == forward
+
+
+def test_different_seeds_give_different_samples(pair: tuple[Any, Any]) -> None:
+    prompt = PROMPTS[1]
+    runs = {tuple(_alone(pair, prompt, 10, temperature=1.0, seed=s)) for s in range(8)}
+    assert len(runs) > 1
+
+
+def test_stop_ids_and_budgets(pair: tuple[Any, Any]) -> None:
+    greedy = _alone(pair, PROMPTS[2], 12)
+    stop = greedy[4]
+    first = greedy.index(stop)
+    eng = _engine(pair)
+    rid = eng.add_request(PROMPTS[2], 12, stop_token_ids=[stop])
+    no_draft = eng.add_request(PROMPTS[2], 12, max_drafts=0)
+    finished: dict[int, str | None] = {}
+    tokens: dict[int, list[int]] = {}
+    for u in eng.updates():
+        tokens.setdefault(u.request_id, []).extend(u.new_tokens)
+        if u.finish_reason is not None:
+            finished[u.request_id] = u.finish_reason
+            assert u.usage["generated_tokens"] == len(tokens[u.request_id])
+    assert tokens[rid] == greedy[: first + 1]
+    assert finished[rid] == "stop"
+    assert tokens[no_draft] == greedy
+    assert finished[no_draft] == "length"
+
+
+def test_abort_from_another_thread(pair: tuple[Any, Any]) -> None:
+    eng = _engine(pair)
+    long = eng.add_request(PROMPTS[0], 400)
+    short = eng.add_request(PROMPTS[1], 8)
+    updates = eng.step()
+    assert {u.request_id for u in updates} == {long, short}
+    t = threading.Thread(target=eng.abort, args=(long,))
+    t.start()
+    t.join()
+    reasons: dict[int, str] = {}
+    for u in eng.updates():
+        if u.finish_reason is not None:
+            reasons[u.request_id] = u.finish_reason
+    assert reasons[long] == "aborted"
+    assert reasons[short] == "length"
+    assert eng.metrics()["requests_aborted"] == 1
+    with pytest.raises(dspark.InputError) as e:
+        eng.abort(long)
+    assert e.value.code == "invalid-argument"
+
+
+def test_metrics_count_what_ran(pair: tuple[Any, Any]) -> None:
+    eng = _engine(pair)
+    for p in PROMPTS[:3]:
+        eng.add_request(p, 10)
+    eng.run()
+    m = eng.metrics()
+    assert m["requests_added"] == 3 and m["requests_length"] == 3
+    assert m["generation_tokens"] == 30
+    assert m["requests_running"] == 0 and m["requests_waiting"] == 0
+    assert m["num_accepted_tokens"] <= m["num_draft_tokens"]
+    assert sum(m["num_accepted_tokens_per_pos"]) == m["num_accepted_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        (lambda e: e.add_request([1, 2], -1), "invalid-argument"),
+        (lambda e: e.add_request([1, 2], 4, temperature=-1.0), "invalid-argument"),
+        (lambda e: e.add_request([1, 2], 4, top_p=0.0), "invalid-argument"),
+        (lambda e: e.add_request([1, 2], 4, top_k=0), "invalid-argument"),
+        (lambda e: e.add_request([1, 2], 4, seed=-1), "invalid-argument"),
+        (lambda e: e.add_request([1, 2], 4, seed=2**64), "too-large"),
+        (lambda e: e.add_request([10**7], 4), "token-out-of-range"),
+        (lambda e: e.add_request([1], 4, stop_token_ids=[10**7]), "token-out-of-range"),
+        (lambda e: e.add_request([], 4), None),
+        (lambda e: e.abort(12345), "invalid-argument"),
+    ],
+)
+def test_bad_requests_are_typed(pair: tuple[Any, Any], call: Any, code: str | None) -> None:
+    eng = _engine(pair)
+    with pytest.raises(dspark.DSparkError) as e:
+        call(eng)
+    if code is not None:
+        assert e.value.code == code
+    assert not eng.has_work()
+
+
+def test_a_request_that_can_never_fit_is_refused(pair: tuple[Any, Any]) -> None:
+    eng = _engine(pair, kv_tokens=16)
+    with pytest.raises(dspark.InputError):
+        eng.add_request(list(range(3, 30)), 8)
+    assert not eng.has_work()
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"max_running": 0},
+        {"max_batched_tokens": 0},
+        {"kv_tokens": 0},
+        {"verify": "nope"},
+        {"verify": "pipelined"},
+        {"num_speculative_tokens": -2},
+    ],
+)
+def test_bad_engine_options_are_typed(pair: tuple[Any, Any], kw: dict[str, Any]) -> None:
+    with pytest.raises(dspark.DSparkError) as e:
+        _engine(pair, **kw)
+    assert e.value.code
+
+
+def test_not_a_target_is_refused(pair: tuple[Any, Any]) -> None:
+    _, drafter = pair
+    with pytest.raises(dspark.DSparkError) as e:
+        dspark.Engine(object(), drafter)
+    assert e.value.code == "invalid-argument"
+
+
+# --- torch targets ----------------------------------------------------------------------------
+
+
+@pytest.mark.torch
+def test_hf_target_engine_matches_the_native_one(pair: tuple[Any, Any]) -> None:
+    """The bundled pair's HF target through the same engine: greedy tokens identical to the
+    native target's, with arrivals and a batch cap."""
+    from dspark.bundled import load_pair
+
+    hf = load_pair()
+    eng = dspark.Engine(hf.target, hf.drafter, max_running=2)
+    ids = [eng.add_request(p, 10) for p in PROMPTS[:4]]
+    out = eng.run()
+    native = _engine(pair)
+    nids = [native.add_request(p, 10) for p in PROMPTS[:4]]
+    nout = native.run()
+    assert [out[i] for i in ids] == [nout[i] for i in nids]
+
+
+class _StaticTarget:
+    """A protocol target that cannot add or drop cache rows (no ``grow`` / ``retain``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("grow", "retain"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+@pytest.mark.torch
+def test_a_target_without_grow_and_retain_is_refused() -> None:
+    """The engine needs rows to come and go; a static protocol target is refused when the
+    engine is built (the Speculator still takes it)."""
+    from dspark.bundled import load_pair
+    from dspark.target import as_target
+
+    hf = load_pair()
+    static = _StaticTarget(as_target(hf.target))
+    with pytest.raises(dspark.InputError) as e:
+        dspark.Engine(static, hf.drafter)
+    assert e.value.code == "invalid-argument"
+    assert "grow" in str(e.value)
+    tokens = dspark.Speculator(static, hf.drafter).generate([PROMPTS[0]], 6).tokens
+    assert len(tokens[0]) == 6
