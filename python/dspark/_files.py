@@ -22,7 +22,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dspark._args import LIMITS
 from dspark._errors import raise_error
@@ -54,7 +54,7 @@ MAX_TOKENIZER_BYTES = 256 * 2**20
 MAX_WEIGHTS_BYTES = 2**30
 
 
-def _missing(path: Path, what: str) -> None:
+def _missing(path: Path, what: str) -> NoReturn:
     raise_error(CheckpointError, "missing-file", f"{path}: no such file ({what})")
 
 

@@ -409,6 +409,10 @@ def _put(ref: tuple[Any, str | int], value: torch.Tensor) -> None:
         obj[key] = value
 
 
+#: The members every protocol target has (``dspark.protocols.TargetModel``).
+TARGET_MEMBERS = ("vocab_size", "hidden_size", "num_hidden_layers", "new_cache", "forward", "crop")
+
+
 def as_target(target: object) -> TargetModel[Any]:
     """``target`` itself when it implements the protocol, an :class:`HFTarget` for HF models."""
     # The protocol's members, checked by presence; an HF model (it has `generate`) is wrapped.
@@ -416,10 +420,13 @@ def as_target(target: object) -> TargetModel[Any]:
         return target
     if hasattr(target, "config") and callable(target):
         return HFTarget(target)
+    # Name what is missing, so a half-built user target learns which member to add.
+    missing = [m for m in TARGET_MEMBERS if not hasattr(target, m)]
+    lacks = f" (it lacks target.{', target.'.join(missing)})" if missing else ""
     raise_error(
         InputError,
         "invalid-argument",
-        f"target: {type(target).__name__} is neither an HF causal LM nor a TargetModel",
+        f"target: {type(target).__name__} is neither an HF causal LM nor a TargetModel{lacks}",
     )
 
 
