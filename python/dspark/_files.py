@@ -68,8 +68,9 @@ def read_bytes(path: Path, limit: int, what: str) -> bytes:
         _missing(path, what)
     except OSError as exc:
         raise_error(InputError, "invalid-argument", f"{path}: cannot read the {what}: {exc}")
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
+    try:
+        # Checked on the descriptor before any read: a directory, FIFO or device never is.
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise_error(InputError, "invalid-argument", f"{path}: the {what} is not a regular file")
         if info.st_size > limit:
@@ -78,6 +79,11 @@ def read_bytes(path: Path, limit: int, what: str) -> bytes:
                 "too-large",
                 f"{path}: the {what} is {info.st_size} bytes, over the limit of {limit}",
             )
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         try:
             data = f.read(limit + 1)
         except OSError as exc:
