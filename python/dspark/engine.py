@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dspark import _native
-from dspark._args import as_float, as_int, as_seed
+from dspark._args import as_bool, as_float, as_int, as_seed
 from dspark._errors import raise_error
 from dspark._native import InputError, RequestUpdate
 from dspark.protocols import DRAFTER_MEMBERS
@@ -91,7 +91,7 @@ class Engine:
             threshold=threshold,
             steps_per_second=table if mode in ("scheduled", "pipelined") else None,
             steps_interpolation=steps_interpolation,
-            record_confidence=bool(record_confidence),
+            record_confidence=as_bool(record_confidence, "record_confidence"),
             max_running=max_running,
             max_batched_tokens=max_batched_tokens,
             kv_tokens=kv_tokens,

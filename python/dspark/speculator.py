@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dspark import _native
-from dspark._args import as_float, as_int, as_seed, id_list, id_rows
+from dspark._args import as_bool, as_float, as_int, as_seed, id_list, id_rows
 from dspark._errors import raise_error
 from dspark._native import InputError
 from dspark.protocols import DRAFTER_MEMBERS
@@ -185,7 +185,7 @@ class Speculator:
             threshold=threshold,
             steps_per_second=self.steps_per_second if mode in ("scheduled", "pipelined") else None,
             steps_interpolation=steps_interpolation,
-            record_confidence=bool(record_confidence),
+            record_confidence=as_bool(record_confidence, "record_confidence"),
         )
         self.num_speculative_tokens = self._native.num_speculative_tokens
 
