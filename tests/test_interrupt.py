@@ -10,11 +10,13 @@ instead of passing late, and the child always stops by itself. No timing is asse
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +80,48 @@ def test_sigint_stops_a_long_generation(method: str, temperature: float) -> None
             child.wait()
     assert child.returncode == 0, out + err
     assert out.split() == ["interrupted", "usable"], out + err
+
+
+def test_sigint_ends_calibrate_with_exit_130_and_no_file(tmp_path: Path) -> None:
+    """``dspark calibrate`` asked for far more rounds than it could run: SIGINT once it is
+    collecting ends it with exit code 130, one error line of its own, and no ``sts.json`` (nor
+    a partial one) in the output folder."""
+    from dspark.bundled import bundled_dir
+
+    root = bundled_dir()
+    out = tmp_path / "sts.json"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dspark",
+            "calibrate",
+            "--target",
+            str(root / "target"),
+            "--drafter",
+            str(root / "drafter"),
+            "--rounds",
+            "1000000",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert child.stderr is not None
+        seen = b""
+        while b"collecting" not in seen:
+            chunk = os.read(child.stderr.fileno(), 4096)
+            assert chunk, seen.decode(errors="replace")  # it ended before collecting
+            seen += chunk
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=WATCHDOG)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    text = (seen + err).decode(errors="replace")
+    assert child.returncode == 130, text
+    assert text.rstrip().splitlines()[-1] == "dspark: error [interrupted]: interrupted", text
+    assert list(tmp_path.iterdir()) == []

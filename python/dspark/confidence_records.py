@@ -245,34 +245,40 @@ def collect(
     cursor = [0, 0]
     side = 0
     t0 = time.perf_counter()
-    while out.fit_rounds + out.held_rounds < rounds or not (out.fit_prompts and out.held_prompts):
-        if cursor[0] >= len(halves[0]) and cursor[1] >= len(halves[1]):
-            out.exhausted = True
-            break
-        if cursor[side] >= len(halves[side]):
+    # The progress line ends however the loop does (Ctrl-C included), so an error line that
+    # follows starts a line of its own.
+    try:
+        while out.fit_rounds + out.held_rounds < rounds or not (
+            out.fit_prompts and out.held_prompts
+        ):
+            if cursor[0] >= len(halves[0]) and cursor[1] >= len(halves[1]):
+                out.exhausted = True
+                break
+            if cursor[side] >= len(halves[side]):
+                side = 1 - side
+            chunk = halves[side][cursor[side] : cursor[side] + batch]
+            cursor[side] += len(chunk)
+            res = sp.generate(chunk, new_tokens, pair.stop_ids)
+            st = res.stats
+            recs = [(int(p), float(c), bool(a)) for p, c, a in st.confidence_records]
+            if side == 0:
+                out.fit.extend(recs)
+                out.fit_rounds += st.request_rounds
+                out.fit_prompts += len(chunk)
+            else:
+                out.held.extend(recs)
+                out.held_rounds += st.request_rounds
+                out.held_prompts += len(chunk)
+            out.committed += st.committed_tokens
+            if progress is not None:
+                progress.write(
+                    f"\rcollecting: {out.fit_rounds + out.held_rounds}/{rounds} request-rounds"
+                )
+                progress.flush()
             side = 1 - side
-        chunk = halves[side][cursor[side] : cursor[side] + batch]
-        cursor[side] += len(chunk)
-        res = sp.generate(chunk, new_tokens, pair.stop_ids)
-        st = res.stats
-        recs = [(int(p), float(c), bool(a)) for p, c, a in st.confidence_records]
-        if side == 0:
-            out.fit.extend(recs)
-            out.fit_rounds += st.request_rounds
-            out.fit_prompts += len(chunk)
-        else:
-            out.held.extend(recs)
-            out.held_rounds += st.request_rounds
-            out.held_prompts += len(chunk)
-        out.committed += st.committed_tokens
+    finally:
         if progress is not None:
-            progress.write(
-                f"\rcollecting: {out.fit_rounds + out.held_rounds}/{rounds} request-rounds"
-            )
+            progress.write("\n")
             progress.flush()
-        side = 1 - side
     out.seconds = time.perf_counter() - t0
-    if progress is not None:
-        progress.write("\n")
-        progress.flush()
     return out
