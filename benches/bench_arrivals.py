@@ -46,7 +46,11 @@ def load(pair: Path) -> tuple[Any, Any, list[list[int]], int | None]:
 
     target = dspark.NativeTarget.from_pretrained(pair / "target")
     drafter = dspark.Drafter.from_pretrained(pair / "drafter", target)
-    tok = Tokenizer.from_file(str(pair / "target" / "tokenizer.json"))
+    # The memory-bound pair computes the bundled pair's function and ships no tokenizer.json.
+    tok_file = pair / "target" / "tokenizer.json"
+    if not tok_file.is_file():
+        tok_file = bundled_dir() / "target" / "tokenizer.json"
+    tok = Tokenizer.from_file(str(tok_file))
     texts = [tok.encode(t).ids for _, t in heldout_texts()]
     eos = tok.token_to_id("<|endoftext|>")
     return target, drafter, texts, eos

@@ -11,7 +11,8 @@ python3 -m pytest tests
 
 tensor_tests=()
 for f in crates/dspark/tests/sampling_*.rs crates/dspark/tests/drafter_*.rs \
-    crates/dspark/tests/targets_*.rs crates/dspark/tests/speculator_*.rs; do
+    crates/dspark/tests/targets_*.rs crates/dspark/tests/speculator_*.rs \
+    crates/dspark/tests/engine_*.rs; do
     tensor_tests+=(--test "$(basename "$f" .rs)")
 done
 DSPARK_KERNEL_PATH=tensor cargo test -p dspark --lib "${tensor_tests[@]}"

@@ -150,6 +150,21 @@ def test_abort_from_another_thread(pair: tuple[Any, Any]) -> None:
     assert e.value.code == "invalid-argument"
 
 
+def test_step_timing_adds_up(pair: tuple[Any, Any]) -> None:
+    eng = _engine(pair)
+    for p in PROMPTS:
+        eng.add_request(p, 6)
+    eng.step()
+    assert eng.last_step_timing()["round"] is False  # joining requests' prefill only
+    eng.step()
+    t = eng.last_step_timing()
+    assert t["round"] is True
+    parts = ("drafter", "target", "kernels", "overhead")
+    assert all(float(t[k]) >= 0.0 for k in parts)
+    assert float(t["target"]) > 0.0
+    assert abs(sum(float(t[k]) for k in parts) - float(t["total"])) < 1e-9
+
+
 def test_metrics_count_what_ran(pair: tuple[Any, Any]) -> None:
     eng = _engine(pair)
     for p in PROMPTS[:3]:
@@ -189,9 +204,16 @@ def test_bad_requests_are_typed(pair: tuple[Any, Any], call: Any, code: str | No
 
 def test_a_request_that_can_never_fit_is_refused(pair: tuple[Any, Any]) -> None:
     eng = _engine(pair, kv_tokens=16)
-    with pytest.raises(dspark.InputError):
+    with pytest.raises(dspark.InputError) as e:
         eng.add_request(list(range(3, 30)), 8)
+    assert e.value.code == "too-large"
+    assert "kv_tokens" in str(e.value)
     assert not eng.has_work()
+    eng = _engine(pair, max_batched_tokens=8)
+    with pytest.raises(dspark.InputError) as e:
+        eng.add_request(list(range(3, 30)), 8)
+    assert e.value.code == "too-large"
+    assert "max_batched_tokens" in str(e.value)
 
 
 @pytest.mark.parametrize(

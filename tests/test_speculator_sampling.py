@@ -59,8 +59,11 @@ def test_second_token_follows_target(
     of target (the native one with the candle drafter: no Python in the loop)."""
     spec_target = target if kind == "hf" else request.getfixturevalue("native_target")
     drafter = load_drafter(drafter_cls, checkpoint(variant), spec_target)
-    spec = dspark.Speculator(spec_target, drafter, temperature=temperature, top_k=top_k, seed=1234)
-    result = spec.generate([PROMPT] * TRIALS, max_new_tokens=drafter.block_size)
+    spec = dspark.Speculator(spec_target, drafter, temperature=temperature, top_k=top_k)
+    # One seed per trial: a request's draws depend on its own seed and positions only, so the
+    # same prompt under one seed would give one sample TRIALS times.
+    seeds = list(range(1234, 1234 + TRIALS))
+    result = spec.generate([PROMPT] * TRIALS, max_new_tokens=drafter.block_size, seed=seeds)
     second = np.array([t[1] for t in result.tokens])
     check_distribution(second, _second_token_distribution(target, temperature, top_k), what="2nd")
     st = result.stats
