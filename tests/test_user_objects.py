@@ -156,6 +156,15 @@ def test_a_failing_target_property_keeps_the_users_exception(hf: Any, base: Any)
             dspark.Speculator(UserTarget(base, **{member: RAISES}), hf.drafter)
 
 
+@pytest.mark.parametrize("value", ["yes", 1, 0.0, [True]])
+def test_a_ragged_flag_that_is_not_a_bool_is_typed(hf: Any, base: Any, value: object) -> None:
+    target = UserTarget(base)
+    target.ragged = value  # type: ignore[attr-defined]
+    with pytest.raises(dspark.InputError) as e:
+        dspark.Engine(target, hf.drafter)
+    assert e.value.code == "invalid-argument" and "target.ragged" in str(e.value)
+
+
 def _logits_of(real: Callable[[], Any]) -> Any:
     return real().logits
 

@@ -20,6 +20,7 @@ use pyo3::types::PyList;
 use dspark::target::{TargetInput, TargetModel, TargetOutput};
 use dspark::{Error, Result, limits};
 
+use crate::args;
 use crate::dlpack::DlTensor;
 use crate::errors::{callback_error, err, retype};
 use crate::user;
@@ -210,9 +211,9 @@ impl PyTarget {
             hidden: user::uint(obj, OWNER, "hidden_size", 1, limits::MAX_HIDDEN)?,
             device: declared_device(obj)?,
             resizable: obj.hasattr("grow")? && obj.hasattr("retain")?,
-            ragged: match obj.getattr("ragged") {
-                Ok(v) => v.is_truthy()?,
-                Err(_) => false,
+            ragged: match user::optional(obj, "ragged")? {
+                Some(v) => args::boolean(&v, "target.ragged")?,
+                None => false,
             },
         })
     }
