@@ -318,8 +318,10 @@ fn a_stale_or_broken_calibration_file_is_skipped_by_an_uncalibrated_load() {
     std::fs::write(&target_config, tiny.target_config().to_string()).unwrap();
     for stale in [r#"{"temperatures": [1.0]}"#, "{not json", ""] {
         std::fs::write(&sts, stale).unwrap();
-        // A default load reads the file and refuses it, as inspect does.
-        assert!(Qwen3Drafter::load(dir.path(), &target, SharedWeights::default()).is_err());
+        // A default load reads the file and refuses it as inspect does: the file's fault.
+        let e = Qwen3Drafter::load(dir.path(), &target, SharedWeights::default()).unwrap_err();
+        assert_eq!(e.code(), "bad-config", "{e}");
+        assert!(e.to_string().contains("sts.json"), "{e}");
         assert!(!dspark::inspect(dir.path(), Some(&target_config)).ok());
         // A load that brings its own calibration (or none) never reads it.
         let d = Qwen3Drafter::load_uncalibrated(

@@ -137,7 +137,21 @@ impl Qwen3Drafter {
         let mut drafter = Self::load_uncalibrated(dir, target, shared, device)?;
         let path = dir.join(STS_FILE);
         if drafter.confidence.is_some() && path.is_file() {
-            drafter.set_sts(Some(StsCalibration::from_json_path(&path)?))?;
+            let table = StsCalibration::from_json_path(&path)?;
+            let k = drafter.spec.block_size;
+            if table.temperatures.len() < k {
+                // The file's fault, as `inspect` reports it: name it and the ways out.
+                return Err(Error::bad_config(
+                    path.display().to_string(),
+                    "temperatures",
+                    format!(
+                        "{} temperatures for a block of {k} slots (stale: rerun `dspark \
+                         calibrate`, or load with sts=False or a table of your own)",
+                        table.temperatures.len()
+                    ),
+                ));
+            }
+            drafter.set_sts(Some(table))?;
         }
         Ok(drafter)
     }
