@@ -254,8 +254,12 @@ def test_plot_draws_per_position_acceptance(
     class _Fig:
         def tight_layout(self) -> None: ...
 
-        def savefig(self, path: Path, **_: object) -> None:
-            Path(path).write_bytes(b"\x89PNG")
+        def savefig(self, target: Path | io.BytesIO, **_: object) -> None:
+            # The demo renders into memory, then writes the file atomically.
+            if isinstance(target, io.BytesIO):
+                target.write(b"\x89PNG")
+            else:
+                Path(target).write_bytes(b"\x89PNG")
 
     mpl = types.ModuleType("matplotlib")
     mpl.use = lambda *_a, **_k: None  # type: ignore[attr-defined]

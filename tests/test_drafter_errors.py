@@ -50,7 +50,13 @@ def test_drafter_arguments_are_typed(target, checkpoint, drafter):
     ts = torch_drafter.new_state()
     assert _code(lambda: ts.extend(torch.zeros(2, w), 1.5)) == "invalid-argument"
     assert _code(lambda: ts.truncate("1")) == "invalid-argument"
+    # A float where a seed is meant: invalid-argument (as for the candle drafter); a float
+    # tensor of seeds: unsupported-dtype.
     assert (
         _code(lambda: torch_drafter.propose(torch.zeros(1, 2, w), [1], seed=[1.5]))
+        == "invalid-argument"
+    )
+    assert (
+        _code(lambda: torch_drafter.propose(torch.zeros(1, 2, w), [1], seed=torch.ones(1)))
         == "unsupported-dtype"
     )

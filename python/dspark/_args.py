@@ -10,18 +10,36 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, SupportsFloat, SupportsIndex, TypeGuard
 
 import numpy as np
 
 from dspark._errors import raise_error
-from dspark._native import InputError
+from dspark._native import LIMITS, InputError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["as_float", "as_int", "dtype_name", "id_list", "id_rows", "is_torch", "torch_view"]
+__all__ = [
+    "LIMITS",
+    "MAX_SEED",
+    "as_bool",
+    "as_float",
+    "as_int",
+    "as_path",
+    "as_seed",
+    "dtype_name",
+    "id_list",
+    "id_rows",
+    "is_torch",
+    "torch_view",
+]
+
+#: The largest seed: seeds are u64 (beyond it, ``too-large``; never reduced modulo 2**64).
+MAX_SEED = 2**64 - 1
 
 
 def is_torch(x: object) -> TypeGuard[torch.Tensor]:
@@ -73,6 +91,36 @@ def as_int(value: object, name: str, *, lo: int | None = 0, hi: int | None = Non
     if hi is not None and v > hi:
         raise_error(InputError, "too-large", f"{name}: {v} exceeds the limit of {hi}")
     return v
+
+
+def as_seed(value: object, name: str = "seed") -> int:
+    """A seed: an int in ``[0, 2**64)`` (negative: ``invalid-argument``; beyond u64:
+    ``too-large``)."""
+    return as_int(value, name, lo=0, hi=MAX_SEED)
+
+
+def as_bool(value: object, name: str) -> bool:
+    """A flag: ``bool`` or numpy's ``bool_`` only; an int, a string or a tensor where a flag is
+    meant is ``invalid-argument`` (never read through its truthiness)."""
+    if not _is_bool(value):
+        raise_error(InputError, "invalid-argument", f"{name}: expected a bool, got {_type(value)}")
+    return bool(value)
+
+
+def as_path(value: object, name: str) -> Path:
+    """A filesystem path: ``str`` or ``os.PathLike`` of ``str`` (``None``, bytes or anything
+    else: ``invalid-argument``; an empty or NUL-holding string too)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise_error(
+            InputError,
+            "invalid-argument",
+            f"{name}: expected a path (str or os.PathLike), got {_type(value)}",
+        )
+    if not value or "\0" in value:
+        raise_error(InputError, "invalid-argument", f"{name}: {value!r} is not a path")
+    return Path(value)
 
 
 def as_float(value: object, name: str, *, finite: bool = True) -> float:

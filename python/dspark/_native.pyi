@@ -17,6 +17,8 @@ import numpy.typing as npt
 from dspark._typing import DLPackTensor
 
 __version__: str
+#: The engine's documented size limits (``docs/errors.md``), name -> value.
+LIMITS: dict[str, int]
 
 # Ids: a list/tuple of ints or an int32/int64/uint32 array or tensor (copied once, then checked).
 _Ids: TypeAlias = object
@@ -118,8 +120,12 @@ class Report:
     def to_json(self) -> str: ...
 
 def inspect(
-    draft: str | os.PathLike[str], target: str | os.PathLike[str] | None = None
-) -> Report: ...
+    draft: str | os.PathLike[str],
+    target: str | os.PathLike[str] | None = None,
+    *,
+    sts: bool | None = None,
+) -> Report:
+    """``sts=False``: leave the calibration file (``sts.json``) out of the check."""
 
 # What ``build_info`` returns (functional form: the stub names no class the module lacks).
 _BuildInfo = TypedDict(  # noqa: UP013 (a class would have to exist in the module)
@@ -441,6 +447,9 @@ class Speculator:
         """Target-only decoding with the same options and seeds."""
     @property
     def num_speculative_tokens(self) -> int: ...
+    @property
+    def vocab_size(self) -> int:
+        """The target's vocabulary (prompt and stop ids lie below it)."""
 
 @final
 class RequestUpdate:

@@ -12,7 +12,17 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ensure_rayon_threads"]
+__all__ = ["available_cpus", "ensure_rayon_threads"]
+
+
+def available_cpus() -> int:
+    """The number of CPUs this process may run on (its affinity mask; at least 1): the most
+    threads worth asking for."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, n)
 
 
 def ensure_rayon_threads() -> int:
@@ -20,10 +30,6 @@ def ensure_rayon_threads() -> int:
     current = os.environ.get("RAYON_NUM_THREADS", "")
     if current.isdigit() and int(current) > 0:
         return int(current)
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    n = max(1, n)
+    n = available_cpus()
     os.environ["RAYON_NUM_THREADS"] = str(n)
     return n

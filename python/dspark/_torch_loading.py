@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from dspark._errors import raise_error, raise_report_errors
+from dspark._files import read_json
 from dspark._native import CheckpointError, ConfigError, DraftSpec, IdMap, InputError
 from dspark._native import inspect as engine_inspect
 from dspark._torch_ops import Rope
@@ -40,7 +41,8 @@ _LAYER_NAMES = {
 
 @dataclass
 class DrafterWeights:
-    """Everything the torch forward needs, as f32 (or ``dtype``) tensors and plain values."""
+    """Everything the torch forward needs, as ``dtype`` tensors (the Markov and confidence
+    heads float32) and plain values."""
 
     dtype: torch.dtype
     block_size: int
@@ -99,15 +101,16 @@ def _unpack_target(target: object) -> tuple[dict[str, Any] | None, object, objec
 
 
 def _inspect(path: Path, target_cfg: dict[str, Any] | None) -> dict[str, Any]:
+    # The torch drafter has no confidence calibration: `sts.json` is not its concern.
     if target_cfg is None:
-        report = engine_inspect(path).to_dict()
+        report = engine_inspect(path, sts=False).to_dict()
         # Without a target the engine checks the drafter against itself: fit is not known.
         report["errors"] = [e for e in report["errors"] if e["code"] != "target-mismatch"]
         return report
     with tempfile.TemporaryDirectory() as tmp:
         cfg_path = Path(tmp) / "config.json"
         cfg_path.write_text(json.dumps(target_cfg, default=str))
-        return engine_inspect(path, cfg_path).to_dict()
+        return engine_inspect(path, cfg_path, sts=False).to_dict()
 
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -115,7 +118,11 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
 
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        doc = read_json(index, "shard index")
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict):
+            raise_error(CheckpointError, "bad-safetensors", f"{index}: no weight_map")
+        files = sorted({str(f) for f in weight_map.values()})
     else:
         files = sorted(p.name for p in path.glob("*.safetensors"))
     if not files:
@@ -160,10 +167,13 @@ def load_weights(
     v_in, v_d, v_t = int(vocab["input"]), int(vocab["draft"]), int(vocab["target"])
     tensors = _read_tensors(root)
 
-    def get(name: str) -> torch.Tensor:
+    def get(name: str, as_dtype: torch.dtype = dtype) -> torch.Tensor:
         if name not in tensors:
             raise_error(CheckpointError, "missing-tensor", f"{root}: tensor {name!r} is missing")
-        return tensors[name].to(dtype)
+        return tensors[name].to(as_dtype)
+
+    # The heads that score and sample (Markov, confidence) run in float32 whatever `dtype`.
+    f32 = torch.float32
 
     embed = (
         _shared(t_embed, v_in, "embed_tokens", "missing-embed-tokens").to(dtype)
@@ -229,9 +239,9 @@ def load_weights(
         norm=get("norm.weight"),
         embed=embed,
         lm_head=lm_head,
-        markov_w1=get("markov_head.markov_w1.weight") if rank > 0 else None,
-        markov_w2=get("markov_head.markov_w2.weight") if rank > 0 else None,
-        conf_w=get("confidence_head.proj.weight").reshape(-1) if has_conf else None,
+        markov_w1=get("markov_head.markov_w1.weight", f32) if rank > 0 else None,
+        markov_w2=get("markov_head.markov_w2.weight", f32) if rank > 0 else None,
+        conf_w=get("confidence_head.proj.weight", f32).reshape(-1) if has_conf else None,
         conf_b=float(conf_b.to(torch.float64).reshape(-1)[0]) if conf_b is not None else 0.0,
         conf_with_markov=bool(spec.get("confidence_head_with_markov", False)) and rank > 0,
         layers=layers,

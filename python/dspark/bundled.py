@@ -12,13 +12,13 @@ Used by ``dspark demo``, ``dspark calibrate``, the tests and the benchmarks.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dspark._errors import raise_error
+from dspark._files import read_json
 from dspark._native import InputError
 from dspark.pair import load_model_pair
 
@@ -70,8 +70,8 @@ def heldout_texts(root: Path | None = None) -> list[tuple[str, str]]:
     path = bundled_dir() / "heldout_prompts.json"
     if root is not None and (root / "heldout_prompts.json").is_file():
         path = root / "heldout_prompts.json"
+    data = read_json(path, "held-out prompts", config=False)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         texts = data["texts"]
         names = data.get("files") or [f"held-out #{i + 1}" for i in range(len(texts))]
         pairs = [(str(n), str(t)) for n, t in zip(names, texts, strict=True)]

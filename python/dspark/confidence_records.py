@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from dspark._errors import raise_error
+from dspark._files import MAX_TEXT_BYTES, read_text
 from dspark._native import DSparkError, InputError
 
 if TYPE_CHECKING:
@@ -63,10 +64,7 @@ DEFAULT_BATCH = 8
 def load_texts(path: Path) -> list[str]:
     """Prompt texts of ``path``: a JSON list of strings, a JSON object ``{"texts": [...]}``, or
     (anything that is not JSON) a text file with one prompt per line (blank lines skipped)."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise_error(InputError, "invalid-argument", f"{path}: cannot read prompts ({exc})")
+    raw = read_text(path, MAX_TEXT_BYTES, "prompts file")
     data: Any
     try:
         data = json.loads(raw)
@@ -155,7 +153,9 @@ def load(target_dir: Path, drafter_dir: Path) -> Loaded:
     from dspark.native_target import NativeTarget
     from dspark.pair import check_pair_dirs
 
-    config = check_pair_dirs(target_dir, drafter_dir)
+    # The drafter's own sts.json is neither read nor checked: the confidences must be the raw
+    # head's, and a stale or broken file is what calibrate replaces.
+    config = check_pair_dirs(target_dir, drafter_dir, sts=False)
     tokenizer = Tokenizer.from_file(str(target_dir / "tokenizer.json"))
     kwargs, sts_off = _drafter_kwargs()
     try:
@@ -245,34 +245,40 @@ def collect(
     cursor = [0, 0]
     side = 0
     t0 = time.perf_counter()
-    while out.fit_rounds + out.held_rounds < rounds or not (out.fit_prompts and out.held_prompts):
-        if cursor[0] >= len(halves[0]) and cursor[1] >= len(halves[1]):
-            out.exhausted = True
-            break
-        if cursor[side] >= len(halves[side]):
+    # The progress line ends however the loop does (Ctrl-C included), so an error line that
+    # follows starts a line of its own.
+    try:
+        while out.fit_rounds + out.held_rounds < rounds or not (
+            out.fit_prompts and out.held_prompts
+        ):
+            if cursor[0] >= len(halves[0]) and cursor[1] >= len(halves[1]):
+                out.exhausted = True
+                break
+            if cursor[side] >= len(halves[side]):
+                side = 1 - side
+            chunk = halves[side][cursor[side] : cursor[side] + batch]
+            cursor[side] += len(chunk)
+            res = sp.generate(chunk, new_tokens, pair.stop_ids)
+            st = res.stats
+            recs = [(int(p), float(c), bool(a)) for p, c, a in st.confidence_records]
+            if side == 0:
+                out.fit.extend(recs)
+                out.fit_rounds += st.request_rounds
+                out.fit_prompts += len(chunk)
+            else:
+                out.held.extend(recs)
+                out.held_rounds += st.request_rounds
+                out.held_prompts += len(chunk)
+            out.committed += st.committed_tokens
+            if progress is not None:
+                progress.write(
+                    f"\rcollecting: {out.fit_rounds + out.held_rounds}/{rounds} request-rounds"
+                )
+                progress.flush()
             side = 1 - side
-        chunk = halves[side][cursor[side] : cursor[side] + batch]
-        cursor[side] += len(chunk)
-        res = sp.generate(chunk, new_tokens, pair.stop_ids)
-        st = res.stats
-        recs = [(int(p), float(c), bool(a)) for p, c, a in st.confidence_records]
-        if side == 0:
-            out.fit.extend(recs)
-            out.fit_rounds += st.request_rounds
-            out.fit_prompts += len(chunk)
-        else:
-            out.held.extend(recs)
-            out.held_rounds += st.request_rounds
-            out.held_prompts += len(chunk)
-        out.committed += st.committed_tokens
+    finally:
         if progress is not None:
-            progress.write(
-                f"\rcollecting: {out.fit_rounds + out.held_rounds}/{rounds} request-rounds"
-            )
+            progress.write("\n")
             progress.flush()
-        side = 1 - side
     out.seconds = time.perf_counter() - t0
-    if progress is not None:
-        progress.write("\n")
-        progress.flush()
     return out

@@ -24,11 +24,11 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dspark import _native
-from dspark._args import as_float, as_int
+from dspark._args import as_bool, as_float, as_int, as_seed
 from dspark._errors import raise_error
 from dspark._native import InputError, RequestUpdate
 from dspark.protocols import DRAFTER_MEMBERS
-from dspark.speculator import _engine_target, _seed, _verify_mode
+from dspark.speculator import _engine_target, _verify_mode
 
 if TYPE_CHECKING:
     import torch
@@ -91,7 +91,7 @@ class Engine:
             threshold=threshold,
             steps_per_second=table if mode in ("scheduled", "pipelined") else None,
             steps_interpolation=steps_interpolation,
-            record_confidence=bool(record_confidence),
+            record_confidence=as_bool(record_confidence, "record_confidence"),
             max_running=max_running,
             max_batched_tokens=max_batched_tokens,
             kv_tokens=kv_tokens,
@@ -119,7 +119,7 @@ class Engine:
                 temperature=as_float(temperature, "temperature"),
                 top_k=None if top_k is None else as_int(top_k, "top_k", lo=1),
                 top_p=as_float(top_p, "top_p"),
-                seed=_seed(seed),
+                seed=as_seed(seed),
                 stop_token_ids=stop_token_ids,
                 max_drafts=None if max_drafts is None else as_int(max_drafts, "max_drafts"),
             )

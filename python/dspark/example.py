@@ -24,6 +24,10 @@ from typing import Literal
 
 import numpy as np
 
+from dspark._args import as_int, as_path
+from dspark._errors import raise_error
+from dspark._files import staged_dir
+from dspark._native import InputError
 from dspark._safetensors import save_file
 
 Layout = Literal["padded", "full", "reduced"]
@@ -245,19 +249,31 @@ def write_example(root: str | os.PathLike[str], layout: Layout = "padded", seed:
     """Write ``root/target/{config.json,model.safetensors,tokenizer.json,generation_config.json}``
     and ``root/drafter/{config.json,model.safetensors}``.
 
+    ``root`` must not exist or be an empty directory; it is written as a temporary sibling
+    renamed into place, so a failure (or Ctrl-C) leaves nothing behind. ``seed``: an int in
+    ``[0, 2**63)``. Typed errors (``invalid-argument``) for bad arguments, before any work.
     Returns ``root`` as a ``Path``.
     """
-    root = Path(root)
-    (root / "target").mkdir(parents=True, exist_ok=True)
-    (root / "drafter").mkdir(parents=True, exist_ok=True)
-    (root / "target" / "config.json").write_text(json.dumps(target_config(), indent=2) + "\n")
-    (root / "target" / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "pad_token_id": EOS_ID}) + "\n"
-    )
-    (root / "target" / "tokenizer.json").write_text(json.dumps(tokenizer_json()) + "\n")
-    save_file(
-        target_tensors(seed), root / "target" / "model.safetensors", metadata={"format": "pt"}
-    )
-    (root / "drafter" / "config.json").write_text(json.dumps(draft_config(layout), indent=2) + "\n")
-    save_file(draft_tensors(layout, seed), root / "drafter" / "model.safetensors")
-    return root
+    out = as_path(root, "root")
+    if layout not in ("padded", "full", "reduced"):
+        raise_error(
+            InputError, "invalid-argument", f"layout {layout!r}: one of 'padded', 'full', 'reduced'"
+        )
+    seed = as_int(seed, "seed", hi=2**63 - 1)
+    with staged_dir(out, "root") as tmp:
+        (tmp / "target").mkdir()
+        (tmp / "drafter").mkdir()
+        (tmp / "target" / "config.json").write_text(json.dumps(target_config(), indent=2) + "\n")
+        (tmp / "target" / "generation_config.json").write_text(
+            json.dumps({"bos_token_id": EOS_ID, "eos_token_id": EOS_ID, "pad_token_id": EOS_ID})
+            + "\n"
+        )
+        (tmp / "target" / "tokenizer.json").write_text(json.dumps(tokenizer_json()) + "\n")
+        save_file(
+            target_tensors(seed), tmp / "target" / "model.safetensors", metadata={"format": "pt"}
+        )
+        (tmp / "drafter" / "config.json").write_text(
+            json.dumps(draft_config(layout), indent=2) + "\n"
+        )
+        save_file(draft_tensors(layout, seed), tmp / "drafter" / "model.safetensors")
+    return out

@@ -51,7 +51,6 @@ import math
 import os
 import shutil
 import struct
-import tempfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from dspark import _files
 from dspark._errors import raise_error
 from dspark._native import InputError
 from dspark._shards import Dtype, TensorSpec, plan_shards, write_shards
@@ -263,7 +263,7 @@ def target_parameter_count(shape: Shape = TARGET_SHAPE, vocab: int = 3000) -> in
 
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """The float32 tensors of a (small) safetensors file."""
-    data = path.read_bytes()
+    data = _files.read_bytes(path, _files.MAX_WEIGHTS_BYTES, "small pair's weights")
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
     out = {}
@@ -331,11 +331,7 @@ def bundled_tiny_dir() -> Path:
 def check_output_dir(root: Path) -> None:
     """Refuse, before any work, an output directory that exists and is not empty, or whose
     parent cannot hold it (``invalid-argument``)."""
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise_error(InputError, "invalid-argument", f"{root}: exists and is not an empty directory")
-    parent = root.absolute().parent
-    if parent.exists() and not parent.is_dir():
-        raise_error(InputError, "invalid-argument", f"{parent}: is not a directory")
+    _files.check_output_dir(root, "output directory")
 
 
 def write_memory_bound(
@@ -379,22 +375,9 @@ def write_memory_bound(
     ):
         if not (small / need).is_file():
             raise_error(InputError, "missing-file", f"{small / need}: no such file")
-    out.absolute().parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(
-        tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.absolute().parent)
-    )
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the pair is an ordinary directory
-    try:
+    with _files.staged_dir(out, "output directory") as tmp:
         wdtype: Dtype = "bfloat16" if dtype == "bfloat16" else "float32"
         counts = _write_pair(small, tmp, wdtype, jitter, shape, draft_layers)
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return MemoryBoundPair(out, out / "target", out / "drafter", *counts, dtype, jitter)
 
 
@@ -406,8 +389,8 @@ def _write_pair(
     big: Shape,
     draft_layers: int,
 ) -> tuple[int, int]:
-    t_cfg = json.loads((small / "target" / "config.json").read_text())
-    d_cfg = json.loads((small / "drafter" / "config.json").read_text())
+    t_cfg = _files.read_json(small / "target" / "config.json", "target config")
+    d_cfg = _files.read_json(small / "drafter" / "config.json", "drafter config")
     t_small = _read_safetensors(small / "target" / "model.safetensors")
     d_small = _read_safetensors(small / "drafter" / "model.safetensors")
     emb = _Embedding(Shape.of(t_cfg), big)
@@ -475,8 +458,8 @@ def write_converter_tokenizer(target: Path, out: Path) -> None:
     """Write ``out/tokenizer.model`` (the vocabulary of ``target/tokenizer.json`` in
     SentencePiece form, see :mod:`dspark._spm`: what llama.cpp's converter reads for Qwen3)
     and ``out/tokenizer_config.json`` (``tokenizer.json`` as it is, no BOS or EOS added)."""
-    tokenizer = json.loads((target / "tokenizer.json").read_text())
-    config = json.loads((target / "config.json").read_text())
+    tokenizer = _files.read_json(target / "tokenizer.json", "tokenizer", _files.MAX_TOKENIZER_BYTES)
+    config = _files.read_json(target / "config.json", "target config")
     (out / "tokenizer.model").write_bytes(sentencepiece_model(tokenizer))
     _write_json(out / "tokenizer_config.json", _tokenizer_config(tokenizer, config))
 

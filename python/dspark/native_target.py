@@ -12,7 +12,6 @@ float32. ``dtype=`` chooses another (``"float32"``, ``"bfloat16"``, ``"float16"`
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dspark import _native
-from dspark._args import dtype_name
+from dspark._args import as_path, dtype_name, id_list
 from dspark._errors import raise_error
+from dspark._files import read_json
 from dspark._native import InputError
 
 if TYPE_CHECKING:
@@ -62,10 +62,10 @@ class NativeTarget:
                 "invalid-argument",
                 f"device: expected a str such as 'cpu' or 'cuda:0', got {type(device).__name__}",
             )
-        native = _native.NativeTarget.load(path, device, dtype_name(dtype))
-        root = Path(path)
-        config = json.loads((root / "config.json").read_text()) if root.is_dir() else {}
-        return cls(native, root, config)
+        root = as_path(path, "path")
+        native = _native.NativeTarget.load(root, device, dtype_name(dtype))
+        config = read_json(root / "config.json", "target config") if root.is_dir() else {}
+        return cls(native, root, config if isinstance(config, dict) else {})
 
     @property
     def device(self) -> str:
@@ -104,9 +104,14 @@ class NativeTarget:
         return dict(self._config)
 
     def logits(self, input_ids: npt.ArrayLike) -> FloatArray:
-        """Float32 logits ``[S, V_t]`` of every position of one sequence (an empty cache)."""
-        ids = np.asarray(input_ids, dtype=np.int64).reshape(-1)
-        return self._native_target.logits(ids)
+        """Float32 logits ``[S, V_t]`` of every position of one sequence (an empty cache).
+
+        ``input_ids``: one sequence of ids (a list, a 1-D tensor or array), each an int in
+        ``[0, V_t)``; a bool, a float or a string where an id is meant is ``invalid-argument``,
+        an id outside the vocabulary ``token-out-of-range``, more dimensions ``bad-shape``.
+        """
+        ids = id_list(input_ids, "input_ids", self.vocab_size)
+        return self._native_target.logits(np.asarray(ids, dtype=np.int64))
 
     def __repr__(self) -> str:
         return f"NativeTarget({str(self.path)!r}, {self._native_target!r})"

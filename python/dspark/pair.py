@@ -12,14 +12,16 @@ Needs ``torch``, ``transformers`` and ``tokenizers`` (imported when a pair is lo
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dspark._args import as_int
 from dspark._errors import raise_error, raise_report_errors
+from dspark._files import MAX_TOKENIZER_BYTES, check_input_file, read_json
 from dspark._native import BackendError, CheckpointError, ConfigError, InputError
 from dspark._native import inspect as engine_inspect
+from dspark._threads import available_cpus
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -34,12 +36,13 @@ __all__ = ["DTYPES", "ModelPair", "check_pair_dirs", "load_model_pair", "make_sp
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def check_pair_dirs(target: Path, drafter: Path) -> dict[str, Any]:
+def check_pair_dirs(target: Path, drafter: Path, *, sts: bool = True) -> dict[str, Any]:
     """Check the pair before loading anything; returns the target's ``config.json`` as a dict.
 
     Raises the typed error of the first problem: a missing directory, config or
     ``tokenizer.json`` (``missing-file``), or what ``dspark inspect`` finds (its codes; several
-    problems raise code ``multiple`` and list them all).
+    problems raise code ``multiple`` and list them all). ``sts=False``: the drafter's
+    calibration file (``sts.json``) is not checked (for a load that does not read it).
     """
     for what, path in (("target", target), ("drafter", drafter)):
         if not path.is_dir():
@@ -50,19 +53,17 @@ def check_pair_dirs(target: Path, drafter: Path) -> dict[str, Any]:
         raise_error(
             CheckpointError, "missing-file", f"{config_path}: missing (the target's HF config)"
         )
-    report = engine_inspect(drafter, target).to_dict()
+    report = engine_inspect(drafter, target, sts=sts).to_dict()
     raise_report_errors(report["errors"])
-    if not (target / "tokenizer.json").is_file():
+    if not (target / "tokenizer.json").exists():
         raise_error(
             CheckpointError,
             "missing-file",
             f"{target / 'tokenizer.json'}: missing (dspark generate reads the target's "
             "fast-tokenizer file; save one with tokenizer.save_pretrained(DIR))",
         )
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise_error(ConfigError, "bad-config", f"{config_path}: {exc}")
+    check_input_file(target / "tokenizer.json", MAX_TOKENIZER_BYTES, "tokenizer")
+    config = read_json(config_path, "target config")
     if not isinstance(config, dict):
         raise_error(ConfigError, "bad-config", f"{config_path}: not a JSON object")
     return config
@@ -145,6 +146,10 @@ def load_model_pair(
 
     ``threads`` sets torch's thread count; ``quiet`` turns transformers' progress bars off.
     """
+    if dtype not in DTYPES:
+        raise_error(InputError, "invalid-argument", f"dtype {dtype!r}: one of {DTYPES}")
+    if threads is not None:
+        threads = as_int(threads, "threads", lo=1, hi=available_cpus())
     config = check_pair_dirs(target, drafter)
     import torch
     from tokenizers import Tokenizer
@@ -152,12 +157,8 @@ def load_model_pair(
 
     from dspark.drafter import Drafter
 
-    if dtype not in DTYPES:
-        raise_error(InputError, "invalid-argument", f"dtype {dtype!r}: one of {DTYPES}")
     if threads is not None:
-        if int(threads) < 1:
-            raise_error(InputError, "invalid-argument", f"threads {threads}: must be >= 1")
-        torch.set_num_threads(int(threads))
+        torch.set_num_threads(threads)
     if quiet:
         from transformers.utils import logging as hf_logging
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dspark import _native
-from dspark._args import as_float, as_int, id_list, id_rows
+from dspark._args import as_bool, as_float, as_int, as_seed, id_list, id_rows
 from dspark._errors import raise_error
 from dspark._native import InputError
 from dspark.protocols import DRAFTER_MEMBERS
@@ -54,6 +54,7 @@ def derive_seeds(
 ) -> list[int]:
     """One 63-bit seed per (request, position, salt): the engine's ``derive_seed``, in Python
     (salt 0: the first token, 1: a draft block, 2: a verification)."""
+    seed = as_seed(seed)
     out = []
     for r, p in zip(requests, positions, strict=True):
         z = seed * 0x9E3779B97F4A7C15 + r * 0xBF58476D1CE4E5B9 + p * 0x94D049BB133111EB + salt
@@ -120,7 +121,9 @@ class Speculator:
             drafter: :class:`dspark.Drafter` or any :class:`dspark.protocols.DrafterProtocol`.
             num_speculative_tokens: drafts verified per round (default and maximum: block size).
             temperature, top_k, top_p: the target's sampling (T = 0: greedy).
-            seed: base of every random stream (``None``: a fresh random seed).
+            seed: base of every random stream, an int in ``[0, 2**64)`` (``None``: a fresh
+                random seed; a negative seed is ``invalid-argument``, a larger one
+                ``too-large``).
             verify: ``"full"``, a confidence threshold in ``[0, 1]``, ``"scheduled"`` (the
                 paper's scheduler) or ``"pipelined"``.
             steps_per_second: ``(verified tokens, steps/s)`` table of the target's forward for
@@ -141,16 +144,10 @@ class Speculator:
             raise_error(InputError, "invalid-argument", f"drafter lacks contract members {missing}")
         self.target, engine_target = _engine_target(target)
         self.drafter = drafter
+        # At most the drafter's block: the engine checks it against the block it reads.
         n = None
         if num_speculative_tokens is not None:
             n = as_int(num_speculative_tokens, "num_speculative_tokens")
-            k = int(drafter.block_size)
-            if not 0 <= n <= k:
-                raise_error(
-                    InputError,
-                    "invalid-argument",
-                    f"num_speculative_tokens {n}: must be in [0, {k}]",
-                )
         temperature = as_float(temperature, "temperature")
         if not temperature >= 0.0:
             raise_error(InputError, "invalid-argument", f"temperature {temperature}: must be >= 0")
@@ -165,7 +162,7 @@ class Speculator:
         mode, threshold = _verify_mode(verify)
         if mode == "pipelined" and steps_per_second is None:
             raise_error(InputError, "invalid-argument", "verify='pipelined' needs steps_per_second")
-        self.seed = secrets.randbits(62) if seed is None else _seed(seed)
+        self.seed = secrets.randbits(62) if seed is None else as_seed(seed)
         self.verify = verify
         self.steps_per_second = (
             list(steps_per_second)
@@ -188,7 +185,7 @@ class Speculator:
             threshold=threshold,
             steps_per_second=self.steps_per_second if mode in ("scheduled", "pipelined") else None,
             steps_interpolation=steps_interpolation,
-            record_confidence=bool(record_confidence),
+            record_confidence=as_bool(record_confidence, "record_confidence"),
         )
         self.num_speculative_tokens = self._native.num_speculative_tokens
 
@@ -257,7 +254,7 @@ class Speculator:
         if seed is None:
             seeds: int | list[int] = self.seed
         elif isinstance(seed, (list, tuple)):
-            seeds = [_seed(x) for x in seed]
+            seeds = [as_seed(x) for x in seed]
             if len(seeds) != len(prompts):
                 raise_error(
                     InputError,
@@ -265,18 +262,12 @@ class Speculator:
                     f"seed: {len(seeds)} seeds for {len(prompts)} prompts",
                 )
         else:
-            seeds = _seed(seed)
+            seeds = as_seed(seed)
         tokens, stats = call(prompts, count, stops, on_round, seeds)
         return GenerationResult(tokens=tokens, stats=stats)
 
     def _native_vocab(self) -> int:
-        return int(self.drafter.target_vocab_size)
-
-
-def _seed(value: object) -> int:
-    """A seed: an int in ``[0, 2**64)`` (typed errors: ``invalid-argument`` for a bool, float
-    or negative value, ``too-large`` beyond u64)."""
-    return as_int(value, "seed", lo=0, hi=_MASK64)
+        return self._native.vocab_size
 
 
 def _verify_mode(verify: object) -> tuple[str, float | None]:

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from dspark._args import LIMITS, as_int
 from dspark._errors import raise_error
 from dspark._hf_cache import cache_kwarg
 from dspark._native import CheckpointError, InputError
@@ -91,6 +92,12 @@ def _text_config(config: Any) -> Any:
     return getter() if callable(getter) else getattr(config, "text_config", config)
 
 
+def _size(value: object, key: str, limit: str) -> int:
+    """A size of the target's config: an int in ``[1, LIMITS[limit]]`` (typed errors naming
+    ``target.config.<key>``)."""
+    return as_int(value, f"target.config.{key}", lo=1, hi=LIMITS[limit])
+
+
 class HFTarget:
     """A transformers ``*ForCausalLM`` implementing :class:`dspark.protocols.TargetModel`."""
 
@@ -100,16 +107,18 @@ class HFTarget:
         if config is None or not callable(model):
             raise_error(InputError, "invalid-argument", "target: expected an HF causal LM")
         text = _text_config(config)
-        try:
-            self._layers = int(text.num_hidden_layers)
-            self._hidden = int(text.hidden_size)
-            self._vocab = int(text.vocab_size)
-        except (AttributeError, TypeError, ValueError):
+        missing = [
+            k for k in ("num_hidden_layers", "hidden_size", "vocab_size") if not hasattr(text, k)
+        ]
+        if missing:
             raise_error(
                 CheckpointError,
                 "target-mismatch",
-                "target config lacks num_hidden_layers / hidden_size / vocab_size",
+                f"target config lacks {' / '.join(missing)}",
             )
+        self._layers = _size(text.num_hidden_layers, "num_hidden_layers", "MAX_LAYERS")
+        self._hidden = _size(text.hidden_size, "hidden_size", "MAX_HIDDEN")
+        self._vocab = _size(text.vocab_size, "vocab_size", "MAX_VOCAB")
         self.model = model.eval()
         self._cache_kwarg = cache_kwarg(model)
 
@@ -150,7 +159,8 @@ class HFTarget:
             kv = DynamicCache(config=self.model.config)
         except TypeError:
             kv = DynamicCache()
-        return HFCache(kv, batch_size, self._device())
+        batch = as_int(batch_size, "batch_size", hi=LIMITS["MAX_BATCH"])
+        return HFCache(kv, batch, self._device())
 
     @torch.inference_mode()
     def forward(
@@ -164,7 +174,7 @@ class HFTarget:
         dev = self._device()
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=dev)
         b, s = ids.shape
-        counts = [int(x) for x in num_tokens]
+        counts = [as_int(x, "num_tokens") for x in num_tokens]
         if b != cache.batch or len(counts) != b:
             raise_error(InputError, "bad-shape", f"input_ids: batch {b} does not match the cache")
         if any(c < 0 or c > s for c in counts):
@@ -242,7 +252,7 @@ class HFTarget:
 
     def crop(self, cache: HFCache, lengths: Sequence[int]) -> None:
         """Roll row ``i`` back to its first ``lengths[i]`` tokens (later columns become holes)."""
-        wanted = [int(x) for x in lengths]
+        wanted = [as_int(x, "lengths") for x in lengths]
         if len(wanted) != cache.batch or any(x < 0 for x in wanted):
             raise_error(InputError, "invalid-argument", "lengths: one non-negative value per row")
         if cache.dense:
@@ -399,6 +409,10 @@ def _put(ref: tuple[Any, str | int], value: torch.Tensor) -> None:
         obj[key] = value
 
 
+#: The members every protocol target has (``dspark.protocols.TargetModel``).
+TARGET_MEMBERS = ("vocab_size", "hidden_size", "num_hidden_layers", "new_cache", "forward", "crop")
+
+
 def as_target(target: object) -> TargetModel[Any]:
     """``target`` itself when it implements the protocol, an :class:`HFTarget` for HF models."""
     # The protocol's members, checked by presence; an HF model (it has `generate`) is wrapped.
@@ -406,10 +420,13 @@ def as_target(target: object) -> TargetModel[Any]:
         return target
     if hasattr(target, "config") and callable(target):
         return HFTarget(target)
+    # Name what is missing, so a half-built user target learns which member to add.
+    missing = [m for m in TARGET_MEMBERS if not hasattr(target, m)]
+    lacks = f" (it lacks target.{', target.'.join(missing)})" if missing else ""
     raise_error(
         InputError,
         "invalid-argument",
-        f"target: {type(target).__name__} is neither an HF causal LM nor a TargetModel",
+        f"target: {type(target).__name__} is neither an HF causal LM nor a TargetModel{lacks}",
     )
 
 

@@ -19,9 +19,10 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
-from dspark._args import as_float, as_int, is_torch, torch_view
+from dspark._args import LIMITS, as_float, as_int, as_path, as_seed, is_torch, torch_view
 from dspark._errors import raise_error
 from dspark._native import DSparkError, InputError
 from dspark._torch_loading import DrafterWeights, load_weights
@@ -32,7 +33,11 @@ if TYPE_CHECKING:
     from dspark._typing import PerRequestInt, TensorLike
     from dspark.protocols import DrafterProtocol, DraftStateProtocol
 
-__all__ = ["TorchDraftState", "TorchDrafter"]
+__all__ = ["DTYPES", "TorchDraftState", "TorchDrafter"]
+
+#: The weight dtypes the torch drafter runs in (the Markov head, the sampling and the
+#: confidence head always compute in float32).
+DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _as_tensor(value: object, name: str) -> torch.Tensor:
@@ -47,16 +52,52 @@ def _as_tensor(value: object, name: str) -> torch.Tensor:
         raise_error(InputError, "invalid-argument", f"{name}: {type(e).__name__}: {e}")
 
 
-def _per_request(value: PerRequestInt | TensorLike, b: int, name: str) -> torch.Tensor:
-    t = _as_tensor(value, name)
-    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise_error(InputError, "unsupported-dtype", f"{name}: expected integers, got {t.dtype}")
-    t = t.to(torch.int64).reshape(-1)
-    if t.numel() == 1:
-        t = t.expand(b)
-    if t.numel() != b:
-        raise_error(InputError, "bad-shape", f"{name}: expected one value or {b}, got {t.numel()}")
-    return t.clone()
+def _per_request_values(value: object, b: int, name: str) -> list[object]:
+    """``b`` values from one value or one per request (a list, tuple, tensor or array; an
+    integer dtype for tensors and arrays, else ``unsupported-dtype``), each still unread."""
+    if is_torch(value) or isinstance(value, np.ndarray):
+        t = _as_tensor(value, name)
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise_error(
+                InputError, "unsupported-dtype", f"{name}: expected integers, got {t.dtype}"
+            )
+        values: list[object] = list(t.reshape(-1).tolist())
+    elif isinstance(value, (list, tuple)):
+        values = list(value)
+    else:
+        values = [value]
+    if len(values) == 1:
+        values = values * b
+    if len(values) != b:
+        raise_error(
+            InputError, "bad-shape", f"{name}: expected one value or {b}, got {len(values)}"
+        )
+    return values
+
+
+def _per_request(
+    value: PerRequestInt | TensorLike, b: int, name: str, *, hi: int | None = None
+) -> torch.Tensor:
+    """One non-negative int per request (:func:`_per_request_values`, each read by
+    :func:`dspark._args.as_int` up to ``hi``) as an int64 tensor ``[b]``."""
+    ints = [as_int(v, name, hi=hi) for v in _per_request_values(value, b, name)]
+    return torch.tensor(ints, dtype=torch.int64)
+
+
+def _per_request_ids(value: TensorLike, b: int, name: str, vocab: int) -> torch.Tensor:
+    """One id per request in ``[0, vocab)`` (``token-out-of-range``) as an int64 tensor."""
+    ids = [as_int(v, name, lo=None) for v in _per_request_values(value, b, name)]
+    for i in ids:
+        if not 0 <= i < vocab:
+            raise_error(InputError, "token-out-of-range", f"{name}: id {i} is outside [0, {vocab})")
+    return torch.tensor(ids, dtype=torch.int64)
+
+
+def _per_request_seeds(value: PerRequestInt, b: int) -> torch.Tensor:
+    """One seed per request (:func:`dspark._args.as_seed`: ``[0, 2**64)``) as the int64 tensor
+    of the same 64 bits (the counter-based draws work on the bit pattern)."""
+    seeds = [as_seed(v) for v in _per_request_values(value, b, "seed")]
+    return torch.tensor([s - 2**64 if s >= 2**63 else s for s in seeds], dtype=torch.int64)
 
 
 class TorchDraftState:
@@ -87,7 +128,7 @@ class TorchDraftState:
     def extend(self, features: TensorLike, start_position: int) -> None:
         """Add features ``[T, L*H_t]`` of positions ``start_position..``; held ones are skipped."""
         feats = self._drafter._features(features, 2, "features")
-        start_position = as_int(start_position, "start_position")
+        start_position = as_int(start_position, "start_position", hi=LIMITS["MAX_POSITION"])
         if not 0 <= start_position <= self.length:
             raise_error(
                 InputError,
@@ -142,7 +183,20 @@ class TorchDrafter:
         both. Shared embed / lm_head are taken from it when the engine's plan says so; a shared
         weight that is not available is a typed error, never random.
         """
-        return cls(load_weights(path, target, dtype=dtype))
+        root = as_path(path, "path")
+        if not isinstance(dtype, torch.dtype):
+            raise_error(
+                InputError,
+                "invalid-argument",
+                f"dtype: expected a torch.dtype such as torch.bfloat16, got {type(dtype).__name__}",
+            )
+        if dtype not in DTYPES:
+            raise_error(
+                InputError,
+                "unsupported-dtype",
+                f"dtype: {dtype} is not one of {', '.join(str(d) for d in DTYPES)}",
+            )
+        return cls(load_weights(root, target, dtype=dtype))
 
     # ---- the contract -------------------------------------------------------------------
     @property
@@ -227,8 +281,8 @@ class TorchDrafter:
     ) -> DraftProposal:
         """Stateless proposal; see :meth:`dspark.protocols.DrafterProtocol.propose`."""
         hidden, base = self.forward_block(context_hidden_states, anchors, start_positions)
-        a = _per_request(anchors, hidden.shape[0], "anchors")
-        return self._sample(hidden, base, a, temperature, _per_request(seed, a.numel(), "seed"))
+        a = self._anchors(anchors, hidden.shape[0])
+        return self._sample(hidden, base, a, temperature, _per_request_seeds(seed, a.numel()))
 
     @torch.inference_mode()
     def propose_states(
@@ -243,14 +297,15 @@ class TorchDrafter:
         b = len(states)
         if b == 0 or not all(isinstance(s, TorchDraftState) for s in states):
             raise_error(InputError, "invalid-argument", "states: TorchDraftState objects needed")
-        a = _per_request(anchors, b, "anchors")
+        a = self._anchors(anchors, b)
         self._flush(states)
         lens = torch.tensor([s.length for s in states])
         t = int(lens.max())
         mask = torch.arange(t)[None, :] < lens[:, None]
         ks, vs = [], []
-        for layer in range(len(self.weights.layers)):
-            k = torch.zeros(b, t, self.weights.num_kv_heads, self.weights.head_dim)
+        w = self.weights
+        for layer in range(len(w.layers)):
+            k = torch.zeros(b, t, w.num_kv_heads, w.head_dim, dtype=w.dtype)
             v = torch.zeros_like(k)
             for i, s in enumerate(states):
                 k[i, : s.length] = s._k[layer]
@@ -259,7 +314,7 @@ class TorchDrafter:
             vs.append(v)
         hidden = self._block(ks, vs, mask, a, lens)
         base = hidden @ self.weights.lm_head.T
-        return self._sample(hidden, base, a, temperature, _per_request(seed, b, "seed"))
+        return self._sample(hidden, base, a, temperature, _per_request_seeds(seed, b))
 
     # ---- forward ------------------------------------------------------------------------
     @torch.inference_mode()
@@ -274,12 +329,15 @@ class TorchDrafter:
         """
         ctx = self._features(context, 3, "context_hidden_states")
         b, t = ctx.shape[:2]
-        a = _per_request(anchors, b, "anchors")
-        starts = _per_request(start, b, "start_positions")
+        a = self._anchors(anchors, b)
+        starts = _per_request(start, b, "start_positions", hi=LIMITS["MAX_POSITION"])
         pos = starts[:, None] + torch.arange(t)[None, :]
         ks, vs = self._context_kv(ctx, pos)
         hidden = self._block(ks, vs, None, a, starts + t)
         return hidden, hidden @ self.weights.lm_head.T
+
+    def _anchors(self, anchors: TensorLike, b: int) -> torch.Tensor:
+        return _per_request_ids(anchors, b, "anchors", self.weights.target_vocab_size)
 
     def _flush(self, states: Sequence[TorchDraftState]) -> None:
         """Compute the queued context features of ``states`` in one batched pass."""

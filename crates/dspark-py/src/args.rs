@@ -107,6 +107,57 @@ pub fn int_saturating(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
     }
 }
 
+/// A truth value: `bool` or numpy's `bool_` only (an int, a string or a tensor where a flag is
+/// meant is `invalid-argument`, never read through its truthiness).
+pub fn boolean(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    if is_bool(obj) {
+        return obj.is_truthy();
+    }
+    Err(err(Error::invalid(
+        name,
+        format!("expected a bool, got {}", type_name(obj)),
+    )))
+}
+
+/// A list of integers (list, tuple or a 1-D integer tensor), each in `[lo, hi]`, at most
+/// `max_len` of them: below `lo` is `invalid-argument`, above `hi` or too many `too-large`.
+pub fn int_list(
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    lo: i64,
+    hi: u64,
+    max_len: u64,
+) -> PyResult<Vec<i64>> {
+    if let Ok(n) = obj.len()
+        && n as u64 > max_len
+    {
+        return Err(err(Error::too_large(
+            format!("len({name})"),
+            n as u64,
+            max_len,
+            "",
+        )));
+    }
+    let values = ids_1d(obj, name)?;
+    if values.len() as u64 > max_len {
+        return Err(err(Error::too_large(
+            format!("len({name})"),
+            values.len() as u64,
+            max_len,
+            "",
+        )));
+    }
+    for &v in &values {
+        if v < lo {
+            return Err(err(Error::invalid(name, format!("{v} (must be >= {lo})"))));
+        }
+        if u64::try_from(v).is_ok_and(|u| u > hi) {
+            return Err(err(Error::too_large(name, v as u64, hi, "")));
+        }
+    }
+    Ok(values)
+}
+
 /// A real number (`int`, `float`, numpy scalars, anything with `__float__`); not `bool`/`str`.
 pub fn float(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     let bad = || {

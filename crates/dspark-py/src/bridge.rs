@@ -4,8 +4,9 @@
 //!
 //! A Python exception raised inside a call travels inside the engine's [`Error::Callback`]
 //! and is re-raised unchanged when the error reaches Python (`errors::err`), so a target's own
-//! typed error reaches the user as it was. What a target returns is converted as it is; the
-//! engine's round loop checks every target's output shapes.
+//! typed error reaches the user as it was. Its members and what it returns are read by
+//! [`crate::user`] (typed errors naming the member or the method); the engine's round loop
+//! checks every target's output shapes.
 //!
 //! A target whose logits are CUDA tensors (the `cuda` build) is read where they are: its
 //! logits and hidden states are borrowed through DLPack on its stream, the rows the round uses
@@ -17,15 +18,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use dspark::target::{TargetInput, TargetModel, TargetOutput};
-use dspark::{Error, Result};
+use dspark::{Error, Result, limits};
 
+use crate::args;
 use crate::dlpack::DlTensor;
-use crate::errors::{callback_error, err};
-
-/// Read an integer attribute of a Python object.
-pub fn int_attr(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
-    obj.getattr(name)?.extract::<usize>()
-}
+use crate::errors::{callback_error, err, retype};
+use crate::user;
 
 /// `obj` as a CPU, C-contiguous tensor the DLPack reader takes (torch: detached, moved to the
 /// CPU and made contiguous only when needed, one copy at most; anything else unchanged).
@@ -48,9 +46,11 @@ pub fn host_tensor<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> 
     Ok(obj)
 }
 
-/// A DLPack view of [`host_tensor`]`(obj)`.
-fn host_view(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<DlTensor> {
-    DlTensor::from_py(&host_tensor(obj)?, name)
+/// A DLPack view of [`host_tensor`]`(obj)`; a failure of the tensor's own methods is an
+/// `InputError` naming `name`.
+pub fn host_view(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<DlTensor> {
+    let host = host_tensor(obj).map_err(|e| retype(obj.py(), e, name, "could not be read"))?;
+    DlTensor::from_py(&host, name)
 }
 
 /// Copy `[rows…]` slices of a float DLPack tensor into one `f32` vector: `offsets[i]` is the
@@ -94,16 +94,25 @@ enum Raw {
 }
 
 impl Raw {
-    /// Read `logits` and `hidden` where they live (a CUDA pair stays on its device).
-    fn read(logits: &Bound<'_, PyAny>, hidden: &Bound<'_, PyAny>) -> PyResult<Self> {
+    /// Read what `method` returned (`.logits` and `.hidden_states`, tensors) where it lives
+    /// (a CUDA pair stays on its device).
+    fn read(out: &Bound<'_, PyAny>, method: &str) -> PyResult<Self> {
+        let logits = user::tensor(out, method, "logits")?;
+        if user::field(out, method, "hidden_states")?.is_none() {
+            return Err(err(Error::invalid(
+                method,
+                "returned no hidden states (output_hidden_states=True is ignored)",
+            )));
+        }
+        let hidden = user::tensor(out, method, "hidden_states")?;
         #[cfg(feature = "cuda")]
-        if let Some(device) = crate::dlpack::cuda::cuda_device_of(logits)? {
-            return crate::bridge_device::DeviceOutput::read(logits, hidden, &device)
+        if let Some(device) = crate::dlpack::cuda::cuda_device_of(&logits)? {
+            return crate::bridge_device::DeviceOutput::read(&logits, &hidden, &device)
                 .map(Raw::Device);
         }
         Ok(Raw::Host {
-            logits: host_view(logits, "logits")?,
-            hidden: host_view(hidden, "hidden_states")?,
+            logits: host_view(&logits, &user::field_name(method, "logits"))?,
+            hidden: host_view(&hidden, &user::field_name(method, "hidden_states"))?,
         })
     }
 
@@ -158,6 +167,10 @@ fn host_tensor_of(values: Vec<f32>, shape: &[usize]) -> PyResult<Tensor> {
     Tensor::from_vec(values, shape, &Device::Cpu).map_err(|e| err(e.into()))
 }
 
+/// How a Python target is named in messages, and its forward method.
+const OWNER: &str = "target";
+const FORWARD: &str = "target.forward";
+
 /// A Python object implementing `dspark.protocols.TargetModel` (HF targets come wrapped in
 /// `dspark.target.HFTarget`).
 pub struct PyTarget {
@@ -193,14 +206,14 @@ impl PyTarget {
         Ok(Self {
             obj: obj.clone().unbind(),
             from_numpy,
-            vocab: int_attr(obj, "vocab_size")?,
-            layers: int_attr(obj, "num_hidden_layers")?,
-            hidden: int_attr(obj, "hidden_size")?,
+            vocab: user::uint(obj, OWNER, "vocab_size", 1, limits::MAX_VOCAB)?,
+            layers: user::uint(obj, OWNER, "num_hidden_layers", 1, limits::MAX_LAYERS)?,
+            hidden: user::uint(obj, OWNER, "hidden_size", 1, limits::MAX_HIDDEN)?,
             device: declared_device(obj)?,
             resizable: obj.hasattr("grow")? && obj.hasattr("retain")?,
-            ragged: match obj.getattr("ragged") {
-                Ok(v) => v.is_truthy()?,
-                Err(_) => false,
+            ragged: match user::optional(obj, "ragged")? {
+                Some(v) => args::boolean(&v, "target.ragged")?,
+                None => false,
             },
         })
     }
@@ -257,7 +270,7 @@ impl TargetModel for PyTarget {
                     .map(move |p| r * s + p.unwrap_or(0))
             })
             .collect();
-        let out = self.call("target.forward", |py| {
+        let out = self.call(FORWARD, |py| {
             let ids: Vec<i64> = input.tokens.iter().map(|&t| i64::from(t)).collect();
             let mut ids = PyArray1::from_vec(py, ids).reshape([b, s])?.into_any();
             if let Some(f) = &self.from_numpy {
@@ -269,14 +282,8 @@ impl TargetModel for PyTarget {
                 .obj
                 .call_method1(py, "forward", (&cache.obj, ids, num, capture))?
                 .into_bound(py);
-            let hidden = out.getattr("hidden_states")?;
-            if hidden.is_none() {
-                return Err(err(Error::invalid(
-                    "target.forward",
-                    "returned no hidden states (output_hidden_states=True is ignored)",
-                )));
-            }
-            Raw::read(&out.getattr("logits")?, &hidden)?.gather(b, s, &rows, self.vocab)
+            let out = user::returned(out, FORWARD, "a TargetOutput (.logits, .hidden_states)")?;
+            Raw::read(&out, FORWARD)?.gather(b, s, &rows, self.vocab)
         })?;
         for (len, &n) in cache.lengths.iter_mut().zip(input.num_tokens) {
             *len += n;

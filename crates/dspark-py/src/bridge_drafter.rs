@@ -9,12 +9,12 @@ use pyo3::types::{PyDict, PyList};
 use dspark::checkpoint::WeightSource;
 use dspark::drafter::{Proposal, ProposeOptions};
 use dspark::sampling::Seeds;
-use dspark::{Drafter, IdMap, Result, VocabSizes};
+use dspark::{Drafter, Error, IdMap, Result, VocabSizes, limits};
 
 use crate::args;
-use crate::bridge::{host_tensor, int_attr};
-use crate::dlpack::DlTensor;
-use crate::errors::{callback_error, err};
+use crate::bridge::{host_tensor, host_view};
+use crate::errors::{callback_error, err, retype};
+use crate::user;
 
 /// A Python drafter object and the contract members read from it once.
 pub struct PyDraftModel {
@@ -48,40 +48,49 @@ impl PyDraftModel {
     pub fn new(obj: &Bound<'_, PyAny>, target_hidden: usize) -> PyResult<Self> {
         let py = obj.py();
         let vocab = VocabSizes {
-            input: int_attr(obj, "vocab_size")?,
-            draft: int_attr(obj, "draft_vocab_size")?,
-            target: int_attr(obj, "target_vocab_size")?,
+            input: user::uint(obj, OWNER, "vocab_size", 1, limits::MAX_VOCAB)?,
+            draft: user::uint(obj, OWNER, "draft_vocab_size", 1, limits::MAX_VOCAB)?,
+            target: user::uint(obj, OWNER, "target_vocab_size", 1, limits::MAX_VOCAB)?,
         };
-        let map = obj.getattr("draft_id_to_target_id")?;
-        let id_map = if map.is_none() {
-            IdMap::identity(vocab.target)
-        } else {
-            let (offsets, _) = args::ids(&host_tensor(&map)?, "draft_id_to_target_id")?;
-            IdMap::from_offsets(&offsets, vocab.draft, vocab.target)
+        let id_map = match user::optional(obj, "draft_id_to_target_id")? {
+            None => IdMap::identity(vocab.target),
+            Some(map) => {
+                let name = "drafter.draft_id_to_target_id";
+                let (offsets, _) = args::ids(&host_tensor_of(&map, name)?, name)?;
+                IdMap::from_offsets(&offsets, vocab.draft, vocab.target)
+            }
         }
         .map_err(err)?;
-        let capture: Vec<usize> = obj.getattr("capture_layer_ids")?.extract()?;
-        let hidden = match obj.getattr("target_hidden_size") {
-            Ok(h) if !h.is_none() => h.extract::<usize>()?,
-            _ => target_hidden,
-        };
+        let layers = limits::MAX_LAYERS;
+        let capture = user::ints(obj, OWNER, "capture_layer_ids", 0, layers - 1, layers)?;
+        let capture: Vec<usize> = capture.into_iter().map(|c| c as usize).collect();
+        let hidden = user::opt_uint(obj, OWNER, "target_hidden_size", limits::MAX_HIDDEN)?
+            .unwrap_or(target_hidden);
+        let noise = user::uint(obj, OWNER, "noise_token_id", 0, limits::MAX_VOCAB - 1)?;
+        if noise >= vocab.input {
+            return Err(err(Error::TokenOutOfRange {
+                name: "drafter.noise_token_id".into(),
+                id: noise as i64,
+                vocab_size: vocab.input,
+            }));
+        }
         Ok(Self {
             from_numpy: py
                 .import("torch")
                 .and_then(|t| t.getattr("from_numpy"))
                 .ok()
                 .map(Bound::unbind),
-            block: int_attr(obj, "block_size")?,
-            noise: obj.getattr("noise_token_id")?.extract()?,
+            block: user::uint(obj, OWNER, "block_size", 1, limits::MAX_BLOCK)?,
+            noise: noise as u32,
             vocab,
             id_map,
-            own_embed: obj.getattr("has_own_embed_tokens")?.extract()?,
-            own_head: obj.getattr("has_own_lm_head")?.extract()?,
-            target_layers: obj.getattr("target_layer_ids")?.extract()?,
+            own_embed: user::flag(obj, OWNER, "has_own_embed_tokens")?,
+            own_head: user::flag(obj, OWNER, "has_own_lm_head")?,
+            target_layers: user::ints(obj, OWNER, "target_layer_ids", -1, layers - 1, layers)?,
             width: capture.len() * hidden,
             capture,
-            from_anchor: obj.getattr("sample_from_anchor")?.extract()?,
-            confidence: obj.getattr("has_confidence_head")?.extract()?,
+            from_anchor: user::flag(obj, OWNER, "sample_from_anchor")?,
+            confidence: user::flag(obj, OWNER, "has_confidence_head")?,
             obj: obj.clone().unbind(),
         })
     }
@@ -117,11 +126,38 @@ impl PyDraftModel {
     }
 }
 
-/// The values of a float tensor a drafter returned, widened to `f32` (the round loop checks
-/// their count).
-fn floats(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<f32>> {
-    let t = DlTensor::from_py(&host_tensor(obj)?, name)?;
+/// How a Python drafter is named in messages, and its proposing method.
+const OWNER: &str = "drafter";
+const PROPOSE: &str = "drafter.propose_states";
+
+/// [`host_tensor`] with a failure of the object's own methods typed, naming `name`.
+fn host_tensor_of<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    host_tensor(obj).map_err(|e| retype(obj.py(), e, name, "could not be read"))
+}
+
+/// The values of float tensor field `field` of a proposal, widened to `f32` (the round loop
+/// checks their count).
+fn floats(proposal: &Bound<'_, PyAny>, field: &str, shape: &[usize]) -> PyResult<Vec<f32>> {
+    let name = user::field_name(PROPOSE, field);
+    let t = host_view(&user::tensor(proposal, PROPOSE, field)?, &name)?;
+    user::expect_shape(&name, t.shape(), shape)?;
     Ok(t.floats()?.to_f32_vec())
+}
+
+/// Confidences must be probabilities: NaN or infinite is `non-finite`, outside `[0, 1]`
+/// `invalid-argument` (naming the field).
+fn check_confidence(values: &[f32]) -> PyResult<()> {
+    let name = user::field_name(PROPOSE, "confidence");
+    if let Some(c) = values.iter().find(|c| !c.is_finite()) {
+        return Err(err(Error::NonFinite {
+            name,
+            message: format!("{c}"),
+        }));
+    }
+    if let Some(c) = values.iter().find(|c| !(0.0..=1.0).contains(*c)) {
+        return Err(err(Error::invalid(name, format!("{c} is not in [0, 1]"))));
+    }
+    Ok(())
 }
 
 impl Drafter for PyDraftModel {
@@ -176,8 +212,22 @@ impl Drafter for PyDraftModel {
     }
 
     fn new_state(&self) -> Result<Py<PyAny>> {
-        self.call("drafter.new_state", |py| {
-            self.obj.call_method0(py, "new_state")
+        const NEW_STATE: &str = "drafter.new_state";
+        self.call(NEW_STATE, |py| {
+            let state = self.obj.bind(py).call_method0("new_state")?;
+            let state = user::returned(state, NEW_STATE, "a draft state (.extend, .truncate)")?;
+            for method in ["extend", "truncate"] {
+                if !state.getattr(method).is_ok_and(|m| m.is_callable()) {
+                    return Err(err(Error::invalid(
+                        NEW_STATE,
+                        format!(
+                            "returned a {} without a `.{method}` method",
+                            args::type_name(&state)
+                        ),
+                    )));
+                }
+            }
+            Ok(state.unbind())
         })
     }
 
@@ -213,7 +263,7 @@ impl Drafter for PyDraftModel {
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
         let (b, k, v) = (states.len(), self.block, self.vocab.target);
-        self.call("drafter.propose_states", |py| {
+        self.call(PROPOSE, |py| {
             let list = PyList::new(py, states.iter().map(|s| s.bind(py)))?;
             let a: Vec<i64> = anchors.iter().map(|&t| i64::from(t)).collect();
             let mut a = PyArray1::from_vec(py, a).into_any();
@@ -230,15 +280,25 @@ impl Drafter for PyDraftModel {
                 .obj
                 .bind(py)
                 .call_method("propose_states", (list, a), Some(&kw))?;
-            // Converted as returned: the round loop checks the block's shape and ids.
-            let (ids, _) = args::ids(&host_tensor(&p.getattr("tokens")?)?, "tokens")?;
-            let tokens = args::ids_in_vocab(&ids, "tokens", v)?;
-            let draft_logits = floats(&p.getattr("draft_logits")?, "draft_logits")?;
-            let conf = p.getattr("confidence")?;
-            let confidence = if conf.is_none() {
-                None
+            let p = user::returned(p, PROPOSE, "a DraftProposal")?;
+            // Every field read with its contract shape: tokens [B, K] in the target vocabulary,
+            // draft logits [B, K, V_t], confidences [B, K] exactly when the drafter says it
+            // has the head (a missing one would silently turn a threshold into full
+            // verification).
+            let name = user::field_name(PROPOSE, "tokens");
+            let (ids, shape) = args::ids(
+                &host_tensor_of(&user::tensor(&p, PROPOSE, "tokens")?, &name)?,
+                &name,
+            )?;
+            user::expect_shape(&name, &shape, &[b, k])?;
+            let tokens = args::ids_in_vocab(&ids, &name, v)?;
+            let draft_logits = floats(&p, "draft_logits", &[b, k, v])?;
+            let confidence = if self.confidence {
+                let c = floats(&p, "confidence", &[b, k])?;
+                check_confidence(&c)?;
+                Some(c)
             } else {
-                Some(floats(&conf, "confidence")?)
+                None
             };
             Ok(Proposal {
                 batch: b,

@@ -128,34 +128,70 @@ fn target_spec(target_config: &str) -> PyResult<TargetSpec> {
     TargetSpec::from_value(&value, "<target config>").map_err(err)
 }
 
-/// Apply the `sts` argument: `None` keeps what loading found (`sts.json` next to the
-/// checkpoint), `False` turns calibration off, a path reads that file, a list of numbers is
-/// the table itself.
-fn with_sts(mut drafter: Qwen3Drafter, sts: Option<&Bound<'_, PyAny>>) -> PyResult<Qwen3Drafter> {
-    let Some(sts) = sts.filter(|s| !s.is_none()) else {
-        return Ok(drafter);
-    };
-    let table = if sts.is_instance_of::<pyo3::types::PyBool>() {
-        if sts.extract::<bool>()? {
-            return Err(err(Error::invalid(
-                "sts",
-                "True is not a calibration (None: sts.json if present, False: off, a path or \
-                 a list of temperatures)",
-            )));
+/// Where the confidence calibration of a load comes from (the `sts` argument).
+enum Sts {
+    /// `None`: `sts.json` next to the checkpoint, when present.
+    File,
+    /// `False`: none; the file is not read.
+    Off,
+    /// A path or a list of temperatures: this table; the file next to the checkpoint is not
+    /// read.
+    Table(StsCalibration),
+}
+
+impl Sts {
+    /// Read the `sts` argument (a path is read now, before any weight is).
+    fn from_py(sts: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let Some(sts) = sts.filter(|s| !s.is_none()) else {
+            return Ok(Sts::File);
+        };
+        if sts.is_instance_of::<pyo3::types::PyBool>() {
+            if args::boolean(sts, "sts")? {
+                return Err(err(Error::invalid(
+                    "sts",
+                    "True is not a calibration (None: sts.json if present, False: off, a path \
+                     or a list of temperatures)",
+                )));
+            }
+            return Ok(Sts::Off);
         }
-        None
-    } else if args::is_sequence(sts) {
-        let mut temps = Vec::new();
-        for item in sts.try_iter()? {
-            temps.push(args::float32(&item?, "sts")?);
+        let table = if args::is_sequence(sts) {
+            let mut temps = Vec::new();
+            for item in sts.try_iter()? {
+                temps.push(args::float32(&item?, "sts")?);
+            }
+            StsCalibration::new(temps)
+        } else {
+            StsCalibration::from_json_path(args::path(sts, "sts")?)
+        };
+        table.map(Sts::Table).map_err(err)
+    }
+
+    /// Load the drafter at `dir` with this calibration (the GIL released while it loads).
+    fn load(
+        self,
+        py: Python<'_>,
+        dir: &std::path::Path,
+        target: &TargetSpec,
+        shared: SharedWeights,
+        device: &Device,
+        options: LoadOptions,
+    ) -> PyResult<Qwen3Drafter> {
+        let file = matches!(self, Sts::File);
+        let mut drafter = py
+            .detach(|| {
+                if file {
+                    Qwen3Drafter::load_with(dir, target, shared, device, options)
+                } else {
+                    Qwen3Drafter::load_uncalibrated_with(dir, target, shared, device, options)
+                }
+            })
+            .map_err(err)?;
+        if let Sts::Table(table) = self {
+            drafter.set_sts(Some(table)).map_err(err)?;
         }
-        Some(StsCalibration::new(temps).map_err(err)?)
-    } else {
-        let path = args::path(sts, "sts")?;
-        Some(StsCalibration::from_json_path(&path).map_err(err)?)
-    };
-    drafter.set_sts(table).map_err(err)?;
-    Ok(drafter)
+        Ok(drafter)
+    }
 }
 
 /// The Qwen3-shaped DSpark drafter in candle (native half of `dspark.Drafter`).
@@ -200,18 +236,15 @@ impl PyDrafter {
                     }));
                 }
             }
-            let inner = py
-                .detach(|| {
-                    Qwen3Drafter::load_with(
-                        &path,
-                        &t.target_spec(),
-                        t.shared_weights(),
-                        &on,
-                        options,
-                    )
-                })
-                .map_err(err)?;
-            let inner = with_sts(inner, sts)?;
+            let sts = Sts::from_py(sts)?;
+            let inner = sts.load(
+                py,
+                &path,
+                &t.target_spec(),
+                t.shared_weights(),
+                &on,
+                options,
+            )?;
             Ok(Self {
                 inner: Arc::new(inner),
             })
@@ -263,10 +296,7 @@ impl PyDrafter {
                 embed: take(embed_tokens, share_embed, "embed_tokens")?,
                 lm_head: take(lm_head, share_head, "lm_head")?,
             };
-            let inner = py
-                .detach(|| Qwen3Drafter::load_with(&path, &target, shared, &device, options))
-                .map_err(err)?;
-            let inner = with_sts(inner, sts)?;
+            let inner = Sts::from_py(sts)?.load(py, &path, &target, shared, &device, options)?;
             Ok(Self {
                 inner: Arc::new(inner),
             })

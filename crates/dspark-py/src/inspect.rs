@@ -46,12 +46,14 @@ impl PyReport {
 ///
 /// `draft` and `target` are paths (`str` or `os.PathLike`); anything else is an `InputError`
 /// (`invalid-argument`). Problems with the files themselves are in the report, not raised.
+/// `sts=False`: leave the calibration file (`sts.json`) out, for a load that does not read it.
 #[pyfunction]
-#[pyo3(signature = (draft, target = None))]
+#[pyo3(signature = (draft, target = None, *, sts = None))]
 pub fn inspect(
     py: Python<'_>,
     draft: &Bound<'_, PyAny>,
     target: Option<&Bound<'_, PyAny>>,
+    sts: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyReport> {
     guard(|| {
         let draft = args::path(draft, "draft")?;
@@ -59,7 +61,13 @@ pub fn inspect(
             Some(t) => Some(args::path(t, "target")?),
             None => None,
         };
-        let report = py.detach(|| dspark::inspect(&draft, target.as_deref()));
+        let options = dspark::InspectOptions {
+            calibration: match sts.filter(|s| !s.is_none()) {
+                Some(s) => args::boolean(s, "sts")?,
+                None => true,
+            },
+        };
+        let report = py.detach(|| dspark::inspect_with(&draft, target.as_deref(), &options));
         Ok(PyReport {
             ok: report.ok(),
             json: report.to_json(),

@@ -12,10 +12,12 @@ mod drafter;
 mod engine;
 mod errors;
 mod inspect;
+mod interrupt;
 mod json;
 mod kernels;
 #[cfg(feature = "cuda")]
 mod kernels_device;
+mod limits;
 mod native_target;
 mod pair;
 mod serve;
@@ -23,6 +25,7 @@ mod speculator;
 mod stats;
 #[cfg(feature = "test-hooks")]
 mod testing;
+mod user;
 mod vocab;
 
 use pyo3::prelude::*;
@@ -40,6 +43,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
+    limits::register(m)?;
     m.add_class::<config::PyDraftSpec>()?;
     m.add_class::<vocab::PyVocabLayout>()?;
     m.add_class::<vocab::PyIdMap>()?;

@@ -9,6 +9,7 @@ use dspark::{Error, TargetModel};
 
 use crate::args;
 use crate::errors::{callback_error, err, guard};
+use crate::interrupt::Interrupts;
 use crate::pair::{AnyDrafter, AnyTarget, drafter_of, policy, target_of};
 use crate::stats::PyStats;
 
@@ -82,8 +83,9 @@ fn requests(
     Ok(out)
 }
 
-/// Run `body` with the GIL released, streaming to `on_round`; re-raise a Python exception
-/// raised by a target, drafter or the callback as itself.
+/// Run `body` with the GIL released, streaming to `on_round` and answering Ctrl-C after each
+/// round ([`Interrupts`]); re-raise a Python exception raised by a target, drafter, the
+/// callback or a signal handler as itself.
 fn run_detached(
     py: Python<'_>,
     on_round: Option<&Bound<'_, PyAny>>,
@@ -96,9 +98,13 @@ fn run_detached(
         .filter(|h| !h.is_none())
         .map(|h| h.clone().unbind());
     let out = py.detach(move || {
+        let mut interrupts = Interrupts::new();
         let mut call = |u: &RoundUpdate<'_>| -> dspark::Result<()> {
-            let Some(h) = &hook else { return Ok(()) };
+            let Some(h) = &hook else {
+                return interrupts.poll();
+            };
             Python::attach(|py| {
+                interrupts.check(py)?;
                 let lists = PyList::new(py, u.new_tokens.iter().map(|t| t.to_vec()))
                     .and_then(|l| h.call1(py, (l,)));
                 lists.map(|_| ()).map_err(|e| callback_error("on_round", e))
@@ -248,5 +254,11 @@ impl PySpeculator {
     #[getter]
     fn num_speculative_tokens(&self) -> PyResult<usize> {
         guard(|| Ok(self.inner.num_speculative_tokens()))
+    }
+
+    /// The target's vocabulary (prompt and stop ids lie below it).
+    #[getter]
+    fn vocab_size(&self) -> PyResult<usize> {
+        guard(|| Ok(self.inner.target().vocab_size()))
     }
 }

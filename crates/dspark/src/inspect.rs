@@ -101,6 +101,26 @@ fn checkpoint_dir(draft: &Path) -> PathBuf {
 /// `target` (a directory with `config.json`, or the file). With `target = None` the drafter's own
 /// config is the target's (DeepSeek-V4 drafters live inside their target checkpoint).
 pub fn inspect(draft: &Path, target: Option<&Path>) -> Report {
+    inspect_with(draft, target, &InspectOptions::default())
+}
+
+/// What [`inspect_with`] reads besides the configs and the checkpoint headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InspectOptions {
+    /// Read and check the calibration (`sts.json` next to the checkpoint), as a default load
+    /// does. Off for a caller that loads without it (its own table, none, or one it will
+    /// rewrite): the file then neither fails the report nor appears in it.
+    pub calibration: bool,
+}
+
+impl Default for InspectOptions {
+    fn default() -> Self {
+        Self { calibration: true }
+    }
+}
+
+/// [`inspect`] with [`InspectOptions`].
+pub fn inspect_with(draft: &Path, target: Option<&Path>, options: &InspectOptions) -> Report {
     let mut report = Report {
         spec: None,
         target: None,
@@ -144,7 +164,7 @@ pub fn inspect(draft: &Path, target: Option<&Path>) -> Report {
     report.warnings.extend(spec.warnings.iter().cloned());
     report.errors.extend(spec.check_target(target_spec));
     let sts = checkpoint_dir(draft).join(crate::drafter::qwen3::STS_FILE);
-    if sts.is_file() {
+    if options.calibration && sts.is_file() {
         match StsCalibration::from_json_path(&sts) {
             Ok(c) if c.temperatures.len() < spec.block_size => {
                 report.errors.push(Error::bad_config(

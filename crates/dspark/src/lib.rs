@@ -39,7 +39,7 @@ pub use config::{
 pub use drafter::{DraftState, Drafter, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights};
 pub use error::{Error, ErrorKind, Result};
 pub use idmap::IdMap;
-pub use inspect::{Report, inspect};
+pub use inspect::{InspectOptions, Report, inspect, inspect_with};
 pub use nn::{LoadOptions, WeightDtype};
 pub use speculator::{Speculator, TargetModel};
 pub use targets::Qwen3Target;

@@ -303,3 +303,37 @@ fn misfit_targets_are_typed_errors() {
     assert_eq!(e.code(), "bad-config");
     assert!(e.to_string().contains("markov_head_type"), "{e}");
 }
+
+#[test]
+fn a_stale_or_broken_calibration_file_is_skipped_by_an_uncalibrated_load() {
+    let tiny = Tiny {
+        confidence: true,
+        ..Tiny::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    tiny.write(dir.path());
+    let target = tiny.target();
+    let sts = dir.path().join(dspark::drafter::qwen3::STS_FILE);
+    let target_config = dir.path().join("target.json");
+    std::fs::write(&target_config, tiny.target_config().to_string()).unwrap();
+    for stale in [r#"{"temperatures": [1.0]}"#, "{not json", ""] {
+        std::fs::write(&sts, stale).unwrap();
+        // A default load reads the file and refuses it as inspect does: the file's fault.
+        let e = Qwen3Drafter::load(dir.path(), &target, SharedWeights::default()).unwrap_err();
+        assert_eq!(e.code(), "bad-config", "{e}");
+        assert!(e.to_string().contains("sts.json"), "{e}");
+        assert!(!dspark::inspect(dir.path(), Some(&target_config)).ok());
+        // A load that brings its own calibration (or none) never reads it.
+        let d = Qwen3Drafter::load_uncalibrated(
+            dir.path(),
+            &target,
+            SharedWeights::default(),
+            &Device::Cpu,
+        )
+        .unwrap();
+        assert!(d.sts().is_none() && d.has_confidence_head());
+        let options = dspark::InspectOptions { calibration: false };
+        let report = dspark::inspect_with(dir.path(), Some(&target_config), &options);
+        assert!(report.ok(), "{}", report.to_json());
+    }
+}

@@ -99,7 +99,8 @@ def _safe_streams() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dspark`` console script; returns the exit code."""
+    """Entry point of the ``dspark`` console script; returns the exit code (130 on Ctrl-C,
+    whenever it comes: one line on stderr, no traceback)."""
     _safe_streams()
     given = list(sys.argv[1:] if argv is None else argv)
     if given[:1] == ["serve"]:
@@ -107,11 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dspark.cli.serve import run
 
         return run(given[1:])
-    parser = build_parser()
     try:
+        parser = build_parser()
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help exits 0, errors exit 2
         return int(exc.code or 0)
+    except KeyboardInterrupt:
+        return fail("interrupted", "interrupted", EXIT_INTERRUPTED)
     try:
         return _run(args)
     except DSparkError as exc:

@@ -40,15 +40,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from dspark._errors import raise_error
-from dspark._native import InputError
-from dspark.cli.options import existing_file, positive_int, seed_int, temperature
+from dspark._files import check_output_file, write_atomic
+from dspark.cli.options import existing_file, positive_int, seed_int, temperature, token_count
 from dspark.confidence_records import (
     DEFAULT_BATCH,
     DEFAULT_NEW_TOKENS,
@@ -144,21 +142,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--prompt-tokens",
-        type=positive_int,
+        type=token_count,
         default=DEFAULT_PROMPT_TOKENS,
         metavar="N",
         help=f"length of each text's first prompt window (default {DEFAULT_PROMPT_TOKENS})",
     )
     p.add_argument(
         "--stride",
-        type=positive_int,
+        type=token_count,
         default=DEFAULT_STRIDE,
         metavar="N",
         help=f"tokens between a text's prompt windows (default {DEFAULT_STRIDE})",
     )
     p.add_argument(
         "--max-new-tokens",
-        type=positive_int,
+        type=token_count,
         default=DEFAULT_NEW_TOKENS,
         metavar="N",
         help=f"tokens generated per prompt (default {DEFAULT_NEW_TOKENS})",
@@ -214,8 +212,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     else:
         texts, prompt_source = default_texts(drafter_dir)
     dest = Path(args.out) if args.out is not None else drafter_dir / "sts.json"
-    if not dest.resolve().parent.is_dir():
-        raise_error(InputError, "invalid-argument", f"--out {dest}: {dest.parent} does not exist")
+    check_output_file(dest, "--out")
     pair = load(target_dir, drafter_dir)
     k = int(pair.drafter.block_size)
     data = collect(
@@ -285,9 +282,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         "target_met": bool(met),
         "source": source,
     }
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, dest)
+    write_atomic(dest, json.dumps(document, indent=2) + "\n")
     if args.json:
         out.write(json.dumps(document) + "\n")
         out.flush()

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from dspark._args import as_float, as_int
 from dspark._errors import raise_error
 from dspark._native import InputError
+from dspark._threads import available_cpus
 from dspark.bundled import heldout_texts, load_pair
 from dspark.cli.demo_report import (
     PromptRun,
@@ -36,12 +37,17 @@ from dspark.cli.demo_report import (
 )
 from dspark.cli.errors import EXIT_OK
 from dspark.cli.options import (
+    MAX_COUNT,
+    MAX_TEMPERATURE,
+    MAX_TOKENS,
     add_sampling_arguments,
     existing_file,
     positive_int,
     prompt_text,
     read_prompt,
+    thread_count,
     threshold,
+    token_count,
     verify_mode,
 )
 from dspark.cli.terminal import DIM, RESET, Progress, Style, TokenPrinter, is_tty, legend, markers
@@ -119,12 +125,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--prompt-tokens",
-        type=positive_int,
+        type=token_count,
         default=DEFAULT_PROMPT_TOKENS,
         metavar="N",
         help=f"tokens of each held-out file used as its prompt (default {DEFAULT_PROMPT_TOKENS})",
     )
-    p.add_argument("--max-new-tokens", type=positive_int, default=DEFAULT_NEW_TOKENS, metavar="N")
+    p.add_argument("--max-new-tokens", type=token_count, default=DEFAULT_NEW_TOKENS, metavar="N")
     add_sampling_arguments(p)
     p.add_argument(
         "--verify",
@@ -142,10 +148,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--threads",
-        type=positive_int,
+        type=thread_count,
         default=None,
         metavar="N",
-        help="torch threads (default: torch's)",
+        help="torch threads (default: torch's; at most the CPUs this process may use)",
     )
     p.add_argument(
         "--model-dir",
@@ -179,18 +185,23 @@ def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    """Typed errors for options given through Python (the CLI already checked them)."""
+    """Typed errors for options given through Python (the CLI already checked them), with the
+    command line's bounds."""
     for name in ("max_new_tokens", "prompt_tokens"):
-        if int(getattr(args, name)) < 1:
-            raise_error(InputError, "invalid-argument", f"--{name.replace('_', '-')} must be >= 1")
-    if getattr(args, "prompts", None) is not None and int(args.prompts) < 1:
-        raise_error(InputError, "invalid-argument", "--prompts must be >= 1")
-    if not float(args.temperature) >= 0.0 or math.isinf(args.temperature):
-        raise_error(InputError, "invalid-argument", "--temperature must be a finite number >= 0")
-    if args.top_p is not None and not 0.0 < float(args.top_p) <= 1.0:
+        flag = f"--{name.replace('_', '-')}"
+        setattr(args, name, as_int(getattr(args, name), flag, lo=1, hi=MAX_TOKENS))
+    if getattr(args, "prompts", None) is not None:
+        args.prompts = as_int(args.prompts, "--prompts", lo=1, hi=MAX_COUNT)
+    args.temperature = as_float(args.temperature, "--temperature")
+    if not 0.0 <= args.temperature <= MAX_TEMPERATURE:
+        raise_error(
+            InputError, "invalid-argument", f"--temperature must be in [0, {MAX_TEMPERATURE:g}]"
+        )
+    if args.top_p is not None and not 0.0 < as_float(args.top_p, "--top-p") <= 1.0:
         raise_error(InputError, "invalid-argument", "--top-p must be in (0, 1]")
-    if args.threads is not None and int(args.threads) < 1:
-        raise_error(InputError, "invalid-argument", "--threads must be >= 1")
+    args.seed = as_int(args.seed, "--seed", hi=2**63 - 1)
+    if args.threads is not None:
+        args.threads = as_int(args.threads, "--threads", lo=1, hi=available_cpus())
 
 
 def _prompt_sources(args: argparse.Namespace) -> list[tuple[str, str, bool]]:

@@ -10,12 +10,14 @@ draft, so it inflates τ.
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dspark._errors import raise_error
+from dspark._files import check_output_file, write_atomic
 from dspark._native import InputError
 from dspark.cli.terminal import distinct_ngrams
 
@@ -242,8 +244,7 @@ def check_plot(path: Path | None) -> None:
         return
     if path.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise_error(InputError, "invalid-argument", f"--plot {path}: use a .png, .svg or .pdf name")
-    if not path.resolve().parent.is_dir():
-        raise_error(InputError, "invalid-argument", f"--plot {path}: {path.parent} does not exist")
+    check_output_file(path, "--plot")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -277,5 +278,7 @@ def plot_acceptance(per_position: list[float], path: Path, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lower().lstrip("."), dpi=120)
     plt.close(fig)
+    write_atomic(path, buf.getvalue())

@@ -23,9 +23,10 @@ from dspark.cli.errors import EXIT_OK
 from dspark.cli.options import (
     add_sampling_arguments,
     existing_file,
-    positive_int,
     prompt_text,
     read_prompt,
+    thread_count,
+    token_count,
     verify_mode,
 )
 from dspark.cli.terminal import Style, TokenPrinter, is_tty
@@ -50,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", type=prompt_text, metavar="TEXT", help="text to continue (UTF-8)")
     src.add_argument("--prompt-file", type=existing_file, metavar="F", help="UTF-8 text file")
-    p.add_argument("--max-new-tokens", type=positive_int, default=128, metavar="N")
+    p.add_argument("--max-new-tokens", type=token_count, default=128, metavar="N")
     add_sampling_arguments(p)
     p.add_argument(
         "--verify",
@@ -60,7 +61,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="verify the whole block (default), the paper's scheduler, or the prefix whose "
         "confidence is at least THRESHOLD in [0, 1]",
     )
-    p.add_argument("--threads", type=positive_int, default=None, metavar="N", help="torch threads")
+    p.add_argument(
+        "--threads",
+        type=thread_count,
+        default=None,
+        metavar="N",
+        help="torch threads (at most the CPUs this process may use)",
+    )
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="target dtype")
     p.add_argument("--json", action="store_true", help="one JSON object as the last stdout line")
     p.add_argument("--quiet", action="store_true", help="do not stream the text")

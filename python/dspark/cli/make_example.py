@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 
 from dspark.cli.errors import EXIT_OK, EXIT_USAGE, fail
+from dspark.cli.options import seed_int
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main"]
 
@@ -35,7 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="draft vocabulary layout (default: padded)",
     )
-    p.add_argument("--seed", type=int, default=None, help="weight seed (default: 0)")
+    p.add_argument(
+        "--seed", type=seed_int, default=None, metavar="S", help="weight seed (default: 0)"
+    )
     from dspark.memory_bound import MAX_JITTER, jitter_arg
 
     p.add_argument(

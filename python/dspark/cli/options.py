@@ -1,55 +1,91 @@
 """Option types and shared options of the ``dspark`` commands.
 
-Every type raises ``argparse.ArgumentTypeError``, which argparse turns into a one-line usage
-error (exit code 2); :func:`read_prompt` raises typed dspark errors (exit code 1).
+Every numeric option is bounded at parse time: each type raises ``argparse.ArgumentTypeError``
+outside its range, which argparse turns into a one-line usage error (exit code 2), before
+anything loads. :func:`read_prompt` raises typed dspark errors (exit code 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from pathlib import Path
 
+from dspark._args import LIMITS
 from dspark._errors import raise_error
+from dspark._files import read_bytes
 from dspark._native import InputError
+from dspark._threads import available_cpus
 
 __all__ = [
+    "MAX_COUNT",
     "MAX_PROMPT_BYTES",
+    "MAX_TEMPERATURE",
+    "MAX_TOKENS",
     "add_sampling_arguments",
+    "bounded_int",
     "existing_file",
     "positive_int",
     "prompt_text",
     "read_prompt",
     "seed_int",
     "temperature",
+    "thread_count",
     "threshold",
+    "token_count",
     "top_p",
     "verify_mode",
 ]
 
+#: The most tokens a count of tokens may name (``--max-new-tokens``, ``--prompt-tokens``,
+#: ``--stride``): the engine's largest position.
+MAX_TOKENS = int(LIMITS["MAX_POSITION"])
+#: The most anything else a command counts (prompts, rounds, samples, a batch).
+MAX_COUNT = int(LIMITS["MAX_BATCH"])
+#: The highest sampling temperature (far past the point where sampling is uniform in all but
+#: name; above float32's range the engine could not even hold it).
+MAX_TEMPERATURE = 1e4
+
 # -- option types --------------------------------------------------------------------------
 
 
+def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
+    """An option type: an integer in ``[lo, hi]`` (decimal; ``_`` separators allowed)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer in [{lo}, {hi}], got {text!r}"
+            ) from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {text}")
+        return value
+
+    parse.__name__ = f"integer in [{lo}, {hi}]"
+    return parse
+
+
 def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    """A count: an integer in ``[1, MAX_COUNT]``."""
+    return bounded_int(1, MAX_COUNT)(text)
+
+
+def token_count(text: str) -> int:
+    """A number of tokens: an integer in ``[1, MAX_TOKENS]``."""
+    return bounded_int(1, MAX_TOKENS)(text)
+
+
+def thread_count(text: str) -> int:
+    """A thread count: an integer in ``[1, CPUs this process may use]``."""
+    return bounded_int(1, available_cpus())(text)
 
 
 def seed_int(text: str) -> int:
     """A seed in ``[0, 2**63)``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"must be in [0, 2**63), got {value}")
-    return value
+    return bounded_int(0, 2**63 - 1)(text)
 
 
 def _float(text: str) -> float:
@@ -63,10 +99,10 @@ def _float(text: str) -> float:
 
 
 def temperature(text: str) -> float:
-    """A finite temperature >= 0 (0 = greedy)."""
+    """A temperature in ``[0, MAX_TEMPERATURE]`` (0 = greedy)."""
     value = _float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    if not 0.0 <= value <= MAX_TEMPERATURE:
+        raise argparse.ArgumentTypeError(f"must be in [0, {MAX_TEMPERATURE:g}], got {text}")
     return value
 
 
@@ -140,17 +176,9 @@ MAX_PROMPT_BYTES = 16 * 2**20
 
 
 def read_prompt(path: Path) -> str:
-    """The UTF-8 text of ``path`` (``InputError`` ``invalid-argument`` if it is not UTF-8,
-    ``too-large`` above :data:`MAX_PROMPT_BYTES`; nothing larger is read)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PROMPT_BYTES + 1)
-    except OSError as exc:
-        raise_error(InputError, "invalid-argument", f"{path}: cannot read the prompt: {exc}")
-    if len(data) > MAX_PROMPT_BYTES:
-        raise_error(
-            InputError, "too-large", f"{path}: the prompt file is over {MAX_PROMPT_BYTES} bytes"
-        )
+    """The UTF-8 text of ``path`` (``InputError`` ``invalid-argument`` if it is not UTF-8 or not
+    a regular file, ``too-large`` above :data:`MAX_PROMPT_BYTES`; nothing larger is read)."""
+    data = read_bytes(path, MAX_PROMPT_BYTES, "prompt file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

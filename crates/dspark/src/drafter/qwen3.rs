@@ -126,7 +126,8 @@ impl Qwen3Drafter {
         Self::load_on(dir, target, shared, &Device::Cpu)
     }
 
-    /// [`Qwen3Drafter::load`] onto `device`.
+    /// [`Qwen3Drafter::load`] onto `device`; the calibration is `sts.json` next to the
+    /// checkpoint when present (a file that does not fit the block is an error).
     pub fn load_on(
         dir: &Path,
         target: &TargetSpec,
@@ -145,15 +146,51 @@ impl Qwen3Drafter {
         device: &Device,
         options: LoadOptions,
     ) -> Result<Self> {
-        let spec = DraftSpec::from_path(dir)?;
-        let inventory = Inventory::open(dir)?;
-        let mut drafter =
-            Self::from_checkpoint_with(spec, target, &inventory, shared, device, options)?;
+        let mut drafter = Self::load_uncalibrated_with(dir, target, shared, device, options)?;
         let path = dir.join(STS_FILE);
         if drafter.confidence.is_some() && path.is_file() {
-            drafter.set_sts(Some(StsCalibration::from_json_path(&path)?))?;
+            let table = StsCalibration::from_json_path(&path)?;
+            let k = drafter.spec.block_size;
+            if table.temperatures.len() < k {
+                // The file's fault, as `inspect` reports it: name it and the ways out.
+                return Err(Error::bad_config(
+                    path.display().to_string(),
+                    "temperatures",
+                    format!(
+                        "{} temperatures for a block of {k} slots (stale: rerun `dspark \
+                         calibrate`, or load with sts=False or a table of your own)",
+                        table.temperatures.len()
+                    ),
+                ));
+            }
+            drafter.set_sts(Some(table))?;
         }
         Ok(drafter)
+    }
+
+    /// [`Qwen3Drafter::load_on`] without reading `sts.json`: raw confidences until
+    /// [`Qwen3Drafter::set_sts`] (a caller that brings its own calibration, or none, never
+    /// depends on that file).
+    pub fn load_uncalibrated(
+        dir: &Path,
+        target: &TargetSpec,
+        shared: SharedWeights,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::load_uncalibrated_with(dir, target, shared, device, LoadOptions::default())
+    }
+
+    /// [`Qwen3Drafter::load_uncalibrated`] with [`LoadOptions`].
+    pub fn load_uncalibrated_with(
+        dir: &Path,
+        target: &TargetSpec,
+        shared: SharedWeights,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let spec = DraftSpec::from_path(dir)?;
+        let inventory = Inventory::open(dir)?;
+        Self::from_checkpoint_with(spec, target, &inventory, shared, device, options)
     }
 
     /// The confidence calibration in use (loaded from `sts.json` next to the checkpoint, or
