@@ -6,6 +6,11 @@ Each case runs in a child process on the bundled native pair. The child asks for
 tokens than it could produce before its watchdog fires (``faulthandler`` ends it with exit
 code 1 after ``WATCHDOG`` seconds), so a generation that ignores the signal fails the test
 instead of passing late, and the child always stops by itself. No timing is asserted.
+
+Each child starts with SIGINT at its default disposition (:func:`_sigint_default`): a test
+run launched in the background (``cmd &`` in a non-interactive shell, as some CI runners do)
+inherits SIGINT ignored, and Python then never installs its ``KeyboardInterrupt`` handler, as
+for any program started that way.
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ CHILD = textwrap.dedent(
 )
 
 
+def _sigint_default() -> None:
+    """In the child before it runs Python: SIGINT back to its default disposition."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("method", "temperature"),
     [("generate", 0.0), ("generate", 0.8), ("generate_target_only", 0.0)],
@@ -63,6 +73,7 @@ def test_sigint_stops_a_long_generation(method: str, temperature: float) -> None
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_default,
     )
     try:
         assert child.stdout is not None
@@ -107,6 +118,7 @@ def test_sigint_ends_calibrate_with_exit_130_and_no_file(tmp_path: Path) -> None
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=_sigint_default,
     )
     try:
         assert child.stderr is not None
