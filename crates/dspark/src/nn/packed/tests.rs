@@ -259,3 +259,31 @@ fn strided_views_give_the_packed_bits_and_refuse_short_data() {
     assert!(PanelView::new(&kt[..hd * cap - 1], cap, hd, PANEL, cap).is_none());
     assert!(PanelView::<f32>::new(&[], 0, 5, PANEL, 1).is_some());
 }
+
+#[test]
+fn row_tiles_are_balanced_and_interleaving_keeps_each_tile_in_place() {
+    use super::tile::{interleave, row_tiles};
+    for n in 1..=40 {
+        for max in [6, 12] {
+            let tiles: Vec<_> = row_tiles(n, max).collect();
+            assert_eq!(tiles.len(), n.div_ceil(max));
+            let mut at = 0;
+            for &(i0, m) in &tiles {
+                assert_eq!(i0, at);
+                assert!(m <= max && m + 1 >= n / tiles.len());
+                at += m;
+            }
+            assert_eq!(at, n);
+            let cols = 3;
+            let x: Vec<f32> = (0..n * cols).map(|v| v as f32).collect();
+            let y = interleave(&x, n, cols, max);
+            for (i0, m) in tiles {
+                for q in 0..m {
+                    for k in 0..cols {
+                        assert_eq!(y[i0 * cols + k * m + q], x[(i0 + q) * cols + k]);
+                    }
+                }
+            }
+        }
+    }
+}

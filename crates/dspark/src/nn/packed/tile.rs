@@ -55,8 +55,9 @@ impl Dst {
     }
 }
 
-/// `m` rows `xs` × `np` panels `w` into `dst` (its `ptr` at the tile's first row and the
-/// group's first panel), prefetching `ahead` (the next panels, or nothing) on the way.
+/// `m` rows × `np` panels `w` into `dst` (its `ptr` at the tile's first row and the group's
+/// first panel). `xs` holds the tile's rows interleaved by column ([`interleave`]): row `q`,
+/// column `k` at `xs[k·m + q]`, so each column's `m` inputs are one short run of memory.
 /// Dispatches to a monomorphized kernel.
 ///
 /// # Safety
@@ -71,7 +72,6 @@ pub(super) unsafe fn tile<T: PanelElem>(
     xs: &[f32],
     m: usize,
     dst: Dst,
-    ahead: &[T],
 ) {
     debug_assert!(w.len() == (np - 1) * strides.0 + (cols - 1) * strides.1 + PANEL);
     debug_assert!(xs.len() == m * cols);
@@ -84,10 +84,10 @@ pub(super) unsafe fn tile<T: PanelElem>(
                 ($($m:literal),*) => {
                     match (m, np) {
                         $(
-                            ($m, 4) => tile512::<T, $m, 4>(w, cols, strides, xs, dst, ahead),
-                            ($m, 3) => tile512::<T, $m, 3>(w, cols, strides, xs, dst, ahead),
-                            ($m, 2) => tile512::<T, $m, 2>(w, cols, strides, xs, dst, ahead),
-                            ($m, _) => tile512::<T, $m, 1>(w, cols, strides, xs, dst, ahead),
+                            ($m, 4) => tile512::<T, $m, 4>(w, cols, strides, xs, dst),
+                            ($m, 3) => tile512::<T, $m, 3>(w, cols, strides, xs, dst),
+                            ($m, 2) => tile512::<T, $m, 2>(w, cols, strides, xs, dst),
+                            ($m, _) => tile512::<T, $m, 1>(w, cols, strides, xs, dst),
                         )*
                         _ => {}
                     }
@@ -97,8 +97,8 @@ pub(super) unsafe fn tile<T: PanelElem>(
                 ($($m:literal),*) => {
                     match (m, np) {
                         $(
-                            ($m, 2) => tile512::<T, $m, 2>(w, cols, strides, xs, dst, ahead),
-                            ($m, _) => tile512::<T, $m, 1>(w, cols, strides, xs, dst, ahead),
+                            ($m, 2) => tile512::<T, $m, 2>(w, cols, strides, xs, dst),
+                            ($m, _) => tile512::<T, $m, 1>(w, cols, strides, xs, dst),
                         )*
                         _ => {}
                     }
@@ -121,24 +121,24 @@ pub(super) unsafe fn tile<T: PanelElem>(
             // `dst` by the caller's contract.
             unsafe {
                 match m {
-                    1 => tile256::<T, 1>(w, cols, strides, xs, dst, ahead),
-                    2 => tile256::<T, 2>(w, cols, strides, xs, dst, ahead),
-                    3 => tile256::<T, 3>(w, cols, strides, xs, dst, ahead),
-                    4 => tile256::<T, 4>(w, cols, strides, xs, dst, ahead),
-                    5 => tile256::<T, 5>(w, cols, strides, xs, dst, ahead),
-                    _ => tile256::<T, 6>(w, cols, strides, xs, dst, ahead),
+                    1 => tile256::<T, 1>(w, cols, strides, xs, dst),
+                    2 => tile256::<T, 2>(w, cols, strides, xs, dst),
+                    3 => tile256::<T, 3>(w, cols, strides, xs, dst),
+                    4 => tile256::<T, 4>(w, cols, strides, xs, dst),
+                    5 => tile256::<T, 5>(w, cols, strides, xs, dst),
+                    _ => tile256::<T, 6>(w, cols, strides, xs, dst),
                 }
             }
         }
         _ => {
-            let _ = ahead;
             // SAFETY: by the caller's contract.
             unsafe { tile_portable(w, np, cols, strides, xs, m, dst) }
         }
     }
 }
 
-/// Plain-Rust tile (any `m`, `np`): each weight widened exactly, then `f32::mul_add`.
+/// Plain-Rust tile (any `m`, `np`; `xs` interleaved as in [`tile`]): each weight widened
+/// exactly, then `f32::mul_add`.
 ///
 /// # Safety
 /// `dst` as in [`tile`].
@@ -153,9 +153,9 @@ unsafe fn tile_portable<T: PanelElem>(
 ) {
     for r in 0..np {
         for q in 0..m {
-            let x = &xs[q * cols..(q + 1) * cols];
             let mut acc = [0f32; PANEL];
-            for (k, &xv) in x.iter().enumerate() {
+            for k in 0..cols {
+                let xv = xs[k * m + q];
                 let lanes = &w[r * ps + k * cs..r * ps + k * cs + PANEL];
                 for (a, &wv) in acc.iter_mut().zip(lanes) {
                     *a = wv.to_f32().mul_add(xv, *a);
@@ -165,4 +165,34 @@ unsafe fn tile_portable<T: PanelElem>(
             unsafe { dst.put(q, r, np, &acc) };
         }
     }
+}
+
+/// The row tiles of a product of `n` rows with tiles of at most `max_rows`: `(first row, rows)`
+/// of each, balanced (sizes differ by at most one), in order.
+pub(super) fn row_tiles(n: usize, max_rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    let tiles = n.div_ceil(max_rows.max(1));
+    (0..tiles).scan(0, move |i0, t| {
+        let m = n / tiles + usize::from(t < n % tiles);
+        let at = *i0;
+        *i0 += m;
+        Some((at, m))
+    })
+}
+
+/// Row-major `x: [n, cols]` with each row tile ([`row_tiles`]) interleaved by column: tile
+/// `(i0, m)` occupies `[i0·cols, (i0 + m)·cols)` as before, holding row `i0 + q`, column `k` at
+/// `i0·cols + k·m + q`. A tile then reads its `m` inputs of column `k` from one short run
+/// instead of `m` rows `cols` apart (one stream, not `m`, beside the weights').
+pub(super) fn interleave(x: &[f32], n: usize, cols: usize, max_rows: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    for (i0, m) in row_tiles(n, max_rows) {
+        let tile = &mut out[i0 * cols..(i0 + m) * cols];
+        for q in 0..m {
+            let row = &x[(i0 + q) * cols..(i0 + q + 1) * cols];
+            for (k, &v) in row.iter().enumerate() {
+                tile[k * m + q] = v;
+            }
+        }
+    }
+    out
 }

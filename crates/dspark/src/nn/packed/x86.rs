@@ -7,28 +7,12 @@ use std::arch::x86_64::*;
 use super::tile::Dst;
 use super::{PANEL, PanelElem};
 
-/// Prefetch the cache lines of `ahead` that a tile consuming `lines_per_col` lines of its own
-/// panels per column has reached at column `k` (so the prefetches end with the tile).
-#[inline(always)]
-fn prefetch<T>(ahead: &[T], k: usize, lines_per_col: usize) {
-    let bytes = std::mem::size_of_val(ahead);
-    let ap = ahead.as_ptr().cast::<u8>();
-    for l in 0..lines_per_col {
-        let at = (k * lines_per_col + l) * 64;
-        if at < bytes {
-            // SAFETY: `at < bytes`, so the address is inside `ahead` (and a prefetch never
-            // faults anyway).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(ap.add(at).cast()) };
-        }
-    }
-}
-
 /// `M` rows × `R` panels with AVX-512F.
 ///
 /// # Safety
 /// AVX-512F must be available; `w` holds panel `r`'s column `k` at `r·ps + k·cs` for
-/// `r < R`, `k < cols` (16 lanes each), `xs` `M·cols`; `dst` is writable for `M` rows × `R`
-/// panels (see [`Dst`]).
+/// `r < R`, `k < cols` (16 lanes each), `xs` the `M` rows interleaved (`xs[k·M + q]`, `M·cols`
+/// values); `dst` is writable for `M` rows × `R` panels (see [`Dst`]).
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn tile512<T: PanelElem, const M: usize, const R: usize>(
     w: &[T],
@@ -36,25 +20,20 @@ pub(super) unsafe fn tile512<T: PanelElem, const M: usize, const R: usize>(
     (ps, cs): (usize, usize),
     xs: &[f32],
     dst: Dst,
-    ahead: &[T],
 ) {
     debug_assert!(w.len() >= (R - 1) * ps + (cols - 1) * cs + PANEL);
     debug_assert!(xs.len() >= M * cols);
     let (wp, xp) = (w.as_ptr(), xs.as_ptr());
     let mut acc = [[_mm512_setzero_ps(); R]; M];
-    // Lines of 64 bytes this tile reads per column: R·16 elements.
-    let lines = (R * PANEL * std::mem::size_of::<T>()).div_ceil(64);
     for k in 0..cols {
-        // One line of `ahead` per line read: the next group arrives as this ends.
-        prefetch(ahead, k, lines);
-        // SAFETY: `r·ps + k·cs + PANEL <= w.len()` and `q·cols + k < M·cols`.
+        // SAFETY: `r·ps + k·cs + PANEL <= w.len()` and `k·M + q < M·cols`.
         unsafe {
             let mut wv = [_mm512_setzero_ps(); R];
             for (r, v) in wv.iter_mut().enumerate() {
                 *v = T::load16(wp.add(r * ps + k * cs));
             }
             for (q, aq) in acc.iter_mut().enumerate() {
-                let xb = _mm512_set1_ps(*xp.add(q * cols + k));
+                let xb = _mm512_set1_ps(*xp.add(k * M + q));
                 for (a, v) in aq.iter_mut().zip(&wv) {
                     *a = _mm512_fmadd_ps(*v, xb, *a);
                 }
@@ -77,7 +56,8 @@ pub(super) unsafe fn tile512<T: PanelElem, const M: usize, const R: usize>(
 ///
 /// # Safety
 /// AVX2, FMA and F16C must be available; `w` holds column `k` at `k·cs` (16 lanes each) for
-/// `k < cols`, `xs` `M·cols`; `dst` is writable for `M` rows × 1 panel (see [`Dst`]).
+/// `k < cols`, `xs` the `M` rows interleaved (`xs[k·M + q]`, `M·cols` values); `dst` is
+/// writable for `M` rows × 1 panel (see [`Dst`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile256<T: PanelElem, const M: usize>(
     w: &[T],
@@ -85,20 +65,17 @@ pub(super) unsafe fn tile256<T: PanelElem, const M: usize>(
     (_, cs): (usize, usize),
     xs: &[f32],
     dst: Dst,
-    ahead: &[T],
 ) {
     debug_assert!(w.len() >= (cols - 1) * cs + PANEL && xs.len() >= M * cols);
     let (wp, xp) = (w.as_ptr(), xs.as_ptr());
     let mut acc = [[_mm256_setzero_ps(); 2]; M];
-    let lines = (PANEL * std::mem::size_of::<T>()).div_ceil(64);
     for k in 0..cols {
-        prefetch(ahead, k, lines);
-        // SAFETY: `k·cs + PANEL <= w.len()` and `q·cols + k < M·cols`.
+        // SAFETY: `k·cs + PANEL <= w.len()` and `k·M + q < M·cols`.
         unsafe {
             let lo = T::load8(wp.add(k * cs));
             let hi = T::load8(wp.add(k * cs + 8));
             for (q, aq) in acc.iter_mut().enumerate() {
-                let xb = _mm256_set1_ps(*xp.add(q * cols + k));
+                let xb = _mm256_set1_ps(*xp.add(k * M + q));
                 aq[0] = _mm256_fmadd_ps(lo, xb, aq[0]);
                 aq[1] = _mm256_fmadd_ps(hi, xb, aq[1]);
             }
