@@ -1,8 +1,9 @@
-"""The memory-bound pair, B = 1: dspark against llama.cpp and mistral.rs on the same weights.
+"""The memory-bound pair: dspark against HF transformers, llama.cpp and mistral.rs on the same
+weights at B = 1, and dspark's own modes at N = 4 and 16 concurrent requests.
 
     python benches/bench_memory_bound.py /var/tmp/mb --gguf-dir /var/tmp/mb/gguf \\
-        [--dtypes bf16 f32] [--tokens 64] [--prompts 2] [--repeats 2] [--threads 2] \\
-        [--budget-s 1200] [--out benches/results/memory_bound.json]
+        [--dtypes bf16 f32] [--tokens 64] [--prompts 2] [--batches 1 4 16] [--repeats 2] \\
+        [--threads 2] [--budget-s 1200] [--out benches/results/memory_bound.json]
 
 ``PAIRS`` holds ``{dtype}/target`` and ``{dtype}/drafter`` (``dspark make-example DIR
 --memory-bound --dtype ...``); ``--gguf-dir`` holds ``target-{dtype}.gguf`` and
@@ -18,14 +19,28 @@ are against dspark's native target-only decoding of the same dtype in the same r
 
 * ``dspark target-only`` / ``dspark speculative`` (full verification) / ``dspark scheduled``:
   the native engine in this process, the pair loaded in its checkpoint dtype. tokens/s are
-  end to end (prefill included) and decode-only (``committed / (total - prefill)``);
+  end to end (prefill included) and decode-only (``committed / (total - prefill)``). The
+  scheduled speculator's first drafting call (its target profile, for the largest N) is paid
+  before the runs and reported as ``scheduled_first_call_s``;
 * ``llama-bench``: llama.cpp target-only token generation (``-p 0 -n TOKENS``);
   ``llama-bench-1t`` the same on one thread (on a shared machine llama.cpp's spinning thread
   pool collapses at 2 threads when another process holds a core);
 * ``llama.cpp draft-dspark``: ``llama-speculative-simple --spec-type draft-dspark`` with our
   drafter (its decode speed as it prints it);
 * ``mistral.rs F32``: the ``mistralrs`` wheel, ``Which.Plain`` on the HF target directory,
-  target-only (its Python API runs no DSpark drafter).
+  target-only (its Python API runs no DSpark drafter);
+* ``hf target-only`` / ``hf speculative``: transformers' ``Qwen3ForCausalLM`` on the target
+  directory (in its dtype, ``--threads`` torch threads), decoded one KV-cached forward per token
+  (:func:`dspark.measure.target_only`), and the same model behind ``dspark.Speculator`` with
+  the native drafter (full verification); ``greedy_equal`` of the HF rows compares with HF's
+  own target-only tokens.
+
+``--batches``: at B = 1 every engine decodes ``--prompts`` prompts one after another (one
+call per prompt); at each larger N, dspark's native target-only, full and scheduled modes run
+N held-out prompts as one batch (N concurrent requests), and tokens/s count every request's
+tokens. Each row of the JSON says its ``batch``; the medians are per dtype, per N, per engine.
+A plot (tokens/s per engine against N, one panel per dtype) goes beside the JSON when
+matplotlib is installed.
 
 The floor: weight bytes per step (as the engine keeps them) ÷ the measured read bandwidth
 with ``--threads`` threads. The run stops starting new engine runs once ``--budget-s`` has
@@ -102,7 +117,7 @@ def _run(cmd: list[str], timeout: float) -> str | None:
 class Dspark:
     """The native pair of one dtype, loaded once."""
 
-    def __init__(self, pair: Path, prompts: list[list[int]], tokens: int) -> None:
+    def __init__(self, pair: Path, tokens: int) -> None:
         from dspark.drafter import Drafter
         from dspark.native_target import NativeTarget
         from dspark.speculator import Speculator
@@ -111,31 +126,128 @@ class Dspark:
         drafter = Drafter.from_pretrained(pair / "drafter", self.target)
         self.full = Speculator(self.target, drafter, seed=0)
         self.scheduled = Speculator(self.target, drafter, seed=0, verify="scheduled")
-        self.prompts, self.tokens = prompts, tokens
-        self.reference: list[list[int]] | None = None
+        self.tokens = tokens
+        self.reference: dict[int, list[list[int]]] = {}
 
-    def run(self, mode: str) -> dict[str, Any]:
+    def warm_scheduled(self, prompts: list[list[int]]) -> float:
+        """Seconds of the scheduled speculator's first call with drafting rounds for
+        ``len(prompts)`` requests, where it profiles the target (once, up to the largest batch
+        it will verify), paid here so that its rows are warm."""
+        t0 = time.perf_counter()
+        self.scheduled.generate(prompts, 4)
+        return time.perf_counter() - t0
+
+    def run(self, mode: str, prompts: list[list[int]], batch: int) -> dict[str, Any]:
+        """``prompts`` as one call of ``batch`` requests, or one call per prompt at 1."""
         spec = self.scheduled if mode == "scheduled" else self.full
         call = spec.generate_target_only if mode == "target-only" else spec.generate
-        t0 = time.perf_counter()
-        res = call(self.prompts, self.tokens)
-        wall = time.perf_counter() - t0
-        st = res.stats
+        calls = [[p] for p in prompts] if batch == 1 else [prompts]
+        got: list[list[int]] = []
+        committed, wall, decode, inside, rounds = 0, 0.0, 0.0, 0.0, 0.0
+        for chunk in calls:
+            t0 = time.perf_counter()
+            res = call(chunk, self.tokens)
+            wall += time.perf_counter() - t0
+            st = res.stats
+            committed += st.committed_tokens
+            decode += st.total_seconds - st.prefill_seconds
+            inside += st.target_seconds + st.drafter_seconds
+            rounds += st.committed_tokens / max(st.acceptance_length, 1e-9)
+            got += [list(t) for t in res.tokens]
         out: dict[str, Any] = {
-            "tokens_per_s": st.committed_tokens / wall,
-            "decode_tokens_per_s": st.committed_tokens
-            / max(st.total_seconds - st.prefill_seconds, 1e-9),
+            "tokens_per_s": committed / wall,
+            "decode_tokens_per_s": committed / max(decode, 1e-9),
         }
         if mode == "target-only":
-            self.reference = [list(t) for t in res.tokens]
+            self.reference[batch] = got
         else:
-            out["tau"] = st.acceptance_length
-            out["greedy_equal"] = [list(t) for t in res.tokens] == self.reference
-            # The round's time outside the target's forwards and the drafter (sampling,
-            # scheduling, bookkeeping), over the whole call.
-            inside = st.target_seconds + st.drafter_seconds
-            out["outside_share"] = max(st.total_seconds - inside, 0.0) / st.total_seconds
+            out["tau"] = committed / max(rounds, 1e-9)
+            out["greedy_equal"] = got == self.reference.get(batch)
+            # The time outside the target's forwards and the drafter (sampling, scheduling,
+            # bookkeeping, profiling), over the calls.
+            out["outside_share"] = max(wall - inside, 0.0) / wall
         return out
+
+
+class Hf:
+    """transformers' model of the target directory, alone and behind dspark (B = 1)."""
+
+    def __init__(self, pair: Path, dtype: str, tokens: int, threads: int) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from dspark.drafter import Drafter
+        from dspark.speculator import Speculator
+
+        torch.set_num_threads(threads)
+        torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(pair / "target", dtype=torch_dtype)
+        self.model.eval()
+        drafter = Drafter.from_pretrained(pair / "drafter", self.model)
+        self.spec = Speculator(self.model, drafter, seed=0)
+        self.tokens = tokens
+        self.reference: list[list[int]] | None = None
+
+    def run(self, mode: str, prompts: list[list[int]]) -> dict[str, Any]:
+        from dspark.measure import target_only
+
+        if mode == "target-only":
+            outs, secs = [], 0.0
+            for p in prompts:
+                o, s = target_only(self.model, p, self.tokens)
+                outs.append(o)
+                secs += s
+            self.reference = outs
+            return {"tokens_per_s": sum(map(len, outs)) / secs}
+        got: list[list[int]] = []
+        committed, wall, rounds = 0, 0.0, 0.0
+        for p in prompts:
+            t0 = time.perf_counter()
+            res = self.spec.generate([p], self.tokens)
+            wall += time.perf_counter() - t0
+            committed += res.stats.committed_tokens
+            rounds += res.stats.committed_tokens / max(res.stats.acceptance_length, 1e-9)
+            got += [list(t) for t in res.tokens]
+        return {
+            "tokens_per_s": committed / wall,
+            "tau": committed / max(rounds, 1e-9),
+            "greedy_equal": got == self.reference,
+        }
+
+
+def plot(results: dict[str, Any], path: Path) -> str:
+    """Tokens/s per engine against N, one panel per dtype (medians); a line saying why not."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    dtypes = list(results["median"])
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6 * len(dtypes), 4.5), squeeze=False)
+    for ax, dt in zip(axes[0], dtypes, strict=True):
+        by_engine: dict[str, list[tuple[int, float]]] = {}
+        for n, row in results["median"][dt].items():
+            for engine, v in row.items():
+                if isinstance(v, dict):
+                    by_engine.setdefault(engine, []).append((int(n), v["tokens_per_s"]))
+        for engine, pts in by_engine.items():
+            pts.sort()
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            ax.plot(xs, ys, marker="o", linestyle="-" if len(pts) > 1 else "none", label=engine)
+        floor = results["floor"][dt]["tokens_per_s"]
+        ax.axhline(floor, color="grey", linestyle=":", label="read floor (B = 1)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("concurrent requests N")
+        ax.set_ylabel("tokens/s (end to end)")
+        ax.set_title(f"memory-bound pair, {dt} ({results['machine']['threads']} threads)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"wrote {path}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", nargs="+", default=["bf16", "f32"], choices=["bf16", "f32"])
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 4, 16])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=1200.0)
@@ -159,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             "llama-bench",
             "draft-dspark",
             "mistralrs",
+            "hf target-only",
+            "hf speculative",
         ],
     )
     ap.add_argument("--out", type=Path, default=Path("benches/results/memory_bound.json"))
@@ -196,20 +311,40 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [],
     }
     pairs: dict[str, Dspark] = {}
+    hfs: dict[str, Hf | None] = {}
     prompt_text: dict[str, str] = {}
+    # Prompts per dtype and N: the first --prompts held-out texts at B = 1, the first N (cycled
+    # if the file holds fewer) at each larger N.
+    batch_prompts: dict[tuple[str, int], list[list[int]]] = {}
     for dt in args.dtypes:
         tok = Tokenizer.from_file(str(args.pairs / dt / "target" / "tokenizer.json"))
-        prompts = [tok.encode(t).ids[:PROMPT_TOKENS] for t in texts[: args.prompts]]
-        prompt_text[dt] = tok.decode(prompts[0])
-        pairs[dt] = Dspark(args.pairs / dt, prompts, args.tokens)
+        ids = [tok.encode(t).ids[:PROMPT_TOKENS] for t in texts]
+        for n in args.batches:
+            k = args.prompts if n == 1 else n
+            batch_prompts[dt, n] = [ids[i % len(ids)] for i in range(k)]
+        prompt_text[dt] = tok.decode(ids[0])
+        pairs[dt] = Dspark(args.pairs / dt, args.tokens)
         wb = pairs[dt].target.weight_bytes_per_step
         results.setdefault("floor", {})[dt] = {
             "weight_dtype": pairs[dt].target.weight_dtype,
             "weight_bytes_per_step": wb,
             "tokens_per_s": bw / wb,
         }
+        if "scheduled" in args.engines:
+            warm = pairs[dt].warm_scheduled(batch_prompts[dt, max(args.batches)])
+            results.setdefault("scheduled_first_call_s", {})[dt] = warm
+            print(f"[{dt}] scheduled: first call (its profile) {warm:.1f} s, paid before the runs")
         print(f"[{dt}] weights kept as {pairs[dt].target.weight_dtype}: {wb / 1e9:.2f} GB/step,"
               f" floor {bw / wb:.2f} tok/s")  # fmt: skip
+
+    def hf(dt: str) -> Hf | None:
+        if dt not in hfs:
+            try:
+                hfs[dt] = Hf(args.pairs / dt, dt, args.tokens, args.threads)
+            except ImportError as e:
+                print(f"skipping the HF rows: {e}")
+                hfs[dt] = None
+        return hfs[dt]
 
     def peer(dt: str, engine: str) -> dict[str, Any] | None:
         gguf = args.gguf_dir / f"target-{dt}.gguf"
@@ -248,46 +383,57 @@ def main(argv: list[str] | None = None) -> int:
                 return dict(json.loads(line))
         return None
 
+    native = ("target-only", "speculative", "scheduled")
     for r in range(args.repeats):
-        for dt in args.dtypes:
-            for engine in args.engines:
-                if time.perf_counter() - start > args.budget_s:
-                    print(f"budget of {args.budget_s:.0f} s spent: stopping")
-                    break
-                if engine in ("target-only", "speculative", "scheduled"):
-                    got: dict[str, Any] | None = pairs[dt].run(engine)
-                    name = f"dspark {engine}"
-                elif not peers:
-                    continue
-                else:
-                    got, name = peer(dt, engine), engine
-                if got is None:
-                    continue
-                got.update({"repeat": r, "dtype": dt, "engine": name})
-                results["runs"].append(got)
-                tau = f"  tau {got['tau']:.2f}" if "tau" in got else ""
-                print(f"[{r}] {dt:4s} {name:24s} {got['tokens_per_s']:7.2f} tok/s{tau}", flush=True)
+        for n in args.batches:
+            for dt in args.dtypes:
+                for engine in args.engines if n == 1 else [e for e in args.engines if e in native]:
+                    if time.perf_counter() - start > args.budget_s:
+                        print(f"budget of {args.budget_s:.0f} s spent: stopping")
+                        break
+                    got: dict[str, Any] | None = None
+                    if engine in native:
+                        got = pairs[dt].run(engine, batch_prompts[dt, n], n)
+                        name = f"dspark {engine}"
+                    elif engine.startswith("hf "):
+                        model = hf(dt)
+                        if model is not None:
+                            got = model.run(engine[3:], batch_prompts[dt, n])
+                        name = engine
+                    elif peers:
+                        got, name = peer(dt, engine), engine
+                    if got is None:
+                        continue
+                    got.update({"repeat": r, "batch": n, "dtype": dt, "engine": name})
+                    results["runs"].append(got)
+                    tau = f"  tau {got['tau']:.2f}" if "tau" in got else ""
+                    speed = f"{got['tokens_per_s']:7.2f} tok/s{tau}"
+                    print(f"[{r}] N={n:<2d} {dt:4s} {name:24s} {speed}", flush=True)
 
     summary: dict[str, Any] = {}
     for dt in args.dtypes:
-        rows = [x for x in results["runs"] if x["dtype"] == dt]
-        med = {
-            e: statistics.median(x["tokens_per_s"] for x in rows if x["engine"] == e)
-            for e in dict.fromkeys(x["engine"] for x in rows)
-        }
-        base = med.get("dspark target-only")
-        summary[dt] = {
-            e: {"tokens_per_s": v, "x_target_only": v / base if base else None}
-            for e, v in med.items()
-        }
-        if base:
-            summary[dt]["floor_fraction_target_only"] = base / results["floor"][dt]["tokens_per_s"]
+        summary[dt] = {}
+        for n in args.batches:
+            rows = [x for x in results["runs"] if x["dtype"] == dt and x["batch"] == n]
+            med = {
+                e: statistics.median(x["tokens_per_s"] for x in rows if x["engine"] == e)
+                for e in dict.fromkeys(x["engine"] for x in rows)
+            }
+            base = med.get("dspark target-only")
+            row: dict[str, Any] = {
+                e: {"tokens_per_s": v, "x_target_only": v / base if base else None}
+                for e, v in med.items()
+            }
+            if base and n == 1:
+                row["floor_fraction_target_only"] = base / results["floor"][dt]["tokens_per_s"]
+            summary[dt][str(n)] = row
     results["median"] = summary
     results["seconds"] = time.perf_counter() - start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     print(f"wrote {args.out}")
+    print(plot(results, args.out.with_suffix(".png")))
     return 0
 
 
