@@ -106,7 +106,9 @@ impl Raw {
         }
         let hidden = user::tensor(out, method, "hidden_states")?;
         #[cfg(feature = "cuda")]
-        if let Some(device) = crate::dlpack::cuda::cuda_device_of(&logits)? {
+        if let Some(device) =
+            crate::dlpack::cuda::cuda_device_of(&logits, &user::field_name(method, "logits"))?
+        {
             return crate::bridge_device::DeviceOutput::read(&logits, &hidden, &device)
                 .map(Raw::Device);
         }

@@ -123,7 +123,7 @@ pub fn sample_block<'py>(
         let top_k = args::opt_usize(top_k, "top_k", u64::MAX)?;
         let seeds = seeds(seed)?;
         #[cfg(feature = "cuda")]
-        if let Some(device) = crate::dlpack::cuda::cuda_device_of(base_logits)? {
+        if let Some(device) = crate::dlpack::cuda::cuda_device_of(base_logits, "base_logits")? {
             let tensors = (base_logits, markov_w1, markov_w2, anchors, d2t);
             let options = (temperature, seeds, target_vocab_size, top_k, logit_scale);
             return crate::kernels_device::sample_block(py, &device, tensors, options);
@@ -232,7 +232,7 @@ pub fn verify<'py>(
             None => Vec::new(),
         };
         #[cfg(feature = "cuda")]
-        if let Some(device) = crate::dlpack::cuda::cuda_device_of(target_logits)? {
+        if let Some(device) = crate::dlpack::cuda::cuda_device_of(target_logits, "target_logits")? {
             let options = (temperature, top_k, top_p, seeds, num_draft, stops);
             let out = crate::kernels_device::verify(
                 py,
@@ -351,7 +351,7 @@ pub fn confidence<'py>(
         let bias = args::opt_float32(bias, "bias", 0.0)?;
         let cal = sts.filter(|s| !s.is_none()).map(self::sts).transpose()?;
         #[cfg(feature = "cuda")]
-        if let Some(device) = crate::dlpack::cuda::cuda_device_of(hidden)? {
+        if let Some(device) = crate::dlpack::cuda::cuda_device_of(hidden, "hidden")? {
             let tensors = (hidden, prev_embeddings, weight);
             let (out, [b, k]) =
                 crate::kernels_device::confidence(py, &device, tensors, bias, cal.as_ref())?;

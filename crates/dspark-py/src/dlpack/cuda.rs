@@ -21,7 +21,7 @@ use super::abi::{
     DL_CUDA, DLDataType, DLDevice, DLManagedTensor, DlDtype, NAME_LEGACY, RawDLTensor,
 };
 use super::{DlTensor, dlpack_device};
-use crate::errors::{PyDSparkError, guard};
+use crate::errors::{PyDSparkError, guard, retype};
 
 /// A CUDA tensor borrowed from a DLPack producer. Field order matters: the candle view is
 /// released before the producer's deleter runs.
@@ -41,9 +41,13 @@ fn err(e: Error) -> PyErr {
     PyDSparkError(e).into()
 }
 
-/// The CUDA device of `obj` when it is a CUDA DLPack producer (`None` for host memory).
-pub fn cuda_device_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<Device>> {
-    match dlpack_device(obj)? {
+/// The CUDA device of `obj` (the argument `name`) when it is a CUDA DLPack producer (`None`
+/// for host memory). A producer whose `__dlpack_device__` raises (a torch `meta` tensor) is an
+/// `InputError` naming `name`, as on the host path.
+pub fn cuda_device_of(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<Device>> {
+    let device = dlpack_device(obj)
+        .map_err(|e| retype(obj.py(), e, name, "could not be exported through DLPack"))?;
+    match device {
         Some((DL_CUDA, id)) => {
             let id = usize::try_from(id)
                 .map_err(|_| err(Error::invalid("device", format!("negative device id {id}"))))?;
