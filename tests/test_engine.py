@@ -288,6 +288,22 @@ def test_a_target_without_grow_and_retain_is_refused() -> None:
     assert len(tokens[0]) == 6
 
 
+def test_a_warmed_up_speculator_keeps_its_greedy_tokens(pair: tuple[Any, Any]) -> None:
+    """``Speculator.warm_up`` profiles for the scheduler before the first call (the Rust
+    suite checks the profile); the tokens are those of full verification; bad sizes are
+    typed."""
+    target, drafter = pair
+    sp = dspark.Speculator(target, drafter, verify="scheduled")
+    sp.warm_up(2)
+    full = dspark.Speculator(target, drafter)
+    got = sp.generate([list(p) for p in PROMPTS[:2]], 10).tokens
+    assert got == full.generate([list(p) for p in PROMPTS[:2]], 10).tokens
+    dspark.Speculator(target, drafter).warm_up(3)  # nothing to measure: a no-op
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(dspark.InputError):
+            sp.warm_up(bad)
+
+
 def test_warm_up_then_serve_with_the_scheduler(pair: tuple[Any, Any]) -> None:
     """A warmed-up scheduling engine serves the greedy tokens of any other engine."""
     eng = _engine(pair, verify="scheduled")

@@ -445,6 +445,8 @@ class Speculator:
         seed: int | list[int] | None = None,
     ) -> tuple[list[list[int]], SpeculationStats]:
         """Target-only decoding with the same options and seeds."""
+    def warm_up(self, batch: object) -> None:
+        """Profile the target for the scheduler now (``verify="scheduled"`` without a table)."""
     @property
     def num_speculative_tokens(self) -> int: ...
     @property

@@ -236,6 +236,13 @@ class Speculator:
             seed,
         )
 
+    def warm_up(self, batch: int = 16) -> None:
+        """With ``verify="scheduled"`` and no ``steps_per_second``: measure the target's
+        steps-per-second profile now for ``batch`` concurrent requests (the GIL released), so
+        that the first :meth:`generate` does not pay for it (a larger batch later grows it).
+        Nothing under other policies."""
+        self._native.warm_up(as_int(batch, "batch", lo=1))
+
     def _run(
         self,
         call: _Generate,

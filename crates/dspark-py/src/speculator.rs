@@ -250,6 +250,16 @@ impl PySpeculator {
         guard(|| self.run(py, call, Decode::TargetOnly))
     }
 
+    /// Under `verify="scheduled"` with no table, profile the target now for `batch`
+    /// concurrent requests (the GIL released), so that the first `generate` does not pay for
+    /// it.
+    fn warm_up(&self, py: Python<'_>, batch: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(|| {
+            let batch = args::usize_at_most(batch, "batch", 1 << 16)?;
+            py.detach(|| self.inner.warm_up(batch).map_err(err))
+        })
+    }
+
     /// Drafts verified per round at most.
     #[getter]
     fn num_speculative_tokens(&self) -> PyResult<usize> {

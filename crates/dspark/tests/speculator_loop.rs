@@ -290,6 +290,29 @@ fn a_scheduler_that_cannot_afford_drafts_takes_plain_steps_and_keeps_the_output(
 }
 
 #[test]
+fn warm_up_profiles_before_the_first_call_and_keeps_the_tokens() {
+    let reqs = batch();
+    let options = SpeculatorOptions {
+        verify: VerifyPolicy::ScheduledMeasured,
+        ..SpeculatorOptions::default()
+    };
+    let s = speculator(Mode::Greedy { corrupt_every: 3 }, options);
+    s.warm_up(reqs.len()).unwrap();
+    let table = s.measured_steps_per_second().expect("profiled by warm_up");
+    let largest = table.points().iter().map(|p| p.0).max().unwrap_or(0);
+    assert!(largest >= reqs.len() * (K + 1), "{table:?}");
+    let g = s.generate(&reqs, None).unwrap();
+    assert_eq!(g.tokens, greedy_reference(&reqs));
+    // Under full verification it measures nothing.
+    let full = speculator(
+        Mode::Greedy { corrupt_every: 3 },
+        SpeculatorOptions::default(),
+    );
+    full.warm_up(4).unwrap();
+    assert!(full.measured_steps_per_second().is_none());
+}
+
+#[test]
 fn a_measured_table_is_profiled_once_and_refined_by_the_rounds() {
     let reqs = batch();
     let options = SpeculatorOptions {

@@ -110,6 +110,14 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         self.engine().ok()?.measured_steps_per_second()
     }
 
+    /// Under [`VerifyPolicy::ScheduledMeasured`](crate::schedule::VerifyPolicy) without a
+    /// table: profile the target now for `batch` concurrent requests ([`Engine::warm_up`]),
+    /// so that the first [`Speculator::generate`] call does not pay for it. Nothing under
+    /// other policies.
+    pub fn warm_up(&self, batch: usize) -> Result<()> {
+        self.engine()?.warm_up(batch)
+    }
+
     fn engine(&self) -> Result<MutexGuard<'_, Engine<Arc<T>, Arc<D>>>> {
         self.engine.lock().map_err(|_| Error::Internal {
             message: "the speculator's engine lock is poisoned".into(),
