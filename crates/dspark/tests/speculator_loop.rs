@@ -128,13 +128,27 @@ fn check_bookkeeping(s: &Speculator<ToyTarget, OracleDrafter>, reqs: &[Request],
         };
         if state_of(i).is_none() {
             assert!(ctx.is_empty(), "request {i}: no drafter context");
-        } else if g.stats.plain_rounds == 0 {
-            assert_eq!(ctx, want, "request {i}: drafter context");
         } else {
-            // Plain rounds' features join the context before the request's next proposal:
-            // those of its last plain rounds may never be needed.
+            // Features of rounds in which the request did not propose (plain rounds, its last
+            // rounds with no draft left in its budget) join the context before its next
+            // proposal: those after its last proposal may never be needed. Every proposal saw
+            // the whole context up to its anchor (checked above).
             assert!(ctx.len() <= want.len(), "request {i}: drafter context");
             assert_eq!(ctx, want[..ctx.len()], "request {i}: drafter context");
+            if rounds_of[i] > 0 {
+                let last = dl
+                    .proposals
+                    .iter()
+                    .rev()
+                    .find_map(|p| {
+                        p.states
+                            .iter()
+                            .zip(&p.ends)
+                            .find(|(s, _)| Some(**s) == state_of(i))
+                    })
+                    .map(|(_, &e)| e);
+                assert!(last.is_some_and(|e| ctx.len() >= e), "request {i}: context");
+            }
         }
         assert_eq!(tl.cache[i], want, "request {i}: target cache");
         // Plain rounds, and rounds with no draft left in its budget (no proposal), charge a

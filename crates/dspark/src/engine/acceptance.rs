@@ -10,6 +10,10 @@ const DECAY: f64 = 0.998;
 /// the same position.
 pub(super) const PRIOR: f64 = 4.0;
 
+/// Observations the record counts as at most when it bounds acceptance from above
+/// ([`Acceptance::optimistic`]).
+const OPTIMISM_EVIDENCE: f64 = 16.0;
+
 /// A confidence as a probability: clamped to `[0, 1]`, NaN as `0` (as the schedulers read it).
 pub(super) fn unit(c: f32) -> f64 {
     if c.is_nan() {
@@ -83,6 +87,21 @@ impl Acceptance {
         let attempts = self.attempts.get(k).copied().unwrap_or(0.0);
         ((accepts + PRIOR * c) / (attempts + PRIOR)) as f32
     }
+
+    /// The best acceptance at position `k` the record supports: its rate counted as at most
+    /// [`OPTIMISM_EVIDENCE`] observations against a confidence of 1 counted as [`PRIOR`]. A
+    /// long record of low acceptance keeps it low, yet it stays above the rate (the text can
+    /// turn easier while no round drafts); without a record it is 1.
+    pub(super) fn optimistic(&self, k: usize) -> f32 {
+        let accepts = self.accepts.get(k).copied().unwrap_or(0.0);
+        let attempts = self.attempts.get(k).copied().unwrap_or(0.0);
+        let w = if attempts > OPTIMISM_EVIDENCE {
+            OPTIMISM_EVIDENCE / attempts
+        } else {
+            1.0
+        };
+        ((w * accepts + PRIOR) / (w * attempts + PRIOR)) as f32
+    }
 }
 
 #[cfg(test)]
@@ -106,5 +125,29 @@ mod tests {
         let d = a.recalibrated(&[0.5, 0.5], 2);
         assert!((d[0] - r[0]).abs() < 1e-3);
         assert!((a.expected(0, 0.5) - 0.5).abs() < 0.01);
+    }
+
+    #[test]
+    fn the_optimistic_bound_sits_between_the_rate_and_one() {
+        let mut a = Acceptance::default();
+        assert_eq!(a.optimistic(0), 1.0);
+        for _ in 0..1000 {
+            a.record(1, 0, None);
+        }
+        for _ in 0..1000 {
+            a.record(1, 1, None);
+        }
+        // Rate 0.5 on 2000 attempts: 16 of them against 4 at 1 -> (8 + 4) / 20.
+        let o = a.optimistic(0);
+        assert!((o - 0.6).abs() < 1e-6, "{o}");
+        assert!(o > a.expected(0, 1.0) && o < 1.0);
+        // A position never attempted has no evidence: 1.
+        assert_eq!(a.optimistic(3), 1.0);
+        // A short record counts whole: 2 of 4 accepted -> (2 + 4) / 8.
+        let mut s = Acceptance::default();
+        for acc in [0, 1, 0, 1] {
+            s.record(1, acc, None);
+        }
+        assert!((s.optimistic(0) - 0.75).abs() < 1e-6);
     }
 }

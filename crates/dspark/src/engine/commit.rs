@@ -1,17 +1,23 @@
 //! After a round's verification: each request commits what it kept (its usage, the engine's
 //! counters and acceptance record follow), and the drafter contexts take the target features
-//! of the kept positions.
+//! of the kept positions (now, or pending until the request next proposes).
 
 use std::time::Instant;
 
 use super::engine::Engine;
 use super::output::StepOutput;
 use super::round::Plan;
+use super::slot::feature_rows;
 use crate::drafter::Drafter;
 use crate::error::Result;
 use crate::sampling::Verification;
 use crate::speculator::ConfidenceRecord;
 use crate::target::{TargetModel, TargetOutput};
+
+/// Most target-feature rows a request keeps pending for its drafter context: past it they
+/// are appended at once (the memory they hold is bounded; a long plain stretch pays its
+/// extension in calls of this size).
+pub(super) const PENDING_CAP: usize = 256;
 
 /// What one request committed in a round.
 pub(super) struct Committed {
@@ -85,10 +91,11 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     }
 
     /// Extend the round's drafter contexts with the features of each request's kept
-    /// positions (`kept[row]`), after any rows still pending from plain rounds; after a plain
-    /// round they wait in the request's pending rows for its next proposal (one extension of
-    /// many rows then, instead of a one-row extension every round). Returns the seconds spent
-    /// in the drafter.
+    /// positions (`kept[row]`), after any rows still pending. A request that proposed this
+    /// round extends now; one that did not (a plain round, or no draft left in its budget)
+    /// keeps them pending for its next proposal (one extension of many rows then, and none at
+    /// all if it never proposes again), until they pass [`PENDING_CAP`] rows. Returns the
+    /// seconds spent in the drafter.
     pub(super) fn extend_round(
         &mut self,
         p: &Plan,
@@ -96,7 +103,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         kept: &[usize],
     ) -> Result<f64> {
         let t = Instant::now();
-        for &i in &p.act {
+        for (j, &i) in p.act.iter().enumerate() {
             let Some(slot) = self.rows[i].as_mut() else {
                 continue;
             };
@@ -104,26 +111,28 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 continue;
             };
             let feats = o.hidden_states.get(i)?.narrow(0, 0, kept[i])?;
-            let (start, rows) = &mut slot.pending;
-            if rows.is_empty() {
-                *start = slot.len;
+            if slot.pending.1.is_empty() {
+                slot.pending.0 = slot.len;
             }
-            rows.push(feats);
-            if !p.plain {
-                // Pending plain-round rows first (a request that did not propose this round
-                // still holds them), then this round's, in one call.
-                let (start, rows) = std::mem::take(&mut slot.pending);
-                let feats = if rows.len() == 1 {
-                    rows.into_iter()
-                        .next()
-                        .ok_or_else(|| crate::error::Error::Internal {
-                            message: "pending rows vanished".into(),
-                        })?
-                } else {
-                    candle_core::Tensor::cat(&rows, 0)?
-                };
-                self.drafter.extend(state, &feats, start)?;
+            let over = feature_rows(&slot.pending.1) + kept[i] > PENDING_CAP;
+            if !(p.drafted.get(j).copied().unwrap_or(false) || over) {
+                // A copy: a view would keep the whole round's features alive while pending.
+                slot.pending.1.push(feats.force_contiguous()?);
+                continue;
             }
+            slot.pending.1.push(feats);
+            // Pending rows first, then this round's, in one call.
+            let (start, rows) = std::mem::take(&mut slot.pending);
+            let feats = if rows.len() == 1 {
+                rows.into_iter()
+                    .next()
+                    .ok_or_else(|| crate::error::Error::Internal {
+                        message: "pending rows vanished".into(),
+                    })?
+            } else {
+                candle_core::Tensor::cat(&rows, 0)?
+            };
+            self.drafter.extend(state, &feats, start)?;
         }
         Ok(t.elapsed().as_secs_f64())
     }
@@ -147,9 +156,17 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             }
             let mut state = self.drafter.new_state()?;
             let feats = o.hidden_states.get(i)?.narrow(0, 0, rows[i].len())?;
-            self.drafter.extend(&mut state, &feats, 0)?;
+            // Under a scheduling policy the prefill's features wait for the request's first
+            // proposal: a batch where drafting does not pay never spends them.
+            let defer = self.schedules() && rows[i].len() <= PENDING_CAP;
+            if !defer {
+                self.drafter.extend(&mut state, &feats, 0)?;
+            }
             if let Some(slot) = self.rows[i].as_mut() {
                 slot.state = Some(state);
+                if defer {
+                    slot.pending = (0, vec![feats.force_contiguous()?]);
+                }
             }
         }
         Ok(t.elapsed().as_secs_f64())

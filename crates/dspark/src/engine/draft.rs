@@ -13,12 +13,15 @@
 //! It drafts unless the best drafted round verifies nothing or the plain round is faster by
 //! more than [`PLAIN_MARGIN`]: a plain round teaches nothing (no confidences, no acceptance),
 //! the switch has costs the model prices only on average (the deferred extension, a refresh
-//! round), and near a tie the estimates' noise would decide. A request without confidences
-//! yet forces a drafted round, and so does a streak of plain rounds: 1 plain round after
-//! drafting stopped paying, then 2, 4… up to [`REFRESH_ROUNDS`] (back to 1 whenever drafting
-//! pays again). A plain round is exactly a target-only step (same seeds: greedy output is
-//! unchanged and sampling stays exact); its features extend each drafter context in one call
-//! before the request's next proposal.
+//! round), and near a tie the estimates' noise would decide. Confidences go stale in plain
+//! rounds: after a streak of them (1 plain round after drafting stopped paying, then 2, 4…
+//! up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays again), and for a request
+//! without confidences yet, the round drafts to refresh them if drafting would pay at the
+//! best acceptance the record supports; where even that does not pay (a compute-bound batch),
+//! no refresh is taken and the rounds stay plain. A plain round is exactly a target-only step
+//! (same seeds: greedy output is unchanged and sampling stays exact); its features (and a
+//! joining request's prefill features) wait for the request's next proposal, and extend its
+//! drafter context in one call then.
 //!
 //! A request whose own limit (`max_drafts`, its budget) leaves no draft, or that never drafts,
 //! takes the same target-only step inside a drafted round.
@@ -146,9 +149,11 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         }
         self.streak.since_draft = 0;
         let t = Instant::now();
+        let flushed = self.flush_pending(&plan, &drafting)?;
         let k = self.propose(&mut plan, &drafting)?;
-        plan.propose_seconds = t.elapsed().as_secs_f64();
-        out.timing.drafter_seconds += plan.propose_seconds;
+        let seconds = t.elapsed().as_secs_f64();
+        plan.propose_seconds = seconds - flushed;
+        out.timing.drafter_seconds += seconds;
         let lens = self.verify_lengths(&plan, &drafting, k, measured.as_ref())?;
         for (&j, len) in drafting.iter().zip(lens) {
             plan.lens[j] = len.min(caps[j]);
@@ -171,7 +176,6 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     .push(j);
             }
         }
-        self.flush_pending(plan, drafting)?;
         let mut k = 0;
         let mut q_parts: Vec<(Vec<usize>, Tensor)> = Vec::new();
         for (bits, members) in &groups {
@@ -282,12 +286,10 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         Ok(Some(Tensor::cat(&rows, 0)?))
     }
 
-    /// Append the plain rounds' pending features of the requests `drafting` to their drafter
-    /// contexts (before they propose). The plain rounds caused it: it is priced as theirs
-    /// (module `learned`), not as the drafted round's.
-    fn flush_pending(&mut self, plan: &Plan, drafting: &[usize]) -> Result<()> {
+    /// Append the pending features of the requests `drafting` (indices into `plan.act`) to
+    /// their drafter contexts, before they propose. Returns the seconds it took.
+    fn flush_pending(&mut self, plan: &Plan, drafting: &[usize]) -> Result<f64> {
         let t = Instant::now();
-        let mut flushed = 0;
         for &j in drafting {
             let Some(slot) = self.rows[plan.act[j]].as_mut() else {
                 continue;
@@ -299,7 +301,6 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             if rows.is_empty() {
                 continue;
             }
-            flushed += rows.len();
             let feats = if rows.len() == 1 {
                 rows[0].clone()
             } else {
@@ -307,13 +308,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             };
             self.drafter.extend(state, &feats, start)?;
         }
-        if flushed > 0 && self.schedules() {
-            let seconds = t.elapsed().as_secs_f64();
-            self.observed
-                .costs
-                .record_flush(drafting.len(), flushed, seconds);
-        }
-        Ok(())
+        Ok(t.elapsed().as_secs_f64())
     }
 
     /// Whether this round of the drafting rows `rows` drafts (see the module docs).
@@ -336,21 +331,30 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         if n == 0 {
             return Ok(true);
         }
-        if self.streak.since_draft >= self.streak.refresh_after {
-            // A refresh: if drafting still does not pay after it, the next streak is longer.
-            self.streak.refresh_after = (self.streak.refresh_after * 2).min(REFRESH_ROUNDS);
-            return Ok(true);
-        }
         let Some(costs) = self.observed.costs.get(b) else {
             return Ok(true);
         };
-        // A request without confidences yet drafts: it has nothing to be judged on.
-        if rows.iter().any(|&i| {
+        // A refresh (the streak is due) or a request without confidences yet: the round's
+        // choice would be made on confidences it does not have. Fresh ones can only change it
+        // if drafting pays at the best acceptance the record supports
+        // (`Acceptance::optimistic`); where even that does not pay, a drafted round is waste (on
+        // a compute-bound batch it also appends every pending feature row).
+        let fresh = rows.iter().any(|&i| {
             !self.rows[i]
                 .as_ref()
                 .is_some_and(|s| matches!(&s.stale, Some(c) if c.len() == n))
-        }) {
-            return Ok(true);
+        });
+        let due = self.streak.since_draft >= self.streak.refresh_after;
+        if fresh || due {
+            let best: Vec<f32> = (0..b)
+                .flat_map(|_| (0..n).map(|k| self.acceptance.optimistic(k)))
+                .collect();
+            let could = drafting_pays(&best, b, n, &table, costs, &best)?;
+            if could && due {
+                // If drafting still does not pay after it, the next streak is longer.
+                self.streak.refresh_after = (self.streak.refresh_after * 2).min(REFRESH_ROUNDS);
+            }
+            return Ok(could);
         }
         let survival = self.expected_acceptance(rows, n);
         let pays = drafting_pays(&survival, b, n, &table, costs, &survival)?;
@@ -497,19 +501,21 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         }
     }
 
-    /// Keep what a round spent outside its forward and proposal (`rest` seconds) under a
-    /// scheduling policy: a drafted round's per-request proposal and rest, or a plain
-    /// round's rest.
-    pub(super) fn observe_round(&mut self, plan: &Plan, rest: f64) {
+    /// Keep what a round spent outside its forward and proposal under a scheduling policy:
+    /// `kernels` seconds outside the drafter, `extension` appending to drafter contexts. A
+    /// drafted round's per-request proposal, kernels and extension, or a plain round's
+    /// kernels (its extension, at the pending cap, keeps the option to draft: not a cost of
+    /// the plain regime).
+    pub(super) fn observe_round(&mut self, plan: &Plan, kernels: f64, extension: f64) {
         if !self.schedules() {
             return;
         }
         let b = plan.act.len();
         let costs = &mut self.observed.costs;
         if plan.plain {
-            costs.record_plain(b, rest);
+            costs.record_plain(b, kernels);
         } else if plan.drafted.iter().any(|&d| d) {
-            costs.record_drafted(b, plan.propose_seconds, rest);
+            costs.record_drafted(b, plan.propose_seconds, kernels, extension);
         }
     }
 }

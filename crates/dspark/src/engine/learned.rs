@@ -16,9 +16,12 @@
 //!
 //! [`RoundCosts`] keeps, per batch size, the latest per-request seconds of proposing, of the
 //! rest of a drafted round (kernels, cache truncation, the drafter's context extension) and of
-//! the rest of a plain round. Medians, not means: a call's first proposal also builds the
-//! drafter's context and can cost twice a later one, and a short call (one request, a few
-//! rounds) must not be priced by it.
+//! the rest of a plain round (kernels, cache truncation). The drafting decision weighs two
+//! regimes: drafting, which keeps each drafter context current, against target-only steps,
+//! which need no context at all; so a plain round is not charged the extension its rows may
+//! get later, nor a proposal the rows it appends first (the cost of switching back, paid
+//! once). Medians, not means: a call's first proposal can cost twice a later one, and a short
+//! call (one request, a few rounds) must not be priced by it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -138,9 +141,8 @@ pub(super) struct Costs {
     pub(super) propose: f64,
     /// The rest of a drafted round, per request.
     pub(super) drafted_rest: f64,
-    /// The rest of a plain round, per request, with its share of the deferred context
-    /// extension (a drafted round's rest until a plain round is timed: an over-estimate, so
-    /// the first plain round is not chosen on a guess).
+    /// The rest of a plain round, per request (a drafted round's kernels until a plain round
+    /// is timed: an over-estimate, its verification reads more rows).
     pub(super) plain_rest: f64,
 }
 
@@ -150,30 +152,30 @@ pub(super) struct RoundCosts {
     propose: Keyed,
     drafted_rest: Keyed,
     plain_rest: Keyed,
-    /// Seconds per pending row of the deferred extension.
-    flush_row: Keyed,
+    /// A drafted round's rest without its extension: a plain round's until one is timed.
+    drafted_kernels: Keyed,
 }
 
 impl RoundCosts {
-    /// A drafted round of `batch` requests spent `propose` seconds proposing and `rest`
-    /// outside the forward and the proposal.
-    pub(super) fn record_drafted(&mut self, batch: usize, propose: f64, rest: f64) {
+    /// A drafted round of `batch` requests spent `propose` seconds proposing, `kernels`
+    /// outside the forward, the proposal and the drafter, and `extension` appending to the
+    /// drafter contexts.
+    pub(super) fn record_drafted(
+        &mut self,
+        batch: usize,
+        propose: f64,
+        kernels: f64,
+        extension: f64,
+    ) {
         let b = batch.max(1) as f64;
         self.propose.record(batch, propose / b);
-        self.drafted_rest.record(batch, rest / b);
+        self.drafted_rest.record(batch, (kernels + extension) / b);
+        self.drafted_kernels.record(batch, kernels / b);
     }
 
     /// A plain round of `batch` requests spent `rest` seconds outside the forward.
     pub(super) fn record_plain(&mut self, batch: usize, rest: f64) {
         self.plain_rest.record(batch, rest / batch.max(1) as f64);
-    }
-
-    /// Appending `rows` pending plain-round rows before a drafted round of `batch` requests
-    /// took `seconds`.
-    pub(super) fn record_flush(&mut self, batch: usize, rows: usize, seconds: f64) {
-        if rows > 0 {
-            self.flush_row.record(batch, seconds / rows as f64);
-        }
     }
 
     /// The costs for a batch of `batch` requests, from the nearest batch size timed; `None`
@@ -182,8 +184,8 @@ impl RoundCosts {
         let propose = self.propose.near(batch)?;
         let drafted_rest = self.drafted_rest.near(batch)?;
         let plain_rest = match self.plain_rest.near(batch) {
-            Some(kernels) => kernels + self.flush_row.near(batch).unwrap_or(0.0),
-            None => drafted_rest,
+            Some(s) => s,
+            None => self.drafted_kernels.near(batch)?,
         };
         Some(Costs {
             propose,
@@ -266,12 +268,12 @@ mod tests {
         c.record_plain(1, 1e-4);
         assert_eq!(c.get(1), None, "no drafted round timed yet");
         // One slow first proposal among normal ones: the median ignores it.
-        c.record_drafted(1, 5e-3, 2e-4);
-        c.record_drafted(1, 1e-3, 2e-4);
-        c.record_drafted(1, 1e-3, 2e-4);
+        c.record_drafted(1, 5e-3, 1.5e-4, 0.5e-4);
+        c.record_drafted(1, 1e-3, 1.5e-4, 0.5e-4);
+        c.record_drafted(1, 1e-3, 1.5e-4, 0.5e-4);
         // Batch 16: 16 requests' worth, per request a quarter of a lone request's.
         for _ in 0..3 {
-            c.record_drafted(16, 16.0 * 2.5e-4, 16.0 * 5e-5);
+            c.record_drafted(16, 16.0 * 2.5e-4, 16.0 * 3e-5, 16.0 * 2e-5);
         }
         let one = c.get(1).unwrap();
         assert!(
@@ -279,16 +281,22 @@ mod tests {
             "{one:?}"
         );
         assert!(close(one.plain_rest, 1e-4), "{one:?}");
-        // A plain round also owns its row of the deferred extension: 4 rows in 2e-4 s.
-        c.record_flush(1, 4, 2e-4);
-        assert!(close(c.get(1).unwrap().plain_rest, 1.5e-4));
-        // Batch 12 reads batch 16 (nearer by ratio than 1); batch 1's plain round and flush
-        // are the only ones timed: they are read.
+        // Batch 12 reads batch 16 (nearer by ratio than 1); batch 1's plain round is the only
+        // one timed: it is read.
         let twelve = c.get(12).unwrap();
         assert!(close(twelve.propose, 2.5e-4), "{twelve:?}");
         assert!(close(twelve.drafted_rest, 5e-5), "{twelve:?}");
-        assert!(close(twelve.plain_rest, 1.5e-4), "{twelve:?}");
+        assert!(close(twelve.plain_rest, 1e-4), "{twelve:?}");
         // Ties by ratio go to the larger batch: 4 is as far from 1 as from 16.
         assert!(close(c.get(4).unwrap().propose, 2.5e-4));
+        // Before a plain round is timed, a plain round is priced as a drafted round's
+        // kernels, without its drafter context extension.
+        let mut d = RoundCosts::default();
+        d.record_drafted(2, 2e-3, 2.0 * 3e-5, 2.0 * 2e-5);
+        let two = d.get(2).unwrap();
+        assert!(
+            close(two.drafted_rest, 5e-5) && close(two.plain_rest, 3e-5),
+            "{two:?}"
+        );
     }
 }

@@ -33,7 +33,8 @@ pub(super) struct Plan {
     pub(super) drafted: Vec<bool>,
     /// The scheduling policy chose a round without drafts for every request.
     pub(super) plain: bool,
-    /// Seconds proposing (and appending pending features first).
+    /// Seconds proposing (without appending the pending features first: that is the cost of
+    /// switching back from plain rounds, not of drafting).
     pub(super) propose_seconds: f64,
 }
 
@@ -298,7 +299,8 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         if let Some(p) = &plan {
             out.round = true;
             out.plain = p.plain;
-            self.observe_round(p, (t_kernels.elapsed()).as_secs_f64() - drafter_seconds);
+            let after = t_kernels.elapsed().as_secs_f64();
+            self.observe_round(p, after - drafter_seconds, drafter_seconds);
         }
         Ok(())
     }

@@ -60,6 +60,11 @@ pub(super) struct Slot<S> {
     pub(super) finish: Option<FinishReason>,
 }
 
+/// Rows held by a list of `[rows, H]` feature tensors (a slot's pending features).
+pub(super) fn feature_rows(parts: &[Tensor]) -> usize {
+    parts.iter().map(|r| r.dim(0).unwrap_or(0)).sum()
+}
+
 impl<S> Slot<S> {
     /// Tokens it may still generate.
     pub(super) fn budget_left(&self) -> usize {
