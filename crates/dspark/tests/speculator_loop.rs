@@ -304,6 +304,40 @@ fn a_scheduler_that_cannot_afford_drafts_takes_plain_steps_and_keeps_the_output(
 }
 
 #[test]
+fn no_refresh_where_even_perfect_acceptance_cannot_pay_and_pending_rows_are_capped() {
+    // One request on a table where two tokens cost ten times one: a drafted round cannot pay
+    // even if every draft were accepted. After its first round (nothing timed yet, it drafts)
+    // every round is plain: no refresh is taken.
+    let steep = StepsPerSecond::linear(vec![(1, 1000.0), (2, 100.0)]).unwrap();
+    let cap = dspark::speculator::PENDING_CAP;
+    let reqs = vec![Request::new(prompt(77, 5), 2 * cap + 40)];
+    let options = SpeculatorOptions {
+        verify: VerifyPolicy::Scheduled(steep),
+        ..SpeculatorOptions::default()
+    };
+    let s = speculator(Mode::Greedy { corrupt_every: 0 }, options);
+    let g = s.generate(&reqs, None).unwrap();
+    assert_eq!(g.tokens, greedy_reference(&reqs));
+    check_bookkeeping(&s, &reqs, &g);
+    // One proposal; the only other round that is not plain is its last (no draft left in its
+    // budget).
+    let st = &g.stats;
+    let dl = s.drafter().log.borrow();
+    assert_eq!(dl.proposals.len(), 1, "{st:?}");
+    assert_eq!(st.rounds - st.plain_rounds, 2, "{st:?}");
+    // Its plain rounds' features wait for a proposal that never comes, until they pass the
+    // cap: then they join the drafter context in calls of at most the cap (plus one round).
+    let big: Vec<usize> = dl.extends.iter().map(|e| e.tokens.len()).collect();
+    assert!(big.iter().all(|&n| n <= cap + K + 1), "{big:?}");
+    assert!(big.iter().filter(|&&n| n >= cap).count() >= 1, "{big:?}");
+    let ctx: usize = big.iter().sum();
+    assert!(
+        ctx >= cap && ctx + cap + K + 1 >= 5 + g.tokens[0].len(),
+        "{big:?}"
+    );
+}
+
+#[test]
 fn warm_up_profiles_before_the_first_call_and_keeps_the_tokens() {
     let reqs = batch();
     let options = SpeculatorOptions {
@@ -343,7 +377,7 @@ fn a_measured_table_is_profiled_once_and_refined_by_the_rounds() {
     let table = s.measured_steps_per_second().unwrap();
     let sizes: Vec<usize> = table.points().iter().map(|p| p.0).collect();
     // The profile: every size up to two rows of K + 1 tokens (the batch's rows here), then
-    // sizes at most 25% apart, up to the first round's B·(K + 1) (a budget of 1 ends at the
+    // sizes at most 50% apart, up to the first round's B·(K + 1) (a budget of 1 ends at the
     // prefill).
     let first_round = reqs.iter().filter(|r| r.max_new_tokens > 1).count();
     let max = first_round * (K + 1);

@@ -17,7 +17,7 @@ use crate::target::{TargetModel, TargetOutput};
 /// Most target-feature rows a request keeps pending for its drafter context: past it they
 /// are appended at once (the memory they hold is bounded; a long plain stretch pays its
 /// extension in calls of this size).
-pub(super) const PENDING_CAP: usize = 256;
+pub const PENDING_CAP: usize = 256;
 
 /// What one request committed in a round.
 pub(super) struct Committed {

@@ -12,7 +12,7 @@
 //!
 //! It drafts unless the best drafted round verifies nothing or the plain round is faster by
 //! more than [`PLAIN_MARGIN`]: a plain round teaches nothing (no confidences, no acceptance),
-//! the switch has costs the model prices only on average (the deferred extension, a refresh
+//! the switch has costs the model does not price (appending the pending rows, a refresh
 //! round), and near a tie the estimates' noise would decide. Confidences go stale in plain
 //! rounds: after a streak of them (1 plain round after drafting stopped paying, then 2, 4…
 //! up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays again), and for a request
