@@ -19,6 +19,16 @@ use crate::target::{TargetModel, TargetOutput};
 /// extension in calls of this size).
 pub const PENDING_CAP: usize = 256;
 
+/// Most bytes of target features a request keeps pending (with [`PENDING_CAP`]): on a wide
+/// target (an 8 B model captures 5 layers of 4096 values, 80 KiB a row in f32) fewer rows.
+pub const PENDING_BYTES: usize = 8 << 20;
+
+/// The rows of `[rows, width]` features of `dtype` a request may keep pending.
+pub(super) fn pending_cap(width: usize, dtype: candle_core::DType) -> usize {
+    let row = width.saturating_mul(dtype.size_in_bytes()).max(1);
+    (PENDING_BYTES / row).clamp(1, PENDING_CAP)
+}
+
 /// What one request committed in a round.
 pub(super) struct Committed {
     /// The tokens it kept (a stop id or its budget may cut the verified ones short).
@@ -94,7 +104,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     /// positions (`kept[row]`), after any rows still pending. A request that proposed this
     /// round extends now; one that did not (a plain round, or no draft left in its budget)
     /// keeps them pending for its next proposal (one extension of many rows then, and none at
-    /// all if it never proposes again), until they pass [`PENDING_CAP`] rows. Returns the
+    /// all if it never proposes again), until they pass [`pending_cap`] rows. Returns the
     /// seconds spent in the drafter.
     pub(super) fn extend_round(
         &mut self,
@@ -114,7 +124,8 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             if slot.pending.1.is_empty() {
                 slot.pending.0 = slot.len;
             }
-            let over = feature_rows(&slot.pending.1) + kept[i] > PENDING_CAP;
+            let cap = pending_cap(feats.dim(1)?, feats.dtype());
+            let over = feature_rows(&slot.pending.1) + kept[i] > cap;
             if !(p.drafted.get(j).copied().unwrap_or(false) || over) {
                 // A copy: a view would keep the whole round's features alive while pending.
                 slot.pending.1.push(feats.force_contiguous()?);
@@ -158,7 +169,8 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             let feats = o.hidden_states.get(i)?.narrow(0, 0, rows[i].len())?;
             // Under a scheduling policy the prefill's features wait for the request's first
             // proposal: a batch where drafting does not pay never spends them.
-            let defer = self.schedules() && rows[i].len() <= PENDING_CAP;
+            let defer =
+                self.schedules() && rows[i].len() <= pending_cap(feats.dim(1)?, feats.dtype());
             if !defer {
                 self.drafter.extend(&mut state, &feats, 0)?;
             }
@@ -170,5 +182,22 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             }
         }
         Ok(t.elapsed().as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pending_cap_bounds_rows_and_bytes() {
+        use candle_core::DType;
+        // A narrow target: the row cap.
+        assert_eq!(pending_cap(64, DType::F32), PENDING_CAP);
+        // An 8 B target's 5 x 4096 f32 values a row: 8 MiB / 80 KiB.
+        assert_eq!(pending_cap(5 * 4096, DType::F32), 102);
+        assert_eq!(pending_cap(5 * 4096, DType::BF16), 204);
+        // Never below one row.
+        assert_eq!(pending_cap(usize::MAX / 2, DType::F32), 1);
     }
 }

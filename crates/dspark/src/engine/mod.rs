@@ -42,7 +42,7 @@ mod slot;
 mod step;
 mod verify;
 
-pub use commit::PENDING_CAP;
+pub use commit::{PENDING_BYTES, PENDING_CAP};
 pub use config::{Budget, EngineConfig};
 pub use draft::{PLAIN_MARGIN, REFRESH_ROUNDS};
 pub use engine::{AbortHandle, Engine};

@@ -28,7 +28,7 @@ mod generation;
 mod options;
 mod stats;
 
-pub use crate::engine::{PENDING_CAP, PLAIN_MARGIN, REFRESH_ROUNDS, derive_seed};
+pub use crate::engine::{PENDING_BYTES, PENDING_CAP, PLAIN_MARGIN, REFRESH_ROUNDS, derive_seed};
 pub use crate::schedule::VerifyPolicy;
 pub use crate::target::{
     LogitRows, MAX_PROFILE_TOKENS, TargetInput, TargetModel, TargetOutput, contract,
