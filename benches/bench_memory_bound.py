@@ -15,13 +15,17 @@ is skipped with a line saying so.
 Greedy, held-out prompts (their first 48 tokens), ``--tokens`` new tokens, ``--threads``
 threads for every engine. Runs are interleaved (repeat → dtype → engine), so a change in the
 machine's load hits every engine alike; the JSON keeps every run and the medians, and ratios
-are against dspark's native target-only decoding of the same dtype in the same run:
+are against dspark's native target-only decoding of the same dtype in the same run (the sampled
+rows against sampled target-only):
 
 * ``dspark target-only`` / ``dspark speculative`` (full verification) / ``dspark scheduled``:
   the native engine in this process, the pair loaded in its checkpoint dtype. tokens/s are
   end to end (prefill included) and decode-only (``committed / (total - prefill)``). The
   scheduled speculator's first drafting call (its target profile, for the largest N) is paid
   before the runs and reported as ``scheduled_first_call_s``;
+* ``sampled target-only`` / ``sampled speculative`` / ``sampled scheduled`` (B = 1): the same
+  three modes sampling at temperature ``SAMPLED_T`` = 0.7 (seed 0 per call; no target: the
+  bundled drafter was trained toward greedy decoding, so acceptance is lower);
 * ``llama-bench``: llama.cpp target-only token generation (``-p 0 -n TOKENS``);
   ``llama-bench-1t`` the same on one thread (on a shared machine llama.cpp's spinning thread
   pool collapses at 2 threads when another process holds a core);
@@ -66,6 +70,9 @@ import numpy as np
 
 PEERS = Path(os.environ.get("DSPARK_PEERS_DIR", "/var/tmp/dspark-peers"))
 PROMPT_TOKENS = 48
+
+# The temperature of the sampled rows.
+SAMPLED_T = 0.7
 
 _MISTRALRS = """
 import json, sys, time, mistralrs as m
@@ -126,6 +133,11 @@ class Dspark:
         drafter = Drafter.from_pretrained(pair / "drafter", self.target)
         self.full = Speculator(self.target, drafter, seed=0)
         self.scheduled = Speculator(self.target, drafter, seed=0, verify="scheduled")
+        t = SAMPLED_T
+        self.sampled_full = Speculator(self.target, drafter, seed=0, temperature=t)
+        self.sampled_scheduled = Speculator(
+            self.target, drafter, seed=0, temperature=t, verify="scheduled"
+        )
         self.tokens = tokens
         self.reference: dict[int, list[list[int]]] = {}
 
@@ -135,11 +147,18 @@ class Dspark:
         it will verify), paid here so that its rows are warm."""
         t0 = time.perf_counter()
         self.scheduled.generate(prompts, 4)
-        return time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        self.sampled_scheduled.warm_up(1)
+        return took
 
     def run(self, mode: str, prompts: list[list[int]], batch: int) -> dict[str, Any]:
         """``prompts`` as one call of ``batch`` requests, or one call per prompt at 1."""
-        spec = self.scheduled if mode == "scheduled" else self.full
+        sampled = mode.startswith("sampled ")
+        mode = mode.removeprefix("sampled ")
+        if sampled:
+            spec = self.sampled_scheduled if mode == "scheduled" else self.sampled_full
+        else:
+            spec = self.scheduled if mode == "scheduled" else self.full
         call = spec.generate_target_only if mode == "target-only" else spec.generate
         calls = [[p] for p in prompts] if batch == 1 else [prompts]
         got: list[list[int]] = []
@@ -158,8 +177,11 @@ class Dspark:
             "tokens_per_s": committed / wall,
             "decode_tokens_per_s": committed / max(decode, 1e-9),
         }
-        if mode == "target-only":
+        if mode == "target-only" and not sampled:
             self.reference[batch] = got
+        elif sampled:
+            if mode != "target-only":
+                out["tau"] = committed / max(rounds, 1e-9)
         else:
             out["tau"] = committed / max(rounds, 1e-9)
             out["greedy_equal"] = got == self.reference.get(batch)
@@ -269,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
             "target-only",
             "speculative",
             "scheduled",
+            "sampled target-only",
+            "sampled speculative",
+            "sampled scheduled",
             "llama-bench",
             "draft-dspark",
             "mistralrs",
@@ -392,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"budget of {args.budget_s:.0f} s spent: stopping")
                         break
                     got: dict[str, Any] | None = None
-                    if engine in native:
+                    if engine in native or engine.startswith("sampled "):
                         got = pairs[dt].run(engine, batch_prompts[dt, n], n)
                         name = f"dspark {engine}"
                     elif engine.startswith("hf "):
@@ -420,10 +445,12 @@ def main(argv: list[str] | None = None) -> int:
                 for e in dict.fromkeys(x["engine"] for x in rows)
             }
             base = med.get("dspark target-only")
-            row: dict[str, Any] = {
-                e: {"tokens_per_s": v, "x_target_only": v / base if base else None}
-                for e, v in med.items()
-            }
+            # Sampled rows against sampled target-only (the same sampling, the same run).
+            sampled_base = med.get("dspark sampled target-only")
+            row: dict[str, Any] = {}
+            for e, v in med.items():
+                ref = sampled_base if e.startswith("dspark sampled ") else base
+                row[e] = {"tokens_per_s": v, "x_target_only": v / ref if ref else None}
             if base and n == 1:
                 row["floor_fraction_target_only"] = base / results["floor"][dt]["tokens_per_s"]
             summary[dt][str(n)] = row
