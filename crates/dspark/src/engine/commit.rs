@@ -29,6 +29,21 @@ pub(super) fn pending_cap(width: usize, dtype: candle_core::DType) -> usize {
     (PENDING_BYTES / row).clamp(1, PENDING_CAP)
 }
 
+/// Append a request's pending features (`start`, the position of the first row, and the
+/// parts in order) to its drafter context `state`, in one call (none when nothing is pending).
+pub(super) fn append_pending<D: Drafter>(
+    drafter: &D,
+    state: &mut D::State,
+    (start, parts): (usize, Vec<candle_core::Tensor>),
+) -> Result<()> {
+    let feats = match parts.as_slice() {
+        [] => return Ok(()),
+        [one] => one.clone(),
+        _ => candle_core::Tensor::cat(&parts, 0)?,
+    };
+    drafter.extend(state, &feats, start)
+}
+
 /// What one request committed in a round.
 pub(super) struct Committed {
     /// The tokens it kept (a stop id or its budget may cut the verified ones short).
@@ -131,19 +146,9 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 slot.pending.1.push(feats.force_contiguous()?);
                 continue;
             }
-            slot.pending.1.push(feats);
             // Pending rows first, then this round's, in one call.
-            let (start, rows) = std::mem::take(&mut slot.pending);
-            let feats = if rows.len() == 1 {
-                rows.into_iter()
-                    .next()
-                    .ok_or_else(|| crate::error::Error::Internal {
-                        message: "pending rows vanished".into(),
-                    })?
-            } else {
-                candle_core::Tensor::cat(&rows, 0)?
-            };
-            self.drafter.extend(state, &feats, start)?;
+            slot.pending.1.push(feats);
+            append_pending(&self.drafter, state, std::mem::take(&mut slot.pending))?;
         }
         Ok(t.elapsed().as_secs_f64())
     }

@@ -32,6 +32,7 @@ use std::time::Instant;
 use candle_core::{Device, Tensor};
 
 use super::acceptance::unit;
+use super::commit::append_pending;
 use super::engine::Engine;
 use super::learned::Costs;
 use super::output::StepOutput;
@@ -294,19 +295,10 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             let Some(slot) = self.rows[plan.act[j]].as_mut() else {
                 continue;
             };
-            let (start, rows) = std::mem::take(&mut slot.pending);
-            let Some(state) = slot.state.as_mut() else {
-                continue;
-            };
-            if rows.is_empty() {
-                continue;
+            let pending = std::mem::take(&mut slot.pending);
+            if let Some(state) = slot.state.as_mut() {
+                append_pending(&self.drafter, state, pending)?;
             }
-            let feats = if rows.len() == 1 {
-                rows[0].clone()
-            } else {
-                Tensor::cat(&rows, 0)?
-            };
-            self.drafter.extend(state, &feats, start)?;
         }
         Ok(t.elapsed().as_secs_f64())
     }
