@@ -31,6 +31,7 @@
 
 use half::{bf16, f16};
 
+use crate::cpu::pages::streamed_vec;
 use crate::nn::WeightDtype;
 use crate::view::Floats;
 
@@ -116,7 +117,7 @@ impl<T: PanelElem> PackedMatrix<T> {
     /// Pack the `[rows, cols]` matrix whose element `(o, k)` is `at(o, k)`.
     pub fn pack_with(rows: usize, cols: usize, at: impl Fn(usize, usize) -> T) -> Self {
         let panels = rows.div_ceil(PANEL);
-        let mut data = vec![T::default(); panels * cols * PANEL];
+        let mut data = streamed_vec(panels * cols * PANEL);
         for (p, panel) in data.chunks_exact_mut((cols * PANEL).max(1)).enumerate() {
             for j in 0..PANEL.min(rows - p * PANEL) {
                 let o = p * PANEL + j;
@@ -133,7 +134,7 @@ impl<T: PanelElem> PackedMatrix<T> {
     /// `Vᵀ`). Rows of `a` must lie inside it (callers check shapes).
     pub fn pack_transposed(a: &[T], stride: usize, rows: usize, cols: usize) -> Self {
         let panels = rows.div_ceil(PANEL);
-        let mut data = vec![T::default(); panels * cols * PANEL];
+        let mut data = streamed_vec(panels * cols * PANEL);
         for (p, panel) in data.chunks_exact_mut((cols * PANEL).max(1)).enumerate() {
             let (d0, width) = (p * PANEL, PANEL.min(rows - p * PANEL));
             for (k, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
@@ -155,7 +156,7 @@ impl<T: PanelElem> PackedMatrix<T> {
     /// Pack `W: [rows, cols]` whose row `o` `row(o, buf)` writes into `buf` (`cols` values).
     fn pack_rows(rows: usize, cols: usize, row: impl Fn(usize, &mut [T])) -> Self {
         let panels = rows.div_ceil(PANEL);
-        let mut data = vec![T::default(); panels * cols * PANEL];
+        let mut data = streamed_vec(panels * cols * PANEL);
         let mut buf = vec![T::default(); cols];
         for (p, panel) in data.chunks_exact_mut((cols * PANEL).max(1)).enumerate() {
             for j in 0..PANEL.min(rows - p * PANEL) {
