@@ -3,11 +3,14 @@
 //! A memory-bound decode step multiplies one row (or the `K + 1` rows of a verification) by
 //! every weight of the model, so its time is the time to read the weights. This bench streams a
 //! ring of packed matrices of the memory-bound pair's MLP shapes (`[5120, 1024]` and
-//! `[1024, 5120]`, 8 of them: 168 MB in f32, 84 MB in bf16 / f16, well past the L3) through
-//! [`PackedWeight::matmul`] with 1 and 9 rows, and reports bytes of weights per second, the
-//! figure to read against `matvec_bandwidth/sum` (a plain parallel read of 256 MiB with as many
-//! threads as the pool). bf16 / f16 panels read half the bytes of f32 ones, so at the floor
-//! they multiply twice the weights per second.
+//! `[1024, 5120]`) through [`PackedWeight::matmul`] with 1 and 9 rows, and reports bytes of
+//! weights per second, the figure to read against `matvec_bandwidth/sum` (a plain parallel read
+//! with as many threads as the pool). bf16 / f16 panels read half the bytes of f32 ones, so at
+//! the floor they multiply twice the weights per second.
+//!
+//! The ring and the plain read each span [`stream_bytes`]: 4 times the last-level cache (at
+//! least 256 MiB), so both come from DRAM. A fixed 168 MB ring was a DRAM figure on a 32 MiB
+//! L3 and an L3 figure on a Xeon with 260 MiB of it.
 //!
 //! Run: `cargo bench -p dspark-benches --bench matvec -- --warm-up-time 1 --measurement-time 3`
 //! (`RAYON_NUM_THREADS` sets the threads; the floor uses the same count).
@@ -26,8 +29,26 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// The memory-bound target's MLP widths.
 const HIDDEN: usize = 1024;
 const MLP: usize = 5120;
-/// Matrices in the ring (alternating `[MLP, HIDDEN]` and `[HIDDEN, MLP]`).
-const RING: usize = 8;
+/// Bytes the ring and the plain read span: 4x the largest cache this CPU reports (Linux
+/// sysfs; 32 MiB assumed elsewhere), at least 256 MiB.
+fn stream_bytes() -> usize {
+    let largest = (0..8)
+        .filter_map(|i| {
+            let path = format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size");
+            let text = std::fs::read_to_string(path).ok()?;
+            let t = text.trim();
+            let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+            let scale = match unit {
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                _ => 1,
+            };
+            num.parse::<usize>().ok().map(|n| n * scale)
+        })
+        .max()
+        .unwrap_or(32 << 20);
+    (4 * largest).max(256 << 20)
+}
 
 fn values(n: usize, seed: usize) -> Vec<f32> {
     (0..n)
@@ -61,11 +82,12 @@ fn parallel_sum(data: &[f32], threads: usize) -> f32 {
 
 fn bench_matvec(c: &mut Criterion) {
     let threads = rayon::current_num_threads();
-    let data = vec![1.0f32; 64 << 20]; // 256 MiB
+    let span = stream_bytes();
+    let data = vec![1.0f32; span / 4];
     let mut g = c.benchmark_group("matvec_bandwidth");
     g.sample_size(10);
     g.throughput(Throughput::Bytes((data.len() * 4) as u64));
-    g.bench_function(format!("sum_256MiB_{threads}threads"), |b| {
+    g.bench_function(format!("sum_{}MiB_{threads}threads", span >> 20), |b| {
         b.iter(|| black_box(parallel_sum(&data, threads)))
     });
     g.finish();
@@ -74,7 +96,10 @@ fn bench_matvec(c: &mut Criterion) {
     let mut g = c.benchmark_group("decode_matvec");
     g.sample_size(20);
     for dtype in WeightDtype::ALL {
-        let ring: Vec<PackedWeight> = (0..RING)
+        // Matrices in the ring (alternating `[MLP, HIDDEN]` and `[HIDDEN, MLP]`), an even count.
+        let each = MLP * HIDDEN * dtype.size();
+        let ring_len = span.div_ceil(each).next_multiple_of(2);
+        let ring: Vec<PackedWeight> = (0..ring_len)
             .map(|s| {
                 let (rows, cols) = if s % 2 == 0 {
                     (MLP, HIDDEN)
@@ -92,7 +117,7 @@ fn bench_matvec(c: &mut Criterion) {
             let mut next = 0;
             g.bench_with_input(BenchmarkId::new(dtype.as_str(), n), &n, |b, &n| {
                 b.iter(|| {
-                    next = (next + 1) % RING;
+                    next = (next + 1) % ring_len;
                     let w = &ring[next];
                     black_box(w.matmul(&xs[next % 2], n, None).unwrap())
                 })
