@@ -36,20 +36,26 @@ pub(super) unsafe fn tile512<T: PanelElem, const M: usize, const R: usize>(
     debug_assert!(xs.len() >= M * cols);
     let (wp, xp) = (w.as_ptr(), xs.as_ptr());
     let mut acc = [[_mm512_setzero_ps(); R]; M];
-    // Columns per cache line of a panel stream: prefetch once per line (2-byte panels only).
+    // Columns per cache line of a panel stream: prefetch once per line (2-byte panels only),
+    // counted down (no division in the loop).
     let elem = std::mem::size_of::<T>();
     let per_line = if elem == 2 {
         (64 / (cs * elem).max(1)).max(1)
     } else {
         0
     };
+    let mut until_line = 0;
     for k in 0..cols {
-        if per_line != 0 && k % per_line == 0 {
-            for r in 0..R {
-                // A prefetch never faults: the address may lie past the panel's end.
-                let at = wp.wrapping_add(r * ps + k * cs).cast::<i8>();
-                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_2BYTE));
+        if per_line != 0 {
+            if until_line == 0 {
+                until_line = per_line;
+                for r in 0..R {
+                    // A prefetch never faults: the address may lie past the panel's end.
+                    let at = wp.wrapping_add(r * ps + k * cs).cast::<i8>();
+                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_2BYTE));
+                }
             }
+            until_line -= 1;
         }
         // SAFETY: `r·ps + k·cs + PANEL <= w.len()` and `k·M + q < M·cols`.
         unsafe {
