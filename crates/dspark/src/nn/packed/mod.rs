@@ -134,7 +134,9 @@ impl<T: PanelElem> PackedMatrix<T> {
     /// `Vᵀ`). Rows of `a` must lie inside it (callers check shapes).
     pub fn pack_transposed(a: &[T], stride: usize, rows: usize, cols: usize) -> Self {
         let panels = rows.div_ceil(PANEL);
-        let mut data = streamed_vec(panels * cols * PANEL);
+        // A per-call copy, not a weight kept for the model's life: no huge-page advice (one
+        // madvise and whole-page faults per call would cost more than the TLB misses).
+        let mut data = vec![T::default(); panels * cols * PANEL];
         for (p, panel) in data.chunks_exact_mut((cols * PANEL).max(1)).enumerate() {
             let (d0, width) = (p * PANEL, PANEL.min(rows - p * PANEL));
             for (k, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
