@@ -202,9 +202,8 @@ impl<'a, T: PanelElem> PanelView<'a, T> {
         let last_width = self.rows - (panels - 1) * PANEL;
         let (group, max_rows) = tiling(kernel, n);
         // No software prefetch of the next group: the tiles read each panel as one forward
-        // stream, which the hardware prefetchers follow (measured against prefetching the
-        // group after next: the same or faster at 1-16 rows, 12-15% faster for one f32 row).
-        // The AVX-512 tile prefetches inside 2-byte panels only (`x86::PREFETCH_2BYTE`).
+        // stream (measured against prefetching the group after next: the same or faster at
+        // 1-16 rows), and the x86 tiles prefetch inside that stream (`x86::PREFETCH_AHEAD`).
         let mut g = 0;
         while g < count {
             let p = p0 + g;

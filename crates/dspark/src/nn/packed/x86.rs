@@ -7,16 +7,24 @@ use std::arch::x86_64::*;
 use super::tile::Dst;
 use super::{PANEL, PanelElem};
 
-/// How far ahead (bytes, per panel stream) the AVX-512 tile prefetches 2-byte panels.
+/// How far ahead (bytes, in each panel stream) the tiles prefetch their weights.
 ///
-/// A one-row bf16 product streamed at 0.6–0.8 of the read floor on a Xeon (criterion
-/// `decode_matvec/bfloat16/1`, a DRAM-sized ring, 2 threads: 16.1 GiB/s median against
-/// 20 GiB/s for f32 and 18 GiB/s for a plain read): each column of a 2-byte panel is half a
-/// cache line and takes two widening instructions, so the loads a core keeps in flight span
-/// half the bytes an f32 tile's do, and the hardware prefetchers fall behind. One prefetch per
-/// line, 1 KiB ahead in each panel: 18.2–18.9 GiB/s, interleaved in one run. f32 panels keep
-/// none (one row measured 12–15% slower with it).
-const PREFETCH_2BYTE: usize = 1024;
+/// The hardware prefetchers alone fell behind the tiles: the more FMAs a column feeds (more
+/// rows), the fewer loads a core keeps in flight, and 2-byte panels take two widening
+/// instructions per half line. Measured on a Xeon (AVX-512, DRAM-sized ring of the
+/// memory-bound pair's MLP matrices, 2 threads, interleaved in one run), without → with one
+/// prefetch per cache line 2 KiB ahead: f32 1 row 23.3 → 24.0 GB/s, 9 rows 15.1 → 19.7
+/// (a verification of K = 8), 48 rows (a prefill chunk) +20%; bf16 one row 16.1 → 18.2–18.9
+/// GiB/s (`decode_matvec`, an earlier run at 1 KiB, the same as 2 KiB in this one); the AVX2
+/// tile run on the same CPU, f32 1 / 6 / 9 rows +19 / +40 / +25%, bf16 one row +30%. Flat
+/// from 2 to 4 KiB. A prefetch changes no value.
+const PREFETCH_AHEAD: usize = 2048;
+
+/// Columns of a panel stream per cache line (at least 1): the tiles prefetch once per line.
+#[inline(always)]
+fn columns_per_line<T>(cs: usize) -> usize {
+    (64 / (cs * std::mem::size_of::<T>()).max(1)).max(1)
+}
 
 /// `M` rows × `R` panels with AVX-512F.
 ///
@@ -36,27 +44,19 @@ pub(super) unsafe fn tile512<T: PanelElem, const M: usize, const R: usize>(
     debug_assert!(xs.len() >= M * cols);
     let (wp, xp) = (w.as_ptr(), xs.as_ptr());
     let mut acc = [[_mm512_setzero_ps(); R]; M];
-    // Columns per cache line of a panel stream: prefetch once per line (2-byte panels only),
-    // counted down (no division in the loop).
-    let elem = std::mem::size_of::<T>();
-    let per_line = if elem == 2 {
-        (64 / (cs * elem).max(1)).max(1)
-    } else {
-        0
-    };
+    // Prefetch once per cache line of each panel stream, counted down (no division in the loop).
+    let per_line = columns_per_line::<T>(cs);
     let mut until_line = 0;
     for k in 0..cols {
-        if per_line != 0 {
-            if until_line == 0 {
-                until_line = per_line;
-                for r in 0..R {
-                    // A prefetch never faults: the address may lie past the panel's end.
-                    let at = wp.wrapping_add(r * ps + k * cs).cast::<i8>();
-                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_2BYTE));
-                }
+        if until_line == 0 {
+            until_line = per_line;
+            for r in 0..R {
+                // A prefetch never faults: the address may lie past the panel's end.
+                let at = wp.wrapping_add(r * ps + k * cs).cast::<i8>();
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD));
             }
-            until_line -= 1;
         }
+        until_line -= 1;
         // SAFETY: `r·ps + k·cs + PANEL <= w.len()` and `k·M + q < M·cols`.
         unsafe {
             let mut wv = [_mm512_setzero_ps(); R];
@@ -100,7 +100,16 @@ pub(super) unsafe fn tile256<T: PanelElem, const M: usize>(
     debug_assert!(w.len() >= (cols - 1) * cs + PANEL && xs.len() >= M * cols);
     let (wp, xp) = (w.as_ptr(), xs.as_ptr());
     let mut acc = [[_mm256_setzero_ps(); 2]; M];
+    let per_line = columns_per_line::<T>(cs);
+    let mut until_line = 0;
     for k in 0..cols {
+        if until_line == 0 {
+            until_line = per_line;
+            // A prefetch never faults: the address may lie past the panel's end.
+            let at = wp.wrapping_add(k * cs).cast::<i8>();
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD));
+        }
+        until_line -= 1;
         // SAFETY: `k·cs + PANEL <= w.len()` and `k·M + q < M·cols`.
         unsafe {
             let lo = T::load8(wp.add(k * cs));
