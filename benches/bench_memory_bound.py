@@ -26,18 +26,27 @@ rows against sampled target-only):
 * ``sampled target-only`` / ``sampled speculative`` / ``sampled scheduled`` (B = 1): the same
   three modes sampling at temperature ``SAMPLED_T`` = 0.7 (seed 0 per call; no target: the
   bundled drafter was trained toward greedy decoding, so acceptance is lower);
-* ``llama-bench``: llama.cpp target-only token generation (``-p 0 -n TOKENS``);
-  ``llama-bench-1t`` the same on one thread (on a shared machine llama.cpp's spinning thread
-  pool collapses at 2 threads when another process holds a core);
+* ``llama-bench``: llama.cpp target-only, end to end from a prompt of the held-out prompts'
+  length (``-pg 48,TOKENS``: its time, prefill included, per generated token) and decode only
+  (``-n TOKENS`` from an empty context); ``llama-bench-1t`` the same on one thread (on a
+  shared machine llama.cpp's spinning thread pool collapses at 2 threads when another process
+  holds a core);
 * ``llama.cpp draft-dspark``: ``llama-speculative-simple --spec-type draft-dspark`` with our
-  drafter (its decode speed as it prints it);
+  drafter, end to end (its prompt's time plus its decoding's, as it prints them) and decode
+  only;
 * ``mistral.rs F32``: the ``mistralrs`` wheel, ``Which.Plain`` on the HF target directory,
-  target-only (its Python API runs no DSpark drafter);
+  target-only (its Python API runs no DSpark drafter), end to end and decode only from the
+  times its usage reports;
 * ``hf target-only`` / ``hf speculative``: transformers' ``Qwen3ForCausalLM`` on the target
   directory (in its dtype, ``--threads`` torch threads), decoded one KV-cached forward per token
   (:func:`dspark.measure.target_only`), and the same model behind ``dspark.Speculator`` with
-  the native drafter (full verification); ``greedy_equal`` of the HF rows compares with HF's
-  own target-only tokens.
+  the native drafter (full verification), end to end only; ``greedy_equal`` of the HF rows
+  compares with HF's own target-only tokens.
+
+Every row's ``tokens_per_s`` is end to end (prefill included) and, where the engine reports
+it, ``decode_tokens_per_s`` decode only; the medians give both ratios, ``x_target_only`` end to
+end against end to end and ``x_target_only_decode`` decode against decode, never one kind
+against the other.
 
 ``--batches``: at B = 1 every engine decodes ``--prompts`` prompts one after another (one
 call per prompt); at each larger N, dspark's native target-only, full and scheduled modes run
@@ -80,7 +89,10 @@ r = m.Runner(which=m.Which.Plain(model_id=sys.argv[1], arch=m.Architecture.Qwen3
                                  dtype=getattr(m.ModelDType, sys.argv[4])))
 res = r.send_completion_request(m.CompletionRequest(
     model="target", prompt=sys.argv[2], max_tokens=int(sys.argv[3]), temperature=0.0, top_k=1))
-print(json.dumps({"tokens_per_s": res.usage.avg_compl_tok_per_sec}))
+u = res.usage
+wall = u.total_prompt_time_sec + u.total_completion_time_sec
+print(json.dumps({"tokens_per_s": u.completion_tokens / wall,
+                  "decode_tokens_per_s": u.avg_compl_tok_per_sec}))
 """
 
 
@@ -119,6 +131,34 @@ def _run(cmd: list[str], timeout: float) -> str | None:
         print(f"    failed ({res.returncode}): {res.stderr[-400:]}")
         return None
     return res.stdout + "\n" + res.stderr
+
+
+def llama_bench_rates(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """End-to-end and decode tokens/s from ``llama-bench -o json`` rows: the ``-pg`` row's
+    generated tokens over its whole time (prompt included), the ``-n`` row's rate as is."""
+    got: dict[str, Any] = {}
+    for r in rows:
+        if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) > 0:
+            got["tokens_per_s"] = r["n_gen"] / (r["avg_ns"] / 1e9)
+        elif r.get("n_gen", 0) > 0:
+            got["decode_tokens_per_s"] = r["avg_ts"]
+    return got if "tokens_per_s" in got else None
+
+
+def speculative_simple_rates(out: str) -> dict[str, Any] | None:
+    """``llama-speculative-simple``'s printout: end to end (its prompt's time plus its
+    decoding's, per decoded token), decode only, and its draft counts."""
+    got: dict[str, Any] = {
+        k: float(v) for k, v in re.findall(r"(n_drafted|n_accept)\s*=\s*([\d.]+)", out)
+    }
+    enc = re.search(r"encoded\s+\d+ tokens in\s+([\d.]+) seconds", out)
+    dec = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", out)
+    if not (enc and dec) or float(dec.group(2)) <= 0:
+        return None
+    tokens, secs = int(dec.group(1)), float(dec.group(2))
+    got["tokens_per_s"] = tokens / (secs + float(enc.group(1)))
+    got["decode_tokens_per_s"] = tokens / secs
+    return got
 
 
 class Dspark:
@@ -235,6 +275,14 @@ class Hf:
             "tau": committed / max(rounds, 1e-9),
             "greedy_equal": got == self.reference,
         }
+
+
+def median_rates(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Median end-to-end (and, where every run has it, decode-only) tokens/s of ``runs``."""
+    out = {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in runs)}
+    if all("decode_tokens_per_s" in x for x in runs):
+        out["decode_tokens_per_s"] = statistics.median(x["decode_tokens_per_s"] for x in runs)
+    return out
 
 
 def plot(results: dict[str, Any], path: Path) -> str:
@@ -374,32 +422,22 @@ def main(argv: list[str] | None = None) -> int:
     def peer(dt: str, engine: str) -> dict[str, Any] | None:
         gguf = args.gguf_dir / f"target-{dt}.gguf"
         n = str(args.tokens)
-        if engine == "llama-bench":
+        if engine in ("llama-bench", "llama-bench-1t"):
+            # One thread for -1t: llama.cpp's spinning pool collapses when another process
+            # holds a core.
+            t = th if engine == "llama-bench" else "1"
             out = _run([str(bins / "llama-bench"), "-m", str(gguf), "-p", "0", "-n", n,
-                        "-t", th, "-r", "1", "-o", "json"], 600)  # fmt: skip
+                        "-pg", f"{PROMPT_TOKENS},{n}", "-t", t, "-r", "1", "-o", "json"],
+                       600)  # fmt: skip
             if out:
-                return {"tokens_per_s": json.loads(out[: out.rindex("]") + 1])[0]["avg_ts"]}
-        elif engine == "llama-bench-1t":
-            # One thread: llama.cpp's spinning pool collapses when another process holds a core.
-            out = _run([str(bins / "llama-bench"), "-m", str(gguf), "-p", "0", "-n", n,
-                        "-t", "1", "-r", "1", "-o", "json"], 600)  # fmt: skip
-            if out:
-                return {"tokens_per_s": json.loads(out[: out.rindex("]") + 1])[0]["avg_ts"]}
+                return llama_bench_rates(json.loads(out[: out.rindex("]") + 1]))
         elif engine == "draft-dspark":
             out = _run([str(bins / "llama-speculative-simple"), "-m", str(gguf), "-md",
                         str(args.gguf_dir / f"drafter-{dt}.gguf"), "--spec-type", "draft-dspark",
                         "--spec-draft-n-max", "8", "-p", prompt_text[dt], "-n", n, "--temp", "0",
                         "--top-k", "1", "-t", th, "-td", th, "-c", "1024"], 600)  # fmt: skip
             if out:
-                got: dict[str, Any] = {
-                    k: float(v) for k, v in re.findall(r"(n_drafted|n_accept)\s*=\s*([\d.]+)", out)
-                }
-                speed = re.search(
-                    r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+)", out
-                )
-                if speed:
-                    got["tokens_per_s"] = float(speed.group(1))
-                    return got
+                return speculative_simple_rates(out)
         elif engine == "mistralrs":
             out = _run([peers["python"], "-c", _MISTRALRS, str(args.pairs / dt / "target"),
                         prompt_text[dt], n, "F32"], 900)  # fmt: skip
@@ -441,18 +479,26 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.batches:
             rows = [x for x in results["runs"] if x["dtype"] == dt and x["batch"] == n]
             med = {
-                e: statistics.median(x["tokens_per_s"] for x in rows if x["engine"] == e)
+                e: median_rates([x for x in rows if x["engine"] == e])
                 for e in dict.fromkeys(x["engine"] for x in rows)
             }
-            base = med.get("dspark target-only")
             # Sampled rows against sampled target-only (the same sampling, the same run).
-            sampled_base = med.get("dspark sampled target-only")
             row: dict[str, Any] = {}
             for e, v in med.items():
-                ref = sampled_base if e.startswith("dspark sampled ") else base
-                row[e] = {"tokens_per_s": v, "x_target_only": v / ref if ref else None}
+                ref = med.get(
+                    "dspark sampled target-only" if e.startswith("dspark sampled ")
+                    else "dspark target-only", {}
+                )  # fmt: skip
+                row[e] = dict(v)
+                for key, ratio in (("tokens_per_s", "x_target_only"),
+                                   ("decode_tokens_per_s", "x_target_only_decode")):  # fmt: skip
+                    if key in v:
+                        row[e][ratio] = v[key] / ref[key] if ref.get(key) else None
+            # The floor is a decode step's: against the decode-only rate.
+            base = med.get("dspark target-only", {}).get("decode_tokens_per_s")
             if base and n == 1:
-                row["floor_fraction_target_only"] = base / results["floor"][dt]["tokens_per_s"]
+                floor = results["floor"][dt]["tokens_per_s"]
+                row["floor_fraction_target_only_decode"] = base / floor
             summary[dt][str(n)] = row
     results["median"] = summary
     results["seconds"] = time.perf_counter() - start
