@@ -57,8 +57,9 @@ matplotlib is installed.
 
 The floor: weight bytes per step (as the engine keeps them) ÷ the read bandwidth with
 ``--threads`` threads, measured before and after the runs (the faster of the two: load from
-other processes only ever slows a read), against dspark target-only's decode-only rate. The run stops starting new engine runs once ``--budget-s`` has
-passed. The machine this runs on may be shared: say so next to the numbers.
+other processes only ever slows a read), against dspark target-only's decode-only rate. The
+run stops starting new engine runs once ``--budget-s`` has passed. The machine this runs on may
+be shared: say so next to the numbers.
 """
 
 from __future__ import annotations
