@@ -8,9 +8,9 @@
 //! `rows × panels` fused multiply-adds, and every output is a lane of an accumulator, with no
 //! horizontal sum. The inputs of a tile are interleaved by column first (its rows' values of
 //! column `k` side by side), so a tile reads two forward streams, its panels and its inputs;
-//! the x86 tiles prefetch their panels' streams a few lines ahead of the hardware prefetchers. The weight is read once per call (a panel group stays
-//! in L2 while the input tiles pass over it), and the packed form replaces the `[out, in]` one:
-//! no extra memory.
+//! the x86 tiles prefetch their panels' streams a few lines ahead of the hardware prefetchers.
+//! The weight is read once per call (a panel group stays in L2 while the input tiles pass over
+//! it), and the packed form replaces the `[out, in]` one: no extra memory.
 //!
 //! Panels are stored in the weight's dtype ([`PanelElem`]: `f32`, `bf16`, `f16`), so a
 //! memory-bound product reads 2 bytes per bf16 or f16 weight; the tiles widen each 16-lane
