@@ -478,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     # The read measured again after the runs: a shared machine's load at the start
     # understates the floor (an upper bound on decode speed), so the floor uses the faster.
     bw_end = read_bandwidth(args.threads)
+    results["machine"]["read_bandwidth_start_bytes_per_s"] = bw
     results["machine"]["read_bandwidth_end_bytes_per_s"] = bw_end
     print(f"read bandwidth at the end: {bw_end / 1e9:.1f} GB/s")
     if bw_end > bw:
