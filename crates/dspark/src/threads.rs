@@ -25,6 +25,9 @@
 //!   run on a worker ([`on_pool`]: one handoff per forward, not per product), so their splits
 //!   are rayon joins from inside the pool: a worker whose peers are busy (another process
 //!   holds the other cores) finds its halves unstolen and runs them itself, with no wait.
+//!   Meanwhile the other workers stay awake between the forward's products for as long as
+//!   they keep finding work and are not preempted ([`on_pool`]'s helpers), instead of
+//!   sleeping after each product and being woken for the next.
 //! - **A torch target keeps its own threads** (`torch.set_num_threads`); the engine calls it
 //!   once per round and does nothing in parallel meanwhile.
 //!
@@ -32,6 +35,8 @@
 //! independently, so the bits are the same inline or on the pool.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Work below which a call never uses the pool.
 pub const POOL_MIN_WORK: usize = 1 << 20;
@@ -86,16 +91,92 @@ pub fn split_stream(bytes: usize) -> bool {
 }
 
 /// Run `f` on a worker of the pool, keeping this thread's [`in_round`] state, so the streamed
-/// products inside it split with joins from inside the pool ([`split_stream`]). Runs `f` right
-/// here when this thread is already a worker or the pool has one thread. Results do not
-/// depend on where `f` runs.
+/// products inside it split with joins from inside the pool ([`split_stream`]), while the
+/// pool's other workers stay awake ([`help_until`]) until `f` returns. Runs `f` right here
+/// when this thread is already a worker or the pool has one thread. Results do not depend on
+/// where `f` runs.
 pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() || rayon::current_num_threads() <= 1 {
         return f();
     }
     let round = round_active();
-    rayon::scope(move |_| if round { in_round(f) } else { f() })
+    let done = AtomicBool::new(false);
+    rayon::scope(|s| {
+        let owner = rayon::current_thread_index();
+        for _ in 1..rayon::current_num_threads() {
+            let done = &done;
+            s.spawn(move |_| help_until(done, owner));
+        }
+        // Set even when `f` unwinds, so that the helpers (and the scope) end.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let _done = Done(&done);
+        if round { in_round(f) } else { f() }
+    })
 }
+
+thread_local! {
+    static HELPING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A pool worker's share of an [`on_pool`] call: run the pool's pending jobs (the call's
+/// product halves) as they appear, spinning in between, until `done`, or until the pool has
+/// had nothing for it for [`HELP_IDLE`], or until it finds it was preempted for
+/// [`HELP_PREEMPTED`] (the machine has more runnable threads than cores: spinning there takes
+/// the core from the thread it waits for). Then it goes back to the pool's own idling (sleep
+/// until woken).
+///
+/// A forward is a chain of products with short one-thread steps between them (norms, rope,
+/// attention). A worker that finds no job sleeps after some tens of microseconds, and the next
+/// product must wake it (a futex, then the scheduler): measured on the memory-bound pair, about
+/// one wake per product, and the second core idle ~20% of a speculative round. Kept awake for
+/// the call, it takes its half at once.
+///
+/// A helper that lands on the owner's own thread (or on a thread already helping) returns at
+/// once: spinning there would sit on top of the call it waits for.
+fn help_until(done: &AtomicBool, owner: Option<usize>) {
+    if rayon::current_thread_index() == owner || HELPING.with(Cell::get) {
+        return;
+    }
+    HELPING.with(|h| h.set(true));
+    let (mut busy, mut polled) = (Instant::now(), Instant::now());
+    let mut idle = 0u32;
+    while !done.load(Ordering::Acquire) {
+        match rayon::yield_now() {
+            Some(rayon::Yield::Executed) => {
+                (idle, busy) = (0, Instant::now());
+                polled = busy;
+            }
+            Some(rayon::Yield::Idle) => {
+                idle = idle.wrapping_add(1);
+                if idle.is_multiple_of(HELP_SPINS_PER_CHECK) {
+                    let now = Instant::now();
+                    if now - busy > HELP_IDLE || now - polled > HELP_PREEMPTED {
+                        break;
+                    }
+                    polled = now;
+                }
+                std::hint::spin_loop();
+            }
+            None => break,
+        }
+    }
+    HELPING.with(|h| h.set(false));
+}
+
+/// Idle polls of a helper between two looks at the clock ([`help_until`]).
+const HELP_SPINS_PER_CHECK: u32 = 16;
+
+/// How long a helper waits for a job before it goes back to sleep: longer than the one-thread
+/// steps between a forward's products (tens of microseconds), short beside a forward.
+const HELP_IDLE: Duration = Duration::from_micros(1000);
+
+/// A gap between two looks at the clock that means the helper was preempted.
+const HELP_PREEMPTED: Duration = Duration::from_micros(500);
 
 #[cfg(test)]
 mod tests {
@@ -135,6 +216,36 @@ mod tests {
         assert!(round);
         assert_eq!(on_worker, rayon::current_num_threads() > 1);
         assert!(!on_pool(round_active));
+    }
+
+    #[test]
+    fn on_pool_helpers_end_with_the_call_even_when_it_panics() {
+        // From outside the pool (the helpers spin on the other workers): the call's parallel
+        // work is done by whoever takes it, the result is the serial one, and a panic inside
+        // the call reaches the caller instead of leaving the helpers (and the scope) waiting.
+        use rayon::prelude::*;
+        for _ in 0..50 {
+            let sum: u64 = on_pool(|| {
+                (0..10_000u32)
+                    .into_par_iter()
+                    .with_max_len(64)
+                    .map(|i| u64::from(i) * u64::from(i))
+                    .sum()
+            });
+            assert_eq!(sum, (0..10_000u64).map(|i| i * i).sum::<u64>());
+        }
+        let r = std::panic::catch_unwind(|| {
+            on_pool(|| {
+                (0..64)
+                    .into_par_iter()
+                    .for_each(|i| assert!(i < 63, "boom"));
+            })
+        });
+        assert!(r.is_err());
+        // And the pool still works afterwards.
+        assert_eq!(on_pool(|| (0..100u32).into_par_iter().sum::<u32>()), 4950);
+        // Nested: a call made on a worker runs in place, with no helpers of its own.
+        assert_eq!(on_pool(|| on_pool(|| 7)), 7);
     }
 
     #[test]

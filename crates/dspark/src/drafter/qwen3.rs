@@ -371,6 +371,20 @@ impl Qwen3Drafter {
     }
 }
 
+impl Qwen3Drafter {
+    /// Run a pass on a pool worker on the host fast path ([`crate::threads::on_pool`]), as the
+    /// native target's forward does: one handoff per pass, and its weight-streaming products
+    /// split over the pool inside a speculative round too (from a thread outside the pool they
+    /// would run on that one core). Elsewhere (the tensor path) `f` runs here.
+    fn on_host_pool<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        if crate::device::fast_on(&self.device) {
+            crate::threads::on_pool(f)
+        } else {
+            f()
+        }
+    }
+}
+
 impl Drafter for Qwen3Drafter {
     type State = DraftState;
 
@@ -440,7 +454,7 @@ impl Drafter for Qwen3Drafter {
         features: &Tensor,
         start_position: usize,
     ) -> Result<()> {
-        self.extend_state(state, features, start_position)
+        self.on_host_pool(|| self.extend_state(state, features, start_position))
     }
 
     fn propose_cached(
@@ -449,7 +463,9 @@ impl Drafter for Qwen3Drafter {
         anchors: &[u32],
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
-        Ok(self.propose_states_kept(states, anchors, opts, false)?.0)
+        Ok(self
+            .on_host_pool(|| self.propose_states_kept(states, anchors, opts, false))?
+            .0)
     }
 
     fn propose_for_verify(
@@ -458,7 +474,7 @@ impl Drafter for Qwen3Drafter {
         anchors: &[u32],
         opts: &ProposeOptions,
     ) -> Result<(Proposal, Option<Tensor>)> {
-        self.propose_states_kept(states, anchors, opts, true)
+        self.on_host_pool(|| self.propose_states_kept(states, anchors, opts, true))
     }
 
     fn propose(
@@ -483,14 +499,16 @@ impl Drafter for Qwen3Drafter {
                 ),
             ));
         }
-        let mut states = Vec::with_capacity(b);
-        for i in 0..b {
-            let mut s = DraftState::new(self.layers.len());
-            let start = start_positions[if start_positions.len() == 1 { 0 } else { i }];
-            self.extend_state(&mut s, &context.get(i)?, start)?;
-            states.push(s);
-        }
-        let refs: Vec<&DraftState> = states.iter().collect();
-        Ok(self.propose_states_kept(&refs, anchors, opts, false)?.0)
+        self.on_host_pool(|| {
+            let mut states = Vec::with_capacity(b);
+            for i in 0..b {
+                let mut s = DraftState::new(self.layers.len());
+                let start = start_positions[if start_positions.len() == 1 { 0 } else { i }];
+                self.extend_state(&mut s, &context.get(i)?, start)?;
+                states.push(s);
+            }
+            let refs: Vec<&DraftState> = states.iter().collect();
+            Ok(self.propose_states_kept(&refs, anchors, opts, false)?.0)
+        })
     }
 }

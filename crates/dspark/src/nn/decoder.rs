@@ -139,11 +139,17 @@ impl Layer {
         let n = x.dims().first().copied().unwrap_or(0);
         let (heads, kvh, hd, eps) = (g.heads, g.kv_heads, g.head_dim, g.eps);
         let h = rms_norm(x, &self.input_layernorm, eps)?;
-        let q = self.q_proj.forward(&h)?.reshape((n, heads, hd))?;
-        let q = norm_rope(rope, &q, &self.q_norm, eps, cos, sin)?;
-        let k = self.k_proj.forward(&h)?.reshape((n, kvh, hd))?;
-        let k = norm_rope(rope, &k, &self.k_norm, eps, cos, sin)?;
-        let v = self.v_proj.forward(&h)?.reshape((n, kvh, hd))?;
+        let [q, k, v] = Linear::forward_many([&self.q_proj, &self.k_proj, &self.v_proj], &h)?;
+        let q = norm_rope(
+            rope,
+            &q.reshape((n, heads, hd))?,
+            &self.q_norm,
+            eps,
+            cos,
+            sin,
+        )?;
+        let k = norm_rope(rope, &k.reshape((n, kvh, hd))?, &self.k_norm, eps, cos, sin)?;
+        let v = v.reshape((n, kvh, hd))?;
         let attn = attend(&q, &k, &v)?;
         let x = (x + self.o_proj.forward(&attn)?)?;
         let h = rms_norm(&x, &self.post_attention_layernorm, eps)?;

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use super::WeightDtype;
 use super::fused;
-use super::packed::PackedWeight;
+use super::packed::{PackedWeight, WeightPart};
 use crate::cpu::bias_block;
 use crate::cpu::par::PAR_MIN_MACS;
 use crate::device::{fast_on, host_fast};
@@ -201,6 +201,56 @@ impl Linear {
                 Ok(y.reshape(shape)?)
             }
         }
+    }
+
+    /// [`Self::forward`] of every layer of `layers` on one `x`, in order. On the host fast
+    /// path, when every weight is packed in one dtype, the products share one pool dispatch
+    /// ([`PackedWeight::matmul_group`]; a layer's q, k and v projections, its gate and up
+    /// projections) with each one's bits; otherwise each layer runs on its own.
+    pub fn forward_many<const N: usize>(layers: [&Self; N], x: &Tensor) -> Result<[Tensor; N]> {
+        let ys = Self::forward_group(&layers, x)?;
+        ys.try_into().map_err(|_| Error::Internal {
+            message: "a grouped product lost an output".into(),
+        })
+    }
+
+    /// [`Self::forward_many`] over a slice.
+    fn forward_group(layers: &[&Self], x: &Tensor) -> Result<Vec<Tensor>> {
+        let packed: Option<Vec<WeightPart<'_>>> = layers
+            .iter()
+            .map(|l| match &l.weight {
+                Weight::Packed(w, b) => Some((w.as_ref(), b.as_deref().map(Vec::as_slice))),
+                Weight::Tensor(_) => None,
+            })
+            .collect();
+        let dims = x.dims();
+        let (Some(parts), true, true) = (packed, layers.len() > 1, host_fast(x)) else {
+            return layers.iter().map(|l| l.forward(x)).collect();
+        };
+        let cols = dims.last().copied().unwrap_or(0);
+        if dims.len() < 2 || parts.iter().any(|(w, _)| w.cols() != cols) {
+            return layers.iter().map(|l| l.forward(x)).collect();
+        }
+        let n = dims[..dims.len() - 1].iter().product();
+        // Read in place when contiguous (no copy of the activations), else one copy.
+        let ys = match fused::with_f32(x, |xs| PackedWeight::matmul_group(&parts, xs, n)) {
+            Some(ys) => ys,
+            None => PackedWeight::matmul_group(&parts, &x.flatten_all()?.to_vec1::<f32>()?, n),
+        };
+        let Some(ys) = ys else {
+            // Weights of mixed dtypes: one product each.
+            return layers.iter().map(|l| l.forward(x)).collect();
+        };
+        ys.into_iter()
+            .zip(&parts)
+            .map(|(y, (w, _))| {
+                let mut shape = dims.to_vec();
+                if let Some(last) = shape.last_mut() {
+                    *last = w.rows();
+                }
+                Ok(Tensor::from_vec(y, shape, x.device())?)
+            })
+            .collect()
     }
 
     /// The weight as a `[out, in]` tensor (unpacked into a new tensor when packed).

@@ -8,7 +8,7 @@ use crate::error::Result;
 
 /// SwiGLU: `down(silu(gate(x)) ⊙ up(x))`.
 pub fn swiglu(x: &Tensor, gate: &Linear, up: &Linear, down: &Linear) -> Result<Tensor> {
-    let (g, u) = (gate.forward(x)?, up.forward(x)?);
+    let [g, u] = Linear::forward_many([gate, up], x)?;
     let h = match fused::silu_mul(&g, &u) {
         Some(h) => h?,
         None => (g.silu()? * u)?,

@@ -36,12 +36,14 @@ use crate::nn::WeightDtype;
 use crate::view::Floats;
 
 mod elem;
+mod group;
 mod tile;
 mod view;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use elem::PanelElem;
+pub use group::{GroupPart, matmul_group};
 pub use view::PanelView;
 
 /// Output rows per panel (one AVX-512 vector, two AVX2 vectors).
@@ -254,6 +256,9 @@ pub enum PackedWeight {
     F16(PackedMatrix<f16>),
 }
 
+/// One product of a [`PackedWeight::matmul_group`]: the weight and its bias, if any.
+pub type WeightPart<'a> = (&'a PackedWeight, Option<&'a [f32]>);
+
 /// `$body` with `$m` bound to the [`PackedMatrix`] of any [`PackedWeight`] variant.
 macro_rules! each {
     ($w:expr, $m:ident => $body:expr) => {
@@ -308,6 +313,40 @@ impl PackedWeight {
     /// [`PackedMatrix::matmul`].
     pub fn matmul(&self, x: &[f32], n: usize, bias: Option<&[f32]>) -> Option<Vec<f32>> {
         each!(self, m => m.matmul(x, n, bias))
+    }
+
+    /// [`matmul_group`] over packed weights with the fastest kernel: one pool dispatch for
+    /// the products of `x` with every weight of `parts`, each the bits of its own
+    /// [`Self::matmul`]. `None` when the weights are not all of one dtype, or as
+    /// [`matmul_group`].
+    pub fn matmul_group(parts: &[WeightPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
+        fn views<'a, T: PanelElem>(
+            parts: &[WeightPart<'a>],
+            pick: impl Fn(&'a PackedWeight) -> Option<&'a PackedMatrix<T>>,
+        ) -> Option<Vec<GroupPart<'a, T>>> {
+            parts
+                .iter()
+                .map(|&(w, b)| Some((pick(w)?.view(), b)))
+                .collect()
+        }
+        let kernel = Kernel::best();
+        match parts.first()?.0 {
+            Self::F32(_) => {
+                let v = views(parts, |w| if let Self::F32(m) = w { Some(m) } else { None })?;
+                matmul_group(kernel, &v, x, n)
+            }
+            Self::BF16(_) => {
+                let v = views(
+                    parts,
+                    |w| if let Self::BF16(m) = w { Some(m) } else { None },
+                )?;
+                matmul_group(kernel, &v, x, n)
+            }
+            Self::F16(_) => {
+                let v = views(parts, |w| if let Self::F16(m) = w { Some(m) } else { None })?;
+                matmul_group(kernel, &v, x, n)
+            }
+        }
     }
 
     /// [`PackedMatrix::matmul_with`].

@@ -287,3 +287,75 @@ fn row_tiles_are_balanced_and_interleaving_keeps_each_tile_in_place() {
         }
     }
 }
+
+#[test]
+fn grouped_products_give_each_products_bits() {
+    // One input against several weights of one width (q/k/v-like outputs, a partial last
+    // panel, an empty one), every kernel, inline and split over a pool (the group streams
+    // more than the split bar in every dtype), with and without biases: each output is the
+    // bits of that product alone.
+    let cols = 1700;
+    let shapes = [70, 16, 33, 0, 200];
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    for dtype in WeightDtype::ALL {
+        let ws: Vec<PackedWeight> = shapes
+            .iter()
+            .map(|&r| {
+                PackedWeight::pack(Floats::F32(&values(r * cols, r as u32)), r, cols, dtype)
+                    .unwrap()
+            })
+            .collect();
+        let biases: Vec<Vec<f32>> = shapes.iter().map(|&r| values(r, 2)).collect();
+        let bytes: usize = ws.iter().map(PackedWeight::bytes).sum();
+        assert!(pool.install(|| crate::threads::split_stream(bytes)));
+        for n in [0, 1, 9, 13] {
+            let x = values(n * cols, n as u32 + 1);
+            for with_bias in [false, true] {
+                let b = |i: usize| with_bias.then_some(&biases[i][..]);
+                let alone = |k: Kernel| -> Vec<Vec<f32>> {
+                    let each = |(i, w): (usize, &PackedWeight)| w.matmul_with(k, &x, n, b(i));
+                    ws.iter()
+                        .enumerate()
+                        .map(each)
+                        .collect::<Option<_>>()
+                        .unwrap()
+                };
+                let parts: Vec<WeightPart<'_>> =
+                    ws.iter().enumerate().map(|(i, w)| (w, b(i))).collect();
+                let want = Some(alone(Kernel::best()));
+                let split = pool.install(|| PackedWeight::matmul_group(&parts, &x, n));
+                assert_eq!(split, want, "{dtype} n {n}");
+                let inline = crate::threads::in_round(|| PackedWeight::matmul_group(&parts, &x, n));
+                assert_eq!(inline, want, "{dtype} n {n}");
+                // Every kernel, through the views (f32 panels).
+                let views: Vec<GroupPart<'_, f32>> = ws
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, w)| match w {
+                        PackedWeight::F32(m) => Some((m.view(), b(i))),
+                        _ => None,
+                    })
+                    .collect();
+                if views.len() == ws.len() {
+                    for k in KERNELS {
+                        let got = pool.install(|| matmul_group(k, &views, &x, n));
+                        assert_eq!(got, Some(alone(k)), "{k:?} n {n}");
+                    }
+                }
+            }
+        }
+    }
+    // Mixed dtypes, widths or bias lengths: no group.
+    let a = PackedWeight::pack(Floats::F32(&values(64, 1)), 16, 4, WeightDtype::F32).unwrap();
+    let h = PackedWeight::pack(Floats::F32(&values(64, 1)), 16, 4, WeightDtype::BF16).unwrap();
+    let wide = PackedWeight::pack(Floats::F32(&values(80, 1)), 16, 5, WeightDtype::F32).unwrap();
+    let x = values(8, 3);
+    assert!(PackedWeight::matmul_group(&[(&a, None), (&h, None)], &x, 2).is_none());
+    assert!(PackedWeight::matmul_group(&[(&a, None), (&wide, None)], &x, 2).is_none());
+    assert!(PackedWeight::matmul_group(&[(&a, Some(&[0.0; 3]))], &x, 2).is_none());
+    assert!(PackedWeight::matmul_group(&[(&a, None)], &x[..7], 2).is_none());
+    assert!(PackedWeight::matmul_group(&[], &x, 2).is_none());
+}

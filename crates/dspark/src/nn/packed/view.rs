@@ -1,18 +1,8 @@
-//! [`PanelView`]: a borrowed panel-layout matrix, its product, and the split of a product's
-//! panels over the thread pool.
+//! [`PanelView`]: a borrowed panel-layout matrix and the products of its panels (the pool
+//! split is `group.rs`'s).
 
-use rayon::prelude::*;
-
-use super::tile::{Dst, interleave, row_tiles, tile, tiling};
+use super::tile::{Dst, row_tiles, tile, tiling};
 use super::{Kernel, PANEL, PanelElem};
-use crate::cpu::par::PAR_MIN_MACS;
-
-/// Panels per pool task are a multiple of this (the widest register tile's group).
-const TASK_PANELS: usize = 4;
-
-/// Pool tasks per pool thread of a split product: several, so that a worker slowed by another
-/// process leaves its share to be stolen.
-const TASKS_PER_THREAD: usize = 4;
 
 /// A borrowed `W: [rows, cols]` in panel layout at any strides: panel `p`, column `k`, lane `j`
 /// (`W[p·PANEL + j, k]`) is `data[p · panel_stride + k · col_stride + j]`. Lanes past `rows` in
@@ -73,6 +63,11 @@ impl<'a, T: PanelElem> PanelView<'a, T> {
         self.rows
     }
 
+    /// Input columns (`in`).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
     /// `y = x · Wᵀ (+ bias)` as [`super::PackedMatrix::matmul`], with the fastest kernel.
     pub fn matmul(&self, x: &[f32], n: usize, bias: Option<&[f32]>) -> Option<Vec<f32>> {
         self.matmul_with(Kernel::best(), x, n, bias)
@@ -87,88 +82,7 @@ impl<'a, T: PanelElem> PanelView<'a, T> {
         n: usize,
         bias: Option<&[f32]>,
     ) -> Option<Vec<f32>> {
-        let kernel = kernel.or_portable();
-        if n.checked_mul(self.cols) != Some(x.len()) || bias.is_some_and(|b| b.len() != self.rows) {
-            return None;
-        }
-        let (rows, cols) = (self.rows, self.cols);
-        if n == 0 || rows == 0 || cols == 0 {
-            // No inputs (or no outputs): every product is 0, then + bias.
-            let mut y = vec![0f32; n * rows];
-            if let Some(b) = bias {
-                for row in y.chunks_exact_mut(rows.max(1)) {
-                    row.copy_from_slice(b);
-                }
-            }
-            return Some(y);
-        }
-        let panels = rows.div_ceil(PANEL);
-        // The tiles write `y` in place, row-major with the bias added, so no staging buffer is
-        // zeroed and nothing is copied (measured: +15–20% tokens/s for 16 concurrent
-        // speculative requests on the bundled pair).
-        let mut y: Vec<f32> = Vec::with_capacity(n * rows);
-        let dst = Dst {
-            ptr: y.spare_capacity_mut().as_mut_ptr().cast(),
-            row_stride: rows,
-            panel_stride: PANEL,
-            last_width: rows - (panels - 1) * PANEL,
-            bias: bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
-        };
-        let tasks = self.pool_tasks(n);
-        // The tiles read their rows interleaved by column (one input stream beside the
-        // weights', not one per row; measured on the memory-bound pair's MLP at 9 rows: f32
-        // 5-10% faster). One row is its own interleaving.
-        let interleaved;
-        let x = if n > 1 {
-            interleaved = interleave(x, n, cols, tiling(kernel, n).1);
-            &interleaved[..]
-        } else {
-            x
-        };
-        if tasks > 1 {
-            // Each task writes its own panels' lanes of every row. Raw pointers are not `Send`:
-            // they go over as addresses.
-            let per = panels.div_ceil(tasks).next_multiple_of(TASK_PANELS);
-            let (at, bias_at) = (dst.ptr as usize, dst.bias as usize);
-            (0..panels.div_ceil(per)).into_par_iter().for_each(|c| {
-                let p0 = c * per;
-                let task = Dst {
-                    // SAFETY (offset): panel `p0 < panels` starts at output `p0·PANEL < rows`.
-                    ptr: unsafe { (at as *mut f32).add(p0 * PANEL) },
-                    bias: bias_at as *const f32,
-                    ..dst
-                };
-                // SAFETY: `y` has room for row `i`, output `o` at `i·rows + o`; this task's
-                // outputs (panels `p0 ..`) are disjoint from every other task's.
-                unsafe { self.panels_into(kernel, x, n, p0, per.min(panels - p0), task) }
-            });
-        } else {
-            // SAFETY: as above, all panels on this thread.
-            unsafe { self.panels_into(kernel, x, n, 0, panels, dst) };
-        }
-        // SAFETY: the tiles wrote every one of the `n · rows` values (all rows, every panel,
-        // the last one's `last_width` lanes).
-        unsafe { y.set_len(n * rows) };
-        Some(y)
-    }
-
-    /// Pool tasks for a product of `n` rows: 1 (inline) unless it is worth the pool, either
-    /// for its multiply-adds ([`crate::threads::use_pool`] from [`PAR_MIN_MACS`]) or for the
-    /// weight bytes it streams ([`crate::threads::split_stream`]).
-    fn pool_tasks(&self, n: usize) -> usize {
-        let panels = self.rows.div_ceil(PANEL);
-        if panels <= TASK_PANELS {
-            return 1;
-        }
-        let work = n.saturating_mul(self.rows).saturating_mul(self.cols);
-        let bytes = (panels * self.cols * PANEL).saturating_mul(std::mem::size_of::<T>());
-        let pool = (work >= PAR_MIN_MACS && crate::threads::use_pool(work))
-            || crate::threads::split_stream(bytes);
-        if pool {
-            rayon::current_num_threads() * TASKS_PER_THREAD
-        } else {
-            1
-        }
+        super::group::matmul_group(kernel, &[(*self, bias)], x, n).map(|mut ys| ys.swap_remove(0))
     }
 
     /// The values of panels `p .. p + np` (from the first lane of the first to the last lane
@@ -187,7 +101,7 @@ impl<'a, T: PanelElem> PanelView<'a, T> {
     /// panel `r < count` and lane `j` (`j < PANEL`, or `j < last_width` in the matrix's last
     /// panel), and `dst.bias`, when not null, readable at `rows` values from the matrix's first
     /// output.
-    unsafe fn panels_into(
+    pub(super) unsafe fn panels_into(
         &self,
         kernel: Kernel,
         x: &[f32],
