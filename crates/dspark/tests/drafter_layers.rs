@@ -107,31 +107,23 @@ fn linear_uses_the_same_product() {
 #[test]
 fn grouped_linears_give_each_ones_bits_and_its_errors() {
     // q/k/v-like maps of one input: one grouped product, each output the bits of its own
-    // forward, in every weight dtype, with leading dimensions kept; a mixed group (one map of
-    // another dtype) falls back to one product each; a wrong width is each map's error.
+    // forward, with leading dimensions kept; a mixed group (one map kept as bf16) falls back
+    // to one product each, with the same bits; a wrong width is each map's error.
     let q = Linear::new(randn(21, &[64, 40]), Some(randn(22, &[64]))).unwrap();
     let k = Linear::new(randn(23, &[24, 40]), None).unwrap();
     let bf = Linear::new(randn(24, &[17, 40]).to_dtype(DType::BF16).unwrap(), None).unwrap();
+    let values = |t: &Tensor| t.to_vec2::<f32>().unwrap();
     for rows in [1, 9, 40] {
         let x = randn(25, &[rows, 40]);
-        let [a, b] = Linear::forward_many([&q, &k], &x).unwrap();
-        assert_eq!(
-            a.to_vec2::<f32>().unwrap(),
-            q.forward(&x).unwrap().to_vec2::<f32>().unwrap()
-        );
-        assert_eq!(
-            b.to_vec2::<f32>().unwrap(),
-            k.forward(&x).unwrap().to_vec2::<f32>().unwrap()
-        );
-        let [a, c] = Linear::forward_many([&q, &bf], &x).unwrap();
-        assert_eq!(
-            a.to_vec2::<f32>().unwrap(),
-            q.forward(&x).unwrap().to_vec2::<f32>().unwrap()
-        );
-        assert_eq!(
-            c.to_vec2::<f32>().unwrap(),
-            bf.forward(&x).unwrap().to_vec2::<f32>().unwrap()
-        );
+        for (other, name) in [(&k, "f32"), (&bf, "mixed")] {
+            let [a, b] = Linear::forward_many([&q, other], &x).unwrap();
+            assert_eq!(values(&a), values(&q.forward(&x).unwrap()), "{name} {rows}");
+            assert_eq!(
+                values(&b),
+                values(&other.forward(&x).unwrap()),
+                "{name} {rows}"
+            );
+        }
     }
     let x3 = randn(26, &[2, 3, 40]);
     let [a, b] = Linear::forward_many([&q, &k], &x3).unwrap();
