@@ -369,9 +369,7 @@ impl Qwen3Drafter {
     pub fn markov_rank(&self) -> usize {
         self.spec.markov_rank
     }
-}
 
-impl Qwen3Drafter {
     /// Run a pass on a pool worker on the host fast path ([`crate::threads::on_pool`]), as the
     /// native target's forward does: one handoff per pass, and its weight-streaming products
     /// split over the pool inside a speculative round too (from a thread outside the pool they

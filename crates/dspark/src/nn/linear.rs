@@ -223,13 +223,14 @@ impl Linear {
                 Weight::Tensor(_) => None,
             })
             .collect();
+        let each = || layers.iter().map(|l| l.forward(x)).collect();
         let dims = x.dims();
         let (Some(parts), true, true) = (packed, layers.len() > 1, host_fast(x)) else {
-            return layers.iter().map(|l| l.forward(x)).collect();
+            return each();
         };
         let cols = dims.last().copied().unwrap_or(0);
         if dims.len() < 2 || parts.iter().any(|(w, _)| w.cols() != cols) {
-            return layers.iter().map(|l| l.forward(x)).collect();
+            return each();
         }
         let n = dims[..dims.len() - 1].iter().product();
         // Read in place when contiguous (no copy of the activations), else one copy.
@@ -239,7 +240,7 @@ impl Linear {
         };
         let Some(ys) = ys else {
             // Weights of mixed dtypes: one product each.
-            return layers.iter().map(|l| l.forward(x)).collect();
+            return each();
         };
         ys.into_iter()
             .zip(&parts)
