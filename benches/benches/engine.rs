@@ -5,13 +5,19 @@
 //! they are where a change to the matmul micro-kernel or the decoder layer shows first. Every
 //! call runs inside [`dspark::threads::in_round`], under the thread policy of a round.
 //!
+//! The bundled target sits in cache; a user's does not. With `DSPARK_BENCH_PAIR=DIR` (a pair
+//! from `dspark make-example DIR --memory-bound`) the same forwards and proposals also run on
+//! that pair, memory-bound at B = 1 and compute-bound from a few dozen rows (B = 1 with 48 new
+//! tokens, a prompt's prefill; B = 4 with 9 each, a full verification).
+//!
 //! Under mimalloc, the allocator the Python extension uses (see README "Threads").
 //!
 //! Run: `cargo bench -p dspark-benches --bench engine -- --warm-up-time 1 --measurement-time 3`
+//! (add `DSPARK_BENCH_PAIR=DIR` in front for the memory-bound pair).
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -33,34 +39,47 @@ fn ids(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| ((i * 7919 + 13) % vocab) as u32).collect()
 }
 
-fn bench_target(c: &mut Criterion) {
-    let target = Qwen3Target::load(&models().join("target"), &Device::Cpu).unwrap();
+/// A target forward over `s` new tokens per request for `batch` requests after a
+/// [`CONTEXT`]-token prompt each (the cache cut back to the prompt after every call), and one
+/// drafter proposal per request, on the pair in `dir` (`target/`, `drafter/`), named `name` in
+/// the report.
+fn bench_pair(c: &mut Criterion, name: &str, dir: &Path, batch: usize, sizes: &[usize]) {
+    let target = Qwen3Target::load(&dir.join("target"), &Device::Cpu).unwrap();
     let v = target.vocab_size();
-    let mut cache = target.new_cache(1).unwrap();
-    let prompt = ids(CONTEXT, v);
+    let drafter = Qwen3Drafter::load(
+        &dir.join("drafter"),
+        &target.target_spec(),
+        target.shared_weights(),
+    )
+    .unwrap();
+    let capture = drafter.capture_layer_ids().to_vec();
+    let mut cache = target.new_cache(batch).unwrap();
+    let prompt = ids(CONTEXT * batch, v);
+    let context = vec![CONTEXT; batch];
     let input = TargetInput {
         tokens: &prompt,
         width: CONTEXT,
-        num_tokens: &[CONTEXT],
+        num_tokens: &context,
         logits: LogitRows::Last,
     };
-    target.forward(&mut cache, &input, &[]).unwrap();
-    let capture = [1usize, 4, 7];
-    let mut group = c.benchmark_group("target_forward");
-    for s in [1usize, 4, 9] {
-        let new = ids(s, v);
-        group.throughput(Throughput::Elements(s as u64));
-        group.bench_with_input(BenchmarkId::new("b1_ctx64", s), &s, |bch, &s| {
+    let out = target.forward(&mut cache, &input, &capture).unwrap();
+    let mut group = c.benchmark_group(format!("target_forward/{name}"));
+    for &s in sizes {
+        let new = ids(s * batch, v);
+        let news = vec![s; batch];
+        group.throughput(Throughput::Elements((s * batch) as u64));
+        let id = BenchmarkId::new(format!("b{batch}_ctx{CONTEXT}"), s);
+        group.bench_with_input(id, &s, |bch, &s| {
             bch.iter(|| {
                 let input = TargetInput {
                     tokens: &new,
                     width: s,
-                    num_tokens: &[s],
+                    num_tokens: &news,
                     logits: LogitRows::All,
                 };
                 dspark::threads::in_round(|| {
                     let out = target.forward(&mut cache, &input, &capture).unwrap();
-                    target.truncate(&mut cache, &[CONTEXT]).unwrap();
+                    target.truncate(&mut cache, &context).unwrap();
                     black_box(out)
                 })
             })
@@ -68,32 +87,38 @@ fn bench_target(c: &mut Criterion) {
     }
     group.finish();
 
-    let drafter = Qwen3Drafter::load(
-        &models().join("drafter"),
-        &target.target_spec(),
-        target.shared_weights(),
-    )
-    .unwrap();
-    let capture = drafter.capture_layer_ids().to_vec();
-    let mut cache = target.new_cache(1).unwrap();
-    let input = TargetInput {
-        tokens: &prompt,
-        width: CONTEXT,
-        num_tokens: &[CONTEXT],
-        logits: LogitRows::Last,
-    };
-    let out = target.forward(&mut cache, &input, &capture).unwrap();
+    // The drafter's context: the prompt's features of the first request, for every request.
     let mut state = drafter.new_state().unwrap();
     let feats = out.hidden_states.get(0).unwrap();
     drafter.extend(&mut state, &feats, 0).unwrap();
+    let states = vec![&state; batch];
+    let anchors = vec![7; batch];
     let opts = ProposeOptions::default();
-    c.bench_function("drafter_propose/b1_ctx64", |bch| {
-        bch.iter(|| {
-            dspark::threads::in_round(|| {
-                black_box(drafter.propose_cached(&[&state], &[7], &opts).unwrap())
+    c.bench_function(
+        &format!("drafter_propose/{name}/b{batch}_ctx{CONTEXT}"),
+        |bch| {
+            bch.iter(|| {
+                dspark::threads::in_round(|| {
+                    black_box(drafter.propose_cached(&states, &anchors, &opts).unwrap())
+                })
             })
-        })
-    });
+        },
+    );
+}
+
+/// The bundled pair at B = 1 (`S` = 1, 4, 9); with `DSPARK_BENCH_PAIR` set to a pair directory
+/// (`dspark make-example DIR --memory-bound` writes one), that pair too, at B = 1 (`S` = 1, 9
+/// and 48, a prefill chunk) and B = 4 (`S` = 1, 3, 9).
+fn bench_target(c: &mut Criterion) {
+    bench_pair(c, "bundled", &models(), 1, &[1, 4, 9]);
+    if let Some(dir) = std::env::var_os("DSPARK_BENCH_PAIR") {
+        let dir = PathBuf::from(dir);
+        let name = dir
+            .file_name()
+            .map_or("pair".into(), |n| n.to_string_lossy().into_owned());
+        bench_pair(c, &name, &dir, 1, &[1, 9, 48]);
+        bench_pair(c, &name, &dir, 4, &[1, 3, 9]);
+    }
 }
 
 /// The packed micro-kernel alone: `n` rows times a weight that stays in L2 (`[512, 192]`,
