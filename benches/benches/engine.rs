@@ -39,19 +39,33 @@ fn ids(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| ((i * 7919 + 13) % vocab) as u32).collect()
 }
 
-/// A target forward over `s` new tokens per request for `batch` requests after a
-/// [`CONTEXT`]-token prompt each (the cache cut back to the prompt after every call), and one
-/// drafter proposal per request, on the pair in `dir` (`target/`, `drafter/`), named `name` in
-/// the report.
-fn bench_pair(c: &mut Criterion, name: &str, dir: &Path, batch: usize, sizes: &[usize]) {
+/// For each `(batch, sizes)` of `runs`: a target forward over `s` new tokens per request for
+/// `batch` requests after a [`CONTEXT`]-token prompt each (the cache cut back to the prompt
+/// after every call), for each `s` of `sizes`, and one drafter proposal per request; on the
+/// pair in `dir` (`target/`, `drafter/`, loaded once), named `name` in the report.
+fn bench_pair(c: &mut Criterion, name: &str, dir: &Path, runs: &[(usize, &[usize])]) {
     let target = Qwen3Target::load(&dir.join("target"), &Device::Cpu).unwrap();
-    let v = target.vocab_size();
     let drafter = Qwen3Drafter::load(
         &dir.join("drafter"),
         &target.target_spec(),
         target.shared_weights(),
     )
     .unwrap();
+    for &(batch, sizes) in runs {
+        bench_batch(c, name, &target, &drafter, batch, sizes);
+    }
+}
+
+/// One `(batch, sizes)` run of [`bench_pair`].
+fn bench_batch(
+    c: &mut Criterion,
+    name: &str,
+    target: &Qwen3Target,
+    drafter: &Qwen3Drafter,
+    batch: usize,
+    sizes: &[usize],
+) {
+    let v = target.vocab_size();
     let capture = drafter.capture_layer_ids().to_vec();
     let mut cache = target.new_cache(batch).unwrap();
     let prompt = ids(CONTEXT * batch, v);
@@ -110,14 +124,13 @@ fn bench_pair(c: &mut Criterion, name: &str, dir: &Path, batch: usize, sizes: &[
 /// (`dspark make-example DIR --memory-bound` writes one), that pair too, at B = 1 (`S` = 1, 9
 /// and 48, a prefill chunk) and B = 4 (`S` = 1, 3, 9).
 fn bench_target(c: &mut Criterion) {
-    bench_pair(c, "bundled", &models(), 1, &[1, 4, 9]);
+    bench_pair(c, "bundled", &models(), &[(1, &[1, 4, 9])]);
     if let Some(dir) = std::env::var_os("DSPARK_BENCH_PAIR") {
         let dir = PathBuf::from(dir);
         let name = dir
             .file_name()
             .map_or("pair".into(), |n| n.to_string_lossy().into_owned());
-        bench_pair(c, &name, &dir, 1, &[1, 9, 48]);
-        bench_pair(c, &name, &dir, 4, &[1, 3, 9]);
+        bench_pair(c, &name, &dir, &[(1, &[1, 9, 48]), (4, &[1, 3, 9])]);
     }
 }
 
