@@ -55,7 +55,7 @@ pub const TILE_ROWS: usize = 12;
 /// Which kernel runs a product (all give the same bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
-    /// AVX-512F: tiles of up to 6 rows × 4 panels or 12 rows × 2 panels.
+    /// AVX-512F: tiles of up to 6 rows × 4 panels, 9 rows × 3 panels or 12 rows × 2 panels.
     Avx512,
     /// AVX2 + FMA + F16C: tiles of up to 6 rows × 1 panel.
     Avx2,
