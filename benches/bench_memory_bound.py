@@ -13,10 +13,15 @@ weights at B = 1, and dspark's own modes at N = 4 and 16 concurrent requests.
 is skipped with a line saying so.
 
 Greedy, held-out prompts (their first 48 tokens), ``--tokens`` new tokens, ``--threads``
-threads for every engine. Runs are interleaved (repeat → dtype → engine), so a change in the
-machine's load hits every engine alike; the JSON keeps every run and the medians, and ratios
-are against dspark's native target-only decoding of the same dtype in the same run (the sampled
-rows against sampled target-only):
+threads for every engine. Runs are interleaved (repeat → dtype → engine, the engines in reverse
+order on odd repeats), so a change in the machine's load hits every engine alike; the JSON keeps
+every run and the medians, and ratios are against dspark's native target-only decoding of the
+same dtype in the same run (the sampled rows against sampled target-only). On a shared machine
+one engine's run can be 20-40% off its neighbour's, so ``paired`` also gives, per engine, the
+ratio within each repeat (against the same repeat's reference) as median, min and max over
+the repeats, and ``paired_targets`` the same for the issue's engine-against-engine targets
+(dspark speculative and scheduled against llama.cpp's ``draft-dspark``, target-only against
+``llama-bench``):
 
 * ``dspark target-only`` / ``dspark speculative`` (full verification) / ``dspark scheduled``:
   the native engine in this process, the pair loaded in its checkpoint dtype. tokens/s are
@@ -279,6 +284,41 @@ class Hf:
         }
 
 
+#: Engine-against-engine ratios reported per repeat (``paired_targets``): (name, engine, against).
+PAIRED_TARGETS = (
+    ("speculative / draft-dspark", "dspark speculative", "draft-dspark"),
+    ("scheduled / draft-dspark", "dspark scheduled", "draft-dspark"),
+    ("target-only / llama-bench", "dspark target-only", "llama-bench"),
+)
+
+
+def reference(engine: str) -> str:
+    """The row ``engine``'s ratios are against: sampled target-only for the sampled rows (the
+    same sampling, the same run), native target-only for every other."""
+    if engine.startswith("dspark sampled "):
+        return "dspark sampled target-only"
+    return "dspark target-only"
+
+
+def paired_ratios(rows: list[dict[str, Any]], engine: str, against: str) -> dict[str, Any] | None:
+    """End-to-end tokens/s of ``engine`` over ``against``'s within each repeat of ``rows`` (one
+    dtype, one N): median, min and max over the repeats that ran both, or ``None``."""
+    by = {(x["engine"], x["repeat"]): x["tokens_per_s"] for x in rows}
+    ratios = [
+        by[engine, r] / by[against, r]
+        for r in sorted({x["repeat"] for x in rows})
+        if (engine, r) in by and by.get((against, r))
+    ]
+    if not ratios:
+        return None
+    return {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "repeats": len(ratios),
+    }
+
+
 def median_rates(runs: list[dict[str, Any]]) -> dict[str, float]:
     """Median end-to-end (and, where every run has it, decode-only) tokens/s of ``runs``."""
     out = {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in runs)}
@@ -452,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.repeats):
         for n in args.batches:
             for dt in args.dtypes:
-                for engine in args.engines if n == 1 else [e for e in args.engines if e in native]:
+                order = args.engines if r % 2 == 0 else args.engines[::-1]
+                for engine in order if n == 1 else [e for e in order if e in native]:
                     if time.perf_counter() - start > args.budget_s:
                         print(f"budget of {args.budget_s:.0f} s spent: stopping")
                         break
@@ -497,15 +538,15 @@ def main(argv: list[str] | None = None) -> int:
             # Sampled rows against sampled target-only (the same sampling, the same run).
             row: dict[str, Any] = {}
             for e, v in med.items():
-                ref = med.get(
-                    "dspark sampled target-only" if e.startswith("dspark sampled ")
-                    else "dspark target-only", {}
-                )  # fmt: skip
+                ref = med.get(reference(e), {})
                 row[e] = dict(v)
                 for key, ratio in (("tokens_per_s", "x_target_only"),
                                    ("decode_tokens_per_s", "x_target_only_decode")):  # fmt: skip
                     if key in v:
                         row[e][ratio] = v[key] / ref[key] if ref.get(key) else None
+            row["paired"] = {e: paired_ratios(rows, e, reference(e)) for e in med}
+            targets = {name: paired_ratios(rows, e, a) for name, e, a in PAIRED_TARGETS}
+            row["paired_targets"] = {k: v for k, v in targets.items() if v is not None}
             # The floor is a decode step's: against the decode-only rate.
             base = med.get("dspark target-only", {}).get("decode_tokens_per_s")
             if base and n == 1:
