@@ -49,7 +49,7 @@ pub use view::PanelView;
 /// Output rows per panel (one AVX-512 vector, two AVX2 vectors).
 pub const PANEL: usize = 16;
 
-/// Input rows per register tile at most (`n` rows are split into balanced tiles).
+/// Input rows per register tile at most (`n` rows: a full first tile, the rest balanced).
 pub const TILE_ROWS: usize = 12;
 
 /// Which kernel runs a product (all give the same bits).

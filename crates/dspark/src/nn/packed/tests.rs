@@ -261,17 +261,31 @@ fn strided_views_give_the_packed_bits_and_refuse_short_data() {
 }
 
 #[test]
-fn row_tiles_are_balanced_and_interleaving_keeps_each_tile_in_place() {
+fn row_tiles_fill_the_first_then_balance_and_interleaving_keeps_each_tile_in_place() {
     use super::tile::{interleave, row_tiles};
+    assert_eq!(row_tiles(13, 12).collect::<Vec<_>>(), [(0, 12), (12, 1)]);
+    assert_eq!(
+        row_tiles(29, 12).collect::<Vec<_>>(),
+        [(0, 12), (12, 9), (21, 8)]
+    );
+    assert_eq!(row_tiles(0, 12).count(), 0);
     for n in 1..=40 {
-        for max in [6, 12] {
+        for max in [6, 9, 12] {
             let tiles: Vec<_> = row_tiles(n, max).collect();
             assert_eq!(tiles.len(), n.div_ceil(max));
+            assert_eq!(tiles[0], (0, n.min(max)));
+            let rest = &tiles[1..];
             let mut at = 0;
             for &(i0, m) in &tiles {
                 assert_eq!(i0, at);
-                assert!(m <= max && m + 1 >= n / tiles.len());
+                assert!(m >= 1 && m <= max);
                 at += m;
+            }
+            if let (Some(lo), Some(hi)) = (
+                rest.iter().map(|t| t.1).min(),
+                rest.iter().map(|t| t.1).max(),
+            ) {
+                assert!(hi - lo <= 1, "{tiles:?}");
             }
             assert_eq!(at, n);
             let cols = 3;
