@@ -99,6 +99,40 @@ def reference_lengths_ahead(c, table, ahead):
     return lengths
 
 
+def reference_lengths_batch(c, table, ahead):
+    """The batch-wide look-ahead: request r verifies slot j when the best round holding it
+    (other requests' slots at current survival, r's later slots priced with ``ahead``, any
+    number of them taken highest first) beats the best round that stops r at j."""
+    b, k = c.shape
+    unit = np.clip(np.nan_to_num(c.astype(np.float64)), 0, 1)
+    pred = np.clip(np.nan_to_num(ahead.astype(np.float64)), 0, 1)
+    surv = np.cumprod(unit, axis=1)
+
+    def best(r, extra, tau, tokens):
+        values = sorted([surv[q, i] for q in range(b) if q != r for i in range(k)] + extra)
+        theta = tau * _sps(table, tokens)
+        for a in reversed(values):
+            if a <= 0:
+                break
+            tau, tokens = tau + a, tokens + 1
+            theta = max(theta, tau * _sps(table, tokens))
+        return theta
+
+    lengths = [0] * b
+    for r in range(b):
+        tau = float(b)
+        for j in range(k):
+            a = surv[r, j]
+            if a <= 0:
+                break
+            rest = list(a * np.cumprod(pred[r, j + 1 :]))
+            if best(r, rest, tau + a, b + j + 1) <= best(r, [], tau, b + j):
+                break
+            tau += a
+            lengths[r] = j + 1
+    return lengths
+
+
 def reference_pipelined(stale, current, table):
     b = stale.shape[0]
     tau, best, cap = float(b), b * _sps(table, b), 0
@@ -124,6 +158,9 @@ def test_schedulers_match_a_python_reference(rng):
         assert dspark.schedule_lengths(c, table, ahead=stale) == reference_lengths_ahead(
             c, table, stale
         )
+        assert dspark.schedule_lengths(
+            c, table, ahead=stale, batch_wide=True
+        ) == reference_lengths_batch(c, table, stale)
 
 
 def test_look_ahead_crosses_a_cliff_and_checks_its_shape():
@@ -136,6 +173,23 @@ def test_look_ahead_crosses_a_cliff_and_checks_its_shape():
     assert dspark.schedule_lengths(c, table, ahead=np.zeros((1, 8), np.float32)) == [2]
     with pytest.raises(dspark.InputError) as e:
         dspark.schedule_lengths(c, table, ahead=np.ones((1, 7), np.float32))
+    assert e.value.code == "bad-shape"
+
+
+def test_batch_wide_look_ahead_crosses_a_cliff_the_whole_batch_repays():
+    # 4 requests of 8 drafts: one 12-token tile, then a second (+40%), plus the drafter (every
+    # size in the table: step and linear read it alike).
+    ms = [100 + 1.5 * n + 40 * ((n + 11) // 12 - 1) + 60 for n in range(1, 37)]
+    table = [(n, 1e3 / m) for n, m in enumerate(ms, start=1)]
+    c = np.full((4, 8), 0.85, np.float32)
+    assert dspark.schedule_lengths(c, table, ahead=c) == [2, 2, 2, 2]
+    assert dspark.schedule_lengths(c, table, ahead=c, batch_wide=True) == [5, 5, 5, 5]
+    # Without ``ahead`` a request's own later slots count for nothing; others' still do.
+    assert dspark.schedule_lengths(c, table, batch_wide=True) == reference_lengths_batch(
+        c, table, np.zeros_like(c)
+    )
+    with pytest.raises(dspark.InputError) as e:
+        dspark.schedule_lengths(c, table, ahead=np.ones((4, 7), np.float32), batch_wide=True)
     assert e.value.code == "bad-shape"
 
 

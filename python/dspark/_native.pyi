@@ -208,6 +208,7 @@ def schedule_lengths(
     interpolation: _Option = None,
     *,
     ahead: _Tensor | None = None,
+    batch_wide: bool = False,
 ) -> list[int]: ...
 def schedule_pipelined(
     stale: _Tensor,

@@ -393,6 +393,7 @@ def schedule_lengths(
     interpolation: str = "step",
     *,
     ahead: TensorLike | None = None,
+    batch_wide: bool = False,
 ) -> list[int]:
     """The paper's scheduler: admit slots by survival while tokens x SPS strictly improves.
 
@@ -405,6 +406,13 @@ def schedule_lengths(
     its request's next slots, priced with ``ahead``, would improve the objective, so the scan
     can cross a cliff in the table; still lossless, since no choice reads a later slot's
     current confidence.
+
+    ``batch_wide=True`` is the look-ahead the engine runs: a request's next slot is verified
+    when the best round holding it (over how many of the other requests' slots, at their
+    current survival, and of its own later slots, priced with ``ahead``, it also verifies)
+    beats the best round that stops the request there. A row tile then pays when the whole
+    batch repays it. Lossless too: a request's choice never reads its own later confidences.
+    Batches of more than 512 slots take the single-request look-ahead.
     """
     table = _table(steps_per_second)
     return list(
@@ -413,6 +421,7 @@ def schedule_lengths(
             table,
             interpolation,
             ahead=None if ahead is None else _tensor(ahead, "ahead"),
+            batch_wide=batch_wide,
         )
     )
 

@@ -483,29 +483,44 @@ pub(crate) fn sps_table(
 
 /// The paper's scheduler (admit by survival while expected tokens × SPS strictly improves);
 /// with `ahead` (`[B, K]`, acceptance predicted without this round's draws), the look-ahead
-/// variant that can cross a cliff in the table.
+/// variant that can cross a cliff in the table; with `batch_wide`, the batch-wide look-ahead
+/// the engine runs (`ahead` absent: predicted 0).
 #[pyfunction]
-#[pyo3(signature = (confidence, steps_per_second, interpolation = None, *, ahead = None))]
+#[pyo3(signature = (
+    confidence, steps_per_second, interpolation = None, *, ahead = None, batch_wide = false
+))]
 pub fn schedule_lengths(
     confidence: &Bound<'_, PyAny>,
     steps_per_second: &Bound<'_, PyAny>,
     interpolation: Option<&Bound<'_, PyAny>>,
     ahead: Option<&Bound<'_, PyAny>>,
+    batch_wide: bool,
 ) -> PyResult<Vec<usize>> {
     guard(|| {
         let sps = sps_table(steps_per_second, interpolation)?;
         let (c, b, k) = conf_matrix(confidence, "confidence")?;
-        let Some(ahead) = ahead.filter(|a| !a.is_none()) else {
-            return dspark::schedule::schedule_lengths(&c, b, k, &sps).map_err(err);
+        let a = match ahead.filter(|a| !a.is_none()) {
+            Some(ahead) => {
+                let (a, b2, k2) = conf_matrix(ahead, "ahead")?;
+                if (b, k) != (b2, k2) {
+                    return Err(err(Error::bad_shape(
+                        "ahead",
+                        format!("shape [{b2}, {k2}] differs from confidence [{b}, {k}]"),
+                    )));
+                }
+                Some(a)
+            }
+            None => None,
         };
-        let (a, b2, k2) = conf_matrix(ahead, "ahead")?;
-        if (b, k) != (b2, k2) {
-            return Err(err(Error::bad_shape(
-                "ahead",
-                format!("shape [{b2}, {k2}] differs from confidence [{b}, {k}]"),
-            )));
+        match (a, batch_wide) {
+            (a, true) => {
+                let a = a.unwrap_or_else(|| vec![0.0; c.len()]);
+                dspark::schedule::schedule_lengths_batch(&c, b, k, &sps, &a)
+            }
+            (Some(a), false) => dspark::schedule::schedule_lengths_ahead(&c, b, k, &sps, &a),
+            (None, false) => dspark::schedule::schedule_lengths(&c, b, k, &sps),
         }
-        dspark::schedule::schedule_lengths_ahead(&c, b, k, &sps, &a).map_err(err)
+        .map_err(err)
     })
 }
 

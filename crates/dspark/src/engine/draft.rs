@@ -42,7 +42,7 @@ use crate::drafter::{Drafter, ProposeOptions};
 use crate::error::{Error, Result};
 use crate::sampling::Seeds;
 use crate::schedule::{
-    StepsPerSecond, VerifyPolicy, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
+    StepsPerSecond, VerifyPolicy, schedule_lengths_batch, schedule_pipelined, threshold_lengths,
 };
 use crate::target::{MAX_PROFILE_TOKENS, TargetModel, measure_steps_per_second};
 
@@ -98,7 +98,7 @@ pub(super) fn drafting_pays(
 ) -> Result<bool> {
     let bf = b as f64;
     let drafted = sps.with_overhead(bf * (costs.propose + costs.drafted_rest));
-    let lens = schedule_lengths_ahead(stale, b, n, &drafted, ahead)?;
+    let lens = schedule_lengths_batch(stale, b, n, &drafted, ahead)?;
     let verified = b + lens.iter().sum::<usize>();
     let theta_drafted = expected_tokens(stale, n, &lens) * drafted.sps(verified);
     let theta_plain = bf * sps.with_overhead(bf * costs.plain_rest).sps(b);
@@ -416,20 +416,21 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             Some(secs) => sps.with_overhead(secs),
             None => sps.clone(),
         };
-        // The scheduler looks past a cliff in the table on the acceptance expected from
-        // earlier rounds (never from this round's draws: lossless).
+        // The scheduler looks past a cliff in the table over the whole batch: the other
+        // requests' slots, and each request's own continuation on the acceptance expected
+        // from earlier rounds (never from its own draws of this round: lossless).
         let ahead = self.expected_acceptance(&rows, n);
         let lens = match &policy {
             VerifyPolicy::Threshold(t) => threshold_lengths(&firsts, b, n, *t)?,
             VerifyPolicy::Scheduled(sps) => {
-                schedule_lengths_ahead(&firsts, b, n, &priced(sps), &ahead)?
+                schedule_lengths_batch(&firsts, b, n, &priced(sps), &ahead)?
             }
             VerifyPolicy::ScheduledMeasured => {
                 let sps = match measured {
                     Some(t) => t.clone(),
                     None => self.measured_table(b * (n + 1), n + 1)?,
                 };
-                schedule_lengths_ahead(&firsts, b, n, &priced(&sps), &ahead)?
+                schedule_lengths_batch(&firsts, b, n, &priced(&sps), &ahead)?
             }
             VerifyPolicy::Pipelined(sps) => {
                 // A request's previous-round confidences (its own current ones in its first

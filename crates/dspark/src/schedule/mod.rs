@@ -1,5 +1,6 @@
-//! Verify-length policies (how many of each request's drafts a round verifies): a static confidence threshold, the paper's early-stop scheduler
-//! (Algorithm 1), the same with a look-ahead on predicted acceptance, and the pipelined variant.
+//! Verify-length policies (how many of each request's drafts a round verifies): a static
+//! confidence threshold, the paper's early-stop scheduler (Algorithm 1), the same with a
+//! look-ahead on predicted acceptance, a batch-wide look-ahead, and the pipelined variant.
 //!
 //! Confidences are `[B·K]` row-major; `c_{r,j}` estimates P(draft `j` accepted | drafts `< j`
 //! accepted). Values outside `[0, 1]` are clamped and NaN counts as `0` (never admitted early).
@@ -8,15 +9,17 @@
 //! allocated.
 //!
 //! [`StepsPerSecond`] (`table.rs`) is the cost model the schedulers maximise against;
-//! `threshold.rs`, `scheduler.rs` (Algorithm 1 and its look-ahead) and `pipelined.rs` hold the
-//! policies. The speculator's round loop is their one caller in the engine.
+//! `threshold.rs`, `scheduler.rs` (Algorithm 1 and its look-ahead), `batch.rs` (the batch-wide
+//! look-ahead the engine runs) and `pipelined.rs` hold the policies. The speculator's round loop is their one caller in the engine.
 
+mod batch;
 mod pipelined;
 mod policy;
 mod scheduler;
 mod table;
 mod threshold;
 
+pub use batch::{MAX_BATCH_SEARCH_SLOTS, schedule_lengths_batch};
 pub use pipelined::schedule_pipelined;
 pub use policy::VerifyPolicy;
 pub use scheduler::{schedule_lengths, schedule_lengths_ahead};

@@ -13,8 +13,9 @@ pub enum VerifyPolicy {
     /// forward, with each round's measured cost outside it (drafting, kernels: the
     /// engine's recent medians per request) added
     /// ([`StepsPerSecond::with_overhead`](super::StepsPerSecond::with_overhead)),
-    /// looking past a cliff in the table on the acceptance earlier rounds measured
-    /// ([`schedule_lengths_ahead`](super::schedule_lengths_ahead)).
+    /// looking past a cliff in the table over the whole batch: the other requests' slots and
+    /// the request's own continuation on the acceptance earlier rounds measured
+    /// ([`schedule_lengths_batch`](super::schedule_lengths_batch)).
     Scheduled(StepsPerSecond),
     /// `Scheduled` over a table measured on the target at first use
     /// ([`measure_steps_per_second`](crate::target::measure_steps_per_second)), kept by the

@@ -11,10 +11,16 @@ use crate::schedule::StepsPerSecond;
 /// Context tokens each profiling row holds before the timed forwards.
 const PROFILE_CONTEXT: usize = 32;
 
-/// Timed repeats per size in the dense range (the fastest counts: the others carry noise from
-/// the machine). A size past it is timed once: a forward that long averages the machine's noise
-/// over its length, it costs as much as many small ones, and the loop's own forwards refine the
-/// table from the first round on (the engine's `learned` module).
+/// Timed repeats per size in the dense range; their median counts. A size past it is timed
+/// once: a forward that long averages the machine's noise over its length, it costs as much as
+/// many small ones, and the loop's own forwards refine the table from the first round on (the
+/// engine's `learned` module).
+///
+/// The median, not the fastest: every size then holds a typical forward, as the one timing of
+/// a large size does. The refinement scales the whole table by the median ratio of the loop's
+/// forwards to it; with the fastest of 3 in the dense range that ratio came out near 1.13 on
+/// the memory-bound pair (f32, 4 requests) and priced the large sizes 13% above what they cost,
+/// so the scheduler kept its rounds short of them.
 const PROFILE_REPEATS: usize = 3;
 
 /// The most verified tokens the engine profiles for [`VerifyPolicy::ScheduledMeasured`]
@@ -43,7 +49,7 @@ pub(crate) fn profile_sizes(max_tokens: usize, row_tokens: usize) -> Vec<usize> 
 }
 
 /// Measure `SPS(n)` on `target` for every `n` up to `2·row_tokens` (a kernel's row tiling puts
-/// steps in the cost of small forwards), each the fastest of 3 timed forwards (taken round all
+/// steps in the cost of small forwards), each the median of 3 timed forwards (taken round all
 /// sizes in turn), then sizes growing by at most 50% up to `max_tokens`, timed once. `n` verified tokens
 /// are spread over rows of at most `row_tokens` each, every row after a short context, the
 /// way a batched verification looks. Uses a throwaway cache.
@@ -91,10 +97,10 @@ pub fn measure_steps_per_second<T: TargetModel>(
         .collect();
     // The repeats go round all sizes in turn, so a slow spell of the machine does not bias
     // one size.
-    let mut best = vec![f64::INFINITY; sizes.len()];
+    let mut timed: Vec<Vec<f64>> = vec![Vec::with_capacity(PROFILE_REPEATS); sizes.len()];
     let dense = max_tokens.min(row_tokens.saturating_mul(2));
     for repeat in 0..PROFILE_REPEATS {
-        for (((ids, num), best), &n) in inputs.iter().zip(&mut best).zip(&sizes) {
+        for (((ids, num), times), &n) in inputs.iter().zip(&mut timed).zip(&sizes) {
             if repeat > 0 && n > dense {
                 continue;
             }
@@ -106,14 +112,18 @@ pub fn measure_steps_per_second<T: TargetModel>(
             };
             let t = Instant::now();
             target.forward(&mut cache, &input, &[])?;
-            *best = best.min(t.elapsed().as_secs_f64());
+            times.push(t.elapsed().as_secs_f64());
             target.truncate(&mut cache, &base)?;
         }
     }
     let points = sizes
         .iter()
-        .zip(best)
-        .map(|(&n, s)| (n, 1.0 / s.max(1e-9)))
+        .zip(timed)
+        .map(|(&n, mut times)| {
+            times.sort_by(f64::total_cmp);
+            let typical = times.get(times.len() / 2).copied().unwrap_or(0.0);
+            (n, 1.0 / typical.max(1e-9))
+        })
         .collect();
     StepsPerSecond::linear(points)
 }
