@@ -6,17 +6,10 @@
 
 mod sampling_support;
 
-use dspark::IdMap;
-use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions,
-    sample_block_slices, verify_slices,
-};
 use dspark::schedule::{
     StepsPerSecond, schedule_lengths, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
 };
-use sampling_support::{assert_differs, assert_follows, histogram};
-
-const TRIALS: usize = 50_000;
+use sampling_support::{appendix_a, assert_differs, assert_follows};
 
 /// Appendix A: two tokens, target p = (0.7, 0.3), draft q = (0.5, 0.5), c_1 = 0.8, and
 /// c_2 = 0.9 after drafting token 0 but 0 after token 1. SPS(1) = 1, SPS(2) = 0.5, SPS(3) = 0.45.
@@ -26,45 +19,7 @@ const TRIALS: usize = 50_000;
 /// is always accepted since p(0) > q(0)), but Θ(ℓ=2) = 0.81 after token 1 (verify none) →
 /// P(first = 0) = 0.5·1 + 0.5·0.7 = 0.85.
 fn appendix_a(policy: impl Fn(&[f32], usize) -> usize, seed: u64) -> Vec<u64> {
-    let map = IdMap::identity(2).unwrap();
-    let base = vec![0f32; TRIALS * 2 * 2];
-    let w = vec![0f32; 2];
-    let block = sample_block_slices(
-        Rows3::new(Floats::F32(&base), [TRIALS, 2, 2]).unwrap(),
-        Mat::new(Floats::F32(&w), [2, 1]).unwrap(),
-        Mat::new(Floats::F32(&w), [2, 1]).unwrap(),
-        &vec![0; TRIALS],
-        &BlockOptions {
-            temperature: 1.0,
-            seeds: Seeds::Scalar(seed),
-            id_map: &map,
-            top_k: None,
-            logit_scale: 1.0,
-        },
-    )
-    .unwrap();
-    let lengths: Vec<usize> = (0..TRIALS)
-        .map(|i| {
-            let c2 = if block.tokens[i * 2] == 0 { 0.9 } else { 0.0 };
-            policy(&[0.8, c2], i)
-        })
-        .collect();
-    let p = [0.7f32.ln(), 0.3f32.ln()];
-    let target: Vec<f32> = p.iter().cycle().take(TRIALS * 3 * 2).cloned().collect();
-    let drafts: Vec<i64> = block.tokens.iter().map(|&t| i64::from(t)).collect();
-    let v = verify_slices(
-        Rows3::new(Floats::F32(&target), [TRIALS, 3, 2]).unwrap(),
-        Tokens::new(&drafts, [TRIALS, 2]).unwrap(),
-        Some(Rows3::new(Floats::F32(&block.draft_logits), [TRIALS, 2, 2]).unwrap()),
-        &VerifyOptions {
-            temperature: PerRequest::All(1.0),
-            seeds: Seeds::Scalar(seed),
-            num_draft: Some(lengths),
-            ..VerifyOptions::default()
-        },
-    )
-    .unwrap();
-    histogram((0..TRIALS).map(|i| v.tokens[i * 3] as usize), 2)
+    appendix_a::appendix_a(1, |c, i| vec![policy(c, i)], seed).swap_remove(0)
 }
 
 fn sps() -> StepsPerSecond {

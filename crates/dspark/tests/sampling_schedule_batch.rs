@@ -7,81 +7,23 @@
 
 mod sampling_support;
 
-use dspark::IdMap;
-use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions,
-    sample_block_slices, verify_slices,
-};
 use dspark::schedule::{
     MAX_BATCH_SEARCH_SLOTS, StepsPerSecond, schedule_lengths, schedule_lengths_ahead,
     schedule_lengths_batch,
 };
-use sampling_support::{assert_follows, histogram};
-
-const TRIALS: usize = 50_000;
-
-/// Appendix A in batches of `b` requests: each request drafts two tokens from q = (0.5, 0.5)
-/// against target p = (0.7, 0.3), with c_1 = 0.8 and c_2 = 0.9 after drafting token 0 but 0
-/// after token 1. `policy` sees the batch's `[b·2]` confidences; the result is the histogram
-/// of the first committed token of each request position.
-fn appendix_a(b: usize, policy: impl Fn(&[f32]) -> Vec<usize>, seed: u64) -> Vec<Vec<u64>> {
-    let rows = TRIALS * b;
-    let map = IdMap::identity(2).unwrap();
-    let base = vec![0f32; rows * 2 * 2];
-    let w = vec![0f32; 2];
-    let block = sample_block_slices(
-        Rows3::new(Floats::F32(&base), [rows, 2, 2]).unwrap(),
-        Mat::new(Floats::F32(&w), [2, 1]).unwrap(),
-        Mat::new(Floats::F32(&w), [2, 1]).unwrap(),
-        &vec![0; rows],
-        &BlockOptions {
-            temperature: 1.0,
-            seeds: Seeds::Scalar(seed),
-            id_map: &map,
-            top_k: None,
-            logit_scale: 1.0,
-        },
-    )
-    .unwrap();
-    let confidence = |row: usize| [0.8, if block.tokens[row * 2] == 0 { 0.9 } else { 0.0 }];
-    let lengths: Vec<usize> = (0..TRIALS)
-        .flat_map(|t| {
-            let c: Vec<f32> = (t * b..(t + 1) * b).flat_map(confidence).collect();
-            let l = policy(&c);
-            assert_eq!(l.len(), b);
-            l
-        })
-        .collect();
-    let p = [0.7f32.ln(), 0.3f32.ln()];
-    let target: Vec<f32> = p.iter().cycle().take(rows * 3 * 2).cloned().collect();
-    let drafts: Vec<i64> = block.tokens.iter().map(|&t| i64::from(t)).collect();
-    let v = verify_slices(
-        Rows3::new(Floats::F32(&target), [rows, 3, 2]).unwrap(),
-        Tokens::new(&drafts, [rows, 2]).unwrap(),
-        Some(Rows3::new(Floats::F32(&block.draft_logits), [rows, 2, 2]).unwrap()),
-        &VerifyOptions {
-            temperature: PerRequest::All(1.0),
-            seeds: Seeds::Scalar(seed),
-            num_draft: Some(lengths),
-            ..VerifyOptions::default()
-        },
-    )
-    .unwrap();
-    (0..b)
-        .map(|r| histogram((0..TRIALS).map(|t| v.tokens[(t * b + r) * 3] as usize), 2))
-        .collect()
-}
+use sampling_support::appendix_a::appendix_a;
+use sampling_support::assert_follows;
 
 #[test]
 fn appendix_a_alone_is_lossless() {
     // One request: the single-request look-ahead's choices (slot 1 on the promise of slot 2
     // across the cliff at 2 tokens; slot 2 when its own survival pays).
     let sps = StepsPerSecond::step(vec![(1, 1.0), (2, 0.5), (3, 0.45)]).unwrap();
-    let lengths = |c: &[f32]| schedule_lengths_batch(c, 1, 2, &sps, &[0.8, 0.9]).unwrap();
+    let lengths = |c: &[f32], _| schedule_lengths_batch(c, 1, 2, &sps, &[0.8, 0.9]).unwrap();
     let counts = appendix_a(1, lengths, 11);
     assert_follows(&counts[0], &[0.7, 0.3], "batch look-ahead, one request");
-    assert_eq!(lengths(&[0.8, 0.9]), vec![2]);
-    assert_eq!(lengths(&[0.8, 0.0]), vec![1]);
+    assert_eq!(lengths(&[0.8, 0.9], 0), vec![2]);
+    assert_eq!(lengths(&[0.8, 0.0], 0), vec![1]);
 }
 
 #[test]
@@ -91,10 +33,10 @@ fn appendix_a_in_a_batch_is_lossless_where_requests_read_each_others_draws() {
     let sps =
         StepsPerSecond::linear(vec![(2, 1.0), (3, 0.9), (4, 0.9), (5, 0.7), (6, 0.7)]).unwrap();
     let ahead = [0.8, 0.9, 0.8, 0.9];
-    let lengths = |c: &[f32]| schedule_lengths_batch(c, 2, 2, &sps, &ahead).unwrap();
-    assert_eq!(lengths(&[0.8, 0.9, 0.8, 0.9]), vec![2, 2]);
-    assert_eq!(lengths(&[0.8, 0.9, 0.8, 0.0]), vec![1, 1]);
-    assert_eq!(lengths(&[0.8, 0.0, 0.8, 0.9]), vec![1, 1]);
+    let lengths = |c: &[f32], _| schedule_lengths_batch(c, 2, 2, &sps, &ahead).unwrap();
+    assert_eq!(lengths(&[0.8, 0.9, 0.8, 0.9], 0), vec![2, 2]);
+    assert_eq!(lengths(&[0.8, 0.9, 0.8, 0.0], 0), vec![1, 1]);
+    assert_eq!(lengths(&[0.8, 0.0, 0.8, 0.9], 0), vec![1, 1]);
     let counts = appendix_a(2, lengths, 12);
     assert_follows(&counts[0], &[0.7, 0.3], "batch look-ahead, request 0");
     assert_follows(&counts[1], &[0.7, 0.3], "batch look-ahead, request 1");

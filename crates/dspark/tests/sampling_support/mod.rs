@@ -2,6 +2,8 @@
 //! a tight critical value, and f64 reference distributions.
 #![allow(dead_code)]
 
+pub mod appendix_a;
+
 /// SplitMix64: deterministic test data.
 pub struct TestRng(pub u64);
 
