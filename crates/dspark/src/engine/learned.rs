@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::Result;
 use crate::schedule::StepsPerSecond;
+use crate::schedule::table::median;
 
 /// Latest timings kept per key.
 const WINDOW: usize = 16;
@@ -36,15 +37,6 @@ const MIN_SAMPLES: usize = 3;
 
 /// Observations the scaled profile counts as at a count that has its own timings.
 const PROFILE_WEIGHT: f64 = 2.0;
-
-/// The lower median (`None` for an empty slice).
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[(v.len() - 1) / 2])
-}
 
 /// The latest [`WINDOW`] timings per key (a token count, a batch size).
 #[derive(Debug, Default, Clone)]

@@ -10,13 +10,14 @@
 //!
 //! [`StepsPerSecond`] (`table.rs`) is the cost model the schedulers maximise against;
 //! `threshold.rs`, `scheduler.rs` (Algorithm 1 and its look-ahead), `batch.rs` (the batch-wide
-//! look-ahead the engine runs) and `pipelined.rs` hold the policies. The speculator's round loop is their one caller in the engine.
+//! look-ahead the engine runs) and `pipelined.rs` hold the policies. The speculator's round
+//! loop is their one caller in the engine.
 
 mod batch;
 mod pipelined;
 mod policy;
 mod scheduler;
-mod table;
+pub(crate) mod table;
 mod threshold;
 
 pub use batch::{MAX_BATCH_SEARCH_SLOTS, schedule_lengths_batch};

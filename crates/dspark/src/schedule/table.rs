@@ -98,3 +98,13 @@ impl StepsPerSecond {
         a.1 + f * (b.1 - a.1)
     }
 }
+
+/// The lower median of timings (`None` for an empty slice): the statistic the profile and its
+/// online refinement price the table with.
+pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[(v.len() - 1) / 2])
+}

@@ -7,6 +7,7 @@ use super::{LogitRows, TargetInput, TargetModel};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_BATCH, MAX_BLOCK, at_most};
 use crate::schedule::StepsPerSecond;
+use crate::schedule::table::median;
 
 /// Context tokens each profiling row holds before the timed forwards.
 const PROFILE_CONTEXT: usize = 32;
@@ -119,11 +120,7 @@ pub fn measure_steps_per_second<T: TargetModel>(
     let points = sizes
         .iter()
         .zip(timed)
-        .map(|(&n, mut times)| {
-            times.sort_by(f64::total_cmp);
-            let typical = times.get(times.len() / 2).copied().unwrap_or(0.0);
-            (n, 1.0 / typical.max(1e-9))
-        })
+        .map(|(&n, times)| (n, 1.0 / median(times).unwrap_or(0.0).max(1e-9)))
         .collect();
     StepsPerSecond::linear(points)
 }
