@@ -26,12 +26,12 @@ TorchDrafter.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -218,21 +218,6 @@ def drafter_checkpoint(root: Path, dims: dict, device: torch.device) -> dict:
     return {"config": target_cfg, "embed_tokens": embed, "lm_head": lm_head}
 
 
-def torch_drafter_on(path: Path, target: dict, device: torch.device) -> object:
-    """``dspark.TorchDrafter`` of ``path`` with every weight moved to ``device``."""
-    ref = dspark.TorchDrafter.from_pretrained(path, target)
-    wts = ref.weights
-    for f in dataclasses.fields(wts):
-        value = getattr(wts, f.name)
-        if isinstance(value, torch.Tensor):
-            setattr(wts, f.name, value.to(device))
-    wts.layers = [{k: x.to(device) for k, x in layer.items()} for layer in wts.layers]
-    for k, value in vars(wts.rope).items():
-        if isinstance(value, torch.Tensor):
-            setattr(wts.rope, k, value.to(device))
-    return ref
-
-
 def drafter_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
     dims = (
         {"hidden": 256, "vocab": 4096, "intermediate": 512, "heads": 4, "kv_heads": 2}
@@ -246,7 +231,7 @@ def drafter_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
         path = Path(tmp) / "drafter"
         target = drafter_checkpoint(path, dims, device)
         ours = dspark.Drafter.from_pretrained(path, target, device=str(device))
-        ref = torch_drafter_on(path, target, device)
+        ref = dspark.TorchDrafter.from_pretrained(path, target).to(device)
         width = 3 * dims["hidden"]
         for b in (1, 8):
             g = torch.Generator(device=device).manual_seed(b)
@@ -266,6 +251,62 @@ def drafter_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def profile_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """Where one call's time goes (the CUDA profiler, B = 1, f32): wall time, the number of
+    kernels and their summed time, the copies each way, and the five longest kernels. A call
+    far above its kernels' sum is bound by launches and host round trips, not by the GPU."""
+    if device.type != "cuda":
+        return []
+    from torch.profiler import ProfilerActivity, profile
+
+    g = torch.Generator(device=device).manual_seed(5)
+    target = torch.randn(1, args.k + 1, args.vocab, device=device, generator=g) * 3
+    draft = target[:, : args.k] + torch.randn(1, args.k, args.vocab, device=device, generator=g)
+    drafts = torch.randint(0, args.vocab, (1, args.k), device=device, generator=g)
+    w1 = torch.randn(args.vocab, 64, device=device, generator=g) * 0.3
+    w2 = torch.randn(args.vocab, 64, device=device, generator=g) * 0.3
+    anchors = torch.randint(0, args.vocab, (1,), device=device, generator=g)
+    calls = {
+        "verify": partial(dspark.verify, target, drafts, draft, temperature=1.0, seed=[1]),
+        "sample_block": partial(
+            dspark.sample_block, draft, w1, w2, anchors, temperature=1.0, seed=[1]
+        ),
+    }
+    rows = []
+    for name, fn in calls.items():
+        fn()
+        sync(device)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            wall = time.perf_counter() - t0
+        kernels: dict[str, list[float]] = {}
+        copies = {"DtoH": 0, "HtoD": 0, "DtoD": 0}
+        on_gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        for e in on_gpu:
+            key = str(e.name)
+            kind = next((k for k in copies if k in key), None)
+            if kind is not None:
+                copies[kind] += 1
+            elif "Memset" not in key:
+                kernels.setdefault(key[:60], []).append(e.device_time_total)
+        total_us = sum(sum(v) for v in kernels.values())
+        top = sorted(kernels.items(), key=lambda kv: sum(kv[1]), reverse=True)[:5]
+        rows.append(
+            {
+                "kernel": f"profile_{name}",
+                "wall_ms": wall * 1e3,
+                "kernel_launches": sum(len(v) for v in kernels.values()),
+                "kernel_ms": total_us / 1e3,
+                "copies": copies,
+                "longest": {k: round(sum(v) / 1e3, 4) for k, v in top},
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -319,18 +360,35 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     bw = read_bandwidth(device, 64 if args.quick else 2048)
     print(f"read bandwidth on {device}: {bw / 1e9:.0f} GB/s", flush=True)
-    result = {
+    result: dict = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "build_info": dspark.build_info(),
         "read_bandwidth_gbps": bw / 1e9,
-        "rows": verify_rows(args, device, bw)
-        + block_rows(args, device)
-        + drafter_rows(args, device)
-        + speculator_rows(args, device),
+        "rows": [],
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2))
+    # Each section's rows are written as soon as it ends, so a run stopped by its time limit
+    # (the device check bounds it) still leaves what it measured.
+    sections: list[partial[list[dict]]] = [
+        partial(verify_rows, args, device, bw),
+        partial(block_rows, args, device),
+        partial(speculator_rows, args, device),
+        partial(profile_rows, args, device),
+        partial(drafter_rows, args, device),
+    ]
+    failed = []
+    for section in sections:
+        name = section.func.__name__
+        try:
+            result["rows"] += section()
+        except Exception as e:  # one broken section must not hide the others
+            traceback.print_exc()
+            failed.append(name)
+            result.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=2))
+    if failed:
+        sys.exit(f"bench_cuda: these sections failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -199,16 +199,35 @@ def test_speculator_with_a_device_target_equals_target_only_greedy(tmp_path):
     assert got.tokens == want
 
 
-def _dtoh_bytes(prof: object, trace: os.PathLike[str]) -> int:
-    """Bytes the profiled region copied from any device to the host (every framework in the
-    process: torch and dspark alike), from the profiler's trace of CUDA copies."""
+def _dtoh_copies(prof: object, trace: os.PathLike[str]) -> list[tuple[int, str]]:
+    """The device-to-host copies of the profiled region (every framework in the process: torch
+    and dspark alike), from the profiler's trace: ``(bytes, the GPU kernel that ran last before
+    it)`` each, so a failure can say who copied."""
     import json
 
     prof.export_chrome_trace(os.fspath(trace))  # type: ignore[attr-defined]
     events = json.loads(open(trace).read())["traceEvents"]
-    copies = [e for e in events if str(e.get("name", "")).startswith("Memcpy DtoH")]
+    gpu = sorted(
+        (e for e in events if e.get("cat") in ("kernel", "gpu_memcpy") and "ts" in e),
+        key=lambda e: float(e["ts"]),
+    )
+    copies, last_kernel = [], "(none)"
+    for e in gpu:
+        name = str(e.get("name", ""))
+        if e.get("cat") == "kernel":
+            last_kernel = name[:80]
+        elif name.startswith("Memcpy DtoH"):
+            copies.append((int(e["args"]["bytes"]), last_kernel))
     assert copies, "the profiler saw no device-to-host copy (the ids must cross)"
-    return sum(int(e["args"]["bytes"]) for e in copies)
+    return copies
+
+
+def _copies_summary(copies: list[tuple[int, str]]) -> str:
+    from collections import Counter
+
+    count = Counter(copies)
+    top = sorted(count.items(), key=lambda kv: kv[0][0] * kv[1], reverse=True)[:6]
+    return "; ".join(f"{n} x {size} B after {kernel}" for (size, kernel), n in top)
 
 
 @pytest.mark.skipif(not ON_GPU, reason="counts CUDA copies")
@@ -234,10 +253,34 @@ def test_speculator_keeps_an_hf_targets_logits_on_the_device(tmp_path):
         torch.cuda.synchronize()
     assert out.stats.rounds >= 2
     one_round = len(prompts) * (drafter.block_size + 1) * model.config.vocab_size * 4
-    copied = _dtoh_bytes(prof, tmp_path / "trace.json")
-    assert copied < one_round, f"{copied} bytes to the host; one round's logits: {one_round}"
+    copies = _dtoh_copies(prof, tmp_path / "trace.json")
+    copied = sum(size for size, _ in copies)
+    assert copied < one_round, (
+        f"{copied} bytes to the host; one round's logits: {one_round}. Largest: "
+        + _copies_summary(copies)
+    )
     want = spec.generate_target_only(prompts, 24).tokens
     assert out.tokens == want
+
+
+def test_torch_drafter_on_the_device_equals_the_host(tmp_path):
+    from tiny_models import make_target, write_drafter
+
+    target = make_target()
+    path = write_drafter(tmp_path / "drafter", target, "own")
+    host = dspark.TorchDrafter.from_pretrained(path, target)
+    dev = dspark.TorchDrafter.from_pretrained(path, target).to(DEVICE)
+    assert dev.device.type == torch.device(DEVICE).type
+    ctx = torch.randn(3, 6, dev.weights.fc.shape[1], generator=gen("torch drafter"))
+    anchors = torch.tensor([5, 77, 200])
+    want = host.propose(ctx, anchors, temperature=0.0)
+    got = dev.propose(ctx.to(DEVICE), anchors.to(DEVICE), temperature=0.0)
+    assert torch.equal(torch.as_tensor(got.tokens).cpu(), torch.as_tensor(want.tokens))
+    sampled = [
+        d.propose(c, anchors, temperature=1.0, seed=[1, 2, 3]).tokens
+        for d, c in ((host, ctx), (dev, ctx.to(DEVICE)))
+    ]
+    assert agreement(torch.as_tensor(sampled[1]), torch.as_tensor(sampled[0])) >= 2 / 3
 
 
 def test_native_pair_on_the_device_equals_the_cpu_fast_path():

@@ -178,6 +178,19 @@ def test_numpy_inputs_give_numpy_outputs(tmp_path: Path, target: Any) -> None:
     assert isinstance(p.draft_logits, np.ndarray) and p.draft_logits.dtype == np.float32
 
 
+def test_to_moves_the_weights_and_keeps_the_drafts(tmp_path: Path, target: Any) -> None:
+    _, td = _pair(tmp_path, target, "own")
+    ctx, anchors = _context(2, 2, 5), torch.tensor([9, 31])
+    before = td.propose(ctx, anchors, temperature=1.0, seed=4)
+    assert td.to("cpu") is td and td.device == torch.device("cpu")
+    after = td.propose(ctx, anchors, temperature=1.0, seed=4)
+    assert torch.equal(before.tokens, after.tokens)
+    assert torch.equal(before.draft_logits, after.draft_logits)
+    with pytest.raises(dspark.InputError) as e:
+        td.to("no-such-device")
+    assert e.value.code == "invalid-argument"
+
+
 def _dict_target(target: Any, **config: Any) -> dict[str, Any]:
     cfg = target.config.to_dict()
     cfg.update(config)

@@ -186,13 +186,14 @@ def greedy_reference(target: Any, prompt: Sequence[int], max_new_tokens: int) ->
 
     cache = DynamicCache(config=target.config)
     kw = cache_kwarg(target)  # `cache` or `past_key_values`, by transformers version
-    ids = torch.tensor([list(prompt)])
+    device = next(target.parameters()).device
+    ids = torch.tensor([list(prompt)], device=device)
     out: list[int] = []
     for _ in range(max_new_tokens):
         logits = target(input_ids=ids, use_cache=True, **{kw: cache}).logits
         nxt = int(logits[0, -1].float().argmax())
         out.append(nxt)
-        ids = torch.tensor([[nxt]])
+        ids = torch.tensor([[nxt]], device=device)
     return out
 
 

@@ -151,7 +151,7 @@ def torch_view(x: torch.Tensor, name: str) -> torch.Tensor:
     The lazy negative and conjugate bits are resolved (one copy, only for such views: DLPack
     has no flag for them); the meta device, sparse and nested tensors are refused
     (``invalid-argument``). Non-CPU devices are left to the caller (the kernels refuse them
-    with a typed error; the drafter moves them to the CPU).
+    with a typed error; the torch drafter moves them to its own device).
     """
     x = x.detach()
     if getattr(x, "is_meta", False) or x.device.type == "meta":

@@ -15,9 +15,12 @@ greedy or sampled (Gumbel-max on counter-based uniforms), id map to target ids; 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 import torch
@@ -33,6 +36,24 @@ if TYPE_CHECKING:
     from dspark._typing import PerRequestInt, TensorLike
     from dspark.protocols import DrafterProtocol, DraftStateProtocol
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _placed(
+    fn: Callable[Concatenate[TorchDrafter, _P], _R],
+) -> Callable[Concatenate[TorchDrafter, _P], _R]:
+    """Run ``fn`` with torch's default device set to the drafter's (its factory calls, such as
+    ``torch.arange`` for positions, then make their tensors beside the weights)."""
+
+    @functools.wraps(fn)
+    def run(self: TorchDrafter, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._placement():
+            return fn(self, *args, **kwargs)
+
+    return run
+
+
 __all__ = ["DTYPES", "TorchDraftState", "TorchDrafter"]
 
 #: The weight dtypes the torch drafter runs in (the Markov head, the sampling and the
@@ -44,7 +65,7 @@ def _as_tensor(value: object, name: str) -> torch.Tensor:
     """``torch.as_tensor`` with typed errors (meta/sparse/nested refused, neg/conj resolved)."""
     try:
         if is_torch(value):
-            return torch_view(value, name).cpu()
+            return torch_view(value, name)
         return torch.as_tensor(value)
     except DSparkError:
         raise
@@ -111,7 +132,7 @@ class TorchDraftState:
         """An empty context for ``drafter``."""
         self._drafter = drafter
         w = drafter.weights
-        empty = torch.zeros(0, w.num_kv_heads, w.head_dim, dtype=w.dtype)
+        empty = torch.zeros(0, w.num_kv_heads, w.head_dim, dtype=w.dtype, device=w.fc.device)
         self._k: list[torch.Tensor] = [empty for _ in w.layers]
         self._v: list[torch.Tensor] = [empty for _ in w.layers]
         self._pending: list[torch.Tensor] = []
@@ -157,7 +178,8 @@ class TorchDraftState:
 
     def context_kv(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per-layer context keys and values ``[length, KVH, D]`` (computes queued features)."""
-        self._drafter._flush([self])
+        with self._drafter._placement():
+            self._drafter._flush([self])
         return list(self._k), list(self._v)
 
 
@@ -197,6 +219,31 @@ class TorchDrafter:
                 f"dtype: {dtype} is not one of {', '.join(str(d) for d in DTYPES)}",
             )
         return cls(load_weights(root, target, dtype=dtype))
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are, and so where the forward runs (:meth:`to` moves them)."""
+        return self.weights.fc.device
+
+    def to(self, device: str | torch.device) -> TorchDrafter:
+        """Move every weight to ``device`` (in place) and return ``self``: the forward and the
+        sampling then run there, and inputs given elsewhere are moved there."""
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise_error(InputError, "invalid-argument", f"device: {e}")
+        w = self.weights
+        for f in dataclasses.fields(w):
+            value = getattr(w, f.name)
+            if isinstance(value, torch.Tensor):
+                setattr(w, f.name, value.to(dev))
+        w.layers = [{k: x.to(dev) for k, x in layer.items()} for layer in w.layers]
+        return self
+
+    def _placement(self) -> contextlib.AbstractContextManager[object]:
+        """torch's default device set to :attr:`device` (nothing to do on the CPU)."""
+        dev = self.device
+        return contextlib.nullcontext() if dev.type == "cpu" else dev
 
     # ---- the contract -------------------------------------------------------------------
     @property
@@ -270,6 +317,7 @@ class TorchDrafter:
         return TorchDraftState(self)
 
     @torch.inference_mode()
+    @_placed
     def propose(
         self,
         context_hidden_states: TensorLike,
@@ -285,6 +333,7 @@ class TorchDrafter:
         return self._sample(hidden, base, a, temperature, _per_request_seeds(seed, a.numel()))
 
     @torch.inference_mode()
+    @_placed
     def propose_states(
         self,
         states: Sequence[TorchDraftState],
@@ -318,6 +367,7 @@ class TorchDrafter:
 
     # ---- forward ------------------------------------------------------------------------
     @torch.inference_mode()
+    @_placed
     def forward_block(
         self, context: TensorLike, anchors: TensorLike, start: PerRequestInt = 0
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -361,7 +411,7 @@ class TorchDrafter:
         t = _as_tensor(x, name)
         if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
             raise_error(InputError, "unsupported-dtype", f"{name}: {t.dtype} is not supported")
-        t = t.to(self.weights.dtype)
+        t = t.to(device=self.device, dtype=self.weights.dtype)
         width = len(self.weights.target_layer_ids) * self.weights.target_hidden_size
         if t.ndim != ndim or t.shape[-1] != width:
             raise_error(

@@ -262,6 +262,11 @@ pub fn ids(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<(Vec<i64>, Vec<usize>
         return Ok((out, vec![n]));
     }
     if obj.hasattr("__dlpack__").unwrap_or(false) {
+        // Ids on a CUDA device (drafts sampled there, say) are read with one small copy.
+        #[cfg(feature = "cuda")]
+        if let Some(device) = crate::dlpack::cuda::cuda_device_of(obj, name)? {
+            return crate::dlpack::cuda::host_ids(obj, name, &device);
+        }
         let t = DlTensor::from_py(obj, name)?;
         return Ok((tensor_ids(&t)?, t.shape().to_vec()));
     }

@@ -212,6 +212,28 @@ macro_rules! each {
     };
 }
 
+/// The native states of a batch (`wrong()` when one is a Python drafter's).
+fn native_states<'a>(states: &[&'a AnyState]) -> Result<Vec<&'a DraftState>> {
+    states
+        .iter()
+        .map(|s| match s {
+            AnyState::Native(s) => Ok(s),
+            AnyState::Py(_) => Err(wrong()),
+        })
+        .collect()
+}
+
+/// The Python states of a batch (`wrong()` when one is a native drafter's).
+fn py_states<'a>(states: &[&'a AnyState]) -> Result<Vec<&'a Py<PyAny>>> {
+    states
+        .iter()
+        .map(|s| match s {
+            AnyState::Py(s) => Ok(s),
+            AnyState::Native(_) => Err(wrong()),
+        })
+        .collect()
+}
+
 impl Drafter for AnyDrafter {
     type State = AnyState;
 
@@ -301,26 +323,22 @@ impl Drafter for AnyDrafter {
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
         match self {
-            AnyDrafter::Native(d) => {
-                let s: Option<Vec<&DraftState>> = states
-                    .iter()
-                    .map(|s| match s {
-                        AnyState::Native(s) => Some(s),
-                        AnyState::Py(_) => None,
-                    })
-                    .collect();
-                d.propose_cached(&s.ok_or_else(wrong)?, anchors, opts)
-            }
-            AnyDrafter::Py(d) => {
-                let s: Option<Vec<&Py<PyAny>>> = states
-                    .iter()
-                    .map(|s| match s {
-                        AnyState::Py(s) => Some(s),
-                        AnyState::Native(_) => None,
-                    })
-                    .collect();
-                d.propose_cached(&s.ok_or_else(wrong)?, anchors, opts)
-            }
+            AnyDrafter::Native(d) => d.propose_cached(&native_states(states)?, anchors, opts),
+            AnyDrafter::Py(d) => d.propose_cached(&py_states(states)?, anchors, opts),
+        }
+    }
+
+    // Forwarded, not left to the trait's default: a device drafter keeps its draft logits on
+    // the device for verification (the default would copy them to the host every round).
+    fn propose_for_verify(
+        &self,
+        states: &[&AnyState],
+        anchors: &[u32],
+        opts: &ProposeOptions,
+    ) -> Result<(Proposal, Option<Tensor>)> {
+        match self {
+            AnyDrafter::Native(d) => d.propose_for_verify(&native_states(states)?, anchors, opts),
+            AnyDrafter::Py(d) => d.propose_for_verify(&py_states(states)?, anchors, opts),
         }
     }
 

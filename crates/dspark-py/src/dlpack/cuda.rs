@@ -102,6 +102,35 @@ pub fn import(obj: &Bound<'_, PyAny>, name: &str, device: &Device) -> PyResult<D
     })
 }
 
+/// Integer ids on a CUDA device (int64 or uint32), copied to the host once, with their shape:
+/// ids are a few numbers per row, read on the host to be checked against the vocabulary.
+pub fn host_ids(
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    device: &Device,
+) -> PyResult<(Vec<i64>, Vec<usize>)> {
+    let t = import(obj, name, device)?;
+    let shape = t.tensor().dims().to_vec();
+    let read = || -> dspark::Result<Option<Vec<i64>>> {
+        let flat = t.tensor().flatten_all()?;
+        Ok(match flat.dtype() {
+            DType::I64 => Some(flat.to_vec1::<i64>()?),
+            DType::U32 => Some(flat.to_vec1::<u32>()?.into_iter().map(i64::from).collect()),
+            _ => None,
+        })
+    };
+    match read().map_err(err)? {
+        Some(values) => Ok((values, shape)),
+        None => Err(err(Error::UnsupportedDtype {
+            name: name.to_string(),
+            message: format!(
+                "{:?} is not supported for token ids (expected int64 or uint32 on CUDA)",
+                t.tensor().dtype()
+            ),
+        })),
+    }
+}
+
 /// A dspark CUDA result, exported through DLPack (`torch.from_dlpack(x)`).
 #[pyclass(module = "dspark._native", frozen)]
 pub struct DeviceArray {
