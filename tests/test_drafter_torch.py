@@ -189,6 +189,12 @@ def test_to_moves_the_weights_and_keeps_the_drafts(tmp_path: Path, target: Any) 
     with pytest.raises(dspark.InputError) as e:
         td.to("no-such-device")
     assert e.value.code == "invalid-argument"
+    if not torch.cuda.is_available():
+        with pytest.raises(dspark.InputError) as e:
+            td.to("cuda")
+        assert e.value.code == "device-unavailable"
+        assert td.device == torch.device("cpu")  # nothing moved
+        assert torch.equal(td.propose(ctx, anchors, temperature=1.0, seed=4).tokens, before.tokens)
 
 
 def _dict_target(target: Any, **config: Any) -> dict[str, Any]:

@@ -233,11 +233,18 @@ class TorchDrafter:
         except (RuntimeError, TypeError) as e:
             raise_error(InputError, "invalid-argument", f"device: {e}")
         w = self.weights
-        for f in dataclasses.fields(w):
-            value = getattr(w, f.name)
-            if isinstance(value, torch.Tensor):
-                setattr(w, f.name, value.to(dev))
-        w.layers = [{k: x.to(dev) for k, x in layer.items()} for layer in w.layers]
+        try:  # every copy made before any is kept: a failed move leaves the drafter as it was
+            moved = {
+                f.name: value.to(dev)
+                for f in dataclasses.fields(w)
+                if isinstance(value := getattr(w, f.name), torch.Tensor)
+            }
+            layers = [{k: x.to(dev) for k, x in layer.items()} for layer in w.layers]
+        except (RuntimeError, AssertionError) as e:  # no such device, or no driver for it
+            raise_error(InputError, "device-unavailable", f"device {dev}: {e}")
+        for name, value in moved.items():
+            setattr(w, name, value)
+        w.layers = layers
         return self
 
     def _placement(self) -> contextlib.AbstractContextManager[object]:
