@@ -14,6 +14,12 @@ Rows, each against peers measured in the same run on the same device:
 - ``speculator``: the bundled native pair (``NativeTarget`` + ``Drafter``, greedy, full
   verification) with weights on the device against the same pair on the CPU fast path, at
   B = 1 and B = 8: tokens/s and the greedy tokens' agreement (they must be equal).
+- ``profile_verify`` / ``profile_sample_block`` (GPU only): one B = 1 f32 call under the CUDA
+  profiler: wall time, kernel launches and their summed time, copies each way, the longest
+  kernels (a call far above its kernels' sum is bound by launches and host round trips).
+
+Each section's rows are written to ``--out`` as it ends; a section that raises is reported
+(``errors`` in the JSON, exit status 1) and the others still run.
 
 Targets (set by the device placement work): verify within 3x of the floor at B = 64 and 5x
 faster than torch; block sampling 3x faster than torch; drafter propose at least as fast as
