@@ -118,6 +118,13 @@ def read_bandwidth(threads: int, mib: int = 512, repeats: int = 5) -> float:
     return data.nbytes / best
 
 
+def _cpu_kernel() -> str:
+    """The register kernel dspark's packed products run on this CPU."""
+    import dspark
+
+    return str(dspark.build_info()["cpu_kernel"])
+
+
 def cpu_isa() -> list[str]:
     """The AVX-512 / AVX2 / FMA / F16C flags of this CPU (Linux)."""
     try:
@@ -415,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "machine": {
             "isa": cpu_isa(),
+            "cpu_kernel": _cpu_kernel(),
             "cpus": os.cpu_count(),
             "threads": args.threads,
             "platform": platform.platform(),

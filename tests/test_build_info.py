@@ -44,7 +44,15 @@ def _driver_loads() -> bool:
 
 def test_reports_version_cuda_and_kernel_path() -> None:
     info = dspark.build_info()
-    assert set(info) == {"version", "cuda", "cuda_devices", "cuda_error", "kernel_path"}
+    assert set(info) == {
+        "version",
+        "cuda",
+        "cuda_devices",
+        "cuda_error",
+        "kernel_path",
+        "cpu_kernel",
+    }
+    assert info["cpu_kernel"] in ("avx512-bf16", "avx512", "avx2", "portable")
     assert info["version"] == dspark.__version__
     assert isinstance(info["cuda"], bool)
     assert isinstance(info["cuda_devices"], int) and info["cuda_devices"] >= 0

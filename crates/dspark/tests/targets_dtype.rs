@@ -66,7 +66,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[test]
-fn a_bf16_checkpoint_stays_two_bytes_and_widens_exactly() {
+fn a_bf16_checkpoint_stays_two_bytes_and_multiplies_bf16_activations() {
     let dir = tempfile::tempdir().unwrap();
     let tiny = Tiny {
         dtype: "bf16",
@@ -87,11 +87,18 @@ fn a_bf16_checkpoint_stays_two_bytes_and_widens_exactly() {
         // The embedding and head handed to a drafter are the kept ones, not f32 copies.
         assert_eq!(own.shared_weights().embed.unwrap().dtype(), DType::BF16);
     }
-    // bf16 → f32 is exact and the kernels widen exactly: the same bits either way.
+    // Kept, a bf16 weight multiplies the activations rounded to bf16 (the `vdpbf16ps` rule
+    // of `nn::packed`), as a torch bf16 model does: within bf16 precision of the widened
+    // model, not its bits. On the device-generic path both widen: the same bits.
     let tokens = [3u32, 17, 9, 41, 2, 30, 5];
     let a = logits(&own, &tokens);
     let b = logits(&wide, &tokens);
-    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    if kept() {
+        let (d, scale) = (max_diff(&a, &b), max_abs(&b).max(1.0));
+        assert!(d > 0.0 && d <= 0.06 * scale, "{d} (scale {scale})");
+    } else {
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
 }
 
 #[test]

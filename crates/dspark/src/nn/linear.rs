@@ -79,7 +79,8 @@ pub fn output_head(head: &Tensor) -> Result<Option<Linear>> {
 ///
 /// On the host fast path the weight is kept in [`PackedWeight`] panels of its own dtype (f32,
 /// bf16 or f16: instead of, not beside, the `[out, in]` tensor) and every product runs the
-/// panel kernel, widening in registers; elsewhere it stays a candle tensor (widened to f32
+/// panel kernel (a bf16 weight by the pair rule of [`super::packed`]: activations rounded to
+/// bf16, as a torch bf16 model reads them); elsewhere it stays a candle tensor (widened to f32
 /// once, here) and goes through [`matmul_t`]. Activations and results are f32.
 #[derive(Debug, Clone)]
 pub struct Linear {

@@ -3,7 +3,8 @@
 //!
 //! Widening is exact for both (bf16 is the top half of an f32; every f16 value, subnormals
 //! included, is an f32 value), so a kernel that widens in registers multiplies exactly the
-//! numbers the portable kernel multiplies: the same bits on every path.
+//! numbers the portable kernel multiplies: the same bits on every path. bf16 panels store
+//! column pairs ([`PanelElem::PAIR`]) for the pair rule of `pairs.rs`.
 
 use half::{bf16, f16};
 
@@ -25,6 +26,10 @@ pub trait PanelElem:
 {
     /// Its [`WeightDtype`].
     const DTYPE: WeightDtype;
+
+    /// Columns per panel slot: 1 (a slot is one column's 16 lanes), or 2 for bf16, whose
+    /// slots hold two columns' lanes interleaved (see `pairs.rs`).
+    const PAIR: usize;
 
     /// The value of `v` in this type (round to nearest even when narrowing).
     fn from_f32(v: f32) -> Self;
@@ -49,6 +54,7 @@ pub trait PanelElem:
 
 impl PanelElem for f32 {
     const DTYPE: WeightDtype = WeightDtype::F32;
+    const PAIR: usize = 1;
 
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
@@ -77,6 +83,7 @@ impl PanelElem for f32 {
 
 impl PanelElem for bf16 {
     const DTYPE: WeightDtype = WeightDtype::BF16;
+    const PAIR: usize = 2;
 
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
@@ -112,6 +119,7 @@ impl PanelElem for bf16 {
 
 impl PanelElem for f16 {
     const DTYPE: WeightDtype = WeightDtype::F16;
+    const PAIR: usize = 1;
 
     #[inline(always)]
     fn from_f32(v: f32) -> Self {

@@ -14,7 +14,7 @@
 
 use rayon::prelude::*;
 
-use super::tile::{Dst, interleave, tiling};
+use super::tile::{Dst, inputs};
 use super::{Kernel, PANEL, PanelElem, PanelView};
 
 /// One product of a group: the weight and its bias (`rows` values), if any.
@@ -81,14 +81,9 @@ pub fn matmul_group<T: PanelElem>(
         .collect();
     // The tiles read their rows interleaved by column (one input stream beside the weights',
     // not one per row; measured on the memory-bound pair's MLP at 9 rows: f32 5-10% faster).
-    // One row is its own interleaving.
-    let interleaved;
-    let x = if n > 1 {
-        interleaved = interleave(x, n, cols, tiling(kernel, n).1);
-        &interleaved[..]
-    } else {
-        x
-    };
+    // One f32 / f16 row is its own interleaving; bf16 rounds its inputs into pairs.
+    let x = inputs::<T>(kernel, x, n, cols);
+    let x = &x[..];
     let tasks = pool_tasks(parts, n);
     let panels: Vec<usize> = parts
         .iter()

@@ -13,21 +13,24 @@
 //! it), and the packed form replaces the `[out, in]` one: no extra memory.
 //!
 //! Panels are stored in the weight's dtype ([`PanelElem`]: `f32`, `bf16`, `f16`), so a
-//! memory-bound product reads 2 bytes per bf16 or f16 weight; the tiles widen each 16-lane
-//! column in registers (exactly) and accumulate in `f32`. Every output accumulates
-//! `acc = fma(w[k], x[k], acc)` for `k` ascending from `0.0` (then `+ bias`), so the AVX-512,
-//! AVX2 and portable kernels give the same bits on every machine, in every dtype.
-//!
-//! AVX512-BF16's `vdpbf16ps` is not used: it takes both operands as bf16 (the activations
-//! would be rounded to 8 bits of mantissa), adds each pair of products before the
-//! accumulator and flushes subnormals, so it cannot give the widen-then-fma bits; and the
-//! products it would speed up are bound by the weight reads, not the multiply-adds.
+//! memory-bound product reads 2 bytes per bf16 or f16 weight, and every product accumulates in
+//! `f32` from `0.0` (then `+ bias`), by one rule per dtype that the AVX-512, AVX2 and portable
+//! kernels all follow, so they give the same bits on every machine:
+//! - **f32 and f16**: `acc = fma(w[k], x[k], acc)` for `k` ascending, each f16 column widened
+//!   in registers (exactly).
+//! - **bf16**: the activations are rounded to bf16 and each pair of columns is one step of
+//!   AVX512-BF16's `vdpbf16ps` (the odd column's product, then the even one's, each added with
+//!   one rounding; subnormals read and written as zeros): half the multiply instructions where
+//!   the CPU has the instruction, so a verification of up to 12 rows stays bound by the weight
+//!   reads. A bf16 panel stores its columns in pairs; the rule, its layout and the kernels that
+//!   emulate it are in `pairs.rs`.
 //!
 //! Products stream their weights from memory, so large ones split the panels over the thread
 //! pool (see [`crate::threads::split_stream`] and [`crate::threads::use_pool`]); each task
 //! writes its own panels' lanes of every row straight into the row-major result, so a decode or
 //! verify step allocates its output once and copies nothing. The views and the split are in
-//! `view.rs`, the register tiles in `tile.rs` and `x86.rs`.
+//! `view.rs`, the register tiles in `tile.rs` and `x86.rs` (bf16's in `pairs.rs` and
+//! `pairs_x86.rs`).
 
 use half::{bf16, f16};
 
@@ -37,6 +40,9 @@ use crate::view::Floats;
 
 mod elem;
 mod group;
+mod pairs;
+#[cfg(target_arch = "x86_64")]
+mod pairs_x86;
 mod tile;
 mod view;
 #[cfg(target_arch = "x86_64")]
@@ -55,6 +61,8 @@ pub const TILE_ROWS: usize = 12;
 /// Which kernel runs a product (all give the same bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
+    /// AVX-512F with AVX512-BF16: bf16 panels through `vdpbf16ps`, the rest as [`Self::Avx512`].
+    Avx512Bf16,
     /// AVX-512F: tiles of up to 6 rows × 4 panels, 9 rows × 3 panels or 12 rows × 2 panels.
     Avx512,
     /// AVX2 + FMA + F16C: tiles of up to 6 rows × 1 panel.
@@ -69,6 +77,9 @@ impl Kernel {
         #[cfg(target_arch = "x86_64")]
         {
             if crate::cpu::has_avx512() {
+                if std::arch::is_x86_feature_detected!("avx512bf16") {
+                    return Self::Avx512Bf16;
+                }
                 return Self::Avx512;
             }
             if crate::cpu::has_avx2() && std::arch::is_x86_feature_detected!("f16c") {
@@ -80,10 +91,22 @@ impl Kernel {
 
     /// Whether this CPU runs `self`.
     pub fn available(self) -> bool {
+        let best = Self::best();
         match self {
             Self::Portable => true,
-            Self::Avx2 => matches!(Self::best(), Self::Avx2 | Self::Avx512),
-            Self::Avx512 => Self::best() == Self::Avx512,
+            Self::Avx2 => best != Self::Portable,
+            Self::Avx512 => matches!(best, Self::Avx512 | Self::Avx512Bf16),
+            Self::Avx512Bf16 => best == Self::Avx512Bf16,
+        }
+    }
+
+    /// Its name: `"avx512-bf16"`, `"avx512"`, `"avx2"` or `"portable"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Avx512Bf16 => "avx512-bf16",
+            Self::Avx512 => "avx512",
+            Self::Avx2 => "avx2",
+            Self::Portable => "portable",
         }
     }
 
@@ -102,8 +125,9 @@ impl Kernel {
 pub struct PackedMatrix<T: PanelElem = f32> {
     rows: usize,
     cols: usize,
-    /// `⌈rows / PANEL⌉ · cols · PANEL` values: panel `p`, column `k`, lane `j` holds
-    /// `W[p·PANEL + j, k]` (zero past `rows`).
+    /// `⌈rows / PANEL⌉` panels of `⌈cols / T::PAIR⌉ · T::PAIR · PANEL` values: panel `p`,
+    /// column `k`, lane `j` at [`pairs::slot_index`] holds `W[p·PANEL + j, k]` (zero past
+    /// `rows` and `cols`; bf16 subnormals as zeros of their sign, see `pairs.rs`).
     data: Vec<T>,
 }
 
@@ -119,12 +143,13 @@ impl<T: PanelElem> PackedMatrix<T> {
     /// Pack the `[rows, cols]` matrix whose element `(o, k)` is `at(o, k)`.
     pub fn pack_with(rows: usize, cols: usize, at: impl Fn(usize, usize) -> T) -> Self {
         let panels = rows.div_ceil(PANEL);
-        let mut data = streamed_vec(panels * cols * PANEL);
-        for (p, panel) in data.chunks_exact_mut((cols * PANEL).max(1)).enumerate() {
+        let len = pairs::panel_len::<T>(cols);
+        let mut data = streamed_vec(panels * len);
+        for (p, panel) in data.chunks_exact_mut(len.max(1)).enumerate() {
             for j in 0..PANEL.min(rows - p * PANEL) {
                 let o = p * PANEL + j;
                 for k in 0..cols {
-                    panel[k * PANEL + j] = at(o, k);
+                    panel[pairs::slot_index::<T>(k, j)] = stored(at(o, k));
                 }
             }
         }
@@ -135,6 +160,9 @@ impl<T: PanelElem> PackedMatrix<T> {
     /// column `k` is the 16 values `A[k][16p ..]`, one contiguous copy (attention's values,
     /// `Vᵀ`). Rows of `a` must lie inside it (callers check shapes).
     pub fn pack_transposed(a: &[T], stride: usize, rows: usize, cols: usize) -> Self {
+        if T::PAIR > 1 {
+            return Self::pack_with(rows, cols, |o, k| a[k * stride + o]);
+        }
         let panels = rows.div_ceil(PANEL);
         // A per-call copy, not a weight kept for the model's life: no huge-page advice (one
         // madvise and whole-page faults per call would cost more than the TLB misses).
@@ -160,13 +188,14 @@ impl<T: PanelElem> PackedMatrix<T> {
     /// Pack `W: [rows, cols]` whose row `o` `row(o, buf)` writes into `buf` (`cols` values).
     fn pack_rows(rows: usize, cols: usize, row: impl Fn(usize, &mut [T])) -> Self {
         let panels = rows.div_ceil(PANEL);
-        let mut data = streamed_vec(panels * cols * PANEL);
+        let len = pairs::panel_len::<T>(cols);
+        let mut data = streamed_vec(panels * len);
         let mut buf = vec![T::default(); cols];
-        for (p, panel) in data.chunks_exact_mut((cols * PANEL).max(1)).enumerate() {
+        for (p, panel) in data.chunks_exact_mut(len.max(1)).enumerate() {
             for j in 0..PANEL.min(rows - p * PANEL) {
                 row(p * PANEL + j, &mut buf);
                 for (k, &v) in buf.iter().enumerate() {
-                    panel[k * PANEL + j] = v;
+                    panel[pairs::slot_index::<T>(k, j)] = stored(v);
                 }
             }
         }
@@ -201,14 +230,16 @@ impl<T: PanelElem> PackedMatrix<T> {
         self.data.len() * std::mem::size_of::<T>()
     }
 
-    /// The row-major `[rows, cols]` matrix back, widened to `f32` (exact).
+    /// The row-major `[rows, cols]` matrix back, widened to `f32` (exact; bf16 subnormals read
+    /// as the zeros packing stored).
     pub fn unpack(&self) -> Vec<f32> {
         let mut w = vec![0f32; self.rows * self.cols];
+        let len = pairs::panel_len::<T>(self.cols);
         for (o, dst) in w.chunks_exact_mut(self.cols.max(1)).enumerate() {
             let (p, j) = (o / PANEL, o % PANEL);
-            let panel = &self.data[p * self.cols * PANEL..];
+            let panel = &self.data[p * len..];
             for (k, d) in dst.iter_mut().enumerate() {
-                *d = panel[k * PANEL + j].to_f32();
+                *d = panel[pairs::slot_index::<T>(k, j)].to_f32();
             }
         }
         w
@@ -235,6 +266,17 @@ impl<T: PanelElem> PackedMatrix<T> {
     /// The matrix as a [`PanelView`] (panels and columns contiguous).
     pub fn view(&self) -> PanelView<'_, T> {
         PanelView::contiguous(&self.data, self.rows, self.cols)
+    }
+}
+
+/// `v` as a panel stores it: bf16 subnormals as zeros of their sign (how `vdpbf16ps` reads
+/// them, see `pairs.rs`), every other value as it is.
+#[inline(always)]
+fn stored<T: PanelElem>(v: T) -> T {
+    if T::PAIR > 1 && v.to_f32().is_subnormal() {
+        T::from_f32(0f32.copysign(v.to_f32()))
+    } else {
+        v
     }
 }
 

@@ -20,8 +20,18 @@ fn reference(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f6
 }
 
 /// The kernels this machine can run, lowest first: the higher ones are checked against the
-/// portable one by forcing each in turn.
-const KERNELS: [Kernel; 3] = [Kernel::Portable, Kernel::Avx2, Kernel::Avx512];
+/// portable one by forcing each in turn (one this CPU lacks runs as the portable one).
+const KERNELS: [Kernel; 4] = [
+    Kernel::Portable,
+    Kernel::Avx2,
+    Kernel::Avx512,
+    Kernel::Avx512Bf16,
+];
+
+/// `x` as a bf16 product reads it: rounded to bf16 (see `pairs.rs`).
+fn bf16_inputs(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| pairs::round_input(v).to_f32()).collect()
+}
 
 #[test]
 fn pack_round_trips_and_rejects_bad_lengths() {
@@ -52,7 +62,8 @@ fn pack_round_trips_and_rejects_bad_lengths() {
         assert_eq!(pb, PackedMatrix::pack(&b, rows, cols).unwrap());
         let wb: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
         assert_eq!(pb.unpack(), wb);
-        assert_eq!(pb.bytes() * 2, p.bytes());
+        let slots = cols.div_ceil(2) * 2;
+        assert_eq!(pb.bytes(), rows.div_ceil(PANEL) * slots * PANEL * 2);
         let pw = PackedWeight::pack(Floats::BF16(&b), rows, cols, WeightDtype::F32).unwrap();
         assert_eq!(
             pw,
@@ -92,7 +103,8 @@ const SHAPES: [(usize, usize); 7] = [
 const ROWS: [usize; 8] = [1, 2, 5, 6, 7, 9, 13, 40];
 
 /// Every kernel gives the portable kernel's bits for `dtype` panels of `w`, with and without
-/// a bias; the portable one is within rounding of the f64 product of the stored values.
+/// a bias; the portable one is within rounding of the f64 product of the stored values (and,
+/// for bf16, of the inputs rounded to bf16).
 fn kernels_agree(dtype: WeightDtype) {
     for (rows, cols) in SHAPES {
         let w = values(rows * cols, 11);
@@ -101,7 +113,12 @@ fn kernels_agree(dtype: WeightDtype) {
         let bias = values(rows, 5);
         for n in ROWS {
             let x = values(n * cols, n as u32);
-            let want = reference(&stored, rows, cols, &x, n);
+            let read = if dtype == WeightDtype::BF16 {
+                bf16_inputs(&x)
+            } else {
+                x.clone()
+            };
+            let want = reference(&stored, rows, cols, &read, n);
             let port = p.matmul_with(Kernel::Portable, &x, n, None).unwrap();
             for (a, b) in port.iter().zip(&want) {
                 assert!(
@@ -140,13 +157,14 @@ fn every_kernel_matches_the_oracle_and_each_other_bit_for_bit_f16() {
 
 #[test]
 fn narrow_panels_multiply_their_widened_values_exactly() {
-    // Special values (subnormals, signed zeros, extremes) widen exactly: a 2-byte panel gives
-    // the bits of the f32 panel holding the same values, on every kernel.
+    // Special values (subnormals, signed zeros, extremes) widen exactly: an f16 panel gives
+    // the bits of the f32 panel holding the same values, on every kernel; a bf16 panel gives
+    // the portable kernel's bits (its subnormals are stored as signed zeros).
     let (rows, cols) = (37, 19);
     let specials =
         |bits: &[u16]| -> Vec<u16> { (0..rows * cols).map(|i| bits[i % bits.len()]).collect() };
     let hb = specials(&[
-        0x0001, 0x8000, 0x3f80, 0x7000, 0x0080, 0xbf00, 0x0000, 0x3e4d,
+        0x0001, 0x8000, 0x3f80, 0x7000, 0x0080, 0xbf00, 0x0000, 0x3e4d, 0x807f,
     ]);
     let hh = specials(&[
         0x0001, 0x8000, 0x3c00, 0x7bff, 0x03ff, 0xb800, 0x0000, 0x2e66,
@@ -155,15 +173,82 @@ fn narrow_panels_multiply_their_widened_values_exactly() {
     let h: Vec<f16> = hh.iter().map(|&v| f16::from_bits(v)).collect();
     let pb = PackedMatrix::pack(&b, rows, cols).unwrap();
     let ph = PackedMatrix::pack(&h, rows, cols).unwrap();
-    let fb = PackedMatrix::pack(&pb.unpack(), rows, cols).unwrap();
+    let flushed: Vec<f32> = b.iter().map(|v| pairs::daz(v.to_f32())).collect();
+    assert_eq!(
+        pb.unpack().iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        flushed.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
     let fh = PackedMatrix::pack(&ph.unpack(), rows, cols).unwrap();
     for n in [1, 4, 9] {
         let x = values(n * cols, 3);
+        let want_b = pb.matmul_with(Kernel::Portable, &x, n, None);
         for k in KERNELS {
-            let want = fb.matmul_with(Kernel::Portable, &x, n, None);
-            assert_eq!(pb.matmul_with(k, &x, n, None), want, "bf16 {k:?}");
+            assert_eq!(pb.matmul_with(k, &x, n, None), want_b, "bf16 {k:?}");
             let want = fh.matmul_with(Kernel::Portable, &x, n, None);
             assert_eq!(ph.matmul_with(k, &x, n, None), want, "f16 {k:?}");
+        }
+    }
+}
+
+/// The bf16 rule by hand for one output: `acc = daz(fma(w_odd, x_odd, acc))`, then the even
+/// column, per pair, from `+0.0`.
+fn bf16_rule(w: &[f32], x: &[f32]) -> f32 {
+    let read = bf16_inputs(x);
+    let at = |v: &[f32], k: usize| v.get(k).copied().unwrap_or(0.0);
+    (0..w.len().div_ceil(2)).fold(0f32, |acc, s| {
+        let (o, e) = (2 * s + 1, 2 * s);
+        let acc = pairs::daz(pairs::daz(at(w, o)).mul_add(at(&read, o), acc));
+        pairs::daz(pairs::daz(at(w, e)).mul_add(at(&read, e), acc))
+    })
+}
+
+#[test]
+fn bf16_products_follow_the_pair_rule_through_subnormal_sums() {
+    // Partial sums below 2^-126 flush to signed zeros; the widening kernels compute them with
+    // plain FMAs, see the flags, and compute again exactly. Tiny weights and inputs make
+    // products around and below the smallest normal, in both signs, beside ordinary ones.
+    let (rows, cols) = (40, 37);
+    let exps = [-72, -70, -68, -64, -3, 0, 2, -127];
+    let w: Vec<f32> = (0..rows * cols)
+        .map(|i| {
+            // Every fourth row holds tiny weights only, so its sums stay tiny.
+            let span = if (i / cols) % 4 == 0 { 4 } else { exps.len() };
+            let e = exps[(i * 7 + i / cols) % span];
+            let s = if (i * 13) % 5 < 2 { -1.0 } else { 1.0 };
+            s * (1.0 + (i % 11) as f32 / 16.0) * 2f32.powi(e)
+        })
+        .collect();
+    let p = PackedWeight::pack(Floats::F32(&w), rows, cols, WeightDtype::BF16).unwrap();
+    let stored = p.unpack();
+    for n in [1, 3, 9, 12] {
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| {
+                // Even rows hold tiny inputs only: against the tiny weights, sums below 2^-126.
+                let span = if (i / cols) % 2 == 0 { 4 } else { exps.len() };
+                let e = exps[(i * 3 + 1) % span];
+                let s = if i % 3 == 0 { -1.0 } else { 1.0 };
+                s * (1.0 + (i % 9) as f32 / 8.0) * 2f32.powi(e)
+            })
+            .collect();
+        let want: Vec<u32> = (0..n)
+            .flat_map(|i| {
+                let (stored, x) = (&stored, &x);
+                (0..rows).map(move |o| {
+                    let row = &stored[o * cols..(o + 1) * cols];
+                    bf16_rule(row, &x[i * cols..(i + 1) * cols]).to_bits()
+                })
+            })
+            .collect();
+        // The data exercises the flushes: zeros of both signs where plain FMAs leave tiny
+        // sums.
+        assert!(
+            want.contains(&0x8000_0000) && want.contains(&0),
+            "{want:x?}"
+        );
+        for k in KERNELS {
+            let got = p.matmul_with(k, &x, n, None).unwrap();
+            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{k:?} n {n}");
         }
     }
 }

@@ -1,7 +1,11 @@
 //! The register tiles' dispatch: which tile shape each kernel runs, where the sums go, and the
 //! portable tile (the x86 bodies are in `x86.rs`).
 
-use super::{Kernel, PANEL, PanelElem, TILE_ROWS};
+use std::borrow::Cow;
+
+use half::bf16;
+
+use super::{Kernel, PANEL, PanelElem, TILE_ROWS, pairs};
 
 /// Panels per AVX-512 register tile: up to 6 rows × 4 panels, 9 rows × 3 panels or 12 rows ×
 /// 2 panels (24 to 27 accumulators of the 32 registers).
@@ -17,9 +21,9 @@ const PANELS_512: usize = 4;
 /// bf16 85.7 → 82.8 ms; two 6-row tiles of 4 panels instead were 12% slower.
 pub(super) fn tiling(kernel: Kernel, n: usize) -> (usize, usize) {
     match kernel {
-        Kernel::Avx512 if n <= 6 => (PANELS_512, 6),
-        Kernel::Avx512 if n <= 9 => (3, 9),
-        Kernel::Avx512 => (2, TILE_ROWS),
+        Kernel::Avx512 | Kernel::Avx512Bf16 if n <= 6 => (PANELS_512, 6),
+        Kernel::Avx512 | Kernel::Avx512Bf16 if n <= 9 => (3, 9),
+        Kernel::Avx512 | Kernel::Avx512Bf16 => (2, TILE_ROWS),
         Kernel::Avx2 | Kernel::Portable => (1, 6),
     }
 }
@@ -79,12 +83,16 @@ pub(super) unsafe fn tile<T: PanelElem>(
     m: usize,
     dst: Dst,
 ) {
+    debug_assert!(m <= TILE_ROWS && np >= 1);
+    if let Some(w) = as_pairs(w) {
+        // SAFETY: by the caller's contract.
+        return unsafe { pairs::tile(kernel, w, np, cols, strides, xs, m, dst) };
+    }
     debug_assert!(w.len() == (np - 1) * strides.0 + (cols - 1) * strides.1 + PANEL);
     debug_assert!(xs.len() == m * cols);
-    debug_assert!(m <= TILE_ROWS && np >= 1);
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 => {
+        Kernel::Avx512 | Kernel::Avx512Bf16 => {
             use super::x86::tile512;
             macro_rules! go {
                 ($($m:literal),*) => {
@@ -150,6 +158,42 @@ pub(super) unsafe fn tile<T: PanelElem>(
             // SAFETY: by the caller's contract.
             unsafe { tile_portable(w, np, cols, strides, xs, m, dst) }
         }
+    }
+}
+
+/// `w` as bf16 pair panels when `T` stores pairs (bf16, the only such type).
+fn as_pairs<T: PanelElem>(w: &[T]) -> Option<&[bf16]> {
+    (T::PAIR > 1 && T::DTYPE == crate::nn::WeightDtype::BF16).then(|| {
+        // SAFETY: `PanelElem` is sealed and only `bf16` has the BF16 dtype, so `T` is `bf16`.
+        unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<bf16>(), w.len()) }
+    })
+}
+
+/// Input values per row of `cols` columns in the tiles' layout ([`inputs`]).
+pub(super) fn input_width<T: PanelElem>(kernel: Kernel, cols: usize) -> usize {
+    if T::PAIR > 1 {
+        cols.div_ceil(2) * pairs::per_slot(kernel)
+    } else {
+        cols
+    }
+}
+
+/// The tiles' inputs of row-major `x: [n, cols]` for `T` panels on `kernel`: each row tile
+/// interleaved by column ([`interleave`]; one row as it is), or bf16's rounded pairs
+/// ([`pairs::inputs`]).
+pub(super) fn inputs<'a, T: PanelElem>(
+    kernel: Kernel,
+    x: &'a [f32],
+    n: usize,
+    cols: usize,
+) -> Cow<'a, [f32]> {
+    let max_rows = tiling(kernel, n).1;
+    if T::PAIR > 1 {
+        pairs::inputs(kernel, x, n, cols, max_rows)
+    } else if n > 1 {
+        Cow::Owned(interleave(x, n, cols, max_rows))
+    } else {
+        Cow::Borrowed(x)
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`PanelView`]: a borrowed panel-layout matrix and the products of its panels (the pool
 //! split is `group.rs`'s).
 
-use super::tile::{Dst, row_tiles, tile, tiling};
+use super::tile::{Dst, input_width, row_tiles, tile, tiling};
 use super::{Kernel, PANEL, PanelElem};
 
 /// A borrowed `W: [rows, cols]` in panel layout at any strides: panel `p`, column `k`, lane `j`
@@ -11,6 +11,10 @@ use super::{Kernel, PANEL, PanelElem};
 /// this layout (attention's values `Vᵀ`: panel `p`, column `k` is key `k`'s dimensions
 /// `16p ..`) is multiplied where it lies, with no packing, and gives the same bits as packing
 /// it first.
+///
+/// bf16 stores columns in pairs ([`PanelElem::PAIR`] = 2): `col_stride` steps from one pair
+/// slot to the next, and column `k`, lane `j` is
+/// `data[p · panel_stride + (k / 2) · col_stride + 2j + k % 2]`.
 #[derive(Debug, Clone, Copy)]
 pub struct PanelView<'a, T: PanelElem = f32> {
     data: &'a [T],
@@ -32,8 +36,8 @@ impl<'a, T: PanelElem> PanelView<'a, T> {
         if rows > 0 && cols > 0 {
             let last = (rows.div_ceil(PANEL) - 1)
                 .checked_mul(panel_stride)?
-                .checked_add((cols - 1).checked_mul(col_stride)?)?
-                .checked_add(PANEL)?;
+                .checked_add((cols.div_ceil(T::PAIR) - 1).checked_mul(col_stride)?)?
+                .checked_add(T::PAIR * PANEL)?;
             if last > data.len() {
                 return None;
             }
@@ -53,8 +57,8 @@ impl<'a, T: PanelElem> PanelView<'a, T> {
             data,
             rows,
             cols,
-            panel_stride: cols * PANEL,
-            col_stride: PANEL,
+            panel_stride: super::pairs::panel_len::<T>(cols),
+            col_stride: T::PAIR * PANEL,
         }
     }
 
@@ -89,7 +93,9 @@ impl<'a, T: PanelElem> PanelView<'a, T> {
     /// of the last column of the last).
     fn panels(&self, p: usize, np: usize) -> &'a [T] {
         let start = p * self.panel_stride;
-        let end = (p + np - 1) * self.panel_stride + (self.cols - 1) * self.col_stride + PANEL;
+        let slots = self.cols.div_ceil(T::PAIR);
+        let end =
+            (p + np - 1) * self.panel_stride + (slots - 1) * self.col_stride + T::PAIR * PANEL;
         &self.data[start..end]
     }
 
@@ -115,6 +121,7 @@ impl<'a, T: PanelElem> PanelView<'a, T> {
         let panels = self.rows.div_ceil(PANEL);
         let last_width = self.rows - (panels - 1) * PANEL;
         let (group, max_rows) = tiling(kernel, n);
+        let width = input_width::<T>(kernel, cols);
         // No software prefetch of the next group: the tiles read each panel as one forward
         // stream (measured against prefetching the group after next: the same or faster at
         // 1-16 rows), and the x86 tiles prefetch inside that stream (`x86::PREFETCH_AHEAD`).
@@ -136,7 +143,7 @@ impl<'a, T: PanelElem> PanelView<'a, T> {
                 ..dst
             };
             for (i0, m) in row_tiles(n, max_rows) {
-                let xs = &x[i0 * cols..(i0 + m) * cols];
+                let xs = &x[i0 * width..(i0 + m) * width];
                 let tile_dst = Dst {
                     // SAFETY: row `i0 < n`.
                     ptr: unsafe { group_dst.ptr.add(i0 * dst.row_stride) },

@@ -18,7 +18,7 @@ use super::{PANEL, PanelElem};
 /// GiB/s (`decode_matvec`, an earlier run at 1 KiB, the same as 2 KiB in this one); the AVX2
 /// tile run on the same CPU, f32 1 / 6 / 9 rows +19 / +40 / +25%, bf16 one row +30%. Flat
 /// from 2 to 4 KiB. A prefetch changes no value.
-const PREFETCH_AHEAD: usize = 2048;
+pub(super) const PREFETCH_AHEAD: usize = 2048;
 
 /// Columns of a panel stream per cache line (at least 1): the tiles prefetch once per line.
 #[inline(always)]
