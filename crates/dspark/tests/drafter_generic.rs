@@ -1,7 +1,11 @@
 //! The drafter's two kernel paths side by side: the test runs the same proposals in this
 //! process and in a child process of this test binary with `DSPARK_KERNEL_PATH` set to the
 //! other path (the variable is read once per process), and compares them. Greedy drafts must
-//! be identical; draft logits and confidences agree to float rounding.
+//! be identical; draft logits and confidences agree to float rounding. The bf16 checkpoint
+//! agrees to bf16 rounding: on the fast path its products take the activations rounded to
+//! bf16 (the packed kernel's bf16 rule), on the tensor path they stay f32, so a near-tie may
+//! draft another token there (and the Markov head follows it): its blocks are compared where
+//! they agree, and most must.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod drafter_common;
@@ -76,6 +80,7 @@ fn proposals() -> Value {
                 out.push(json!({
                     "case": format!("shape {i}, B {b}, T {temperature}, top-k {top_k:?}"),
                     "greedy": temperature == 0.0,
+                    "bf16": tiny.dtype == "bf16",
                     "tokens": p.tokens,
                     "logits": finite(&p.draft_logits),
                     "confidence": p.confidence.as_deref().map(finite),
@@ -129,13 +134,27 @@ fn both_paths_draft_the_same_blocks() {
     assert_eq!(ours.len(), theirs.len());
     let mut sampled_same = 0;
     let mut worst = [0f64; 2];
+    let mut worst_bf16 = [0f64; 2];
+    let (mut bf16_cases, mut bf16_same) = (0, 0);
     for (a, b) in ours.iter().zip(theirs) {
         let case = &a["case"];
-        if a["greedy"] == json!(true) {
+        let bf16 = a["bf16"] == json!(true);
+        if bf16 {
+            bf16_cases += 1;
+            if a["tokens"] != b["tokens"] {
+                continue;
+            }
+            bf16_same += 1;
+        } else if a["greedy"] == json!(true) {
             assert_eq!(a["tokens"], b["tokens"], "{case}: greedy drafts differ");
         } else if a["tokens"] == b["tokens"] {
             sampled_same += 1;
         }
+        let (worst, tol) = if bf16 {
+            (&mut worst_bf16, 2e-2)
+        } else {
+            (&mut worst, 1e-4)
+        };
         for (j, key) in ["logits", "confidence"].into_iter().enumerate() {
             let (x, y) = (floats(&a[key]), floats(&b[key]));
             assert_eq!(x.len(), y.len(), "{case}: {key}");
@@ -143,7 +162,7 @@ fn both_paths_draft_the_same_blocks() {
                 match (x, y) {
                     (Some(x), Some(y)) => {
                         worst[j] = worst[j].max((x - y).abs());
-                        assert!((x - y).abs() <= 1e-4, "{case}: {key}[{i}] {x} vs {y}")
+                        assert!((x - y).abs() <= tol, "{case}: {key}[{i}] {x} vs {y}")
                     }
                     (None, None) => {}
                     _ => panic!("{case}: {key}[{i}] {x:?} vs {y:?} (support differs)"),
@@ -152,13 +171,20 @@ fn both_paths_draft_the_same_blocks() {
         }
     }
     eprintln!(
-        "largest differences: draft logits {:.2e}, confidences {:.2e}",
-        worst[0], worst[1]
+        "largest differences: draft logits {:.2e}, confidences {:.2e} (bf16: {:.2e}, {:.2e})",
+        worst[0], worst[1], worst_bf16[0], worst_bf16[1]
     );
     assert!(worst[1] <= 1e-5, "confidences differ by {:.2e}", worst[1]);
+    assert!(
+        4 * bf16_same >= 3 * bf16_cases,
+        "bf16: {bf16_same} of {bf16_cases} blocks agree"
+    );
     // Sampled draws use the same uniforms: a different token needs a draw within rounding of
     // a bucket edge, which these few draws do not hit.
-    let sampled = ours.iter().filter(|a| a["greedy"] != json!(true)).count();
+    let sampled = ours
+        .iter()
+        .filter(|a| a["greedy"] != json!(true) && a["bf16"] != json!(true))
+        .count();
     assert_eq!(
         sampled_same, sampled,
         "sampled blocks that differ between the paths"

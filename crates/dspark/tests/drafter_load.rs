@@ -6,6 +6,7 @@ mod drafter_common;
 
 use candle_core::{Device, Tensor};
 use drafter_common::{H, Tiny, context, load, max_diff};
+use dspark::nn::{LoadOptions, WeightDtype};
 use dspark::sampling::Seeds;
 use dspark::{Drafter, ProposeOptions, Qwen3Drafter, SharedWeights, WeightSource};
 
@@ -242,31 +243,44 @@ fn padded_rows_never_leave_the_drafter() {
 }
 
 #[test]
-fn bf16_and_f16_checkpoints_load_as_f32() {
-    // A bf16 checkpoint equals an f32 checkpoint holding the bf16-rounded values.
-    for (dtype, round) in [
+fn bf16_and_f16_checkpoints_equal_f32_ones_of_their_values() {
+    // A bf16 (f16) checkpoint equals an f32 checkpoint holding the rounded values, both kept
+    // in the same dtype: widened to f32, or kept in the narrow one (a bf16 weight then
+    // multiplies bf16-rounded activations, whichever file it came from).
+    for (dtype, kept, round) in [
         (
             "bf16",
+            WeightDtype::BF16,
             (|x: f32| half::bf16::from_f32(x).to_f32()) as fn(f32) -> f32,
         ),
-        ("f16", |x: f32| half::f16::from_f32(x).to_f32()),
+        ("f16", WeightDtype::F16, |x: f32| {
+            half::f16::from_f32(x).to_f32()
+        }),
     ] {
         let low = Tiny {
             dtype,
             ..Tiny::default()
         };
-        let (_d1, a) = load(&low);
-        let dir = tempfile::tempdir().unwrap();
-        Tiny::default().write_with(dir.path(), |t| {
+        let d1 = tempfile::tempdir().unwrap();
+        low.write(d1.path());
+        let d2 = tempfile::tempdir().unwrap();
+        Tiny::default().write_with(d2.path(), |t| {
             for (v, _) in t.values_mut() {
                 v.iter_mut().for_each(|x| *x = round(*x));
             }
         });
-        let b = Qwen3Drafter::load(dir.path(), &low.target(), SharedWeights::default()).unwrap();
         let ctx = context(8, 2, 5);
-        let pa = a.propose(&ctx, &[1, 2], &[0], &opts(0.5)).unwrap();
-        let pb = b.propose(&ctx, &[1, 2], &[0], &opts(0.5)).unwrap();
-        assert_eq!(pa, pb, "{dtype}");
+        for keep in [WeightDtype::F32, kept] {
+            let options = LoadOptions { dtype: Some(keep) };
+            let load = |dir: &std::path::Path| {
+                let (target, shared) = (low.target(), SharedWeights::default());
+                Qwen3Drafter::load_with(dir, &target, shared, &Device::Cpu, options).unwrap()
+            };
+            let (a, b) = (load(d1.path()), load(d2.path()));
+            let pa = a.propose(&ctx, &[1, 2], &[0], &opts(0.5)).unwrap();
+            let pb = b.propose(&ctx, &[1, 2], &[0], &opts(0.5)).unwrap();
+            assert_eq!(pa, pb, "{dtype} kept as {keep}");
+        }
     }
 }
 
