@@ -51,8 +51,16 @@ def verify_inputs(vocab: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tens
 
 def test_build_info_reports_the_build():
     info = dspark.build_info()
-    assert set(info) == {"version", "cuda", "cuda_devices", "cuda_error", "kernel_path"}
+    assert set(info) == {
+        "version",
+        "cuda",
+        "cuda_devices",
+        "cuda_error",
+        "kernel_path",
+        "cpu_kernel",
+    }
     assert info["kernel_path"] in ("fast", "tensor")
+    assert info["cpu_kernel"] in ("avx512-bf16", "avx512", "avx2", "portable")
     if ON_GPU:
         assert info["cuda"] is True
         assert info["cuda_devices"] >= 1

@@ -26,8 +26,6 @@
 //! Checked against the instruction on an AMD EPYC (Zen 4): 32 M lanes of random, tiny and
 //! subnormal operands, no difference.
 
-use std::borrow::Cow;
-
 use half::bf16;
 
 use super::tile::{Dst, row_tiles};
@@ -70,7 +68,7 @@ pub(super) fn inputs(
     n: usize,
     cols: usize,
     max_rows: usize,
-) -> Cow<'static, [f32]> {
+) -> Vec<f32> {
     let (slots, e) = (cols.div_ceil(2), per_slot(kernel));
     let mut out = vec![0f32; n * slots * e];
     for (i0, m) in row_tiles(n, max_rows) {
@@ -91,7 +89,7 @@ pub(super) fn inputs(
             }
         }
     }
-    Cow::Owned(out)
+    out
 }
 
 /// `m` rows × `np` panels of bf16 pairs into `dst`, by the rule, on `kernel` (as

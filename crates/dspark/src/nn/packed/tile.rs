@@ -189,7 +189,7 @@ pub(super) fn inputs<'a, T: PanelElem>(
 ) -> Cow<'a, [f32]> {
     let max_rows = tiling(kernel, n).1;
     if T::PAIR > 1 {
-        pairs::inputs(kernel, x, n, cols, max_rows)
+        Cow::Owned(pairs::inputs(kernel, x, n, cols, max_rows))
     } else if n > 1 {
         Cow::Owned(interleave(x, n, cols, max_rows))
     } else {
