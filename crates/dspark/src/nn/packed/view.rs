@@ -14,7 +14,8 @@ use super::{Kernel, PANEL, PanelElem};
 ///
 /// bf16 stores columns in pairs ([`PanelElem::PAIR`] = 2): `col_stride` steps from one pair
 /// slot to the next, and column `k`, lane `j` is
-/// `data[p · panel_stride + (k / 2) · col_stride + 2j + k % 2]`.
+/// `data[p · panel_stride + (k / 2) · col_stride + 2j + k % 2]`. With an odd `cols`, the last slot's
+/// second column is read too and multiplied by `0`: it must be finite (packing zeroes it).
 #[derive(Debug, Clone, Copy)]
 pub struct PanelView<'a, T: PanelElem = f32> {
     data: &'a [T],
