@@ -8,7 +8,7 @@ use std::arch::x86_64::*;
 use half::bf16;
 
 use super::tile::Dst;
-use super::x86::PREFETCH_AHEAD;
+use super::x86::{PREFETCH_AHEAD, put256, put512};
 use super::{Kernel, PANEL};
 
 /// MXCSR's default: round to nearest even, no DAZ or FTZ, every exception masked.
@@ -184,24 +184,6 @@ unsafe fn widen512<const M: usize, const R: usize>(
     subnormal == 0
 }
 
-/// Write `M × R` accumulators to `dst`.
-///
-/// # Safety
-/// AVX-512F must be available; `dst` writable for `M` rows × `R` panels.
-#[target_feature(enable = "avx512f")]
-unsafe fn put512<const M: usize, const R: usize>(acc: &[[__m512; R]; M], dst: Dst) {
-    let mut lanes = [0f32; PANEL];
-    for (q, aq) in acc.iter().enumerate() {
-        for (r, a) in aq.iter().enumerate() {
-            // SAFETY: `lanes` holds 16 values; `dst` by the caller's contract.
-            unsafe {
-                _mm512_storeu_ps(lanes.as_mut_ptr(), *a);
-                dst.put(q, r, R, &lanes);
-            }
-        }
-    }
-}
-
 /// `M` rows × 1 panel widened with AVX2 (two 8-lane halves, 32 bytes each); as [`widen512`].
 ///
 /// # Safety
@@ -259,23 +241,6 @@ fn tiny256(a: __m256) -> __m256 {
 fn daz256(a: __m256) -> __m256 {
     let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(MAGNITUDE));
     _mm256_andnot_ps(_mm256_and_ps(tiny256(a), magnitude), a)
-}
-
-/// Write row `q`'s two halves of panel `r` (of `np`) for `M` rows.
-///
-/// # Safety
-/// AVX2 must be available; `dst` writable for those rows and panel.
-#[target_feature(enable = "avx2")]
-unsafe fn put256<const M: usize>(acc: &[[__m256; 2]; M], r: usize, np: usize, dst: Dst) {
-    let mut lanes = [0f32; PANEL];
-    for (q, aq) in acc.iter().enumerate() {
-        // SAFETY: `lanes` holds 16 values; `dst` by the caller's contract.
-        unsafe {
-            _mm256_storeu_ps(lanes.as_mut_ptr(), aq[0]);
-            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), aq[1]);
-            dst.put(q, r, np, &lanes);
-        }
-    }
 }
 
 /// Panel `r` of a tile of `m` rows by the rule with every `daz` spelled out (operands and each

@@ -71,16 +71,8 @@ pub(super) unsafe fn tile512<T: PanelElem, const M: usize, const R: usize>(
             }
         }
     }
-    let mut lanes = [0f32; PANEL];
-    for (q, aq) in acc.iter().enumerate() {
-        for (r, a) in aq.iter().enumerate() {
-            // SAFETY: `lanes` holds 16 values; `dst` by the caller's contract.
-            unsafe {
-                _mm512_storeu_ps(lanes.as_mut_ptr(), *a);
-                dst.put(q, r, R, &lanes);
-            }
-        }
-    }
+    // SAFETY: by the caller's contract.
+    unsafe { put512(&acc, dst) };
 }
 
 /// `M` rows × 1 panel (two 8-lane halves) with AVX2 + FMA (+ F16C for `f16`).
@@ -121,13 +113,41 @@ pub(super) unsafe fn tile256<T: PanelElem, const M: usize>(
             }
         }
     }
+    // SAFETY: by the caller's contract.
+    unsafe { put256(&acc, 0, 1, dst) };
+}
+
+/// Write `M × R` accumulators to `dst`.
+///
+/// # Safety
+/// AVX-512F must be available; `dst` writable for `M` rows × `R` panels.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn put512<const M: usize, const R: usize>(acc: &[[__m512; R]; M], dst: Dst) {
+    let mut lanes = [0f32; PANEL];
+    for (q, aq) in acc.iter().enumerate() {
+        for (r, a) in aq.iter().enumerate() {
+            // SAFETY: `lanes` holds 16 values; `dst` by the caller's contract.
+            unsafe {
+                _mm512_storeu_ps(lanes.as_mut_ptr(), *a);
+                dst.put(q, r, R, &lanes);
+            }
+        }
+    }
+}
+
+/// Write row `q`'s two halves of panel `r` (of `np`) for `M` rows.
+///
+/// # Safety
+/// AVX2 must be available; `dst` writable for those rows and panel.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn put256<const M: usize>(acc: &[[__m256; 2]; M], r: usize, np: usize, dst: Dst) {
     let mut lanes = [0f32; PANEL];
     for (q, aq) in acc.iter().enumerate() {
         // SAFETY: `lanes` holds 16 values; `dst` by the caller's contract.
         unsafe {
             _mm256_storeu_ps(lanes.as_mut_ptr(), aq[0]);
             _mm256_storeu_ps(lanes.as_mut_ptr().add(8), aq[1]);
-            dst.put(q, 0, 1, &lanes);
+            dst.put(q, r, np, &lanes);
         }
     }
 }
