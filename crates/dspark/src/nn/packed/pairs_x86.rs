@@ -8,7 +8,7 @@ use std::arch::x86_64::*;
 use half::bf16;
 
 use super::tile::Dst;
-use super::x86::{PREFETCH_AHEAD, put256, put512};
+use super::x86::{TO_L1, TO_L2, prefetch_ahead, put256, put512};
 use super::{Kernel, PANEL};
 
 /// MXCSR's default: round to nearest even, no DAZ or FTZ, every exception masked.
@@ -118,7 +118,7 @@ unsafe fn dp512<const M: usize, const R: usize>(
     for s in 0..slots {
         for r in 0..R {
             let at = wp.wrapping_add(r * ps + s * cs).cast::<i8>();
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD));
+            prefetch_ahead::<TO_L2>(at);
             // SAFETY: `r·ps + s·cs + 32 <= w.len()` and `s·M + q < M·slots`; a bf16 vector
             // is 32 bf16 values in the 64 bytes of an integer one.
             unsafe {
@@ -155,7 +155,7 @@ unsafe fn widen512<const M: usize, const R: usize>(
     for s in 0..slots {
         for r in 0..R {
             let at = wp.wrapping_add(r * ps + s * cs).cast::<i8>();
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD));
+            prefetch_ahead::<TO_L2>(at);
             // SAFETY: as in `dp512`, `(s·M + q)·2 + 1 < 2·M·slots`.
             unsafe {
                 let v = _mm512_loadu_si512(at.cast());
@@ -201,7 +201,7 @@ unsafe fn widen256<const M: usize>(
     let mut acc = [[_mm256_setzero_ps(); 2]; M];
     for s in 0..slots {
         let at = wp.wrapping_add(s * cs).cast::<i8>();
-        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD));
+        prefetch_ahead::<TO_L1>(at);
         for h in 0..2 {
             // SAFETY: `s·cs + 32 <= w.len()`, `(s·M + q)·2 + 1 < 2·M·slots`.
             unsafe {

@@ -9,16 +9,42 @@ use super::{PANEL, PanelElem};
 
 /// How far ahead (bytes, in each panel stream) the tiles prefetch their weights.
 ///
-/// The hardware prefetchers alone fell behind the tiles: the more FMAs a column feeds (more
-/// rows), the fewer loads a core keeps in flight, and 2-byte panels take two widening
-/// instructions per half line. Measured on a Xeon (AVX-512, DRAM-sized ring of the
-/// memory-bound pair's MLP matrices, 2 threads, interleaved in one run), without → with one
-/// prefetch per cache line 2 KiB ahead: f32 1 row 23.3 → 24.0 GB/s, 9 rows 15.1 → 19.7
-/// (a verification of K = 8), 48 rows (a prefill chunk) +20%; bf16 one row 16.1 → 18.2–18.9
-/// GiB/s (`decode_matvec`, an earlier run at 1 KiB, the same as 2 KiB in this one); the AVX2
-/// tile run on the same CPU, f32 1 / 6 / 9 rows +19 / +40 / +25%, bf16 one row +30%. Flat
-/// from 2 to 4 KiB. A prefetch changes no value.
+/// The hardware prefetchers alone fell behind the tiles on a Xeon: the more FMAs a column feeds
+/// (more rows), the fewer loads a core keeps in flight, and 2-byte panels take two widening
+/// instructions per half line. Measured there (AVX-512, DRAM-sized ring of the memory-bound
+/// pair's MLP matrices, 2 threads, interleaved in one run), without → with one prefetch per
+/// cache line 2 KiB ahead: f32 1 row 23.3 → 24.0 GB/s, 9 rows 15.1 → 19.7 (a verification of
+/// K = 8), 48 rows (a prefill chunk) +20%; bf16 one row 16.1 → 18.2–18.9 GiB/s; the AVX2 tile
+/// run on the same CPU, f32 1 / 6 / 9 rows +19 / +40 / +25%, bf16 one row +30%. Flat from 2 to
+/// 4 KiB. A prefetch changes no value. Which cache level it fills is [`TO_L2`] / [`TO_L1`].
 pub(super) const PREFETCH_AHEAD: usize = 2048;
+
+/// The AVX-512 tiles prefetch into L2 (`prefetcht1`), where the hardware's L2 streamer puts a
+/// stream, and leave the last step to L1 to the core's own prefetcher.
+///
+/// A study of the tiles' inner loops (none / `prefetcht0` / `prefetcht1`, 2 KiB ahead, a
+/// 512 MiB ring, 9 interleaved repeats, paired medians against none) on two CPUs:
+/// - a Xeon with AVX512-BF16 and AMX (the H200 machine's host), 2 threads: `t1` kept every gain
+///   of `t0` (f32 1 / 9 rows 1.08 / 1.19 against 0.99 / 1.24; bf16 `vdpbf16ps` 1 row 1.12
+///   against 0.99);
+/// - this project's AMD EPYC (Zen 4): `t0` lost 12-13% on a bf16 row (`vdpbf16ps` and widened:
+///   0.88 / 0.87), `t1` held 0.96-0.97 (the hardware's own pace). End to end, bf16 target-only
+///   on the memory-bound pair went from 23.5 to 30.5 tokens/s (medians of 6 interleaved
+///   processes), and f32 from 12.6 to 17.0.
+pub(super) const TO_L2: i32 = _MM_HINT_T1;
+
+/// The AVX2 tile prefetches into L1 (`prefetcht0`): in the same study, run on both CPUs, `t1`
+/// lost 6 rows on the EPYC (0.71-0.81 of none, where `t0` held 0.98) and won nothing on the Xeon
+/// (6 rows 1.54 against 1.62).
+pub(super) const TO_L1: i32 = _MM_HINT_T0;
+
+/// Prefetch into `HINT`'s cache the line [`PREFETCH_AHEAD`] bytes past `at` (a hint: it never
+/// faults, so `at` may lie past the panel's end).
+#[inline(always)]
+pub(super) fn prefetch_ahead<const HINT: i32>(at: *const i8) {
+    // SAFETY: a prefetch reads nothing architecturally and never faults.
+    unsafe { _mm_prefetch::<HINT>(at.wrapping_add(PREFETCH_AHEAD)) };
+}
 
 /// Columns of a panel stream per cache line (at least 1): the tiles prefetch once per line.
 #[inline(always)]
@@ -51,9 +77,7 @@ pub(super) unsafe fn tile512<T: PanelElem, const M: usize, const R: usize>(
         if until_line == 0 {
             until_line = per_line;
             for r in 0..R {
-                // A prefetch never faults: the address may lie past the panel's end.
-                let at = wp.wrapping_add(r * ps + k * cs).cast::<i8>();
-                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD));
+                prefetch_ahead::<TO_L2>(wp.wrapping_add(r * ps + k * cs).cast());
             }
         }
         until_line -= 1;
@@ -97,9 +121,7 @@ pub(super) unsafe fn tile256<T: PanelElem, const M: usize>(
     for k in 0..cols {
         if until_line == 0 {
             until_line = per_line;
-            // A prefetch never faults: the address may lie past the panel's end.
-            let at = wp.wrapping_add(k * cs).cast::<i8>();
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD));
+            prefetch_ahead::<TO_L1>(wp.wrapping_add(k * cs).cast());
         }
         until_line -= 1;
         // SAFETY: `k·cs + PANEL <= w.len()` and `k·M + q < M·cols`.
