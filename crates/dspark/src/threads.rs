@@ -48,6 +48,11 @@ pub const ROUND_POOL_MIN_WORK: usize = 1 << 25;
 /// 0.1 ms of reading on one core, against microseconds for a join inside the pool.
 pub const STREAM_POOL_MIN_BYTES: usize = 1 << 20;
 
+/// Bytes from which reads that split into independent pieces (attention's key/value heads) go
+/// to the pool ([`split_reads`]): about 20 µs of one core's reading, where the split's join
+/// inside the pool costs a few microseconds.
+pub const READS_POOL_MIN_BYTES: usize = 1 << 18;
+
 thread_local! {
     static IN_ROUND: Cell<bool> = const { Cell::new(false) };
 }
@@ -85,7 +90,18 @@ pub fn use_pool(work: usize) -> bool {
 /// and either no round is running here or this thread is a pool worker (inside a round, a
 /// caller outside the pool would park on every product).
 pub fn split_stream(bytes: usize) -> bool {
-    bytes >= STREAM_POOL_MIN_BYTES
+    split_from(bytes, STREAM_POOL_MIN_BYTES)
+}
+
+/// [`split_stream`]'s rule for reads of `bytes` that split into a few independent pieces with no
+/// weight to stream (attention's heads over a KV cache), from [`READS_POOL_MIN_BYTES`].
+pub fn split_reads(bytes: usize) -> bool {
+    split_from(bytes, READS_POOL_MIN_BYTES)
+}
+
+/// At least `min` bytes, more than one pool thread, and no round here or a pool worker.
+fn split_from(bytes: usize, min: usize) -> bool {
+    bytes >= min
         && rayon::current_num_threads() > 1
         && (!round_active() || rayon::current_thread_index().is_some())
 }
@@ -207,9 +223,12 @@ mod tests {
             // `install` already runs on a worker: splits are allowed in a round.
             assert!(in_round(|| split_stream(big)));
             assert!(!split_stream(big - 1));
+            assert!(in_round(|| split_reads(READS_POOL_MIN_BYTES)));
+            assert!(!split_reads(READS_POOL_MIN_BYTES - 1));
         });
         // A thread outside the pool, in a round: never (it would park on every product).
-        let outside = std::thread::spawn(move || in_round(|| split_stream(big)));
+        let outside =
+            std::thread::spawn(move || in_round(|| split_stream(big) || split_reads(big)));
         assert!(!outside.join().unwrap());
         let (on_worker, round) =
             in_round(|| on_pool(|| (rayon::current_thread_index().is_some(), round_active())));

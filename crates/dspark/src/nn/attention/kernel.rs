@@ -47,6 +47,16 @@ pub(crate) enum HeadKv<'a> {
     KeyPanels(PanelView<'a>, HeadView<'a>),
 }
 
+impl HeadKv<'_> {
+    /// Keys (and values) the head holds.
+    fn keys(&self) -> usize {
+        match self {
+            Self::Rows(k, _) => k.rows,
+            Self::KeyPanels(k, _) => k.rows(),
+        }
+    }
+}
+
 /// `softmax(scale · q·kᵀ) · v` for `m` query rows `q: [m, hd]` against the keys and values of
 /// one head; row `i` sees the first `visible(i)` keys (at least one, at most `S`). Returns
 /// `[m, hd]`. `kv` must hold `S` keys and values of `hd` values (callers check shapes). Every
@@ -111,6 +121,13 @@ fn attend_panels(
 /// Grouped-query attention of `q: [Q, heads, hd]` (row-major): query head `h` reads key/value
 /// head `h / (heads / kv_heads)`, whose cache `kv(head)` gives; query `i` sees the first
 /// `visible(i)` keys. Returns `[Q, heads · hd]`. `heads` must be a multiple of `kv_heads`.
+///
+/// The key/value heads are independent: where their cache is large enough to be worth a split
+/// ([`crate::threads::split_reads`]: a long context, or a decode step whose forward runs on the
+/// pool), they run as tasks of the pool, each computing its head exactly as alone, so the bits do
+/// not depend on the split. A decode step reads its whole cache here, once per layer: at a
+/// thousand tokens of context that is a fifth of the memory-bound pair's weight bytes, and one
+/// core alone reads at about half the machine's bandwidth.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grouped<'a>(
     q: &[f32],
@@ -118,25 +135,36 @@ pub(crate) fn grouped<'a>(
     heads: usize,
     kv_heads: usize,
     hd: usize,
-    kv: impl Fn(usize) -> HeadKv<'a>,
+    kv: impl Fn(usize) -> HeadKv<'a> + Sync,
     scale: f32,
-    visible: impl Fn(usize) -> usize,
+    visible: impl Fn(usize) -> usize + Sync,
 ) -> Vec<f32> {
+    use rayon::prelude::*;
+
     let groups = heads / kv_heads.max(1);
-    let mut out = vec![0f32; q_len * heads * hd];
-    let mut rows = Vec::with_capacity(groups * q_len * hd);
-    for kh in 0..kv_heads {
-        // Rows `(g, i)`: query `i` of head `kh·groups + g`.
-        rows.clear();
+    // One key/value head: its rows `(g, i)` (query `i` of head `kh·groups + g`), attended.
+    let head = |kh: usize| {
+        let mut rows = Vec::with_capacity(groups * q_len * hd);
         for g in 0..groups {
             for i in 0..q_len {
                 let at = (i * heads + kh * groups + g) * hd;
                 rows.extend_from_slice(&q[at..at + hd]);
             }
         }
-        let o = attend_head(&rows, groups * q_len, hd, kv(kh), scale, |r| {
+        attend_head(&rows, groups * q_len, hd, kv(kh), scale, |r| {
             visible(r % q_len)
-        });
+        })
+    };
+    // Bytes of keys and values the call reads (every head holds as many keys).
+    let keys = if kv_heads > 0 { kv(0).keys() } else { 0 };
+    let bytes = (kv_heads * keys * hd * 2).saturating_mul(std::mem::size_of::<f32>());
+    let outs: Vec<Vec<f32>> = if kv_heads > 1 && crate::threads::split_reads(bytes) {
+        (0..kv_heads).into_par_iter().map(head).collect()
+    } else {
+        (0..kv_heads).map(head).collect()
+    };
+    let mut out = vec![0f32; q_len * heads * hd];
+    for (kh, o) in outs.iter().enumerate() {
         for (r, src) in o.chunks_exact(hd).enumerate() {
             let (g, i) = (r / q_len, r % q_len);
             let at = (i * heads + kh * groups + g) * hd;
@@ -199,6 +227,34 @@ mod tests {
     use super::*;
 
     use crate::test_values::values;
+
+    #[test]
+    fn heads_split_over_the_pool_give_the_bits_of_one_thread() {
+        // A cache large enough to split (8 heads × 160 keys × 64 dims, keys and values: 640 KiB),
+        // a verification's 5 queries of 4 heads per key/value head, causal.
+        let (kvh, heads, hd, s, q_len) = (8, 32, 64, 160, 5);
+        let (k, v, q) = (
+            values(s * kvh * hd, 11),
+            values(s * kvh * hd, 12),
+            values(q_len * heads * hd, 13),
+        );
+        assert!(kvh * s * hd * 2 * 4 >= crate::threads::READS_POOL_MIN_BYTES);
+        let (ks, vs) = (&k[..], &v[..]);
+        let view = |d, kh: usize| HeadView::new(d, kh * hd, kvh * hd, s);
+        let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| grouped(&q, q_len, heads, kvh, hd, kv, 0.125, |i| s - q_len + i + 1))
+        };
+        let one = run(1);
+        for _ in 0..4 {
+            assert_eq!(run(2), one);
+        }
+        assert!(one.iter().all(|x| x.is_finite()));
+    }
 
     #[test]
     fn matches_a_direct_softmax_with_strided_heads_and_causal_rows() {
