@@ -28,6 +28,9 @@
 //!   Meanwhile the other workers stay awake between the forward's products for as long as
 //!   they keep finding work and are not preempted ([`on_pool`]'s helpers), instead of
 //!   sleeping after each product and being woken for the next.
+//! - **Attention's key/value heads** split over the pool the same way ([`split_reads`]) from
+//!   [`READS_POOL_MIN_BYTES`] of cache: a decode step reads its whole KV cache once per layer,
+//!   a growing share of the step as the context grows.
 //! - **A torch target keeps its own threads** (`torch.set_num_threads`); the engine calls it
 //!   once per round and does nothing in parallel meanwhile.
 //!
