@@ -313,6 +313,10 @@ impl Qwen3Cache {
     }
 
     /// [`Qwen3Cache::attend_host`] on host slices; `None` when a buffer is not host memory.
+    ///
+    /// The requests are independent: where their caches together are worth a split
+    /// ([`crate::threads::split_reads`]), they run as tasks of the pool (each request's heads may
+    /// split again inside), each computing exactly what it computes alone.
     #[allow(clippy::too_many_arguments)]
     fn attend_rows(
         &mut self,
@@ -324,16 +328,23 @@ impl Qwen3Cache {
         v: &[f32],
         scale: f32,
     ) -> Option<Vec<f32>> {
+        use rayon::prelude::*;
+
         let (kvh, hd) = (self.kv_heads, self.head_dim);
         let (row_q, row_kv) = (heads * hd, kvh * hd);
         let n = q.len() / row_q.max(1);
-        let mut out = vec![0f32; n * row_q];
-        for (b, &(off, m)) in rows.iter().enumerate() {
-            if m == 0 {
-                continue;
-            }
-            let (len, cap) = (self.lengths[b], self.capacity[b]);
-            let Some(Kv::Host { kt, v: vb }) = self.rows[b].get_mut(layer) else {
+        // The live requests: (offset, new rows, held rows, capacity, layers).
+        let jobs: Vec<(usize, usize, usize, usize, &mut Vec<Kv>)> = rows
+            .iter()
+            .zip(&self.lengths)
+            .zip(&self.capacity)
+            .zip(self.rows.iter_mut())
+            .map(|(((&(off, m), &len), &cap), layers)| (off, m, len, cap, layers))
+            .filter(|job| job.1 > 0)
+            .collect();
+        // One request: write its new rows after its held ones, then attend over all of them.
+        let one = |(off, m, len, cap, layers): (usize, usize, usize, usize, &mut Vec<Kv>)| {
+            let Some(Kv::Host { kt, v: vb }) = layers.get_mut(layer) else {
                 return None;
             };
             let (ks, vs) = (
@@ -344,7 +355,21 @@ impl Qwen3Cache {
             let qs = &q[off * row_q..(off + m) * row_q];
             let kv = (&kt[..], &vb[..]);
             let o = attention::causal_transposed(qs, m, heads, kvh, hd, kv, cap, len + m, scale)?;
-            out[off * row_q..(off + m) * row_q].copy_from_slice(&o);
+            Some((off, o))
+        };
+        // Bytes of keys and values read: every live request's cache, new rows included.
+        let bytes: usize = jobs
+            .iter()
+            .map(|&(_, m, len, ..)| (len + m) * row_kv * 2 * std::mem::size_of::<f32>())
+            .sum();
+        let outs: Vec<(usize, Vec<f32>)> = if jobs.len() > 1 && crate::threads::split_reads(bytes) {
+            jobs.into_par_iter().map(one).collect::<Option<_>>()?
+        } else {
+            jobs.into_iter().map(one).collect::<Option<_>>()?
+        };
+        let mut out = vec![0f32; n * row_q];
+        for (off, o) in outs {
+            out[off * row_q..off * row_q + o.len()].copy_from_slice(&o);
         }
         Some(out)
     }
@@ -450,5 +475,59 @@ mod tests {
         }
         assert_eq!(fast.lengths(), &[99, 60]);
         assert!(fast.capacity[0] >= 128);
+    }
+
+    #[test]
+    fn requests_split_over_the_pool_give_the_bits_of_one_thread() {
+        // Four requests with caches large enough to split (4 heads of 32, ~300 tokens each:
+        // over 1 MiB of keys and values), one of them idle; the same steps on twin caches in a
+        // 1-thread and a 2-thread pool.
+        let (kvh, hd, heads) = (4, 32, 8);
+        let cpu = Device::Cpu;
+        if !crate::device::fast_on(&cpu) {
+            return;
+        }
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut cache = Qwen3Cache::new(4, 1, kvh, hd, &cpu);
+                let mut outs = Vec::new();
+                for (t, sizes) in [[300, 280, 0, 310], [1, 9, 5, 1]].iter().enumerate() {
+                    let n: usize = sizes.iter().sum();
+                    let (mut rows, mut off) = (Vec::new(), 0);
+                    for (b, &m) in sizes.iter().enumerate() {
+                        rows.push((off, m));
+                        off += m;
+                        cache.reserve(b, cache.lengths()[b] + m).unwrap();
+                    }
+                    let seed = 40 + t as u32 * 3;
+                    let t3 = |len: usize, s: u32, w: usize| {
+                        Tensor::from_vec(values(len * w * hd, s), (len, w, hd), &cpu).unwrap()
+                    };
+                    let (q, k, v) = (
+                        t3(n, seed, heads),
+                        t3(n, seed + 1, kvh),
+                        t3(n, seed + 2, kvh),
+                    );
+                    let o = cache
+                        .attend_host(0, &rows, (&q, &k, &v), 0.2)
+                        .unwrap()
+                        .unwrap();
+                    outs.push(o.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+                    for (b, &m) in sizes.iter().enumerate() {
+                        cache.advance(b, m);
+                    }
+                }
+                outs
+            })
+        };
+        let one = run(1);
+        assert!(one.iter().flatten().all(|x| x.is_finite()));
+        for _ in 0..3 {
+            assert_eq!(run(2), one);
+        }
     }
 }
