@@ -1,34 +1,33 @@
 //! The rollback KV cache of the native target.
 //!
-//! Per request and layer, keys (normed and rotated at their positions) live transposed in one
-//! buffer `[kv_heads, head_dim, capacity]` and values token-major in one `[capacity, kv_heads,
-//! head_dim]`; the capacity is a multiple of 16. On the CPU (fast kernel path, see
-//! [`crate::device::fast_on`]) the buffers are plain host memory
+//! Per request and layer, keys (normed and rotated at their positions) and values live in
+//! buffers of a capacity that is a multiple of 16. On the CPU (fast kernel path, see
+//! [`crate::device::fast_on`]) the buffers are plain host memory in panel layout (`host_kv.rs`:
+//! keys as panels of 16 keys, values as panels of 16 dimensions, each panel one forward stream)
 //! and `Qwen3Cache::attend_host` writes a forward's new rows and runs every request's
-//! attention in one pass, reading keys and values where they lie as panels of 16 keys and 16
-//! dimensions (no per-step packing, no tensor op per request), so a step's cost follows its
-//! token count. On other devices they are tensors and `Qwen3Cache::write` hands them to
-//! [`crate::nn::causal_gqa_attention_kt`]. A forward writes its new rows in place
+//! attention in one pass, reading keys and values where they lie (no per-step packing, no
+//! tensor op per request), so a step's cost follows its token count. On other devices they are
+//! tensors, keys transposed `[kv_heads, head_dim, capacity]` and values `[capacity, kv_heads,
+//! head_dim]`, and `Qwen3Cache::write` hands them to [`crate::nn::causal_gqa_attention_kt`]. A forward writes its new rows in place
 //! after the held ones (the buffer doubles when full, so appending costs the new rows, not the
 //! whole context); [`Qwen3Cache::truncate`] only moves the length back. Writes are in place, so
 //! the cache is not `Clone`: [`Qwen3Cache::try_clone`] copies its buffers.
 
 use candle_core::{DType, Device, Tensor};
 
+use super::host_kv::HostKv;
 use crate::error::{Error, Result};
-use crate::nn::attention::kernel as attention;
 use crate::nn::fused::with_f32;
 use crate::nn::packed::PANEL;
 
 /// Smallest buffer allocated, in tokens.
 const MIN_CAPACITY: usize = 64;
 
-/// One layer's buffers of one request: keys transposed, `[kv_heads, head_dim, capacity]`, and
-/// values, `[capacity, kv_heads, head_dim]`.
+/// One layer's buffers of one request.
 #[derive(Debug)]
 enum Kv {
-    /// On the CPU: host memory, written and read in place.
-    Host { kt: Vec<f32>, v: Vec<f32> },
+    /// On the CPU: host memory in panel layout, written and read in place.
+    Host(HostKv),
     /// Elsewhere: device tensors.
     Device { kt: Tensor, v: Tensor },
 }
@@ -88,10 +87,7 @@ impl Qwen3Cache {
             let mut copied = Vec::with_capacity(layers.len());
             for kv in layers {
                 copied.push(match kv {
-                    Kv::Host { kt, v } => Kv::Host {
-                        kt: kt.clone(),
-                        v: v.clone(),
-                    },
+                    Kv::Host(kv) => Kv::Host(kv.clone()),
                     Kv::Device { kt, v } => Kv::Device {
                         kt: kt.copy()?,
                         v: v.copy()?,
@@ -210,15 +206,11 @@ impl Qwen3Cache {
         for li in 0..self.num_layers {
             let old = self.rows[b].get(li).filter(|_| len > 0);
             layers.push(if crate::device::fast_on(&self.device) {
-                let mut kt = vec![0f32; kvh * hd * new_cap];
-                let mut v = vec![0f32; new_cap * kvh * hd];
-                if let Some(Kv::Host { kt: okt, v: ov }) = old {
-                    for (dst, src) in kt.chunks_exact_mut(new_cap).zip(okt.chunks_exact(cap)) {
-                        dst[..len].copy_from_slice(&src[..len]);
-                    }
-                    v[..len * kvh * hd].copy_from_slice(&ov[..len * kvh * hd]);
-                }
-                Kv::Host { kt, v }
+                let old = match old {
+                    Some(Kv::Host(kv)) => Some(kv),
+                    _ => None,
+                };
+                Kv::Host(HostKv::grown(old, (kvh, hd, new_cap), cap, len))
             } else {
                 let kt = Tensor::zeros((kvh, hd, new_cap), DType::F32, &self.device)?;
                 let v = Tensor::zeros((new_cap, kvh, hd), DType::F32, &self.device)?;
@@ -262,14 +254,14 @@ impl Qwen3Cache {
                     len: len + n,
                 })
             }
-            Kv::Host { kt, v: vb } => {
+            Kv::Host(kv) => {
                 let ks = k.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
                 let vs = v.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-                write_rows(kt, vb, cap, kvh * hd, len, &ks, &vs);
-                let dev = k.device();
+                kv.write((kvh, hd, cap), len, &ks, &vs);
+                let (kt, v) = kv.to_tensors((kvh, hd, cap), k.device())?;
                 Ok(LiveKv {
-                    kt: Tensor::from_slice(kt, (kvh, hd, cap), dev)?,
-                    v: Tensor::from_slice(vb, (cap, kvh, hd), dev)?,
+                    kt,
+                    v,
                     len: len + n,
                 })
             }
@@ -344,17 +336,16 @@ impl Qwen3Cache {
             .collect();
         // One request: write its new rows after its held ones, then attend over all of them.
         let one = |(off, m, len, cap, layers): (usize, usize, usize, usize, &mut Vec<Kv>)| {
-            let Some(Kv::Host { kt, v: vb }) = layers.get_mut(layer) else {
+            let Some(Kv::Host(kv)) = layers.get_mut(layer) else {
                 return None;
             };
             let (ks, vs) = (
                 &k[off * row_kv..(off + m) * row_kv],
                 &v[off * row_kv..(off + m) * row_kv],
             );
-            write_rows(kt, vb, cap, row_kv, len, ks, vs);
+            kv.write((kvh, hd, cap), len, ks, vs);
             let qs = &q[off * row_q..(off + m) * row_q];
-            let kv = (&kt[..], &vb[..]);
-            let o = attention::causal_transposed(qs, m, heads, kvh, hd, kv, cap, len + m, scale)?;
+            let o = kv.attend((kvh, hd, cap), qs, (m, heads), len + m, scale)?;
             Some((off, o))
         };
         // Bytes of keys and values read: every live request's cache, new rows included.
@@ -378,26 +369,6 @@ impl Qwen3Cache {
     pub(crate) fn advance(&mut self, b: usize, n: usize) {
         self.lengths[b] += n;
     }
-}
-
-/// Write `n` new rows (`k`, `v`: `[n, row]` with `row = kv_heads · head_dim`) at position
-/// `len` of host buffers `kt: [row, cap]` (transposed) and `v: [cap, row]`.
-fn write_rows(
-    kt: &mut [f32],
-    v: &mut [f32],
-    cap: usize,
-    row: usize,
-    len: usize,
-    k: &[f32],
-    vs: &[f32],
-) {
-    let n = k.len() / row.max(1);
-    for (i, src) in k.chunks_exact(row.max(1)).enumerate() {
-        for (c, &x) in src.iter().enumerate() {
-            kt[c * cap + len + i] = x;
-        }
-    }
-    v[len * row..(len + n) * row].copy_from_slice(&vs[..n * row]);
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 
 pub mod cache;
 mod forward;
+mod host_kv;
 pub mod qwen3;
 
 pub use crate::config::Qwen3Config;

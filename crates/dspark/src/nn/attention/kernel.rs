@@ -45,6 +45,9 @@ pub(crate) enum HeadKv<'a> {
     /// Keys already in panel layout `K: [S, hd]` (a cache that keeps its keys transposed):
     /// nothing is packed.
     KeyPanels(PanelView<'a>, HeadView<'a>),
+    /// Keys `K: [S, hd]` and values `Vᵀ: [hd, S]` both in panel layout where they lie (a cache
+    /// kept in panels): nothing is packed, and every panel is read as one stream.
+    Panels(PanelView<'a>, PanelView<'a>),
 }
 
 impl HeadKv<'_> {
@@ -52,7 +55,7 @@ impl HeadKv<'_> {
     fn keys(&self) -> usize {
         match self {
             Self::Rows(k, _) => k.rows,
-            Self::KeyPanels(k, _) => k.rows(),
+            Self::KeyPanels(k, _) | Self::Panels(k, _) => k.rows(),
         }
     }
 }
@@ -71,6 +74,7 @@ pub(crate) fn attend_head(
 ) -> Vec<f32> {
     let packed_keys;
     let (k, v) = match kv {
+        HeadKv::Panels(k, vt) => return attend_panels(q, m, k, vt, scale, visible),
         HeadKv::Rows(k, v) => {
             packed_keys = PackedMatrix::pack_strided(k.data, k.stride, k.rows, hd);
             (packed_keys.view(), v)
@@ -199,6 +203,40 @@ pub(crate) fn causal_transposed(
     Some(grouped(q, q_len, heads, kv_heads, hd, kv, scale, |i| {
         past + i + 1
     }))
+}
+
+/// Causal grouped-query attention of `q: [Q, heads, hd]` against a cache kept in panels: head
+/// `h`'s keys at `k[h · k_head ..]` as `[S / 16, hd, 16]` panels of 16 keys and its values at
+/// `v[h · v_head ..]` as `[⌈hd / 16⌉, cap, 16]` panels of 16 dimensions, of which the first `s`
+/// tokens are live (query `i` sees keys `0 ..= s − Q + i`). Returns `[Q, heads · hd]`, or `None`
+/// when a panel does not fit its buffer or `Q > s`. Same bits as [`causal_transposed`] on the
+/// same keys and values.
+pub(crate) fn causal_panels(
+    q: &[f32],
+    (q_len, heads, kv_heads, hd): (usize, usize, usize, usize),
+    (k, v): (&[f32], &[f32]),
+    (k_head, v_head, cap): (usize, usize, usize),
+    s: usize,
+    scale: f32,
+) -> Option<Vec<f32>> {
+    let past = s.checked_sub(q_len)?;
+    let kv = (0..kv_heads)
+        .map(|h| {
+            let keys = PanelView::new(k.get(h * k_head..)?, s, hd, hd * PANEL, PANEL)?;
+            let values = PanelView::new(v.get(h * v_head..)?, hd, s, cap * PANEL, PANEL)?;
+            Some(HeadKv::Panels(keys, values))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(grouped(
+        q,
+        q_len,
+        heads,
+        kv_heads,
+        hd,
+        |h| kv[h],
+        scale,
+        |i| past + i + 1,
+    ))
 }
 
 /// `row[..n] = softmax(scale · row[..n])`, `row[n..] = 0`.
