@@ -16,6 +16,12 @@ from dspark import _native
 from dspark._safetensors import save_file
 from dspark.example import draft_config, draft_tensors, target_config
 
+#: The keys of `dspark.build_info()` (the stub's `build_info` return type), for the CPU and the
+#: CUDA wheel's tests alike.
+BUILD_INFO_KEYS = frozenset(
+    {"version", "cuda", "cuda_devices", "cuda_error", "kernel_path", "cpu_kernel"}
+)
+
 #: The test hooks (`_dlpack_describe`, `_dlpack_sum`, `_test_panic`) exist only in a wheel
 #: built with the `test-hooks` feature (`scripts/install.sh --test`), not in a release wheel.
 HAS_TEST_HOOKS = hasattr(_native, "_test_panic")

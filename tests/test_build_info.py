@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import dspark
+from helpers import BUILD_INFO_KEYS
 
 PYTHON_DIR = str(Path(dspark.__file__).resolve().parent.parent)
 
@@ -44,14 +45,7 @@ def _driver_loads() -> bool:
 
 def test_reports_version_cuda_and_kernel_path() -> None:
     info = dspark.build_info()
-    assert set(info) == {
-        "version",
-        "cuda",
-        "cuda_devices",
-        "cuda_error",
-        "kernel_path",
-        "cpu_kernel",
-    }
+    assert set(info) == BUILD_INFO_KEYS
     assert info["cpu_kernel"] in ("avx512-bf16", "avx512", "avx2", "portable")
     assert info["version"] == dspark.__version__
     assert isinstance(info["cuda"], bool)

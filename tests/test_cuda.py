@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 from conftest import check_distribution, stable_seed  # noqa: E402
 
 import dspark  # noqa: E402
+from helpers import BUILD_INFO_KEYS  # noqa: E402
 
 DEVICE = os.environ.get("DSPARK_CUDA_TEST_DEVICE", "cuda")
 ON_GPU = DEVICE.startswith("cuda")
@@ -51,14 +52,7 @@ def verify_inputs(vocab: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tens
 
 def test_build_info_reports_the_build():
     info = dspark.build_info()
-    assert set(info) == {
-        "version",
-        "cuda",
-        "cuda_devices",
-        "cuda_error",
-        "kernel_path",
-        "cpu_kernel",
-    }
+    assert set(info) == BUILD_INFO_KEYS
     assert info["kernel_path"] in ("fast", "tensor")
     assert info["cpu_kernel"] in ("avx512-bf16", "avx512", "avx2", "portable")
     if ON_GPU:
