@@ -8,10 +8,11 @@
 //! attention in one pass, reading keys and values where they lie (no per-step packing, no
 //! tensor op per request), so a step's cost follows its token count. On other devices they are
 //! tensors, keys transposed `[kv_heads, head_dim, capacity]` and values `[capacity, kv_heads,
-//! head_dim]`, and `Qwen3Cache::write` hands them to [`crate::nn::causal_gqa_attention_kt`]. A forward writes its new rows in place
-//! after the held ones (the buffer doubles when full, so appending costs the new rows, not the
-//! whole context); [`Qwen3Cache::truncate`] only moves the length back. Writes are in place, so
-//! the cache is not `Clone`: [`Qwen3Cache::try_clone`] copies its buffers.
+//! head_dim]`, and `Qwen3Cache::write` hands them to [`crate::nn::causal_gqa_attention_kt`].
+//! A forward writes its new rows in place after the held ones (the buffer doubles when full, so
+//! appending costs the new rows, not the whole context); [`Qwen3Cache::truncate`] only moves
+//! the length back. Writes are in place, so the cache is not `Clone`:
+//! [`Qwen3Cache::try_clone`] copies its buffers.
 
 use candle_core::{DType, Device, Tensor};
 
