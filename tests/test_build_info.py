@@ -63,7 +63,8 @@ def test_reports_version_cuda_and_kernel_path() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "shown"), [(None, "fast"), ("fast", "fast"), ("tensor", "tensor"), ("", "fast")]
+    ("value", "shown"),
+    [(None, "fast"), ("fast", "fast"), ("tensor", "tensor"), ("fused", "fused"), ("", "fast")],
 )
 def test_the_switch_is_read_from_the_environment(value: str | None, shown: str) -> None:
     out = _info_in_child(value)

@@ -53,7 +53,7 @@ def verify_inputs(vocab: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tens
 def test_build_info_reports_the_build():
     info = dspark.build_info()
     assert set(info) == BUILD_INFO_KEYS
-    assert info["kernel_path"] in ("fast", "tensor")
+    assert info["kernel_path"] in ("fast", "tensor", "fused")
     assert info["cpu_kernel"] in ("avx512-bf16", "avx512", "avx2", "portable")
     if ON_GPU:
         assert info["cuda"] is True

@@ -18,8 +18,9 @@ from dspark.bundled import bundled_dir
 ROOT = bundled_dir()
 PROMPT = [[5, 17, 99, 3, 250, 7], [1200, 8, 41]]
 
-# On the device-generic path every weight is a float32 tensor holding the chosen values.
-TENSOR_PATH = os.environ.get("DSPARK_KERNEL_PATH", "").strip().lower() == "tensor"
+# On the device-generic path (forced by ``tensor`` or ``fused``) every weight is a float32
+# tensor holding the chosen values.
+TENSOR_PATH = os.environ.get("DSPARK_KERNEL_PATH", "").strip().lower() in ("tensor", "fused")
 
 
 def test_the_default_keeps_the_checkpoint_dtype() -> None:

@@ -1,9 +1,16 @@
-//! Build script: with the `cuda` feature, compile `kernels/*.cu` to PTX in `OUT_DIR`.
+//! Build script: with the `cuda` feature, compile `kernels/*.cu` in `OUT_DIR`.
 //!
-//! Each `kernels/NAME.cu` becomes `$OUT_DIR/NAME.ptx` (`nvcc --ptx -arch=compute_CAP`, CAP from
-//! `CUDA_COMPUTE_CAP`, default 90), which `sampling::cuda_ptx` embeds with `include_str!` and
-//! the driver JIT-compiles for the running GPU. nvcc comes from `NVCC`, else `CUDA_ROOT/bin`,
-//! else `PATH` (`scripts/cuda_env.sh` sets all three). Without the feature it does nothing.
+//! - `kernels/fused_NAME.cu` (the fused sampling kernels) becomes `$OUT_DIR/fused_NAME.fatbin`:
+//!   SASS for `sm_CAP` and PTX for `compute_CAP` (CAP from `CUDA_COMPUTE_CAP`, default 90),
+//!   uncompressed, built without contraction (`--fmad=false`) or fast math so that the
+//!   kernels evaluate their Rust models' arithmetic. `ptxas -v` reports each entry's
+//!   registers, stack, spills and shared memory into `$OUT_DIR/fused_ptxas.txt`; a spill or a
+//!   stack frame (local memory) in any fused entry fails the build.
+//! - every other `kernels/NAME.cu` becomes `$OUT_DIR/NAME.ptx` (`nvcc --ptx
+//!   -arch=compute_CAP`), which `sampling::cuda_ptx` embeds and the driver JIT-compiles.
+//!
+//! nvcc comes from `NVCC`, else `CUDA_ROOT/bin`, else `PATH` (`scripts/cuda_env.sh` sets all
+//! three). Without the feature it does nothing.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -37,15 +44,124 @@ fn build_ptx() -> Result<(), String> {
         .filter(|p| p.extension().is_some_and(|x| x == "cu"))
         .collect();
     sources.sort();
+    for header in ["kernels/fused_common.cuh", "kernels/emu/emu.h"] {
+        println!("cargo:rerun-if-changed={}", manifest.join(header).display());
+    }
+    let mut report = String::new();
     for src in &sources {
         println!("cargo:rerun-if-changed={}", src.display());
         let stem = src
             .file_stem()
             .and_then(|s| s.to_str())
             .ok_or_else(|| format!("bad kernel file name {}", src.display()))?;
-        compile(&nvcc, src, &out.join(format!("{stem}.ptx")), cap)?;
+        if stem.starts_with("fused_") {
+            report += &fatbin(&nvcc, src, &out.join(format!("{stem}.fatbin")), cap)?;
+        } else {
+            compile(&nvcc, src, &out.join(format!("{stem}.ptx")), cap)?;
+        }
     }
+    std::fs::write(out.join("fused_ptxas.txt"), report)
+        .map_err(|e| format!("writing fused_ptxas.txt: {e}"))?;
     Ok(())
+}
+
+/// One fused entry's resources as `ptxas -v` reports them.
+#[derive(Default)]
+struct Entry {
+    name: String,
+    registers: u32,
+    stack: u32,
+    spill_stores: u32,
+    spill_loads: u32,
+    smem: u32,
+}
+
+/// The first integer before `unit` in `line` (`"48 bytes stack frame"` → 48).
+fn number_before(line: &str, unit: &str) -> u32 {
+    line.find(unit)
+        .and_then(|at| line[..at].split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Parse `ptxas -v` output into its entries.
+fn ptxas_entries(text: &str) -> Vec<Entry> {
+    let mut out: Vec<Entry> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or_default().to_string();
+            out.push(Entry {
+                name,
+                ..Entry::default()
+            });
+        } else if let Some(e) = out.last_mut() {
+            if line.contains("stack frame") {
+                e.stack = number_before(line, "bytes stack frame");
+                e.spill_stores = number_before(line, "bytes spill stores");
+                e.spill_loads = number_before(line, "bytes spill loads");
+            } else if line.contains("Used") && line.contains("registers") {
+                e.registers = number_before(line, "registers");
+                e.smem = number_before(line, "bytes smem");
+            }
+        }
+    }
+    out
+}
+
+/// Compile a fused kernel file to a fatbin, check `ptxas -v`, return its report lines.
+fn fatbin(nvcc: &Path, src: &Path, out: &Path, cap: u32) -> Result<String, String> {
+    let mut cmd = Command::new(nvcc);
+    cmd.arg("--fatbin")
+        .arg(format!("-gencode=arch=compute_{cap},code=sm_{cap}"))
+        .arg(format!("-gencode=arch=compute_{cap},code=compute_{cap}"))
+        .args([
+            "--fmad=false",
+            "--no-compress",
+            "-O3",
+            "-std=c++17",
+            "-Xptxas",
+            "-v",
+        ])
+        .arg("-o")
+        .arg(out)
+        .arg(src);
+    if let Some(ccbin) = env::var_os("NVCC_CCBIN") {
+        cmd.arg("-ccbin").arg(ccbin);
+    }
+    let output = cmd
+        .output()
+        .map_err(|e| format!("running {} failed: {e}", nvcc.display()))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if !output.status.success() {
+        return Err(format!("nvcc failed on {}:\n{text}", src.display()));
+    }
+    let entries = ptxas_entries(&text);
+    if entries.is_empty() {
+        return Err(format!("no ptxas report for {}:\n{text}", src.display()));
+    }
+    let mut report = String::new();
+    let mut bad = Vec::new();
+    for e in &entries {
+        report += &format!(
+            "{} sm_{cap}: {} registers, {} bytes stack, {} / {} bytes spill stores / loads, \
+             {} bytes smem\n",
+            e.name, e.registers, e.stack, e.spill_stores, e.spill_loads, e.smem
+        );
+        if e.stack > 0 || e.spill_stores > 0 || e.spill_loads > 0 {
+            bad.push(e.name.clone());
+        }
+    }
+    if !bad.is_empty() {
+        return Err(format!(
+            "fused kernels with register spills or local memory: {}\n{report}",
+            bad.join(", ")
+        ));
+    }
+    Ok(report)
 }
 
 /// `CUDA_COMPUTE_CAP` as an integer (`90`, also accepts `9.0` and `sm_90`); 90 when unset.

@@ -135,7 +135,7 @@ _BuildInfo = TypedDict(  # noqa: UP013 (a class would have to exist in the modul
         "cuda": bool,
         "cuda_devices": int,
         "cuda_error": str | None,
-        "kernel_path": Literal["fast", "tensor"],
+        "kernel_path": Literal["fast", "tensor", "fused"],
         "cpu_kernel": Literal["avx512-bf16", "avx512", "avx2", "portable"],
     },
 )

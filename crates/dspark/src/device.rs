@@ -1,16 +1,20 @@
 //! Where kernels run: the kernel path switch and what this build knows about devices.
 //!
-//! Every kernel and the drafter forward have two implementations:
+//! Every kernel and the drafter forward have up to three implementations:
 //! - **fast**: the host slice kernels (`sampling`'s slice cores, the drafter's packed/fused
 //!   layers), the reference;
 //! - **tensor**: one device-generic path written with candle tensor operations that exist on
-//!   every backend (plus custom ops where those are not enough). It is what runs for tensors on
-//!   a CUDA device.
+//!   every backend (plus custom ops where those are not enough): the drafter and the targets on
+//!   a CUDA device, and the reference of the fused kernels on it;
+//! - **fused**: the sampling kernels as a few fused CUDA launches each
+//!   ([`crate::sampling::fused`]), what CUDA tensors take by default; on the CPU, their Rust
+//!   models (the same arithmetic in the same order), with the models on the tensor path.
 //!
-//! Host tensors take the fast path unless `DSPARK_KERNEL_PATH=tensor` is set, which forces the
-//! tensor path on the CPU; that is how the device code is tested on machines without a GPU.
-//! The variable is read once per process; any value other than `fast`, `tensor` or empty is an
-//! `invalid-argument` error from the first kernel call (and from [`kernel_path`]).
+//! Host tensors take the fast path unless `DSPARK_KERNEL_PATH` says `tensor` or `fused`, which
+//! forces that path on the CPU: that is how the device code is tested on machines without a
+//! GPU. On a CUDA device the sampling kernels run fused unless the variable says `tensor`.
+//! The variable is read once per process; any value other than `fast`, `tensor`, `fused` or
+//! empty is an `invalid-argument` error from the first kernel call (and from [`kernel_path`]).
 
 use std::sync::OnceLock;
 
@@ -26,16 +30,20 @@ pub const KERNEL_PATH_ENV: &str = "DSPARK_KERNEL_PATH";
 pub enum KernelPath {
     /// The host slice kernels (default).
     Fast,
-    /// The device-generic candle-tensor path, forced on the CPU.
+    /// The device-generic candle-tensor path, forced on the CPU (and on CUDA devices, in place
+    /// of the fused kernels).
     Tensor,
+    /// The fused sampling kernels' Rust models on the CPU (the tensor path for the rest).
+    Fused,
 }
 
 impl KernelPath {
-    /// `"fast"` or `"tensor"`.
+    /// `"fast"`, `"tensor"` or `"fused"`.
     pub fn as_str(self) -> &'static str {
         match self {
             KernelPath::Fast => "fast",
             KernelPath::Tensor => "tensor",
+            KernelPath::Fused => "fused",
         }
     }
 
@@ -44,9 +52,10 @@ impl KernelPath {
         match value.trim() {
             "" | "fast" => Ok(KernelPath::Fast),
             "tensor" => Ok(KernelPath::Tensor),
+            "fused" => Ok(KernelPath::Fused),
             other => Err(Error::invalid(
                 KERNEL_PATH_ENV,
-                format!("{other:?}: expected \"fast\" or \"tensor\""),
+                format!("{other:?}: expected \"fast\", \"tensor\" or \"fused\""),
             )),
         }
     }
@@ -57,7 +66,7 @@ fn from_env() -> std::result::Result<KernelPath, String> {
         Ok(v) => KernelPath::parse(&v).map_err(|e| e.to_string()),
         Err(std::env::VarError::NotPresent) => Ok(KernelPath::Fast),
         Err(std::env::VarError::NotUnicode(_)) => Err(format!(
-            "invalid `{KERNEL_PATH_ENV}`: not valid UTF-8 (expected \"fast\" or \"tensor\")"
+            "invalid `{KERNEL_PATH_ENV}`: not valid UTF-8 (expected \"fast\", \"tensor\" or \"fused\")"
         )),
     }
 }
@@ -70,10 +79,22 @@ pub fn kernel_path() -> Result<KernelPath> {
         .map_err(|message| Error::invalid(KERNEL_PATH_ENV, message))
 }
 
-/// `true` when kernels on `device` take the tensor path: always off the CPU, and on the CPU
-/// when [`kernel_path`] is [`KernelPath::Tensor`].
+/// `true` when kernels on `device` leave the host fast path: always off the CPU, and on the
+/// CPU when [`kernel_path`] is [`KernelPath::Tensor`] or [`KernelPath::Fused`].
 pub fn use_tensor_path(device: &Device) -> Result<bool> {
-    Ok(!device.is_cpu() || kernel_path()? == KernelPath::Tensor)
+    Ok(!device.is_cpu() || kernel_path()? != KernelPath::Fast)
+}
+
+/// `true` when the sampling kernels on `device` run fused ([`crate::sampling::fused`]): on a
+/// CUDA device unless [`kernel_path`] is [`KernelPath::Tensor`], on the CPU (their models) when
+/// it is [`KernelPath::Fused`]; never on other devices.
+pub fn use_fused(device: &Device) -> Result<bool> {
+    let path = kernel_path()?;
+    Ok(match device {
+        Device::Cpu => path == KernelPath::Fused,
+        Device::Cuda(_) => path != KernelPath::Tensor,
+        _ => false,
+    })
 }
 
 /// `true` when the host fast kernels serve `device`: it is the CPU and [`kernel_path`] is
@@ -428,10 +449,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_two_paths_and_rejects_others() {
+    fn parses_the_three_paths_and_rejects_others() {
         assert_eq!(KernelPath::parse("").ok(), Some(KernelPath::Fast));
         assert_eq!(KernelPath::parse("fast").ok(), Some(KernelPath::Fast));
         assert_eq!(KernelPath::parse(" tensor ").ok(), Some(KernelPath::Tensor));
+        assert_eq!(KernelPath::parse("fused").ok(), Some(KernelPath::Fused));
+        assert_eq!(KernelPath::Fused.as_str(), "fused");
         let e = KernelPath::parse("gpu").err().map(|e| e.code());
         assert_eq!(e, Some("invalid-argument"));
         assert_eq!(KernelPath::Tensor.as_str(), "tensor");
@@ -439,8 +462,12 @@ mod tests {
 
     #[test]
     fn cpu_tensors_follow_the_switch_and_mismatches_are_named() -> Result<()> {
-        let forced = kernel_path()? == KernelPath::Tensor;
+        let forced = kernel_path()? != KernelPath::Fast;
         assert_eq!(use_tensor_path(&Device::Cpu)?, forced);
+        assert_eq!(
+            use_fused(&Device::Cpu)?,
+            kernel_path()? == KernelPath::Fused
+        );
         assert_eq!(fast_on(&Device::Cpu), !forced);
         let t = Tensor::zeros(3, candle_core::DType::F32, &Device::Cpu)?;
         same_device(&Device::Cpu, &[("a", &t), ("b", &t)])?;

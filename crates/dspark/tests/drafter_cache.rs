@@ -228,7 +228,7 @@ fn a_proposal_for_verification_is_the_same_proposal() {
         states.push(s);
     }
     let refs: Vec<&DraftState> = states.iter().collect();
-    let tensor_path = dspark::device::kernel_path().unwrap() == dspark::device::KernelPath::Tensor;
+    let tensor_path = dspark::device::kernel_path().unwrap() != dspark::device::KernelPath::Fast;
     for opts in [ProposeOptions::default(), sampled(11)] {
         let want = d.propose_cached(&refs, &[9, 4], &opts).unwrap();
         let (got, kept) = d.propose_for_verify(&refs, &[9, 4], &opts).unwrap();

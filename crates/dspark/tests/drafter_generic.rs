@@ -109,7 +109,7 @@ fn both_paths_draft_the_same_blocks() {
     let here = kernel_path().unwrap();
     let other = match here {
         KernelPath::Fast => KernelPath::Tensor,
-        KernelPath::Tensor => KernelPath::Fast,
+        KernelPath::Tensor | KernelPath::Fused => KernelPath::Fast,
     };
     let exe = std::env::current_exe().unwrap();
     let child = Command::new(exe)

@@ -1,7 +1,7 @@
-//! The device-generic tensor kernels (run here on the CPU) against the fast slice kernels, in one
-//! process: greedy results identical, sampled ones identical for the same seeds in at least 99%
-//! of draws (float summation order may move a boundary), errors identical. Also a timing
-//! (`--ignored`) of both paths at `B = 8, K = 7, V = 151936`.
+//! The device-generic tensor kernels (run here on the CPU) and the fused kernels' models against
+//! the fast slice kernels, in one process: greedy results identical, sampled ones identical for
+//! the same seeds in at least 99% of draws (float summation order may move a boundary), errors
+//! identical. Also a timing (`--ignored`) of the paths at `B = 8, K = 7, V = 151936`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,7 +11,8 @@ use candle_core::Device;
 use dspark::idmap::IdMap;
 use dspark::sampling::{
     BlockOptions, DraftBlock, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, Verification,
-    VerifyOptions, sample_block_slices_on, verify_slices_on,
+    VerifyOptions, sample_block_slices_fused, sample_block_slices_on, verify_slices_fused,
+    verify_slices_on,
 };
 use half::{bf16, f16};
 use sampling_support::TestRng;
@@ -45,8 +46,18 @@ fn pick(rng: &mut TestRng, n: usize) -> usize {
     (rng.next_u64() % n as u64) as usize
 }
 
-/// Both paths on the same inputs.
-fn verify_both(
+/// The path compared with the fast one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Other {
+    /// The device-generic tensor kernels on the CPU.
+    Tensor,
+    /// The fused kernels' models.
+    Fused,
+}
+
+/// The fast path and `other` on the same inputs.
+fn verify_pair(
+    other: Other,
     target: &Data,
     dims: [usize; 3],
     drafts: &[i64],
@@ -54,16 +65,15 @@ fn verify_both(
     o: &VerifyOptions,
 ) -> (dspark::Result<Verification>, dspark::Result<Verification>) {
     let [b, w, v] = dims;
-    let run = |dev: Option<&Device>| {
-        verify_slices_on(
-            dev,
-            Rows3::new(target.floats(), dims).unwrap(),
-            Tokens::new(drafts, [b, w - 1]).unwrap(),
-            draft.map(|d| Rows3::new(d.floats(), [b, w - 1, v]).unwrap()),
-            o,
-        )
+    let t = Rows3::new(target.floats(), dims).unwrap();
+    let toks = Tokens::new(drafts, [b, w - 1]).unwrap();
+    let d = draft.map(|d| Rows3::new(d.floats(), [b, w - 1, v]).unwrap());
+    let fast = verify_slices_on(None, t, toks, d, o);
+    let theirs = match other {
+        Other::Tensor => verify_slices_on(Some(&Device::Cpu), t, toks, d, o),
+        Other::Fused => verify_slices_fused(t, toks, d, o),
     };
-    (run(None), run(Some(&Device::Cpu)))
+    (fast, theirs)
 }
 
 /// Logits with structure: a few peaked tokens, exact ties, masked columns and masked rows.
@@ -183,6 +193,10 @@ fn compare_verify(
 }
 
 fn run_cases(vocabs: &[usize], cases: usize, seed: u64) -> Tally {
+    run_cases_on(Other::Tensor, vocabs, cases, seed)
+}
+
+fn run_cases_on(other: Other, vocabs: &[usize], cases: usize, seed: u64) -> Tally {
     let mut rng = TestRng(seed);
     let mut tally = Tally::default();
     for case in 0..cases {
@@ -199,13 +213,13 @@ fn run_cases(vocabs: &[usize], cases: usize, seed: u64) -> Tally {
         let target = Data::new(t, dtype);
         let draft = q.map(|q| Data::new(q, pick(&mut rng, 3)));
         let mut o = options(&mut rng, b, k, v, case as u64);
-        if big {
+        if big && other == Other::Tensor {
             // The bisection-heavy truncations are exercised on the smaller vocabularies.
             o.top_k = PerRequest::All(None);
             o.top_p = PerRequest::All(1.0);
         }
-        let (fast, tensor) = verify_both(&target, [b, w, v], &drafts, draft.as_ref(), &o);
-        let what = format!("case {case} (B {b} K {k} V {v} dtype {dtype})");
+        let (fast, tensor) = verify_pair(other, &target, [b, w, v], &drafts, draft.as_ref(), &o);
+        let what = format!("case {case} (B {b} K {k} V {v} dtype {dtype}, {other:?})");
         match (fast, tensor) {
             (Ok(f), Ok(t)) => compare_verify(&f, &t, &o, &mut tally, &what),
             (Err(f), Err(t)) => assert_eq!(f.to_string(), t.to_string(), "{what}"),
@@ -232,6 +246,23 @@ fn verify_matches_the_fast_path_above_8192_columns() {
 }
 
 #[test]
+fn fused_verify_matches_the_fast_path_on_small_vocabularies() {
+    let tally = run_cases_on(Other::Fused, &[1, 7, 300], 240, 21);
+    eprintln!("{tally:?}");
+    assert!(tally.greedy > 50 && tally.sampled > 300, "{tally:?}");
+    let rate = tally.sampled_same as f64 / tally.sampled as f64;
+    assert!(rate >= 0.99, "{tally:?}");
+}
+
+#[test]
+fn fused_verify_matches_the_fast_path_above_8192_columns() {
+    // Several chunks per row, truncations included.
+    let tally = run_cases_on(Other::Fused, &[10_000, 20_000], 10, 22);
+    eprintln!("{tally:?}");
+    assert!(tally.sampled_same + 1 >= tally.sampled, "{tally:?}");
+}
+
+#[test]
 fn truncation_matches_on_a_wide_vocabulary() {
     // Top-k and top-p rows past 8192 columns (bisection over a long row).
     let (b, k, v) = (2usize, 2usize, 10_000usize);
@@ -248,13 +279,15 @@ fn truncation_matches_on_a_wide_vocabulary() {
             ..VerifyOptions::default()
         };
         let target = Data::new(t, 0);
-        let (f, t) = verify_both(&target, [b, k + 1, v], &drafts, None, &o);
-        let (f, t) = (f.unwrap(), t.unwrap());
-        same += (0..b)
-            .filter(|&r| f.emitted(r) == t.emitted(r) && f.num_accepted[r] == t.num_accepted[r])
-            .count();
+        for other in [Other::Tensor, Other::Fused] {
+            let (f, t) = verify_pair(other, &target, [b, k + 1, v], &drafts, None, &o);
+            let (f, t) = (f.unwrap(), t.unwrap());
+            same += (0..b)
+                .filter(|&r| f.emitted(r) == t.emitted(r) && f.num_accepted[r] == t.num_accepted[r])
+                .count();
+        }
     }
-    assert!(same >= 7, "{same} of 8 draws identical");
+    assert!(same >= 15, "{same} of 16 draws identical");
 }
 
 #[test]
@@ -296,16 +329,19 @@ fn errors_match_the_fast_path() {
                         ..VerifyOptions::default()
                     };
                     let d = with_draft.then_some(&draft);
-                    let (f, t) = verify_both(&target, [b, k + 1, v], &drafts, d, &o);
-                    let what = format!("case {ci} T {temp} seed {seed} draft {with_draft}");
-                    match (f, t) {
-                        (Ok(f), Ok(t)) if temp == 0.0 => assert_eq!(f, t, "{what}"),
-                        (Ok(_), Ok(_)) => {}
-                        (Err(f), Err(t)) => {
-                            assert_eq!(f.code(), t.code(), "{what}");
-                            assert_eq!(f.to_string(), t.to_string(), "{what}");
+                    for other in [Other::Tensor, Other::Fused] {
+                        let (f, t) = verify_pair(other, &target, [b, k + 1, v], &drafts, d, &o);
+                        let what =
+                            format!("case {ci} T {temp} seed {seed} draft {with_draft} {other:?}");
+                        match (f, t) {
+                            (Ok(f), Ok(t)) if temp == 0.0 => assert_eq!(f, t, "{what}"),
+                            (Ok(_), Ok(_)) => {}
+                            (Err(f), Err(t)) => {
+                                assert_eq!(f.code(), t.code(), "{what}");
+                                assert_eq!(f.to_string(), t.to_string(), "{what}");
+                            }
+                            (f, t) => panic!("{what}: fast {f:?} vs {other:?} {t:?}"),
                         }
-                        (f, t) => panic!("{what}: fast {f:?} vs tensor {t:?}"),
                     }
                 }
             }
@@ -335,20 +371,17 @@ fn block(rng: &mut TestRng, b: usize, k: usize, vd: usize, vin: usize, r: usize)
     }
 }
 
-fn sample_both(x: &Block, o: &BlockOptions<'_>) -> (DraftBlock, DraftBlock) {
-    let run = |dev: Option<&Device>| {
-        let vin = x.w1.len() / x.rank;
-        sample_block_slices_on(
-            dev,
-            Rows3::new(x.base.floats(), x.dims).unwrap(),
-            Mat::new(Floats::F32(&x.w1), [vin, x.rank]).unwrap(),
-            Mat::new(Floats::F32(&x.w2), [x.dims[2], x.rank]).unwrap(),
-            &x.anchors,
-            o,
-        )
-        .unwrap()
+fn sample_pair(other: Other, x: &Block, o: &BlockOptions<'_>) -> (DraftBlock, DraftBlock) {
+    let vin = x.w1.len() / x.rank;
+    let base = Rows3::new(x.base.floats(), x.dims).unwrap();
+    let w1 = Mat::new(Floats::F32(&x.w1), [vin, x.rank]).unwrap();
+    let w2 = Mat::new(Floats::F32(&x.w2), [x.dims[2], x.rank]).unwrap();
+    let fast = sample_block_slices_on(None, base, w1, w2, &x.anchors, o).unwrap();
+    let theirs = match other {
+        Other::Tensor => sample_block_slices_on(Some(&Device::Cpu), base, w1, w2, &x.anchors, o),
+        Other::Fused => sample_block_slices_fused(base, w1, w2, &x.anchors, o),
     };
-    (run(None), run(Some(&Device::Cpu)))
+    (fast, theirs.unwrap())
 }
 
 /// Per request, the slots up to the first differing token: draft logits agree (same `-inf`
@@ -385,7 +418,16 @@ fn compare_block(f: &DraftBlock, t: &DraftBlock, what: &str) -> (usize, usize) {
 
 #[test]
 fn markov_matches_the_fast_path() {
-    let mut rng = TestRng(21);
+    markov_cases(Other::Tensor, 21);
+}
+
+#[test]
+fn fused_markov_matches_the_fast_path() {
+    markov_cases(Other::Fused, 23);
+}
+
+fn markov_cases(other: Other, seed: u64) {
+    let mut rng = TestRng(seed);
     let (mut draws, mut same) = (0, 0);
     let (mut gdraws, mut gsame) = (0, 0);
     for case in 0..36usize {
@@ -413,8 +455,8 @@ fn markov_matches_the_fast_path() {
             top_k: (case % 5 == 2).then_some(1 + pick(&mut rng, 30)),
             logit_scale: 1.25,
         };
-        let (f, t) = sample_both(&x, &o);
-        let what = format!("case {case} (B {b} K {k} V_d {vd} r {r} table {table})");
+        let (f, t) = sample_pair(other, &x, &o);
+        let what = format!("case {case} (B {b} K {k} V_d {vd} r {r} table {table}, {other:?})");
         let (d, s) = compare_block(&f, &t, &what);
         if greedy {
             (gdraws, gsame) = (gdraws + d, gsame + s);
@@ -445,19 +487,19 @@ fn markov_errors_match_the_fast_path() {
                 top_k,
                 logit_scale: 1.0,
             };
+            let base = Rows3::new(x.base.floats(), x.dims).unwrap();
+            let w1 = Mat::new(Floats::F32(&x.w1), [40, 4]).unwrap();
+            let w2 = Mat::new(Floats::F32(&x.w2), [40, 4]).unwrap();
             let run = |dev: Option<&Device>| {
-                sample_block_slices_on(
-                    dev,
-                    Rows3::new(x.base.floats(), x.dims).unwrap(),
-                    Mat::new(Floats::F32(&x.w1), [40, 4]).unwrap(),
-                    Mat::new(Floats::F32(&x.w2), [40, 4]).unwrap(),
-                    &x.anchors,
-                    &o,
-                )
-                .unwrap_err()
-                .to_string()
+                sample_block_slices_on(dev, base, w1, w2, &x.anchors, &o)
+                    .unwrap_err()
+                    .to_string()
             };
+            let fused = sample_block_slices_fused(base, w1, w2, &x.anchors, &o)
+                .unwrap_err()
+                .to_string();
             assert_eq!(run(None), run(Some(&Device::Cpu)));
+            assert_eq!(run(None), fused);
         }
     }
 }

@@ -16,7 +16,8 @@
 //! Shared pieces: `categorical`, `dist` and `filter` (row statistics, target distributions,
 //! top-k / top-p), [`mask_padded_rows`] (padded vocabulary columns → `-inf`, a custom op),
 //! `ops` and `transfer` (the device path's tensor helpers and host transfers), `args` (the
-//! tensor fronts' argument readers), `cuda_ptx` (the PTX kernels of the custom ops).
+//! tensor fronts' argument readers), `cuda_ptx` (the PTX kernels of the custom ops), and
+//! [`fused`]: the kernels as a few fused CUDA launches each, with their Rust models.
 //! The verify-length policies live in [`crate::schedule`].
 
 mod args;
@@ -26,6 +27,7 @@ pub mod confidence;
 mod cuda_ptx;
 mod dist;
 mod filter;
+pub mod fused;
 pub mod markov;
 mod mask;
 mod ops;
@@ -37,7 +39,9 @@ pub use crate::view::{Floats, Mat, PerRequest, Rows3, Seeds, Tokens};
 pub use confidence::{StsCalibration, confidence, confidence_slices};
 pub use markov::{
     BlockOptions, DeviceBlock, DraftBlock, MarkovBias, markov_bias, sample_block,
-    sample_block_on_device, sample_block_slices, sample_block_slices_on,
+    sample_block_on_device, sample_block_slices, sample_block_slices_fused, sample_block_slices_on,
 };
 pub use mask::{MaskPadded, mask_padded_rows, mask_padded_slice};
-pub use verify::{Verification, VerifyOptions, verify, verify_slices, verify_slices_on};
+pub use verify::{
+    Verification, VerifyOptions, verify, verify_slices, verify_slices_fused, verify_slices_on,
+};

@@ -43,8 +43,10 @@ pub fn mix64(mut v: u64) -> u64 {
     v ^ (v >> 28)
 }
 
+/// Hash `v` into `h` (the construction the streams are keyed by; the fused kernels'
+/// `ds_combine`).
 #[inline]
-fn combine(h: u64, v: u64) -> u64 {
+pub(crate) fn combine(h: u64, v: u64) -> u64 {
     mix64(h ^ mix64(v.wrapping_add(0x9e37_79b9_7f4a_7c15)))
 }
 
@@ -67,6 +69,16 @@ impl Stream {
     /// The stream of a per-request seed (independent of the row index).
     pub fn per_request(seed: u64) -> Self {
         Stream(combine(0x2545_f491_4f6c_dd1d, seed))
+    }
+
+    /// The stream's key (what the fused GPU kernels receive; [`Stream::from_raw`] inverts it).
+    pub fn raw(&self) -> u64 {
+        self.0
+    }
+
+    /// The stream with key `raw`.
+    pub fn from_raw(raw: u64) -> Self {
+        Stream(raw)
     }
 
     /// The raw 64 random bits for `(tag, slot, index)`.

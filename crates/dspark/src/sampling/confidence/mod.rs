@@ -28,7 +28,7 @@ use crate::view::{Floats, Rows3};
 /// as a non-finite score, so it costs no extra pass), `invalid-argument` (an STS table shorter
 /// than `K`).
 ///
-/// With `DSPARK_KERNEL_PATH=tensor` ([`crate::device`]) the validated inputs are scored by the
+/// With `DSPARK_KERNEL_PATH=tensor` or `fused` ([`crate::device`]) the validated inputs are scored by the
 /// device-generic tensor path (the one CUDA tensors take), with the same results to float
 /// rounding and the same errors; an invalid value of the variable is `invalid-argument`.
 pub fn confidence_slices(
@@ -55,7 +55,8 @@ pub fn confidence_slices(
     if rows == 0 {
         return Ok(Vec::new());
     }
-    if path == KernelPath::Tensor {
+    if path != KernelPath::Fast {
+        // The tensor path (the fused path has no kernel of its own for the head).
         return device::score_slices(hidden, prev_embeddings, &w, bias, sts, r);
     }
     cpu::score(hidden, prev_embeddings, &w, bias, sts, r)

@@ -40,6 +40,22 @@ pub struct DeviceBlock {
 }
 
 impl DeviceBlock {
+    /// A block drafted on the host, its large outputs as tensors on `dev`.
+    pub(crate) fn from_host(b: DraftBlock, dev: &candle_core::Device) -> Result<Self> {
+        let draft_logits =
+            Tensor::from_vec(b.draft_logits, (b.batch, b.slots, b.target_vocab), dev)?;
+        let prev_embeddings = Tensor::from_vec(b.prev_embeddings, (b.batch, b.slots, b.rank), dev)?;
+        Ok(DeviceBlock {
+            batch: b.batch,
+            slots: b.slots,
+            target_vocab: b.target_vocab,
+            rank: b.rank,
+            tokens: b.tokens,
+            draft_logits,
+            prev_embeddings,
+        })
+    }
+
     /// Copy the outputs to the host.
     pub fn to_host(&self) -> Result<DraftBlock> {
         Ok(DraftBlock {

@@ -26,7 +26,7 @@ use candle_core::{Device, Tensor};
 
 use super::args::{dims, ids, with_floats};
 use super::transfer::{self, check_float};
-use crate::device::{KernelPath, kernel_path, same_device, use_tensor_path};
+use crate::device::{KernelPath, kernel_path, same_device, use_fused, use_tensor_path};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::limits::output_elements;
@@ -83,8 +83,32 @@ pub fn sample_block_slices(
     let on = match kernel_path()? {
         KernelPath::Fast => None,
         KernelPath::Tensor => Some(Device::Cpu),
+        KernelPath::Fused => return sample_block_slices_fused(base, w1, w2, anchors, opts),
     };
     sample_block_slices_on(on.as_ref(), base, w1, w2, anchors, opts)
+}
+
+/// [`sample_block_slices`] by the model of the fused kernels ([`crate::sampling::fused`]),
+/// whatever [`crate::device::KERNEL_PATH_ENV`] says: the same validation and errors, the same
+/// greedy drafts but where float rounding of the bias moves an argmax, sampled drafts equal
+/// for the same seeds but where summation order moves a boundary. Shapes beyond the fused
+/// kernels' limits (a rank over 512) take the tensor path.
+pub fn sample_block_slices_fused(
+    base: Rows3<'_>,
+    w1: Mat<'_>,
+    w2: Mat<'_>,
+    anchors: &[u32],
+    opts: &BlockOptions<'_>,
+) -> Result<DraftBlock> {
+    let g = validate(&base, &w1, &w2, anchors, opts)?;
+    if !super::fused::fits_block(g.rank, g.valid) {
+        return sample_block_slices_on(Some(&Device::Cpu), base, w1, w2, anchors, opts);
+    }
+    let streams = opts.seeds.streams(g.batch, "seeds")?;
+    if g.batch == 0 || g.slots == 0 {
+        return cpu::run(&g, &streams, base, w1, w2, anchors, opts);
+    }
+    super::fused::sample_block_host(&g, &streams, base, w1, w2, anchors, opts)
 }
 
 /// [`sample_block_slices`] on an explicit kernel path: `None` runs the host slice kernel
@@ -174,6 +198,31 @@ fn block_on_device(
     check_float(w2, "markov_w2")?;
     let g = validate_dims(bd, d1, d2, anchors, opts)?;
     let streams = opts.seeds.streams(g.batch, "seeds")?;
+    let nonempty = g.batch > 0 && g.slots > 0;
+    if nonempty && use_fused(dev)? && super::fused::fits_block(g.rank, g.valid) {
+        #[cfg(feature = "cuda")]
+        if dev.is_cuda() {
+            return super::fused::sample_block_cuda(&g, &streams, base, w1, w2, anchors, opts);
+        }
+        if dev.is_cpu() {
+            let block = with_floats(base, "base_logits", |b| {
+                with_floats(w1, "markov_w1", |m1| {
+                    with_floats(w2, "markov_w2", |m2| {
+                        super::fused::sample_block_host(
+                            &g,
+                            &streams,
+                            Rows3 { data: b, dims: bd },
+                            Mat { data: m1, dims: d1 },
+                            Mat { data: m2, dims: d2 },
+                            anchors,
+                            opts,
+                        )
+                    })
+                })
+            })?;
+            return DeviceBlock::from_host(block, dev);
+        }
+    }
     device::sample_block_tensors(&g, &streams, base, w1, w2, anchors, opts)
 }
 
@@ -192,7 +241,9 @@ pub fn sample_block_on_device(
 
 /// Validated geometry.
 pub(crate) struct Geometry {
+    /// `B`.
     pub batch: usize,
+    /// `K`.
     pub slots: usize,
     /// `V_t`.
     pub target_vocab: usize,

@@ -21,7 +21,7 @@ use super::categorical::Check;
 use super::dist::non_finite;
 use super::rng::Stream;
 use super::transfer::{self, check_float};
-use crate::device::{KernelPath, kernel_path, same_device, use_tensor_path};
+use crate::device::{KernelPath, kernel_path, same_device, use_fused, use_tensor_path};
 use crate::error::{Error, Result};
 use crate::limits::output_elements;
 use crate::view::{PerRequest, Rows3, Seeds, Tokens};
@@ -116,8 +116,35 @@ pub fn verify_slices(
     let on = match kernel_path()? {
         KernelPath::Fast => None,
         KernelPath::Tensor => Some(Device::Cpu),
+        KernelPath::Fused => return verify_slices_fused(target, draft_tokens, draft_logits, opts),
     };
     verify_slices_on(on.as_ref(), target, draft_tokens, draft_logits, opts)
+}
+
+/// [`verify_slices`] by the model of the fused kernels ([`crate::sampling::fused`]), whatever
+/// [`crate::device::KERNEL_PATH_ENV`] says: the same validation and errors, the same greedy
+/// results, sampled ones equal for the same seeds but where summation order moves a boundary.
+pub fn verify_slices_fused(
+    target: Rows3<'_>,
+    draft_tokens: Tokens<'_>,
+    draft_logits: Option<Rows3<'_>>,
+    opts: &VerifyOptions,
+) -> Result<Verification> {
+    target.check("target_logits")?;
+    draft_tokens.check("draft_tokens")?;
+    if let Some(d) = &draft_logits {
+        d.check("draft_logits")?;
+    }
+    if !super::fused::fits_verify(target.dims[2]) {
+        return verify_slices_on(Some(&Device::Cpu), target, draft_tokens, draft_logits, opts);
+    }
+    let plan = prepare(
+        target.dims,
+        draft_tokens,
+        draft_logits.map(|d| d.dims),
+        opts,
+    )?;
+    super::fused::verify_host(&plan, target, draft_tokens.data, draft_logits)
 }
 
 /// [`verify_slices`] on an explicit kernel path: `None` runs the host slice kernel (whatever
@@ -160,13 +187,19 @@ pub fn verify(
     opts: &VerifyOptions,
 ) -> Result<Verification> {
     let td = dims::<3>(target, "target_logits", "[B, K+1, V]")?;
-    let toks = ids(draft_tokens, "draft_tokens")?;
     let tokd = dims::<2>(draft_tokens, "draft_tokens", "[B, K]")?;
+    #[cfg(feature = "cuda")]
+    if target.device().is_cuda() && use_fused(target.device())? && super::fused::fits_verify(td[2])
+    {
+        return verify_cuda_fused(target, draft_tokens, tokd, draft_logits, opts);
+    }
+    let toks = ids(draft_tokens, "draft_tokens")?;
     let toks = Tokens {
         data: &toks,
         dims: tokd,
     };
-    if use_tensor_path(target.device())? {
+    let fused = use_fused(target.device())? && super::fused::fits_verify(td[2]);
+    if use_tensor_path(target.device())? && !fused {
         let dev = target.device();
         check_float(target, "target_logits")?;
         let dd = match draft_logits {
@@ -195,6 +228,77 @@ pub fn verify(
     })
 }
 
+/// [`verify`] on a CUDA device by the fused kernels: the logits read where they are, the draft
+/// ids too when they are on the device (checked there), else uploaded once.
+#[cfg(feature = "cuda")]
+fn verify_cuda_fused(
+    target: &Tensor,
+    draft_tokens: &Tensor,
+    tokd: [usize; 2],
+    draft_logits: Option<&Tensor>,
+    opts: &VerifyOptions,
+) -> Result<Verification> {
+    use super::fused::TokenSource;
+    use super::fused::layout::TokenKind;
+    let dev = target.device();
+    let td = dims::<3>(target, "target_logits", "[B, K+1, V]")?;
+    check_float(target, "target_logits")?;
+    let dd = match draft_logits {
+        Some(d) => {
+            same_device(dev, &[("draft_logits", d)])?;
+            check_float(d, "draft_logits")?;
+            Some(dims::<3>(d, "draft_logits", "[B, K, V]")?)
+        }
+        None => None,
+    };
+    let kind = match draft_tokens.dtype() {
+        candle_core::DType::I64 => Some(TokenKind::I64),
+        candle_core::DType::U32 => Some(TokenKind::U32),
+        candle_core::DType::I32 => Some(TokenKind::I32),
+        _ => None,
+    };
+    let on_device = draft_tokens.device().same_device(dev) && kind.is_some();
+    if !on_device {
+        // Host (or unusual) ids: validated on the host with the rest, uploaded by the call.
+        let toks = ids(draft_tokens, "draft_tokens")?;
+        let t = Tokens {
+            data: &toks,
+            dims: tokd,
+        };
+        let plan = prepare(td, t, dd, opts)?;
+        return super::fused::verify_cuda(
+            dev,
+            &plan,
+            target,
+            TokenSource::Host(&toks),
+            draft_logits,
+        );
+    }
+    let plan = match prepare_params(td, tokd, dd, opts) {
+        Ok(plan) => plan,
+        Err(_) => {
+            // A bad setting: the fast path's first error may be an earlier request's draft
+            // id, so the ids come to the host for the full checks (errors only).
+            let toks = ids(draft_tokens, "draft_tokens")?;
+            let t = Tokens {
+                data: &toks,
+                dims: tokd,
+            };
+            prepare(td, t, dd, opts)?;
+            return Err(Error::Internal {
+                message: "verify: the settings failed their checks only without the draft ids"
+                    .into(),
+            });
+        }
+    };
+    let toks = draft_tokens.contiguous()?;
+    let source = TokenSource::Device {
+        addr: crate::cuda_interop::device_ptr(&toks)?,
+        kind: kind.unwrap_or(TokenKind::I64),
+    };
+    super::fused::verify_cuda(dev, &plan, target, source, draft_logits)
+}
+
 /// A validated verification call: its geometry, per-request settings and sorted stop ids.
 pub(crate) struct Plan {
     /// `[B, K+1, V]`.
@@ -213,6 +317,33 @@ pub(crate) fn prepare(
     draft_logits: Option<[usize; 3]>,
     opts: &VerifyOptions,
 ) -> Result<Plan> {
+    check_call(
+        dims,
+        draft_tokens.dims,
+        Some(draft_tokens.data),
+        draft_logits,
+        opts,
+    )
+}
+
+/// [`prepare`] without the draft ids' range checks (the fused kernels check ids where they
+/// are): shapes and settings.
+pub(crate) fn prepare_params(
+    dims: [usize; 3],
+    tokens_dims: [usize; 2],
+    draft_logits: Option<[usize; 3]>,
+    opts: &VerifyOptions,
+) -> Result<Plan> {
+    check_call(dims, tokens_dims, None, draft_logits, opts)
+}
+
+fn check_call(
+    dims: [usize; 3],
+    tokens_dims: [usize; 2],
+    tokens: Option<&[i64]>,
+    draft_logits: Option<[usize; 3]>,
+    opts: &VerifyOptions,
+) -> Result<Plan> {
     let [batch, width, vocab] = dims;
     if width == 0 || vocab == 0 {
         return Err(Error::bad_shape(
@@ -221,8 +352,8 @@ pub(crate) fn prepare(
         ));
     }
     let k = width - 1;
-    if draft_tokens.dims != [batch, k] {
-        let transposed = if draft_tokens.dims == [k, batch] && k != batch {
+    if tokens_dims != [batch, k] {
+        let transposed = if tokens_dims == [k, batch] && k != batch {
             " (transposed? draft tokens are [B, K])"
         } else {
             ""
@@ -231,7 +362,7 @@ pub(crate) fn prepare(
             "draft_tokens",
             format!(
                 "dims {:?}, expected [B, K] = {:?} from target_logits{transposed}",
-                draft_tokens.dims,
+                tokens_dims,
                 [batch, k]
             ),
         ));
@@ -244,7 +375,7 @@ pub(crate) fn prepare(
             format!("dims {d:?}, expected [B, K, V] = {:?}", [batch, k, vocab]),
         ));
     }
-    let requests = resolve(batch, k, vocab, draft_tokens.data, opts)?;
+    let requests = resolve(batch, k, vocab, tokens, opts)?;
     let mut stops = opts.stop_token_ids.clone();
     stops.sort_unstable();
     Ok(Plan {
@@ -258,7 +389,7 @@ fn resolve(
     batch: usize,
     k: usize,
     vocab: usize,
-    draft_tokens: &[i64],
+    draft_tokens: Option<&[i64]>,
     opts: &VerifyOptions,
 ) -> Result<Vec<Request>> {
     let temps = opts.temperature.resolve(batch, "temperature")?;
@@ -302,7 +433,7 @@ fn resolve(
                 format!("request {r}: {n} drafts but only K = {k} slots"),
             ));
         }
-        for &x in &draft_tokens[r * k..r * k + n] {
+        for &x in draft_tokens.map_or(&[][..], |t| &t[r * k..r * k + n]) {
             if x < 0 || x as u64 >= vocab as u64 {
                 return Err(Error::TokenOutOfRange {
                     name: "draft_tokens".into(),

@@ -1,0 +1,314 @@
+//! The fused sampling kernels: each kernel as a few CUDA launches that read their rows once,
+//! take per-request settings by value and return a few words, with a Rust model of each
+//! launch (its `cpu_fwd`).
+//!
+//! - `kernels/fused_verify.cu` verifies a block in four launches ([`plan::verify_plan`]);
+//!   `verify` is its model.
+//! - `kernels/fused_block.cu` drafts a block (the Markov sampler) in at most `2K + 1`
+//!   launches ([`plan::block_plan`]); `block` is its model.
+//! - `kernels/fused_common.cuh` holds what they share (the CPU's exp, the counter-based
+//!   uniforms, fixed-order block reductions, radix selection); [`math`] is its model.
+//! - [`layout`] is the memory both sides agree on, [`plan`] what a call launches as a pure
+//!   function of its shapes, [`exec`] how a plan runs on a [`exec::Backend`]: the CUDA
+//!   device (`cuda`, with the `cuda` feature) or the host emulation of the kernels' source
+//!   that `crates/dspark-kernel-emu` tests against the models.
+//!
+//! Shapes beyond the kernels' limits (a vocabulary over [`layout::MAX_VOCAB`], a Markov rank
+//! over [`layout::SB_MAX_RANK`]) take the tensor path instead ([`fits_verify`],
+//! [`fits_block`]).
+//!
+//! On a CUDA device the kernels run fused unless `DSPARK_KERNEL_PATH=tensor`; on the CPU,
+//! `DSPARK_KERNEL_PATH=fused` runs the models ([`crate::device::use_fused`]). The models are
+//! written in the kernels' reduction order, so the GPU matches them bit for bit. Against the
+//! fast path they give the same greedy results and errors, and the same sampled results for
+//! the same seed but where float summation order moves a boundary.
+
+mod block;
+#[cfg(feature = "cuda")]
+mod cuda;
+pub mod exec;
+pub mod layout;
+mod math;
+pub mod plan;
+mod verify;
+
+use crate::error::Result;
+use crate::sampling::verify::{Plan as Validated, Verification};
+use crate::view::Rows3;
+
+pub use exec::{
+    Backend, BlockInputs, BlockSettings, BlockWords, KernelParams, TokenSource, VerifyInputs,
+    run_block, run_verify,
+};
+pub use plan::{BlockPlan, BlockShape, Launch, VerifyPlan, VerifyShape, block_plan, verify_plan};
+
+use crate::idmap::IdMap;
+use crate::sampling::markov::{BlockOptions, DraftBlock, Geometry};
+use crate::sampling::rng::Stream;
+use crate::view::Mat;
+
+/// Whether a verification of vocabulary `vocab` fits the fused kernels (their fixed-point
+/// masses of a whole row fit a `u64`).
+pub(crate) fn fits_verify(vocab: usize) -> bool {
+    vocab <= layout::MAX_VOCAB
+}
+
+/// Whether a block-sampler call fits the fused kernels (rank and vocabulary).
+pub(crate) fn fits_block(rank: usize, valid: usize) -> bool {
+    rank <= layout::SB_MAX_RANK && valid <= layout::MAX_VOCAB
+}
+
+/// The draft's greedy flag and logit multiplier (the fast path's rule).
+fn draft_mult(opts: &BlockOptions<'_>) -> (bool, f32) {
+    let greedy = !(opts.logit_scale / opts.temperature).is_finite();
+    let mult = if greedy {
+        opts.logit_scale
+    } else {
+        opts.logit_scale / opts.temperature
+    };
+    (greedy, mult)
+}
+
+fn table(map: &IdMap, valid: usize) -> Option<&[u32]> {
+    map.table().map(|t| &t[..valid.min(t.len())])
+}
+
+/// The fused block sampler's model over host inputs (`DSPARK_KERNEL_PATH=fused` on the CPU).
+pub(crate) fn sample_block_host(
+    g: &Geometry,
+    streams: &[Stream],
+    base: Rows3<'_>,
+    w1: Mat<'_>,
+    w2: Mat<'_>,
+    anchors: &[u32],
+    opts: &BlockOptions<'_>,
+) -> Result<DraftBlock> {
+    let (greedy, mult) = draft_mult(opts);
+    let raw: Vec<u64> = streams.iter().map(Stream::raw).collect();
+    let call = block::Call {
+        base,
+        w1,
+        w2,
+        anchors,
+        streams: &raw,
+        table: table(opts.id_map, g.valid),
+        vocab_t: g.target_vocab,
+        valid: g.valid,
+        greedy,
+        mult,
+        top_k: opts.top_k.filter(|&k| k < g.valid),
+    };
+    let out = block::run(&call);
+    block::decode(&out.status, g.batch, g.slots)?;
+    Ok(DraftBlock {
+        batch: g.batch,
+        slots: g.slots,
+        target_vocab: g.target_vocab,
+        rank: g.rank,
+        tokens: out.tokens,
+        draft_logits: out.out,
+        prev_embeddings: out.emb,
+    })
+}
+
+/// The fused block sampler on a CUDA device: the draft logits and embeddings stay there.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sample_block_cuda(
+    g: &Geometry,
+    streams: &[Stream],
+    base: &candle_core::Tensor,
+    w1: &candle_core::Tensor,
+    w2: &candle_core::Tensor,
+    anchors: &[u32],
+    opts: &BlockOptions<'_>,
+) -> Result<crate::sampling::DeviceBlock> {
+    let dev = base.device();
+    let (greedy, mult) = draft_mult(opts);
+    let raw: Vec<u64> = streams.iter().map(Stream::raw).collect();
+    let (b, k) = (g.batch, g.slots);
+    let out = cuda::uninit_f32(dev, &[b, k, g.target_vocab])?;
+    let emb = cuda::uninit_f32(dev, &[b, k, g.rank])?;
+    let (base_c, w1_c, w2_c) = (base.contiguous()?, w1.contiguous()?, w2.contiguous()?);
+    let inputs = BlockInputs {
+        base: cuda::input(&base_c, "base_logits")?,
+        w1: cuda::input(&w1_c, "markov_w1")?,
+        w2: cuda::input(&w2_c, "markov_w2")?,
+        table: table(opts.id_map, g.valid),
+        out: crate::cuda_interop::device_ptr(&out)?,
+        emb: crate::cuda_interop::device_ptr(&emb)?,
+    };
+    let set = BlockSettings {
+        dims: base.dims3()?.into(),
+        target_vocab: g.target_vocab,
+        valid: g.valid,
+        rank: g.rank,
+        greedy,
+        mult,
+        top_k: opts.top_k.filter(|&x| x < g.valid),
+        streams: &raw,
+        anchors,
+    };
+    let mut backend = cuda::CudaBackend::new(dev)?;
+    let words = run_block(&mut backend, &inputs, &set)?;
+    block::decode(&words.status, b, k)?;
+    Ok(crate::sampling::DeviceBlock {
+        batch: b,
+        slots: k,
+        target_vocab: g.target_vocab,
+        rank: g.rank,
+        tokens: words.tokens,
+        draft_logits: out,
+        prev_embeddings: emb,
+    })
+}
+
+/// The per-request parameter entries and sorted stop ids of a validated call.
+fn requests(plan: &Validated) -> Vec<layout::VfReq> {
+    let vocab = plan.dims[2];
+    plan.requests
+        .iter()
+        .map(|r| verify::vf_req(r, vocab))
+        .collect()
+}
+
+/// The fused verification's model over host rows (`DSPARK_KERNEL_PATH=fused` on the CPU).
+pub(crate) fn verify_host(
+    plan: &Validated,
+    target: Rows3<'_>,
+    tokens: &[i64],
+    draft: Option<Rows3<'_>>,
+) -> Result<Verification> {
+    let [b, w, v] = plan.dims;
+    let reqs = requests(plan);
+    let call = verify::Call {
+        target,
+        draft,
+        tokens,
+        reqs: &reqs,
+        stops: &plan.stops,
+    };
+    verify::decode(&verify::run(&call), b, w, v)
+}
+
+/// The fused verification on a CUDA device: `target` (and `draft`) contiguous on `device`,
+/// the draft ids where `tokens` says.
+#[cfg(feature = "cuda")]
+pub(crate) fn verify_cuda(
+    device: &candle_core::Device,
+    plan: &Validated,
+    target: &candle_core::Tensor,
+    tokens: TokenSource<'_>,
+    draft: Option<&candle_core::Tensor>,
+) -> Result<Verification> {
+    let [b, w, v] = plan.dims;
+    let reqs = requests(plan);
+    let target_c = target.contiguous()?;
+    let draft_c = draft.map(candle_core::Tensor::contiguous).transpose()?;
+    let inputs = VerifyInputs {
+        target: cuda::input(&target_c, "target_logits")?,
+        draft: draft_c
+            .as_ref()
+            .map(|d| cuda::input(d, "draft_logits"))
+            .transpose()?,
+        tokens,
+    };
+    let mut backend = cuda::CudaBackend::new(device)?;
+    let words = run_verify(&mut backend, [b, w, v], &inputs, &reqs, &plan.stops)?;
+    verify::decode(&words, b, w, v)
+}
+
+/// What the kernels' host emulation (`crates/dspark-kernel-emu`) needs to compare the CUDA
+/// source with its models. Not a stable API.
+#[doc(hidden)]
+pub mod testing {
+    use super::*;
+    use crate::sampling::VerifyOptions;
+    use crate::view::Tokens;
+
+    /// A validated call's parameter entries, stop ids and its model's output words.
+    pub struct VerifyCase {
+        /// One parameter entry per request.
+        pub reqs: Vec<layout::VfReq>,
+        /// Sorted stop ids.
+        pub stops: Vec<u32>,
+        /// The model's output words.
+        pub words: Vec<i64>,
+    }
+
+    /// Check a call's shapes and settings as the fronts do (the draft ids are left to the
+    /// kernels) and run the model.
+    pub fn verify_model(
+        target: Rows3<'_>,
+        tokens: Tokens<'_>,
+        draft: Option<Rows3<'_>>,
+        opts: &VerifyOptions,
+    ) -> Result<VerifyCase> {
+        // The settings are checked here; the draft ids by the kernels (and their model).
+        let plan = crate::sampling::verify::prepare_params(
+            target.dims,
+            tokens.dims,
+            draft.map(|d| d.dims),
+            opts,
+        )?;
+        let reqs = requests(&plan);
+        let call = verify::Call {
+            target,
+            draft,
+            tokens: tokens.data,
+            reqs: &reqs,
+            stops: &plan.stops,
+        };
+        let words = verify::run(&call);
+        Ok(VerifyCase {
+            reqs,
+            stops: plan.stops,
+            words,
+        })
+    }
+
+    /// [`verify::decode`].
+    pub fn decode(words: &[i64], batch: usize, width: usize, vocab: usize) -> Result<Verification> {
+        verify::decode(words, batch, width, vocab)
+    }
+
+    /// The block sampler's model: its returned words and its outputs (draft logits,
+    /// embeddings), for inputs already validated by the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub fn block_model(
+        base: Rows3<'_>,
+        w1: Mat<'_>,
+        w2: Mat<'_>,
+        set: &BlockSettings<'_>,
+        table: Option<&[u32]>,
+    ) -> (BlockWords, Vec<f32>, Vec<f32>) {
+        let call = block::Call {
+            base,
+            w1,
+            w2,
+            anchors: set.anchors,
+            streams: set.streams,
+            table,
+            vocab_t: set.target_vocab,
+            valid: set.valid,
+            greedy: set.greedy,
+            mult: set.mult,
+            top_k: set.top_k,
+        };
+        let o = block::run(&call);
+        (
+            BlockWords {
+                tokens: o.tokens,
+                status: o.status,
+                witness: o.witness,
+            },
+            o.out,
+            o.emb,
+        )
+    }
+
+    /// [`block::decode`].
+    pub fn block_decode(status: &[u32], batch: usize, slots: usize) -> Result<()> {
+        block::decode(status, batch, slots)
+    }
+}
