@@ -5,9 +5,12 @@ Rows, each against peers measured in the same run on the same device:
 - ``verify``: ``dspark.verify`` at B in {1, 8, 64}, K = 7, V = 151936, f32 and bf16 (sampled,
   T = 1, with draft logits) against the torch-ops reference of the same algorithm
   (``tests/torch_reference.py``) and against the HBM read floor (the logits' bytes over the
-  device's measured read bandwidth).
+  device's measured read bandwidth). ``path`` says which kernels ran: ``fused`` (the default
+  for CUDA tensors, ``crates/dspark/kernels/fused_verify.cu``) or ``tensor`` (candle tensor
+  ops, measured in a child process run with ``DSPARK_KERNEL_PATH=tensor``: the variable is
+  read once per process); fused rows carry ``speedup_vs_tensor_path``.
 - ``sample_block``: ``dspark.sample_block`` (T = 1, rank 64) at the same shapes against the
-  torch-ops reference.
+  torch-ops reference, fused and tensor path likewise.
 - ``drafter_propose``: ``dspark.Drafter.propose`` of a Qwen3-4B-shaped drafter (5 layers, hidden
   2560, V = 151936; random weights, embed / lm_head shared with the target) on the device
   against ``dspark.TorchDrafter`` of the same checkpoint on the same device, at B in {1, 8}.
@@ -15,8 +18,13 @@ Rows, each against peers measured in the same run on the same device:
   verification) with weights on the device against the same pair on the CPU fast path, at
   B = 1 and B = 8: tokens/s and the greedy tokens' agreement (they must be equal).
 - ``profile_verify`` / ``profile_sample_block`` (GPU only): one B = 1 f32 call under the CUDA
-  profiler: wall time, kernel launches and their summed time, copies each way, the longest
-  kernels (a call far above its kernels' sum is bound by launches and host round trips).
+  profiler, per path: wall time, kernel launches and their summed time, copies each way, the
+  longest kernels (a call far above its kernels' sum is bound by launches and host round
+  trips). The draft ids are on the device, so a fused call's steady state has no
+  host-to-device copy.
+- ``targets``: the fused kernels' targets checked on the rows (verify at least 5x torch ops
+  at every B and dtype and within 3x the read floor at B = 64; block sampling at least 3x
+  torch ops; no host-to-device copy in the fused profile rows).
 
 Each section's rows are written to ``--out`` as it ends; a section that raises is reported
 (``errors`` in the JSON, exit status 1) and the others still run.
@@ -77,6 +85,18 @@ def read_bandwidth(device: torch.device, mib: int) -> float:
     return x.numel() * 4 / best
 
 
+DEVICE_TYPE = "cuda"  # set by main: on the CPU (a smoke run) the host path is what runs
+
+
+def kernel_path() -> str:
+    """Which kernels this process's tensors take: on CUDA, ``tensor`` when forced, else fused;
+    on the CPU, the host path ``build_info`` names."""
+    path = dspark.build_info()["kernel_path"]
+    if DEVICE_TYPE != "cuda":
+        return path
+    return "tensor" if path == "tensor" else "fused"
+
+
 def verify_rows(args: argparse.Namespace, device: torch.device, bw: float) -> list[dict]:
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
@@ -100,6 +120,7 @@ def verify_rows(args: argparse.Namespace, device: torch.device, bw: float) -> li
             rows.append(
                 {
                     "kernel": "verify",
+                    "path": kernel_path(),
                     "dtype": str(dtype).removeprefix("torch."),
                     "B": b,
                     "K": args.k,
@@ -135,6 +156,7 @@ def block_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
             rows.append(
                 {
                     "kernel": "sample_block",
+                    "path": kernel_path(),
                     "dtype": str(dtype).removeprefix("torch."),
                     "B": b,
                     "K": args.k,
@@ -305,6 +327,7 @@ def profile_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
         rows.append(
             {
                 "kernel": f"profile_{name}",
+                "path": kernel_path(),
                 "wall_ms": wall * 1e3,
                 "kernel_launches": sum(len(v) for v in kernels.values()),
                 "kernel_ms": total_us / 1e3,
@@ -352,13 +375,86 @@ def speculator_rows(args: argparse.Namespace, device: torch.device) -> list[dict
     return rows
 
 
+def tensor_path_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """The kernel sections again on the tensor path: this script in a child process with
+    ``DSPARK_KERNEL_PATH=tensor``, bounded in time."""
+    import os
+    import subprocess
+
+    if dspark.build_info()["kernel_path"] == "tensor":
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "tensor.json"
+        cmd = [sys.executable, __file__, "--device", str(device), "--out", str(out)]
+        cmd += ["--sections", "verify,sample_block,profile"] + (["--quick"] if args.quick else [])
+        env = {**os.environ, "DSPARK_KERNEL_PATH": "tensor"}
+        subprocess.run(cmd, env=env, check=True, timeout=args.child_timeout)
+        return json.loads(out.read_text())["rows"]
+
+
+def compare_paths(rows: list[dict]) -> None:
+    """Add ``speedup_vs_tensor_path`` to each fused kernel row that has a tensor-path twin."""
+    key = lambda r: (r["kernel"], r.get("dtype"), r.get("B"))  # noqa: E731
+    tensor = {key(r): r for r in rows if r.get("path") == "tensor" and "dspark_ms" in r}
+    for r in rows:
+        twin = tensor.get(key(r))
+        if r.get("path") == "fused" and twin is not None:
+            r["speedup_vs_tensor_path"] = twin["dspark_ms"] / r["dspark_ms"]
+
+
+def targets(rows: list[dict]) -> dict:
+    """The fused kernels' targets, each with the rows' worst value and whether it is met."""
+    fused = [r for r in rows if r.get("path") == "fused"]
+    verify = [r for r in fused if r["kernel"] == "verify"]
+    block = [r for r in fused if r["kernel"] == "sample_block"]
+    profiles = [r for r in fused if r["kernel"].startswith("profile_")]
+    out: dict = {}
+    if verify:
+        worst = min(r["speedup_vs_torch"] for r in verify)
+        out["verify_vs_torch_min"] = {"value": worst, "target": 5.0, "met": worst >= 5.0}
+        at64 = [r["x_floor"] for r in verify if r["B"] == 64]
+        if at64:
+            out["verify_x_floor_at_64_max"] = {
+                "value": max(at64),
+                "target": 3.0,
+                "met": max(at64) <= 3.0,
+            }
+    if block:
+        worst = min(r["speedup_vs_torch"] for r in block)
+        out["sample_block_vs_torch_min"] = {"value": worst, "target": 3.0, "met": worst >= 3.0}
+    if profiles:
+        htod = max(r["copies"]["HtoD"] for r in profiles)
+        out["fused_htod_copies_per_call"] = {"value": htod, "target": 0, "met": htod == 0}
+    return out
+
+
+SECTIONS = ("verify", "sample_block", "profile", "speculator", "drafter")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="small shapes: a smoke run")
     ap.add_argument("--out", type=Path, help="write the results here as JSON")
+    ap.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of {', '.join(SECTIONS)}",
+    )
+    ap.add_argument(
+        "--child-timeout",
+        type=float,
+        default=150.0,
+        help="seconds for the tensor-path child run (0: skip it)",
+    )
     args = ap.parse_args(argv)
+    chosen = [x.strip() for x in args.sections.split(",") if x.strip()]
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown:
+        ap.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     device = torch.device(args.device)
+    global DEVICE_TYPE
+    DEVICE_TYPE = device.type
     args.k = 7
     args.vocab = 4096 if args.quick else 151936
     args.batches = [1, 4] if args.quick else [1, 8, 64]
@@ -369,18 +465,24 @@ def main(argv: list[str] | None = None) -> None:
     result: dict = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "build_info": dspark.build_info(),
+        "path": kernel_path(),
         "read_bandwidth_gbps": bw / 1e9,
         "rows": [],
     }
     # Each section's rows are written as soon as it ends, so a run stopped by its time limit
     # (the device check bounds it) still leaves what it measured.
-    sections: list[partial[list[dict]]] = [
-        partial(verify_rows, args, device, bw),
-        partial(block_rows, args, device),
-        partial(speculator_rows, args, device),
-        partial(profile_rows, args, device),
-        partial(drafter_rows, args, device),
-    ]
+    by_name = {
+        "verify": partial(verify_rows, args, device, bw),
+        "sample_block": partial(block_rows, args, device),
+        "profile": partial(profile_rows, args, device),
+        "speculator": partial(speculator_rows, args, device),
+        "drafter": partial(drafter_rows, args, device),
+    }
+    sections = [by_name[n] for n in SECTIONS if n in chosen]
+    if args.child_timeout > 0 and {"verify", "sample_block"} & set(chosen):
+        # The tensor path right after the kernels it is compared with.
+        at = sum(n in chosen for n in ("verify", "sample_block"))
+        sections.insert(at, partial(tensor_path_rows, args, device))
     failed = []
     for section in sections:
         name = section.func.__name__
@@ -390,9 +492,12 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
             failed.append(name)
             result.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"
+        compare_paths(result["rows"])
+        result["targets"] = targets(result["rows"])
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=2))
+    print(json.dumps({"targets": result["targets"]}, indent=2), flush=True)
     if failed:
         sys.exit(f"bench_cuda: these sections failed: {', '.join(failed)}")
 

@@ -6,7 +6,8 @@ WHEEL_OR_DIR defaults to target/wheels-cuda (which must then hold exactly one wh
 (exit 1, one line per problem) when the wheel is missing, empty or not a zip; lacks the
 extension ``dspark/_native*.so`` or the package's Python files; has no PTX for ``sm_<SM>``
 (``.target sm_90`` or ``sm_90a``: candle's kernels and dspark's own, embedded in the
-extension); has PTX newer than ``--max-ptx`` (the driver refuses PTX newer than itself: 9.0 is
+extension) or lacks the fused sampling kernels (their PTX, uncompressed in the extension's
+fatbins: every ``dspark_vf_*`` and ``dspark_sb_*`` entry); has PTX newer than ``--max-ptx`` (the driver refuses PTX newer than itself: 9.0 is
 CUDA 13.0, driver 580); needs a shared library other than glibc's, the GCC runtime's and
 NVIDIA's wheel libraries (in particular the driver ``libcuda.so.1``, which is opened at run
 time, never linked); or is larger than ``--max-mib`` (the device tool carries 64 MiB in all).
@@ -36,6 +37,18 @@ SYSTEM_LIBS = {
 # NVIDIA's PyPI wheels (nvidia/cu13/lib, nvidia/*/lib), found by dspark's loader.
 NVIDIA_WHEEL_LIB = re.compile(r"lib(cudart|cublas|cublasLt|curand|nvrtc|nvJitLink)\.so\.\d+$")
 DT_NEEDED, DT_RPATH, DT_RUNPATH = 1, 15, 29
+# The fused kernels' entry points (crates/dspark/kernels/fused_*.cu).
+FUSED_ENTRIES = (
+    "dspark_vf_stats",
+    "dspark_vf_rows",
+    "dspark_vf_resid",
+    "dspark_vf_pick",
+    "dspark_sb_prep",
+    "dspark_sb_bias",
+    "dspark_sb_pick",
+    "dspark_sb_topk",
+    "dspark_sb_onehot",
+)
 SHT_DYNAMIC = 6
 
 
@@ -111,6 +124,9 @@ def check(wheel: Path, sm: str, max_ptx: tuple[int, int], max_mib: float) -> lis
     print(f"PTX: {modules} modules, .target {shown_targets}, .version {shown_versions}")
     if not any(re.fullmatch(rf"sm_{sm}a?".encode(), t) for t in targets):
         problems.append(f"no PTX for sm_{sm} (`.target sm_{sm}`) in the extension")
+    missing = [e for e in FUSED_ENTRIES if f".entry {e}(".encode() not in data]
+    if missing:
+        problems.append(f"the fused kernels are missing from the extension: {', '.join(missing)}")
     too_new = [v for v in versions if v > max_ptx]
     if too_new:
         problems.append(

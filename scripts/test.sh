@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Install everything and run every test: the Rust engine tests, then the Python suite; then the
-# kernel, drafter, target and speculator suites again on the device-generic tensor path, forced
-# on the CPU with DSPARK_KERNEL_PATH=tensor (the code a CUDA device runs, tested without a GPU).
+# Install everything and run every test: the Rust engine tests (with the fused CUDA kernels'
+# source run by a host emulator against their Rust models: crates/dspark-kernel-emu), then the
+# Python suite; then the kernel, drafter, target and speculator suites again on the two device
+# paths forced on the CPU: DSPARK_KERNEL_PATH=tensor (candle tensor ops) and
+# DSPARK_KERNEL_PATH=fused (the fused kernels' models): the code a CUDA device runs, tested
+# without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/dspark-target}"
@@ -15,6 +18,9 @@ for f in crates/dspark/tests/sampling_*.rs crates/dspark/tests/drafter_*.rs \
     crates/dspark/tests/engine_*.rs; do
     tensor_tests+=(--test "$(basename "$f" .rs)")
 done
-DSPARK_KERNEL_PATH=tensor cargo test -p dspark --lib "${tensor_tests[@]}"
-DSPARK_KERNEL_PATH=tensor python3 -m pytest tests/test_kernels_*.py tests/test_drafter_*.py \
-    tests/test_build_info.py tests/test_devices.py
+for path in tensor fused; do
+    echo "== the device suites on the CPU: DSPARK_KERNEL_PATH=$path"
+    DSPARK_KERNEL_PATH=$path cargo test -p dspark --lib "${tensor_tests[@]}"
+    DSPARK_KERNEL_PATH=$path python3 -m pytest tests/test_kernels_*.py tests/test_drafter_*.py \
+        tests/test_build_info.py tests/test_devices.py
+done

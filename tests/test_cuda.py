@@ -310,3 +310,150 @@ def test_same_seed_same_draws_on_repeat():
     b = dspark.verify(t_d, k_d, q_d, temperature=1.0, seed=[1, 2, 3, 4, 5, 6, 7, 8])
     assert torch.equal(a.tokens.cpu(), b.tokens.cpu())
     assert np.all(a.num_accepted.cpu().numpy() <= K)
+
+
+# The CPU side of the comparison below: the fused kernels' Rust models, which the process runs
+# on host tensors under DSPARK_KERNEL_PATH=fused (the variable is read once per process, hence
+# a child process).
+_MODEL_CHILD = """
+import sys
+import torch
+import dspark
+
+assert dspark.build_info()["kernel_path"] == "fused"
+cases = torch.load(sys.argv[1])
+out = []
+for kind, args, kw in cases:
+    if kind == "verify":
+        v = dspark.verify(*args, **kw)
+        out.append((v.tokens, v.num_accepted))
+    else:
+        b = dspark.sample_block(*args, **kw)
+        out.append((b.tokens, b.draft_logits, b.prev_embeddings))
+torch.save(out, sys.argv[2])
+"""
+
+
+def _fused_cases() -> list[tuple[str, tuple, dict]]:
+    """Verify and block-sampler calls across dtypes, several 8192-wide chunks, truncations,
+    greedy and sampled requests, stop ids, d2t tables and top-k drafting."""
+    g = gen("fused models")
+    b, k, v = 4, 5, 20_000
+    cases: list[tuple[str, tuple, dict]] = []
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        target = (torch.randn(b, k + 1, v, generator=g) * 3).to(dtype)
+        draft = (target[:, :k].float() + torch.randn(b, k, v, generator=g)).to(dtype)
+        q = torch.softmax(draft.float(), dim=-1).reshape(b * k, v)
+        drafts = torch.multinomial(q, 1, generator=g).reshape(b, k)
+        for i, opts in enumerate(
+            [
+                {"temperature": 1.0},
+                {"temperature": [0.0, 1.0, 0.7, 1.3], "top_k": [None, 40, None, 5]},
+                {"temperature": 0.9, "top_p": [1.0, 0.9, 0.5, 0.95], "top_k": [None, None, 7, 20]},
+                {"temperature": 1.0, "num_draft": [0, 2, 5, 3], "stop_token_ids": [3, 17]},
+            ]
+        ):
+            for seed in range(3):
+                kw = {**opts, "seed": [seed * 7 + r + 11 * i for r in range(b)]}
+                cases.append(("verify", (target, drafts, draft), kw))
+                cases.append(("verify", (target, drafts), kw))
+    # Target and draft logits in different dtypes (the fast path takes them as they are).
+    target = (torch.randn(b, k + 1, v, generator=g) * 3).to(torch.bfloat16)
+    draft = target[:, :k].float() + torch.randn(b, k, v, generator=g)
+    drafts = torch.randint(0, v, (b, k), generator=g)
+    cases.append(("verify", (target, drafts, draft), {"temperature": 1.0, "seed": [1, 2, 3, 4]}))
+    dv, r = 3_000, 32
+    for dtype in (torch.float32, torch.bfloat16):
+        base = (torch.randn(b, k, dv, generator=g) * 2).to(dtype)
+        w1 = (torch.randn(dv, r, generator=g) * 0.3).to(dtype)
+        w2 = (torch.randn(dv, r, generator=g) * 0.3).to(dtype)
+        anchors = torch.randint(0, dv, (b,), generator=g)
+        for kw in (
+            {"temperature": 0.0},
+            {"temperature": 1.0, "seed": [1, 2, 3, 4]},
+            {"temperature": 0.8, "top_k": 30, "seed": [5, 6, 7, 8]},
+            {"temperature": 1.0, "seed": [9, 1, 9, 1], "target_vocab_size": 2_900},
+        ):
+            cases.append(("block", (base, w1, w2, anchors), kw))
+    return cases
+
+
+def test_fused_kernels_equal_their_cpu_models(tmp_path):
+    """On the device, the fused kernels (the default for CUDA tensors) return what their Rust
+    models return on the CPU for the same inputs and seeds: the same tokens and counts, and the
+    same draft logits and embeddings, bit for bit."""
+    import subprocess
+    import sys
+
+    if not ON_GPU and dspark.build_info()["kernel_path"] != "fused":
+        pytest.skip("on the CPU the comparison needs DSPARK_KERNEL_PATH=fused in this process too")
+    cases = _fused_cases()
+    inputs, results = tmp_path / "cases.pt", tmp_path / "model.pt"
+    torch.save(cases, inputs)
+    env = {**os.environ, "DSPARK_KERNEL_PATH": "fused"}
+    child = subprocess.run(
+        [sys.executable, "-c", _MODEL_CHILD, str(inputs), str(results)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    want = torch.load(results)
+    for i, (kind, args, kw) in enumerate(cases):
+        args = tuple(on_device(*args))
+        if kind == "verify":
+            got = dspark.verify(*args, **kw)
+            got_parts = (got.tokens, got.num_accepted)
+        else:
+            blk = dspark.sample_block(*args, **kw)
+            got_parts = (blk.tokens, blk.draft_logits, blk.prev_embeddings)
+        for a, w in zip(got_parts, want[i], strict=True):
+            a = torch.as_tensor(a).cpu()
+            w = torch.as_tensor(w)
+            if a.is_floating_point():
+                a, w = a.view(torch.int32), w.view(torch.int32)  # bits, -inf included
+            assert torch.equal(a, w), f"case {i} ({kind}, {kw})"
+
+
+def test_fused_errors_match_the_fast_path():
+    """Bad input gets the fast path's typed error, in its order, with the draft ids on the
+    device (checked there): NaN and infinite rows, rows without a finite value, ids out of
+    range, too many drafts."""
+    target, drafts, draft = verify_inputs(300, torch.float32, 9)
+
+    def edited(t_edit=None, d_edit=None, k_edit=None):
+        t, d, k = target.clone(), draft.clone(), drafts.clone()
+        if t_edit:
+            t_edit(t)
+        if d_edit:
+            d_edit(d)
+        if k_edit:
+            k_edit(k)
+        return t, k, d
+
+    cases = [
+        edited(t_edit=lambda t: t[1, 3].fill_(float("nan"))),
+        edited(t_edit=lambda t: t[0, 2].fill_(float("-inf"))),
+        edited(d_edit=lambda d: d[2, 1, 7].fill_(float("inf"))),
+        edited(d_edit=lambda d: d[3, 0].fill_(float("-inf"))),
+        edited(k_edit=lambda k: k[5, 2].fill_(300)),
+        edited(k_edit=lambda k: k[4, 0].fill_(-1), t_edit=lambda t: t[1, 1].fill_(float("nan"))),
+    ]
+    for i, (t, k, d) in enumerate(cases):
+        for temperature in (0.0, 1.0):
+            for with_draft in (False, True):
+                q = (d,) if with_draft else ()
+                errors = []
+                for args in ((t, k, *q), tuple(on_device(t, k, *q))):
+                    try:
+                        dspark.verify(*args, temperature=temperature, seed=list(range(B)))
+                        errors.append(None)
+                    except dspark.DSparkError as e:
+                        errors.append((type(e).__name__, e.code, str(e)))
+                # Both paths raise the same error, or none (a draft row without a finite value
+                # only matters to a sampled round that reaches it; one left out, never).
+                assert errors[1] == errors[0], f"case {i} T {temperature} draft {with_draft}"
+    with pytest.raises(dspark.InputError) as e:
+        dspark.verify(*on_device(target, drafts, draft), num_draft=[K + 1] * B)
+    assert e.value.code == "invalid-argument"

@@ -296,7 +296,6 @@ pub(crate) fn draft_token_ids(
     draft_tokens: &Bound<'_, PyAny>,
     target_dims: [usize; 3],
 ) -> PyResult<(Vec<i64>, [usize; 2])> {
-    let [batch, width, _] = target_dims;
     if draft_tokens.is_none() {
         return Err(err(Error::invalid(
             "draft_tokens",
@@ -304,6 +303,16 @@ pub(crate) fn draft_token_ids(
         )));
     }
     let (tokens, token_shape) = args::ids(draft_tokens, "draft_tokens")?;
+    let shape = check_token_shape(&token_shape, target_dims)?;
+    Ok((tokens, shape))
+}
+
+/// `draft_tokens`' shape checked against the target's `[B, K+1, V]`.
+pub(crate) fn check_token_shape(
+    token_shape: &[usize],
+    target_dims: [usize; 3],
+) -> PyResult<[usize; 2]> {
+    let [batch, width, _] = target_dims;
     if token_shape.len() != 2 {
         return Err(err(Error::bad_shape(
             "draft_tokens",
@@ -320,7 +329,7 @@ pub(crate) fn draft_token_ids(
             ),
         )));
     }
-    Ok((tokens, [token_shape[0], token_shape[1]]))
+    Ok([token_shape[0], token_shape[1]])
 }
 
 /// Build an STS calibration from a path (JSON) or a list of temperatures.

@@ -15,7 +15,7 @@ use dspark::sampling::{BlockOptions, PerRequest, Seeds, StsCalibration, VerifyOp
 use crate::args;
 use crate::dlpack::cuda::{DeviceArray, DeviceTensor, import};
 use crate::errors::PyDSparkError;
-use crate::kernels::{block_ids, draft_token_ids};
+use crate::kernels::{block_ids, check_token_shape, draft_token_ids};
 
 fn err(e: Error) -> PyErr {
     PyDSparkError(e).into()
@@ -66,7 +66,18 @@ pub fn verify(
     let (temperature, top_k, top_p, seeds, num_draft, stops) = parts;
     let target = import(target_logits, "target_logits", device)?;
     let td = dims::<3>(target.tensor(), "target_logits")?;
-    let (ids, shape) = draft_token_ids(draft_tokens, td)?;
+    // Draft ids on the same device are read there (the kernels check their range); host ids
+    // are copied once.
+    let on_device = crate::dlpack::cuda::cuda_device_of(draft_tokens, "draft_tokens")?
+        .is_some_and(|d| d.same_device(device));
+    let tokens = if on_device {
+        let t = import(draft_tokens, "draft_tokens", device)?;
+        check_token_shape(t.tensor().dims(), td)?;
+        Tokens::Device(t)
+    } else {
+        let (ids, shape) = draft_token_ids(draft_tokens, td)?;
+        Tokens::Host(ids, shape)
+    };
     let stop_token_ids = args::ids_in_vocab(&stops, "stop_token_ids", td[2])?;
     let q = optional(draft_logits, "draft_logits", device)?;
     let opts = VerifyOptions {
@@ -79,11 +90,27 @@ pub fn verify(
     };
     // Only the candle views cross into the detached closure (the DLPack owners stay here).
     let (target_t, q_t) = (target.tensor(), q.as_ref().map(|q| q.tensor()));
+    let (device_ids, host_ids) = match &tokens {
+        Tokens::Device(t) => (Some(t.tensor()), None),
+        Tokens::Host(ids, shape) => (None, Some((ids.as_slice(), *shape))),
+    };
     py.detach(|| {
-        let ids = Tensor::from_vec(ids, (shape[0], shape[1]), device)?;
+        let ids = match (device_ids, host_ids) {
+            (Some(t), _) => t.clone(),
+            (None, Some((ids, shape))) => Tensor::from_slice(ids, (shape[0], shape[1]), device)?,
+            (None, None) => return Err(Error::invalid("draft_tokens", "missing")),
+        };
         dspark::sampling::verify(target_t, &ids, q_t, &opts)
     })
     .map_err(err)
+}
+
+/// Draft ids where they are.
+enum Tokens {
+    /// Borrowed from a CUDA tensor on the logits' device.
+    Device(DeviceTensor),
+    /// Read to the host.
+    Host(Vec<i64>, [usize; 2]),
 }
 
 /// The tensors of a block call: base logits, W1, W2, anchors, d2t.

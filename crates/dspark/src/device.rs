@@ -191,7 +191,13 @@ pub fn cuda_runtime_libraries() -> Vec<String> {
 /// feature (the message says which build this is); no usable driver or device (the reason of
 /// [`cuda_error`]); an ordinal past the devices the driver reports; cuBLAS or cuRAND not found;
 /// the driver failing to create the device; the driver refusing this build's PTX (for example
-/// a driver older than the PTX: its message, with the PTX and driver versions).
+/// a driver older than the PTX: its message, with the PTX and driver versions), or the fused
+/// kernels' fatbins (a GPU older than sm_90: both named).
+///
+/// dspark's devices run everything on their one stream, so cudarc's multi-stream event
+/// tracking (an event recorded and waited on for every allocation and kernel argument: about
+/// 20 µs of host time per operation) is switched off; the only cross-stream orderings are the
+/// explicit DLPack joins of [`crate::cuda_interop`].
 pub fn open_cuda(
     name: &str,
     ordinal: usize,
@@ -223,7 +229,16 @@ pub fn open_cuda(
     cuda::runtime_libraries_present().map_err(&unavailable)?;
     let device = make(ordinal).map_err(|e| unavailable(e.to_string()))?;
     #[cfg(feature = "cuda")]
-    cuda::check_ptx(&device).map_err(&unavailable)?;
+    {
+        let dev = device.as_cuda_device()?;
+        // SAFETY: every tensor of this device is used on its stream alone: work queued on the
+        // stream runs in order, frees are stream-ordered, and memory shared with another
+        // framework's stream is joined explicitly (`cuda_interop::wait_for_stream` /
+        // `signal_stream`) before either side uses it.
+        unsafe { dev.disable_event_tracking() };
+        cuda::check_ptx(&device).map_err(&unavailable)?;
+        crate::sampling::fused::check_device(&device).map_err(|e| unavailable(e.to_string()))?;
+    }
     Ok(device)
 }
 

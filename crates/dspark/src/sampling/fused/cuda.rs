@@ -149,6 +149,13 @@ impl CudaBackend {
         })
     }
 
+    /// Load both fused modules on this device's context.
+    pub(crate) fn load_all(&mut self) -> Result<()> {
+        module(self.stream.context(), Module::Verify)?;
+        module(self.stream.context(), Module::Block)?;
+        Ok(())
+    }
+
     fn function(&mut self, kernel: &'static str) -> Result<CudaFunction> {
         if let Some(f) = self.functions.get(kernel) {
             return Ok(f.clone());

@@ -67,13 +67,15 @@ impl KeyCut {
     }
 }
 
-/// `ds_warp_sum` over the 32 lanes' values: the xor-butterfly, whose every lane ends with the
-/// bits of lane 0.
+/// `ds_warp_sum` over the 32 lanes' values. The kernel's xor-butterfly leaves every lane with
+/// the bits of lane 0 (each step adds two values whose sum is the same either way round), and
+/// lane 0's value is this halving tree: lane `l` plus lane `l + 16`, then `+ 8`, ... `+ 1`.
 fn warp_sum<T: Copy + std::ops::Add<Output = T>>(mut a: [T; 32]) -> T {
-    for o in [16usize, 8, 4, 2, 1] {
-        let b = a;
-        for (l, x) in a.iter_mut().enumerate() {
-            *x = b[l] + b[l ^ o];
+    let mut n = 32;
+    while n > 1 {
+        n /= 2;
+        for l in 0..n {
+            a[l] = a[l] + a[l + n];
         }
     }
     a[0]
@@ -333,6 +335,27 @@ mod tests {
         }
         let none = vec![f32::NEG_INFINITY; 10];
         assert!(radix(Floats::F32(&none), None, Goal::Count(1), 0.0, 1.0).is_none());
+    }
+
+    /// The halving tree is lane 0 of the xor-butterfly, bit for bit.
+    #[test]
+    fn warp_sum_is_lane_zero_of_the_butterfly() {
+        let mut rng = 0x1234_5678_u64;
+        for _ in 0..200 {
+            let a: [f32; 32] = std::array::from_fn(|_| {
+                rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                f32::from_bits((rng >> 41) as u32 | 0x3f00_0000) * ((rng >> 20) % 1000) as f32
+            });
+            let mut b = a;
+            for o in [16usize, 8, 4, 2, 1] {
+                let c = b;
+                for (l, x) in b.iter_mut().enumerate() {
+                    *x = c[l] + c[l ^ o];
+                }
+            }
+            assert!(b.iter().all(|x| x.to_bits() == b[0].to_bits()));
+            assert_eq!(warp_sum(a).to_bits(), b[0].to_bits());
+        }
     }
 
     #[test]

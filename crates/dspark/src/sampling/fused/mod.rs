@@ -111,6 +111,18 @@ pub(crate) fn sample_block_host(
     })
 }
 
+/// Load the fused kernels on a CUDA device (once per context): a GPU or driver that cannot run
+/// them is `device-unavailable`, naming the GPU, its compute capability and the build's targets.
+#[cfg(feature = "cuda")]
+pub(crate) fn check_device(device: &candle_core::Device) -> Result<()> {
+    cuda::CudaBackend::new(device)?.load_all()
+}
+
+/// What `ptxas -v` reported for each fused entry when this build compiled them (registers,
+/// stack, spills, shared memory; the build fails on any spill or stack frame).
+#[cfg(feature = "cuda")]
+pub const PTXAS_REPORT: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_ptxas.txt"));
+
 /// The fused block sampler on a CUDA device: the draft logits and embeddings stay there.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]

@@ -52,26 +52,20 @@ pub(crate) fn nchunks(vocab: usize) -> usize {
     vocab.div_ceil(VF_CHUNK)
 }
 
-/// `vf_chunk`: statistics of `len` values of `row` from `start`.
+/// `vf_chunk`: statistics of `len` values of `row` from `start`. Thread `t` of the block
+/// holds values `t, t + 256, ...` of the chunk: walking the chunk in order walks each thread's
+/// values in its own order.
 fn chunk(row: Floats<'_>, start: usize, len: usize, want_sum: bool, s: f32) -> VfChunk {
     let mut lmax = [f32::NEG_INFINITY; THREADS];
     let mut larg = [NONE; THREADS];
-    let mut nans = [0u32; THREADS];
-    let at = |t: usize, e: usize| t + e * THREADS;
-    for t in 0..THREADS {
-        for e in 0..VF_EPT {
-            let j = at(t, e);
-            let v = if j < len {
-                row.get(start + j)
-            } else {
-                f32::NEG_INFINITY
-            };
-            if v.is_nan() {
-                nans[t] += 1;
-            } else if v > lmax[t] {
-                lmax[t] = v;
-                larg[t] = (start + j) as u32;
-            }
+    let mut nans = 0u32;
+    for j in 0..len.min(VF_CHUNK) {
+        let (t, v) = (j % THREADS, row.get(start + j));
+        if v.is_nan() {
+            nans += 1;
+        } else if v > lmax[t] {
+            lmax[t] = v;
+            larg[t] = (start + j) as u32;
         }
     }
     let m = lmax
@@ -93,20 +87,15 @@ fn chunk(row: Floats<'_>, start: usize, len: usize, want_sum: bool, s: f32) -> V
     let mut sum = 0.0f32;
     if want_sum && m > f32::NEG_INFINITY && m < f32::INFINITY {
         let mut acc = [0f32; THREADS];
-        for (t, a) in acc.iter_mut().enumerate() {
-            for e in 0..VF_EPT {
-                let j = at(t, e);
-                if j < len {
-                    *a += weight(row.get(start + j), m, s);
-                }
-            }
+        for j in 0..len.min(VF_CHUNK) {
+            acc[j % THREADS] += weight(row.get(start + j), m, s);
         }
         sum = block_sum(&acc);
     }
     VfChunk {
         max: m,
         argmax: am,
-        nans: nans.iter().sum(),
+        nans,
         sum,
     }
 }
@@ -404,23 +393,19 @@ impl DrawRow<'_> {
     }
 }
 
-/// `vf_resid_chunk` over every chunk: `(rsum, msum)` per chunk.
+/// `vf_resid_chunk` over every chunk: `(rsum, msum)` per chunk (thread `t` sums values
+/// `t, t + 256, ...` of the chunk, in order).
 fn resid_sums(d: &DrawRow<'_>, vocab: usize, residual: bool) -> Vec<VfResid> {
     (0..nchunks(vocab))
         .map(|c| {
             let start = c * VF_CHUNK;
             let (mut rs, mut ms) = ([0f32; THREADS], [0f32; THREADS]);
-            for t in 0..THREADS {
-                for e in 0..VF_EPT {
-                    let v = start + t + e * THREADS;
-                    if v >= vocab {
-                        break;
-                    }
-                    let w = d.pw(v);
-                    ms[t] += w;
-                    if residual {
-                        rs[t] += d.rw(v, w);
-                    }
+            for v in start..(start + VF_CHUNK).min(vocab) {
+                let t = (v - start) % THREADS;
+                let w = d.pw(v);
+                ms[t] += w;
+                if residual {
+                    rs[t] += d.rw(v, w);
                 }
             }
             VfResid {
