@@ -40,10 +40,11 @@ record() {
         "$(($(date +%s) - started))" "$steps" >"$summary"
 }
 step_start=$started
+# lap: seconds since the previous lap, into $took (no subshell, so the clock moves on).
 lap() {
     local now
     now=$(date +%s)
-    echo $((now - step_start))
+    took=$((now - step_start))
     step_start=$now
 }
 
@@ -55,7 +56,8 @@ fi
 wheel="${wheels[0]}"
 python3 scripts/check_cuda_wheel.py "$wheel" 2>&1 | tee "$out/wheel_check.log"
 wheel_status=${PIPESTATUS[0]}
-record wheel_check "$wheel_status" "$(lap)"
+lap
+record wheel_check "$wheel_status" "$took"
 if [[ "$wheel_status" != 0 ]]; then
     echo "gpu_check: $wheel failed its checks (above): rebuild it with scripts/build_cuda.sh" >&2
     exit 2
@@ -82,7 +84,8 @@ assert info["cuda"], "not the CUDA build"
 assert sys.argv[3] == "1" or info["cuda_devices"] >= 1, f"no GPU: {info['cuda_error']}"
 EOF
 
-record install 0 "$(lap)"
+lap
+record install 0 "$took"
 
 bench_args=()
 if [[ "$dry" == 1 ]]; then
@@ -93,12 +96,14 @@ status=0
 timeout 180 python3 -m pytest -m cuda tests/test_cuda.py -q -p no:cacheprovider \
     --junitxml "$out/pytest.xml" 2>&1 | tee "$out/pytest.log"
 tests_status=${PIPESTATUS[0]}
-record pytest "$tests_status" "$(lap)"
+lap
+record pytest "$tests_status" "$took"
 [[ "$tests_status" == 0 ]] || status=1
 timeout 260 python3 benches/bench_cuda.py --out "$out/bench_cuda.json" "${bench_args[@]}" 2>&1 \
     | tee "$out/bench.log"
 bench_status=${PIPESTATUS[0]}
-record bench "$bench_status" "$(lap)"
+lap
+record bench "$bench_status" "$took"
 [[ "$bench_status" == 0 ]] || status=1
 echo "gpu_check: status $status after $(( $(date +%s) - started )) s; results in $out"
 exit "$status"

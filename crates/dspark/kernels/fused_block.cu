@@ -93,12 +93,56 @@ extern "C" __global__ void __launch_bounds__(DS_NT) dspark_sb_onehot(const SbPar
 
 // ---- dspark_sb_bias ------------------------------------------------------------------------
 
+// acc[bb] = fma(W2[d][jj], e[bb][jj], acc[bb]) for jj in [j0, j0 + n), in order, W2's values
+// read `n` at a time with one 16-byte load when `vec` (the row slice is 16-byte aligned).
+template <int N>
+__device__ __forceinline__ void sb_dot_run(const float *w, float acc[SB_BT], float e[SB_BT][SB_RMAX],
+                                           ds_u32 j0) {
+#pragma unroll
+    for (int q = 0; q < N; q++) {
+#pragma unroll
+        for (int bb = 0; bb < SB_BT; bb++) acc[bb] = fmaf(w[q], e[bb][j0 + q], acc[bb]);
+    }
+}
+
+__device__ __forceinline__ void sb_dot(const SbParams &p, ds_u32 d, bool vec, float acc[SB_BT],
+                                       float e[SB_BT][SB_RMAX]) {
+    const ds_u32 r = p.rank;
+    const ds_u64 at = (ds_u64)d * r;
+    if (vec && p.dt_w2 == DS_F32) {
+        for (ds_u32 jj = 0; jj < r; jj += 4) {
+            float w[4];
+            ds_load16(w, (const float *)p.w2 + at + jj);
+            sb_dot_run<4>(w, acc, e, jj);
+        }
+    } else if (vec) {
+        for (ds_u32 jj = 0; jj < r; jj += 8) {
+            unsigned short h[8];
+            ds_load16(h, (const unsigned short *)p.w2 + at + jj);
+            float w[8];
+#pragma unroll
+            for (int q = 0; q < 8; q++)
+                w[q] = p.dt_w2 == DS_BF16 ? ds_bits_f((ds_u32)h[q] << 16) : ds_f16(h[q]);
+            sb_dot_run<8>(w, acc, e, jj);
+        }
+    } else {
+        for (ds_u32 jj = 0; jj < r; jj++) {
+            const float w = ds_load_dt((const void *)p.w2, at + jj, p.dt_w2);
+#pragma unroll
+            for (int bb = 0; bb < SB_BT; bb++) acc[bb] = fmaf(w, e[bb][jj], acc[bb]);
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(DS_NT) dspark_sb_bias(const SbParams p) {
     __shared__ float e[SB_BT][SB_RMAX];
     __shared__ float shf[DS_WARPS];
     __shared__ ds_u32 shu[DS_WARPS];
     const ds_u32 c = blockIdx.x, t = threadIdx.x, r = p.rank, k = p.slot;
     const bool sampled = !p.greedy;
+    // 16-byte loads of W2's rows when every row starts 16-byte aligned.
+    const ds_u32 esize = p.dt_w2 == DS_F32 ? 4u : 2u;
+    const bool vec = r > 0u && (p.w2 % 16u) == 0u && (r * esize) % 16u == 0u;
     for (ds_u32 b0 = 0; b0 < p.batch; b0 += SB_BT) {
         const ds_u32 nb = p.batch - b0 < SB_BT ? p.batch - b0 : SB_BT;
         for (ds_u32 i = t; i < nb * r; i += DS_NT) {
@@ -113,13 +157,7 @@ extern "C" __global__ void __launch_bounds__(DS_NT) dspark_sb_bias(const SbParam
             float acc[SB_BT];
 #pragma unroll
             for (int bb = 0; bb < SB_BT; bb++) acc[bb] = 0.0f;
-            if (d < p.valid) {
-                for (ds_u32 jj = 0; jj < r; jj++) {
-                    const float w = ds_load_dt((const void *)p.w2, (ds_u64)d * r + jj, p.dt_w2);
-#pragma unroll
-                    for (int bb = 0; bb < SB_BT; bb++) acc[bb] = fmaf(w, e[bb][jj], acc[bb]);
-                }
-            }
+            if (d < p.valid) sb_dot(p, d, vec, acc, e);
 #pragma unroll
             for (int bb = 0; bb < SB_BT; bb++) {
                 l[bb][j] = DS_NINF;

@@ -65,6 +65,16 @@ __device__ __forceinline__ float ds_load_dt(const void *base, ds_u64 i, ds_u32 d
     return ds_f16(h);
 }
 
+// 16 bytes from `src` (16-byte aligned) into `dst`, with one vector load.
+template <typename T>
+__device__ __forceinline__ void ds_load16(T *dst, const T *src) {
+#ifdef DSPARK_EMU
+    memcpy(dst, src, 16);
+#else
+    *(uint4 *)dst = *(const uint4 *)src;
+#endif
+}
+
 // ---- exp ---------------------------------------------------------------------------------
 
 // crate::cpu::exp_with::<Fused>: the constants by their f32 bits (EXP_CONSTS).
