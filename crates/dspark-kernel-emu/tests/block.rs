@@ -5,68 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use dspark::sampling::fused::layout::Dtype;
 use dspark::sampling::fused::testing::block_model;
 use dspark::sampling::fused::{BlockInputs, BlockSettings, BlockShape, block_plan, run_block};
-use dspark::sampling::{Floats, Mat, Rows3};
+use dspark::sampling::{Mat, Rows3};
 use dspark_kernel_emu::Emu;
-use half::{bf16, f16};
 
-struct Rng(u64);
+mod support;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn uniform(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-
-    fn values(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| (self.uniform() - 0.5) * scale).collect()
-    }
-}
-
-enum Data {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-    BF16(Vec<bf16>),
-}
-
-impl Data {
-    fn new(v: Vec<f32>, dtype: usize) -> Self {
-        match dtype {
-            0 => Data::F32(v),
-            1 => Data::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-            _ => Data::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
-        }
-    }
-
-    fn floats(&self) -> Floats<'_> {
-        match self {
-            Data::F32(v) => Floats::F32(v),
-            Data::F16(v) => Floats::F16(v),
-            Data::BF16(v) => Floats::BF16(v),
-        }
-    }
-
-    fn device(&self) -> (u64, Dtype) {
-        match self {
-            Data::F32(v) => (v.as_ptr() as u64, Dtype::F32),
-            Data::F16(v) => (v.as_ptr() as u64, Dtype::F16),
-            Data::BF16(v) => (v.as_ptr() as u64, Dtype::BF16),
-        }
-    }
-}
+use support::{Data, Rng};
 
 struct Case {
     dims: [usize; 3],

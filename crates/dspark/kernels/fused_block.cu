@@ -282,19 +282,14 @@ __device__ __forceinline__ void sb_pick_dense(const SbParams &p, ds_u32 b, SbPic
         if (!p.greedy && status == 0u && z > 0.0) {
             const double u = ds_uniform(p.stream[b], DS_SALT_DRAFT, p.slot);
             const double target = u * z;
-            double acc = 0.0, before = 0.0;
-            ds_u32 chosen = 0;
-            for (ds_u32 c = 0; c < p.nchunks; c++) {
-                const double w = ch[c].sum > 0.0f ? (double)ch[c].sum * (double)ds_exp(ch[c].max - best) : 0.0;
-                if (w > 0.0) {
-                    chosen = c;
-                    before = acc;
-                    if (acc + w > target) break;
-                }
-                acc = acc + w;
-            }
+            ds_u32 chosen;
+            ds_walk(
+                p.nchunks,
+                [&](ds_u32 c) {
+                    return ch[c].sum > 0.0f ? (double)ch[c].sum * (double)ds_exp(ch[c].max - best) : 0.0;
+                },
+                0.0, target, &chosen, &sh->before);
             sh->chunk = chosen;
-            sh->before = before;
             sh->cmax = ch[chosen].max;
             sh->scale = (double)ds_exp(ch[chosen].max - best);
             sh->found = 1;
@@ -314,18 +309,9 @@ __device__ __forceinline__ void sb_pick_dense(const SbParams &p, ds_u32 b, SbPic
         sh->segs[t] = seg;
         __syncthreads();
         if (t == 0) {
-            double pre = sh->before, at_pre = 0.0;
-            ds_u32 at = 0;
-            for (ds_u32 q = 0; q < DS_NT; q++) {
-                const double s = sh->segs[q];
-                if (s > 0.0) {
-                    at = q;
-                    at_pre = pre;
-                    if (pre + s > target) break;
-                }
-                pre = pre + s;
-            }
-            sh->seg = at;
+            double at_pre;
+            ds_walk(DS_NT, [&](ds_u32 q) { return sh->segs[q]; }, sh->before, target, &sh->seg,
+                    &at_pre);
             sh->before = at_pre;
         }
         __syncthreads();

@@ -203,6 +203,28 @@ __device__ __forceinline__ ds_u32 ds_block_sum_u32(ds_u32 v, ds_u32 *sh) {
     return w;
 }
 
+// ---- the inverse-CDF walk ----------------------------------------------------------------
+
+// Over `n` parts in id order (`part(i)`, f64 weights), the last part with positive weight at or
+// before the first whose running total (from `before`) exceeds `target`, and the running total
+// before it (crate::sampling::fused::math::walk_parts).
+template <class F>
+__device__ __forceinline__ void ds_walk(ds_u32 n, F part, double before, double target,
+                                        ds_u32 *at, double *at_pre) {
+    double acc = before;
+    *at = 0;
+    *at_pre = before;
+    for (ds_u32 i = 0; i < n; i++) {
+        const double w = part(i);
+        if (w > 0.0) {
+            *at = i;
+            *at_pre = acc;
+            if (acc + w > target) break;
+        }
+        acc = acc + w;
+    }
+}
+
 // ---- value order -------------------------------------------------------------------------
 // Keys that order f32 values as f32::total_cmp does (larger value, larger key).
 

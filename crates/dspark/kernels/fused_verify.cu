@@ -526,19 +526,9 @@ __device__ __forceinline__ int vf_draw_id(const VfParams &p, ds_u32 r, const VfD
     if (t == 0) {
         const VfResid *rs = (const VfResid *)p.resid + (ds_u64)r * p.nchunks;
         const double target = u * total;
-        double acc = 0.0, before = 0.0;
-        ds_u32 chosen = 0;
-        for (ds_u32 c = 0; c < p.nchunks; c++) {
-            const double s = (double)(residual ? rs[c].rsum : rs[c].msum);
-            if (s > 0.0) {
-                chosen = c;
-                before = acc;
-                if (acc + s > target) break;
-            }
-            acc = acc + s;
-        }
-        sh->chunk = chosen;
-        sh->before = before;
+        ds_walk(
+            p.nchunks, [&](ds_u32 c) { return (double)(residual ? rs[c].rsum : rs[c].msum); },
+            0.0, target, &sh->chunk, &sh->before);
         sh->target = target;
     }
     __syncthreads();
@@ -553,19 +543,8 @@ __device__ __forceinline__ int vf_draw_id(const VfParams &p, ds_u32 r, const VfD
     sh->segs[t] = seg;
     __syncthreads();
     if (t == 0) {
-        double pre = sh->before, at_pre = 0.0;
-        ds_u32 at = 0;
-        for (ds_u32 q = 0; q < DS_NT; q++) {
-            const double s = sh->segs[q];
-            if (s > 0.0) {
-                at = q;
-                at_pre = pre;
-                if (pre + s > sh->target) break;
-            }
-            pre = pre + s;
-        }
-        sh->seg = at;
-        sh->seg_pre = at_pre;
+        ds_walk(DS_NT, [&](ds_u32 q) { return sh->segs[q]; }, sh->before, sh->target, &sh->seg,
+                &sh->seg_pre);
     }
     __syncthreads();
     if (t == sh->seg) {

@@ -4,13 +4,13 @@
 //! `cpu_fwd`; [`decode`] turns its status words into the fast path's first error.
 
 use super::layout::{SB_CHUNK, SB_CPT, THREADS, VfChunk, sb_status};
-use super::math::{Goal, KeyCut, block_sum, exp, finite, radix};
+use super::math::{
+    Goal, KeyCut, chunk_stats, exp, finite, merge_chunks, radix, validity, walk_parts,
+};
 use crate::error::{Error, Result};
 use crate::sampling::dist::non_finite;
 use crate::sampling::rng::{Stream, Tag, combine};
 use crate::view::{Mat, Rows3};
-
-const NONE: u32 = u32::MAX;
 
 /// A block-sampler call as the kernels see it.
 pub(crate) struct Call<'a> {
@@ -85,83 +85,11 @@ impl Call<'_> {
     }
 }
 
-/// `dspark_sb_bias`'s statistics of one chunk: `l` holds the chunk's biased values by column.
-fn chunk_stats(l: &[f32], start: usize, sampled: bool) -> VfChunk {
-    let (mut lmax, mut larg, mut nans) = (
-        [f32::NEG_INFINITY; THREADS],
-        [NONE; THREADS],
-        [0u32; THREADS],
-    );
-    let col = |t: usize, j: usize| t + j * THREADS;
-    for t in 0..THREADS {
-        for j in 0..SB_CPT {
-            let Some(&v) = l.get(col(t, j)) else { continue };
-            if v.is_nan() {
-                nans[t] += 1;
-            } else if v > lmax[t] {
-                lmax[t] = v;
-                larg[t] = (start + col(t, j)) as u32;
-            }
-        }
-    }
-    let m = lmax
-        .iter()
-        .fold(f32::NEG_INFINITY, |w, &x| if x > w { x } else { w });
-    let mut am = (0..THREADS)
-        .map(|t| {
-            if lmax[t] == m && m > f32::NEG_INFINITY {
-                larg[t]
-            } else {
-                NONE
-            }
-        })
-        .min()
-        .unwrap_or(NONE);
-    if am == NONE {
-        am = start as u32;
-    }
-    let mut sum = 0f32;
-    if sampled && m > f32::NEG_INFINITY && m < f32::INFINITY {
-        let mut acc = [0f32; THREADS];
-        for (t, a) in acc.iter_mut().enumerate() {
-            for j in 0..SB_CPT {
-                if let Some(&v) = l.get(col(t, j)) {
-                    *a += exp(v - m);
-                }
-            }
-        }
-        sum = block_sum(&acc);
-    }
-    VfChunk {
-        max: m,
-        argmax: am,
-        nans: nans.iter().sum(),
-        sum,
-    }
-}
-
-fn status_of(m: f32, nans: u32, nonfinite: u32, nofinite: u32) -> u32 {
-    if nans > 0 || m == f32::INFINITY {
-        nonfinite
-    } else if m == f32::NEG_INFINITY {
-        nofinite
-    } else {
-        0
-    }
-}
-
 /// `dspark_sb_pick`'s dense draw over a row's chunk statistics; `l` is the row by draft id.
 /// Returns `(draft id, status, max, normalizer)`.
 fn pick_dense(stats: &[VfChunk], l: &[f32], greedy: bool, u: f64) -> (usize, u32, f32, f64) {
-    let (mut best, mut arg, mut nn) = (f32::NEG_INFINITY, 0u32, 0u32);
-    for c in stats {
-        nn += c.nans;
-        if c.max > best {
-            best = c.max;
-            arg = c.argmax;
-        }
-    }
-    let status = status_of(best, nn, sb_status::NONFINITE, sb_status::NOFINITE);
+    let (best, arg, nn, _) = merge_chunks(stats, false, 1.0);
+    let status = validity(best, nn, sb_status::NONFINITE, sb_status::NOFINITE);
     let weight = |c: &VfChunk| {
         if c.sum > 0.0 {
             f64::from(c.sum) * f64::from(exp(c.max - best))
@@ -169,28 +97,15 @@ fn pick_dense(stats: &[VfChunk], l: &[f32], greedy: bool, u: f64) -> (usize, u32
             0.0
         }
     };
-    let mut z = 0f64;
-    if !greedy && status == 0 {
-        for c in stats {
-            if c.sum > 0.0 {
-                z += weight(c);
-            }
-        }
-    }
+    let z = if !greedy && status == 0 {
+        merge_chunks(stats, true, 1.0).3
+    } else {
+        0.0
+    };
     let mut d = arg as usize;
     if !greedy && status == 0 && z > 0.0 {
         let target = u * z;
-        let (mut acc, mut before, mut chosen) = (0f64, 0f64, 0usize);
-        for (c, st) in stats.iter().enumerate() {
-            let w = weight(st);
-            if w > 0.0 {
-                (chosen, before) = (c, acc);
-                if acc + w > target {
-                    break;
-                }
-            }
-            acc += w;
-        }
+        let (chosen, before) = walk_parts(stats.iter().map(weight), 0.0, target);
         let cmax = stats[chosen].max;
         let scale = f64::from(exp(cmax - best));
         let lo = |t: usize| chosen * SB_CHUNK + t * SB_CPT;
@@ -204,16 +119,7 @@ fn pick_dense(stats: &[VfChunk], l: &[f32], greedy: bool, u: f64) -> (usize, u32
                 seg
             })
             .collect();
-        let (mut pre, mut at, mut at_pre) = (before, 0usize, 0f64);
-        for (q, &s) in segs.iter().enumerate() {
-            if s > 0.0 {
-                (at, at_pre) = (q, pre);
-                if pre + s > target {
-                    break;
-                }
-            }
-            pre += s;
-        }
+        let (at, at_pre) = walk_parts(segs.iter().copied(), before, target);
         let mut acc = at_pre;
         let mut last = None;
         for dd in lo(at)..(lo(at) + SB_CPT).min(l.len()) {
@@ -244,7 +150,7 @@ fn pick_top_k(cand: &[usize], l: &[f32], greedy: bool, u: f64) -> (usize, u32, f
             j = i;
         }
     }
-    let status = status_of(best, nans, sb_status::NONFINITE, sb_status::NOFINITE);
+    let status = validity(best, nans, sb_status::NONFINITE, sb_status::NOFINITE);
     let mut z = 0f64;
     if !greedy && status == 0 {
         for &v in l {
@@ -281,7 +187,7 @@ fn candidates(call: &Call<'_>, b: usize, k: usize, top_k: usize) -> (u32, Vec<us
             m = x;
         }
     }
-    let status = status_of(m, nans, sb_status::BASE_NONFINITE, sb_status::BASE_NOFINITE);
+    let status = validity(m, nans, sb_status::BASE_NONFINITE, sb_status::BASE_NOFINITE);
     if status != 0 {
         return (status, Vec::new());
     }
@@ -350,8 +256,8 @@ pub(crate) fn run(call: &Call<'_>) -> Output {
                     let stats: Vec<VfChunk> = (0..nchunks(valid))
                         .map(|c| {
                             let start = c * SB_CHUNK;
-                            let end = (start + SB_CHUNK).min(valid);
-                            chunk_stats(&l[start.min(end)..end], start, sampled)
+                            let len = SB_CHUNK.min(valid - start);
+                            chunk_stats(len, |j| l[start + j], start, sampled, 1.0)
                         })
                         .collect();
                     pick_dense(&stats, &l, call.greedy, u)

@@ -2,7 +2,7 @@
 //! reductions and radix selection, operation for operation, so a kernel and its model agree
 //! bit for bit.
 
-use super::layout::{FX_ONE, THREADS};
+use super::layout::{FX_ONE, THREADS, VfChunk};
 use crate::cpu::{Fused, exp_with};
 use crate::view::Floats;
 
@@ -91,6 +91,109 @@ pub(crate) fn block_sum<T: Copy + Default + std::ops::Add<Output = T>>(v: &[T; T
         *slot = warp_sum(lanes);
     }
     warp_sum(warps)
+}
+
+/// The chunk statistics of `vf_chunk` / `dspark_sb_bias`: `len` values (`get(j)`) starting at
+/// row index `start`, thread `t` of the block holding values `t, t + 256, ...` (so walking the
+/// chunk in order walks each thread's values in its own order). Max (NaN-ignoring), its first
+/// index, the NaN count, and with `sum` the block sum of `exp((x - max)·s)`.
+pub(crate) fn chunk_stats(
+    len: usize,
+    get: impl Fn(usize) -> f32,
+    start: usize,
+    sum: bool,
+    s: f32,
+) -> VfChunk {
+    const NONE: u32 = u32::MAX;
+    let mut lmax = [f32::NEG_INFINITY; THREADS];
+    let mut larg = [NONE; THREADS];
+    let mut nans = 0u32;
+    for j in 0..len {
+        let (t, v) = (j % THREADS, get(j));
+        if v.is_nan() {
+            nans += 1;
+        } else if v > lmax[t] {
+            lmax[t] = v;
+            larg[t] = (start + j) as u32;
+        }
+    }
+    let m = lmax
+        .iter()
+        .fold(f32::NEG_INFINITY, |w, &x| if x > w { x } else { w });
+    let am = (0..THREADS)
+        .filter(|&t| lmax[t] == m && m > f32::NEG_INFINITY)
+        .map(|t| larg[t])
+        .min()
+        .unwrap_or(start as u32);
+    let mut total = 0.0f32;
+    if sum && m > f32::NEG_INFINITY && m < f32::INFINITY {
+        let mut acc = [0f32; THREADS];
+        for j in 0..len {
+            acc[j % THREADS] += weight(get(j), m, s);
+        }
+        total = block_sum(&acc);
+    }
+    VfChunk {
+        max: m,
+        argmax: am,
+        nans,
+        sum: total,
+    }
+}
+
+/// `vf_merge` / the block sampler's pick: a row's chunks merged in order: max, first argmax,
+/// NaNs, and (with `sum`) the normalizer `Σ sum_c · exp((max_c - max)·s)` in f64.
+pub(crate) fn merge_chunks(chunks: &[VfChunk], sum: bool, s: f32) -> (f32, u32, u32, f64) {
+    let (mut best, mut arg, mut nn) = (f32::NEG_INFINITY, 0u32, 0u32);
+    for c in chunks {
+        nn += c.nans;
+        if c.max > best {
+            best = c.max;
+            arg = c.argmax;
+        }
+    }
+    let mut total = 0f64;
+    if sum && best > f32::NEG_INFINITY && best < f32::INFINITY {
+        for c in chunks {
+            if c.sum > 0.0 {
+                total += f64::from(c.sum) * f64::from(weight(c.max, best, s));
+            }
+        }
+    }
+    (best, arg, nn, total)
+}
+
+/// The validity of a row from its max and NaN count: `nonfinite` (NaN or `+inf`), `nofinite`
+/// (no finite value) or 0.
+pub(crate) fn validity(m: f32, nans: u32, nonfinite: u32, nofinite: u32) -> u32 {
+    if nans > 0 || m == f32::INFINITY {
+        nonfinite
+    } else if m == f32::NEG_INFINITY {
+        nofinite
+    } else {
+        0
+    }
+}
+
+/// The inverse-CDF walk of `vf_draw_id` / `sb_pick_dense` over sums in id order: the last part
+/// with positive weight at or before the first whose running total (from `before`) exceeds
+/// `target`, and the running total before it.
+pub(crate) fn walk_parts(
+    parts: impl Iterator<Item = f64>,
+    before: f64,
+    target: f64,
+) -> (usize, f64) {
+    let (mut acc, mut at, mut at_pre) = (before, 0usize, before);
+    for (i, w) in parts.enumerate() {
+        if w > 0.0 {
+            (at, at_pre) = (i, acc);
+            if acc + w > target {
+                break;
+            }
+        }
+        acc += w;
+    }
+    (at, at_pre)
 }
 
 /// Goal of a radix selection (`DS_GOAL_*`).

@@ -58,17 +58,6 @@ pub(crate) fn fits_block(rank: usize, valid: usize) -> bool {
     rank <= layout::SB_MAX_RANK && valid <= layout::MAX_VOCAB
 }
 
-/// The draft's greedy flag and logit multiplier (the fast path's rule).
-fn draft_mult(opts: &BlockOptions<'_>) -> (bool, f32) {
-    let greedy = !(opts.logit_scale / opts.temperature).is_finite();
-    let mult = if greedy {
-        opts.logit_scale
-    } else {
-        opts.logit_scale / opts.temperature
-    };
-    (greedy, mult)
-}
-
 fn table(map: &IdMap, valid: usize) -> Option<&[u32]> {
     map.table().map(|t| &t[..valid.min(t.len())])
 }
@@ -83,7 +72,7 @@ pub(crate) fn sample_block_host(
     anchors: &[u32],
     opts: &BlockOptions<'_>,
 ) -> Result<DraftBlock> {
-    let (greedy, mult) = draft_mult(opts);
+    let (greedy, mult) = opts.draft_mult();
     let raw: Vec<u64> = streams.iter().map(Stream::raw).collect();
     let call = block::Call {
         base,
@@ -136,7 +125,7 @@ pub(crate) fn sample_block_cuda(
     opts: &BlockOptions<'_>,
 ) -> Result<crate::sampling::DeviceBlock> {
     let dev = base.device();
-    let (greedy, mult) = draft_mult(opts);
+    let (greedy, mult) = opts.draft_mult();
     let raw: Vec<u64> = streams.iter().map(Stream::raw).collect();
     let (b, k) = (g.batch, g.slots);
     let out = cuda::uninit_f32(dev, &[b, k, g.target_vocab])?;

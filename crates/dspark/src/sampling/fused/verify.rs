@@ -7,7 +7,10 @@
 use super::layout::{
     THREADS, VF_CHUNK, VF_EPT, VfChunk, VfReq, VfResid, VfRow, flag, status, vf_out_words,
 };
-use super::math::{Goal, KeyCut, block_sum, finite, radix, weight, wfx};
+use super::math::{
+    Goal, KeyCut, block_sum, chunk_stats, finite, merge_chunks, radix, validity, walk_parts,
+    weight, wfx,
+};
 use crate::cpu::par::{map_range, worth_parallel};
 use crate::error::{Error, Result};
 use crate::sampling::dist::non_finite;
@@ -52,90 +55,17 @@ pub(crate) fn nchunks(vocab: usize) -> usize {
     vocab.div_ceil(VF_CHUNK)
 }
 
-/// `vf_chunk`: statistics of `len` values of `row` from `start`. Thread `t` of the block
-/// holds values `t, t + 256, ...` of the chunk: walking the chunk in order walks each thread's
-/// values in its own order.
-fn chunk(row: Floats<'_>, start: usize, len: usize, want_sum: bool, s: f32) -> VfChunk {
-    let mut lmax = [f32::NEG_INFINITY; THREADS];
-    let mut larg = [NONE; THREADS];
-    let mut nans = 0u32;
-    for j in 0..len.min(VF_CHUNK) {
-        let (t, v) = (j % THREADS, row.get(start + j));
-        if v.is_nan() {
-            nans += 1;
-        } else if v > lmax[t] {
-            lmax[t] = v;
-            larg[t] = (start + j) as u32;
-        }
-    }
-    let m = lmax
-        .iter()
-        .fold(f32::NEG_INFINITY, |w, &x| if x > w { x } else { w });
-    let mut am = (0..THREADS)
-        .map(|t| {
-            if lmax[t] == m && m > f32::NEG_INFINITY {
-                larg[t]
-            } else {
-                NONE
-            }
-        })
-        .min()
-        .unwrap_or(NONE);
-    if am == NONE {
-        am = start as u32;
-    }
-    let mut sum = 0.0f32;
-    if want_sum && m > f32::NEG_INFINITY && m < f32::INFINITY {
-        let mut acc = [0f32; THREADS];
-        for j in 0..len.min(VF_CHUNK) {
-            acc[j % THREADS] += weight(row.get(start + j), m, s);
-        }
-        sum = block_sum(&acc);
-    }
-    VfChunk {
-        max: m,
-        argmax: am,
-        nans,
-        sum,
-    }
-}
-
-/// `vf_merge` over the chunks of a whole row.
+/// `vf_merge` over the chunks of a whole row (each from `vf_chunk`).
 fn merge(row: Floats<'_>, want_sum: bool, s: f32) -> (f32, u32, u32, f64) {
     let v = row.len();
     let chunks: Vec<VfChunk> = (0..nchunks(v))
         .map(|c| {
             let start = c * VF_CHUNK;
-            chunk(row, start, VF_CHUNK.min(v - start), want_sum, s)
+            let len = VF_CHUNK.min(v - start);
+            chunk_stats(len, |j| row.get(start + j), start, want_sum, s)
         })
         .collect();
-    let (mut best, mut arg, mut nn) = (f32::NEG_INFINITY, 0u32, 0u32);
-    for c in &chunks {
-        nn += c.nans;
-        if c.max > best {
-            best = c.max;
-            arg = c.argmax;
-        }
-    }
-    let mut total = 0f64;
-    if want_sum && best > f32::NEG_INFINITY && best < f32::INFINITY {
-        for c in &chunks {
-            if c.sum > 0.0 {
-                total += f64::from(c.sum) * f64::from(weight(c.max, best, s));
-            }
-        }
-    }
-    (best, arg, nn, total)
-}
-
-fn validity(m: f32, nans: u32, nonfinite: u32, nofinite: u32) -> u32 {
-    if nans > 0 || m == f32::INFINITY {
-        nonfinite
-    } else if m == f32::NEG_INFINITY {
-        nofinite
-    } else {
-        0
-    }
+    merge_chunks(&chunks, want_sum, s)
 }
 
 impl Call<'_> {
@@ -419,17 +349,7 @@ fn resid_sums(d: &DrawRow<'_>, vocab: usize, residual: bool) -> Vec<VfResid> {
 /// `vf_draw_id`: the inverse CDF in id order over chunk sums `sums`.
 fn draw_id(d: &DrawRow<'_>, vocab: usize, sums: &[f32], residual: bool, total: f64, u: f64) -> i64 {
     let target = u * total;
-    let (mut acc, mut before, mut chosen) = (0f64, 0f64, 0usize);
-    for (c, &s) in sums.iter().enumerate() {
-        let s = f64::from(s);
-        if s > 0.0 {
-            (chosen, before) = (c, acc);
-            if acc + s > target {
-                break;
-            }
-        }
-        acc += s;
-    }
+    let (chosen, before) = walk_parts(sums.iter().map(|&s| f64::from(s)), 0.0, target);
     let lo = |t: usize| chosen * VF_CHUNK + t * VF_EPT;
     let segs: Vec<f64> = (0..THREADS)
         .map(|t| {
@@ -440,16 +360,7 @@ fn draw_id(d: &DrawRow<'_>, vocab: usize, sums: &[f32], residual: bool, total: f
             seg
         })
         .collect();
-    let (mut pre, mut at, mut at_pre) = (before, 0usize, 0f64);
-    for (q, &s) in segs.iter().enumerate() {
-        if s > 0.0 {
-            (at, at_pre) = (q, pre);
-            if pre + s > target {
-                break;
-            }
-        }
-        pre += s;
-    }
+    let (at, at_pre) = walk_parts(segs.iter().copied(), before, target);
     let (mut acc, mut last) = (at_pre, -1i64);
     for v in lo(at)..(lo(at) + VF_EPT).min(vocab) {
         let x = f64::from(d.value(v, residual));

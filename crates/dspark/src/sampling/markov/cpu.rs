@@ -40,12 +40,7 @@ pub(super) fn run(
         });
     }
     // T == 0, or so small that scale/T overflows: the distribution is the argmax.
-    let greedy = !(opts.logit_scale / opts.temperature).is_finite();
-    let mult = if greedy {
-        opts.logit_scale
-    } else {
-        opts.logit_scale / opts.temperature
-    };
+    let (greedy, mult) = opts.draft_mult();
     let candidates = match opts.top_k.filter(|&k| k < g.valid) {
         Some(k) => Some(top_k_candidates(&base, g, k)?),
         None => None,

@@ -94,12 +94,7 @@ pub(crate) fn sample_block_tensors(
             prev_embeddings: Tensor::zeros((b_n, k_n, r), DType::F32, dev)?,
         });
     }
-    let greedy = !(opts.logit_scale / opts.temperature).is_finite();
-    let mult = if greedy {
-        opts.logit_scale
-    } else {
-        opts.logit_scale / opts.temperature
-    };
+    let (greedy, mult) = opts.draft_mult();
     let base = base.narrow(2, 0, valid)?.to_dtype(DType::F32)?;
     let w2t = w2.narrow(0, 0, valid)?.to_dtype(DType::F32)?.t()?;
     let mut dl = Download::default();

@@ -48,6 +48,20 @@ pub struct BlockOptions<'a> {
     pub logit_scale: f32,
 }
 
+impl BlockOptions<'_> {
+    /// Whether the draft is greedy (`T == 0`, or so small that `logit_scale / T` overflows: the
+    /// distribution is then the argmax) and the factor every biased logit is multiplied by.
+    pub(crate) fn draft_mult(&self) -> (bool, f32) {
+        let greedy = !(self.logit_scale / self.temperature).is_finite();
+        let mult = if greedy {
+            self.logit_scale
+        } else {
+            self.logit_scale / self.temperature
+        };
+        (greedy, mult)
+    }
+}
+
 /// A drafted block.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DraftBlock {

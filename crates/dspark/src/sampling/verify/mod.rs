@@ -130,20 +130,10 @@ pub fn verify_slices_fused(
     draft_logits: Option<Rows3<'_>>,
     opts: &VerifyOptions,
 ) -> Result<Verification> {
-    target.check("target_logits")?;
-    draft_tokens.check("draft_tokens")?;
-    if let Some(d) = &draft_logits {
-        d.check("draft_logits")?;
-    }
     if !super::fused::fits_verify(target.dims[2]) {
         return verify_slices_on(Some(&Device::Cpu), target, draft_tokens, draft_logits, opts);
     }
-    let plan = prepare(
-        target.dims,
-        draft_tokens,
-        draft_logits.map(|d| d.dims),
-        opts,
-    )?;
+    let plan = check_slices(target, draft_tokens, draft_logits, opts)?;
     super::fused::verify_host(&plan, target, draft_tokens.data, draft_logits)
 }
 
@@ -157,17 +147,7 @@ pub fn verify_slices_on(
     draft_logits: Option<Rows3<'_>>,
     opts: &VerifyOptions,
 ) -> Result<Verification> {
-    target.check("target_logits")?;
-    draft_tokens.check("draft_tokens")?;
-    if let Some(d) = &draft_logits {
-        d.check("draft_logits")?;
-    }
-    let plan = prepare(
-        target.dims,
-        draft_tokens,
-        draft_logits.map(|d| d.dims),
-        opts,
-    )?;
+    let plan = check_slices(target, draft_tokens, draft_logits, opts)?;
     // An empty batch has nothing to upload (its dims may not even form a tensor shape).
     if let Some(dev) = device.filter(|_| plan.dims[0] > 0) {
         let upload = |r: Rows3<'_>| transfer::upload(r.data, &r.dims, dev);
@@ -176,6 +156,26 @@ pub fn verify_slices_on(
         return device::verify_tensors(&plan, &t, draft_tokens.data, d.as_ref());
     }
     cpu::run(&plan, target, draft_tokens.data, draft_logits)
+}
+
+/// The checks of the slice entries: each view's size against its shape, then [`prepare`].
+fn check_slices(
+    target: Rows3<'_>,
+    draft_tokens: Tokens<'_>,
+    draft_logits: Option<Rows3<'_>>,
+    opts: &VerifyOptions,
+) -> Result<Plan> {
+    target.check("target_logits")?;
+    draft_tokens.check("draft_tokens")?;
+    if let Some(d) = &draft_logits {
+        d.check("draft_logits")?;
+    }
+    prepare(
+        target.dims,
+        draft_tokens,
+        draft_logits.map(|d| d.dims),
+        opts,
+    )
 }
 
 /// Tensor front of [`verify_slices`]: `target` `[B, K+1, V]`, `draft_tokens` `[B, K]` integer
