@@ -7,10 +7,11 @@ WHEEL_OR_DIR defaults to target/wheels-cuda (which must then hold exactly one wh
 extension ``dspark/_native*.so`` or the package's Python files; has no PTX for ``sm_<SM>``
 (``.target sm_90`` or ``sm_90a``: candle's kernels and dspark's own, embedded in the
 extension) or lacks the fused sampling kernels (their PTX, uncompressed in the extension's
-fatbins: every ``dspark_vf_*`` and ``dspark_sb_*`` entry); has PTX newer than ``--max-ptx`` (the driver refuses PTX newer than itself: 9.0 is
-CUDA 13.0, driver 580); needs a shared library other than glibc's, the GCC runtime's and
-NVIDIA's wheel libraries (in particular the driver ``libcuda.so.1``, which is opened at run
-time, never linked); or is larger than ``--max-mib`` (the device tool carries 64 MiB in all).
+fatbins: every ``dspark_vf_*`` and ``dspark_sb_*`` entry); has PTX newer than ``--max-ptx``
+(the driver refuses PTX newer than itself: 9.0 is CUDA 13.0, driver 580); needs a shared
+library other than glibc's, the GCC runtime's and NVIDIA's wheel libraries (in particular the
+driver ``libcuda.so.1``, which is opened at run time, never linked); or is larger than
+``--max-mib`` (the device tool carries 64 MiB in all).
 Prints what it found: sizes, the PTX modules, the DT_NEEDED list.
 """
 

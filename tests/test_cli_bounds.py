@@ -77,6 +77,14 @@ def test_out_of_range_options_are_usage_errors(args: tuple[str, ...]) -> None:
     _usage(run(*args))
 
 
+def test_calibrate_refuses_to_decode_past_the_targets_positions() -> None:
+    """The bundled target has 4,096 positions: a first window plus --max-new-tokens beyond them
+    is refused before anything decodes, as `generate` and `demo` refuse it."""
+    res = run("calibrate", *PAIR, "--max-new-tokens", "5000", "--rounds", "2", "--json")
+    assert res.returncode == 1, res.stderr
+    assert "[invalid-argument]" in res.stderr and "max_position_embeddings" in res.stderr
+
+
 def test_make_example_bad_seed_leaves_nothing(tmp_path: Path) -> None:
     out = tmp_path / "ex"
     _usage(run("make-example", out, "--seed", "-1"))

@@ -10,6 +10,7 @@ tests run an HF target through the same engine (it grows and drops cache rows).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -107,6 +108,34 @@ def test_different_seeds_give_different_samples(pair: tuple[Any, Any]) -> None:
     prompt = PROMPTS[1]
     runs = {tuple(_alone(pair, prompt, 10, temperature=1.0, seed=s)) for s in range(8)}
     assert len(runs) > 1
+
+
+def test_unseeded_requests_are_independent_samples(pair: tuple[Any, Any]) -> None:
+    """Requests without a seed draw fresh entropy: 600 copies of one prompt give first tokens
+    distributed as the target's softmax at T = 1 (chi-square), not 600 copies of one sample."""
+    import numpy as np
+    from conftest import ALPHA
+    from scipy import stats
+
+    target, _ = pair
+    prompt = PROMPTS[2]
+    logits = np.asarray(target.logits(prompt))[-1].astype(np.float64)
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    eng = _engine(pair, max_running=64)
+    ids = [eng.add_request(prompt, 1, temperature=1.0) for _ in range(600)]
+    out = eng.run()
+    counts = np.bincount([out[i][0] for i in ids], minlength=p.size).astype(np.float64)
+    expected = p * len(ids)
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] < 5:
+        obs[-2] += obs[-1]
+        exp[-2] += exp[-1]
+        obs, exp = obs[:-1], exp[:-1]
+    _, pvalue = stats.chisquare(obs, exp)
+    assert pvalue > ALPHA, pvalue
 
 
 def test_stop_ids_and_budgets(pair: tuple[Any, Any]) -> None:
@@ -314,3 +343,94 @@ def test_warm_up_then_serve_with_the_scheduler(pair: tuple[Any, Any]) -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(dspark.InputError):
             eng.warm_up(bad)
+
+
+# --- threads: no deadlock, re-entry refused -------------------------------------------------
+
+
+def _joined(threads: list[threading.Thread], seconds: float) -> bool:
+    """Start ``threads`` and wait at most ``seconds`` for all of them."""
+    for t in threads:
+        t.daemon = True
+        t.start()
+    for t in threads:
+        t.join(seconds)
+    return not any(t.is_alive() for t in threads)
+
+
+@pytest.mark.torch
+def test_adding_requests_while_another_thread_steps_an_hf_engine() -> None:
+    """``add_request`` from the main thread while a worker runs ``step()`` over an HF target
+    (which needs the GIL inside the step): it used to hang for good (the lock was taken with
+    the GIL held). Bounded: the test fails instead of hanging."""
+    from dspark.bundled import load_pair
+
+    hf = load_pair()
+    eng = dspark.Engine(hf.target, hf.drafter, max_running=4)
+    eng.add_request(PROMPTS[0], 40)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def stepper() -> None:
+        try:
+            while not stop.is_set():
+                if eng.has_work():
+                    eng.step()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    worker = threading.Thread(target=stepper, daemon=True)
+    worker.start()
+    ids = [eng.add_request(p, 6) for p in PROMPTS[1:5]]
+    assert len(set(ids)) == 4
+    deadline = time.monotonic() + 60
+    while eng.has_work() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    worker.join(30)
+    assert not worker.is_alive(), "the stepping thread hung"
+    assert not errors, errors
+    assert not eng.has_work()
+
+
+def test_generate_from_four_threads_at_once(pair: tuple[Any, Any]) -> None:
+    """Four Python threads share one speculator (sampled, T = 0.8): every call completes with
+    its own tokens (each seeded request equals its run alone)."""
+    target, drafter = pair
+    spec = dspark.Speculator(target, drafter, temperature=0.8)
+    want = {i: spec.generate([PROMPTS[i]], 12, seed=[100 + i]).tokens[0] for i in range(4)}
+    got: dict[int, list[int]] = {}
+
+    def call(i: int) -> None:
+        got[i] = spec.generate([PROMPTS[i]], 12, seed=[100 + i]).tokens[0]
+
+    assert _joined([threading.Thread(target=call, args=(i,)) for i in range(4)], 120)
+    assert got == want
+
+
+def test_a_reentrant_call_from_on_round_is_a_typed_error(pair: tuple[Any, Any]) -> None:
+    """An ``on_round`` hook that calls ``generate`` on the same speculator: a typed
+    ``invalid-argument`` (never a hang), and the speculator keeps serving."""
+    target, drafter = pair
+    spec = dspark.Speculator(target, drafter, temperature=0.8)
+    seen: list[BaseException] = []
+
+    def hook(_: object) -> None:
+        try:
+            spec.generate([PROMPTS[1]], 4)
+        except dspark.DSparkError as e:
+            seen.append(e)
+            raise
+
+    outer: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            spec.generate([PROMPTS[0]], 8, on_round=hook)
+        except dspark.DSparkError as e:
+            outer.append(e)
+
+    assert _joined([threading.Thread(target=call)], 60), "the re-entrant call hung"
+    assert seen and seen[0].code == "invalid-argument" and "re-entrant" in str(seen[0])
+    assert outer, "the hook's error did not end the outer call"
+    assert len(spec.generate([PROMPTS[2]], 5).tokens[0]) == 5

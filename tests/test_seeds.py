@@ -1,8 +1,11 @@
-"""Seeds mean what they say in ``Speculator.generate``: a request's draws are keyed by its own
-seed and positions, never by its index in the batch, so the same prompt and seed give the same
-tokens alone, reversed or among any other requests; seeds are u64 (anything else is a typed
-error, never reduced modulo 2**64); and different seeds sample the target's distribution
-(chi-square on the first sampled token).
+"""Seeds mean what they say in ``Speculator.generate``: a request's own seed is the unit of
+reproducibility (as in vLLM): its draws are keyed by that seed and positions, never by its index
+in the batch, so the same prompt and seed give the same tokens alone, reversed or among any
+other requests. A call-level seed (the speculator's, or one int for a call) gives request ``i``
+its own stream, derived from (seed, i); without any seed a request draws fresh entropy. So the
+rows of one call are independent samples of the target's distribution (chi-square on the first
+sampled token, seeded and unseeded), and different seeds sample it too. Seeds are u64 (anything
+else is a typed error, never reduced modulo 2**64).
 """
 
 from __future__ import annotations
@@ -36,17 +39,22 @@ def _spec(pair: tuple[Any, Any], **kw: Any) -> dspark.Speculator:
 def test_batch_order_does_not_change_a_seeded_request(
     pair: tuple[Any, Any], verify: str | float
 ) -> None:
-    """T = 0.7, seed 1234: six prompts forward, reversed and one at a time commit the same
-    tokens per prompt (the issue's measurement: reversing changed all six)."""
+    """T = 0.7, each request with its own seed: six prompts forward, reversed and one at a time
+    commit the same tokens per prompt (the issue's measurement: reversing changed all six)."""
     spec = _spec(pair, temperature=0.7, seed=1234, verify=verify)
-    forward = spec.generate(PROMPTS, 14).tokens
-    backward = spec.generate(PROMPTS[::-1], 14).tokens[::-1]
-    alone = [spec.generate([p], 14).tokens[0] for p in PROMPTS]
+    seeds = [1234 + 17 * i for i in range(len(PROMPTS))]
+    forward = spec.generate(PROMPTS, 14, seed=seeds).tokens
+    backward = spec.generate(PROMPTS[::-1], 14, seed=seeds[::-1]).tokens[::-1]
+    alone = [
+        spec.generate([p], 14, seed=[s]).tokens[0] for p, s in zip(PROMPTS, seeds, strict=True)
+    ]
     assert forward == backward == alone
     # A rerun is the same run; the target-only baseline obeys the same rule.
-    assert spec.generate(PROMPTS, 14).tokens == forward
-    base = spec.generate_target_only(PROMPTS, 10).tokens
-    assert spec.generate_target_only(PROMPTS[::-1], 10).tokens[::-1] == base
+    assert spec.generate(PROMPTS, 14, seed=seeds).tokens == forward
+    base = spec.generate_target_only(PROMPTS, 10, seed=seeds).tokens
+    assert spec.generate_target_only(PROMPTS[::-1], 10, seed=seeds[::-1]).tokens[::-1] == base
+    # A call-level seed repeats too (each request's stream from (seed, its index)).
+    assert spec.generate(PROMPTS, 14).tokens == spec.generate(PROMPTS, 14).tokens
 
 
 def test_per_request_seeds_follow_their_request(pair: tuple[Any, Any]) -> None:
@@ -56,19 +64,22 @@ def test_per_request_seeds_follow_their_request(pair: tuple[Any, Any]) -> None:
     back = spec.generate(PROMPTS[::-1], 10, seed=seeds[::-1]).tokens[::-1]
     assert out == back
     for p, s, t in zip(PROMPTS, seeds, out, strict=True):
-        assert spec.generate([p], 10, seed=s).tokens[0] == t
-    # One int seeds every request; the speculator's own seed is the default.
+        assert spec.generate([p], 10, seed=[s]).tokens[0] == t
+    # One int seeds the call (request i from (seed, i)); the speculator's own seed is the
+    # default.
     assert spec.generate(PROMPTS, 10, seed=1).tokens == spec.generate(PROMPTS, 10).tokens
 
 
 def test_a_request_in_other_company_keeps_its_tokens(pair: tuple[Any, Any]) -> None:
-    """The same request next to different neighbours (and duplicated) draws the same."""
-    spec = _spec(pair, temperature=1.0, seed=99)
+    """The same request with its own seed next to different neighbours (seeded or not, and
+    duplicated) draws the same."""
+    spec = _spec(pair, temperature=1.0)
     mine = PROMPTS[2]
-    ref = spec.generate([mine], 12).tokens[0]
+    ref = spec.generate([mine], 12, seed=[99]).tokens[0]
     for others in ([PROMPTS[0]], [PROMPTS[5], PROMPTS[4], PROMPTS[3]], [mine, mine]):
         batch = [*others, mine]
-        assert spec.generate(batch, 12).tokens[-1] == ref
+        seeds = [3 + i for i in range(len(others))] + [99]
+        assert spec.generate(batch, 12, seed=seeds).tokens[-1] == ref
 
 
 @pytest.mark.parametrize(
@@ -111,20 +122,16 @@ def test_numpy_integer_seeds_are_seeds(pair: tuple[Any, Any]) -> None:
     )
 
 
-def test_first_tokens_over_seeds_follow_the_target(pair: tuple[Any, Any]) -> None:
-    """Over many seeds, the first sampled token of one prompt is distributed as the target's
-    softmax at T = 1 (chi-square, pooled tail): distinct seeds give independent draws."""
+def _first_token_fits(pair: tuple[Any, Any], first: list[list[int]], prompt: list[int]) -> None:
+    """The first tokens ``first`` of rows continuing ``prompt`` follow the target's softmax at
+    T = 1 (chi-square, pooled tail)."""
     from scipy import stats
 
     target, _ = pair
-    prompt = PROMPTS[1]
     logits = np.asarray(target.logits(prompt))[-1].astype(np.float64)
     p = np.exp(logits - logits.max())
     p /= p.sum()
-    n = 1500
-    spec = _spec(pair, temperature=1.0, seed=0)
-    seeds = list(range(10_000, 10_000 + n))
-    first = spec.generate_target_only([prompt] * n, 1, seed=seeds).tokens
+    n = len(first)
     counts = np.bincount([t[0] for t in first], minlength=p.size).astype(np.float64)
     expected = p * n
     big = expected >= 5
@@ -137,3 +144,35 @@ def test_first_tokens_over_seeds_follow_the_target(pair: tuple[Any, Any]) -> Non
     assert obs.size >= 2
     _, pvalue = stats.chisquare(obs, exp)
     assert pvalue > ALPHA, pvalue
+
+
+def test_first_tokens_over_seeds_follow_the_target(pair: tuple[Any, Any]) -> None:
+    """Over many seeds, the first sampled token of one prompt is distributed as the target's
+    softmax at T = 1: distinct seeds give independent draws."""
+    prompt = PROMPTS[1]
+    n = 1500
+    spec = _spec(pair, temperature=1.0, seed=0)
+    seeds = list(range(10_000, 10_000 + n))
+    _first_token_fits(pair, spec.generate_target_only([prompt] * n, 1, seed=seeds).tokens, prompt)
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+def test_rows_of_one_call_are_independent_samples(pair: tuple[Any, Any], seed: int | None) -> None:
+    """The same prompt 1,500 times in one call, with a call-level seed or none: the rows are
+    independent draws from the target's distribution (the issue: 8 identical continuations)."""
+    prompt = PROMPTS[3]
+    spec = _spec(pair, temperature=1.0, seed=seed)
+    _first_token_fits(pair, spec.generate_target_only([prompt] * 1500, 1).tokens, prompt)
+    # Speculative rows too: eight copies of one prompt do not all continue alike.
+    rows = spec.generate([prompt] * 8, 4).tokens
+    assert len({tuple(r) for r in rows}) > 1, rows
+
+
+def test_unseeded_calls_sample_anew(pair: tuple[Any, Any]) -> None:
+    """Without any seed, a rerun draws fresh samples; with one, it repeats."""
+    prompt = PROMPTS[0]
+    fresh = _spec(pair, temperature=1.0)
+    runs = {tuple(fresh.generate([prompt], 8).tokens[0]) for _ in range(6)}
+    assert len(runs) > 1
+    seeded = _spec(pair, temperature=1.0, seed=5)
+    assert seeded.generate([prompt] * 3, 8).tokens == seeded.generate([prompt] * 3, 8).tokens

@@ -271,3 +271,47 @@ def test_bounded_load_completes_or_refuses_every_request_without_growth() -> Non
         assert status == 200
     finally:
         assert s.stop() == 0
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_huge_prompts_are_refused_unread_and_memory_stays_bounded() -> None:
+    """32 concurrent 7.5 MiB prompts (about 3 M tokens each, far past the context) against a
+    server with the default 8 MiB body limit: each is refused with 400
+    `context_length_exceeded` before it is tokenized (tokenizing one used to peak near +0.9 GB,
+    and eight at once aborted a 6 GiB host), at most as many at once as the queue admits get
+    that far (429 for the rest), the peak resident memory grows by less than the bodies
+    themselves could take twice over plus 256 MiB, and the next normal request is answered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = Server("--max-running", "4", "--max-queue", "4")
+    try:
+        status, _ = s.post("/v1/completions", {"prompt": "x = 1", "max_tokens": 2})
+        assert status == 200
+        before = _rss_bytes(s.proc.pid)
+        huge = json.dumps({"prompt": "def f(x): return x\n" * (7_500_000 // 19), "max_tokens": 4})
+        body = huge.encode()
+        assert 7 << 20 < len(body) < 8 << 20
+
+        def one(_: int) -> tuple[int, str]:
+            status, raw = s.post("/v1/completions", body)
+            code = json.loads(raw)["error"]["code"] if status != 200 else ""
+            return status, code
+
+        with ThreadPoolExecutor(32) as pool:
+            results = list(pool.map(one, range(32)))
+        assert all(r in {(400, "context_length_exceeded"), (429, "queue_full")} for r in results)
+        assert (400, "context_length_exceeded") in results
+        grown = _peak_rss_bytes(s.proc.pid) - before
+        assert grown < 2 * 32 * len(body) + (256 << 20), grown
+        status, _ = s.post("/v1/completions", {"prompt": "x = 1", "max_tokens": 2})
+        assert status == 200
+    finally:
+        assert s.stop() == 0

@@ -22,9 +22,19 @@ def test_unset_gets_the_cpus_this_process_may_use(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_user_value_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RAYON_NUM_THREADS", "3")
-    assert ensure_rayon_threads() == 3
-    assert os.environ["RAYON_NUM_THREADS"] == "3"
+    monkeypatch.setenv("RAYON_NUM_THREADS", "1")
+    assert ensure_rayon_threads() == 1
+    assert os.environ["RAYON_NUM_THREADS"] == "1"
+
+
+def test_more_threads_than_cpus_are_clamped_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``RAYON_NUM_THREADS=100000`` made a short generation spin threads up and down."""
+    monkeypatch.setenv("RAYON_NUM_THREADS", "100000")
+    with pytest.warns(RuntimeWarning, match="100000"):
+        assert ensure_rayon_threads() == _allowed()
+    assert os.environ["RAYON_NUM_THREADS"] == str(_allowed())
 
 
 @pytest.mark.parametrize("bad", ["", "0", "two", "-1"])

@@ -69,3 +69,29 @@ def test_non_string_dtypes_are_invalid_arguments(bad: object) -> None:
     with pytest.raises(dspark.InputError) as e:
         dspark.NativeTarget.from_pretrained(ROOT / "target", dtype=bad)
     assert e.value.code == "invalid-argument"
+
+
+def test_a_narrowing_that_overflows_is_a_typed_error(tmp_path) -> None:
+    """A weight beyond float16's range (1e5) loaded as float16 is a ``non-finite`` error naming
+    the tensor, at load: never a model that returns infinite logits. float32 and bfloat16 hold
+    it."""
+    import shutil
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    target = tmp_path / "target"
+    shutil.copytree(ROOT / "target", target)
+    tensors = load_file(target / "model.safetensors")
+    name = next(n for n in sorted(tensors) if n.endswith("mlp.down_proj.weight"))
+    big = tensors[name].copy()
+    big.flat[7] = np.float32(1e5)
+    tensors[name] = big
+    save_file(tensors, target / "model.safetensors")
+    with pytest.raises(dspark.DSparkError) as e:
+        dspark.NativeTarget.from_pretrained(target, dtype="float16")
+    assert e.value.code == "non-finite", e.value
+    assert name in str(e.value) and "float16" in str(e.value)
+    for ok in ("float32", "bfloat16"):
+        t = dspark.NativeTarget.from_pretrained(target, dtype=ok)
+        assert np.isfinite(np.asarray(t.logits([5, 17, 99]))).all()

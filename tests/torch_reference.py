@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+# Temperatures below this are greedy (dspark.GREEDY_BELOW, as vLLM).
+GREEDY_BELOW = 1e-5
 NEG_INF = float("-inf")
 
 
@@ -77,7 +79,7 @@ def markov_block(
             keep = torch.zeros_like(logits, dtype=torch.bool)
             keep.scatter_(1, torch.topk(base_k, top_k, dim=-1).indices, True)
             logits = logits.masked_fill(~keep, NEG_INF)
-        if temperature == 0.0:
+        if temperature < GREEDY_BELOW:
             x = torch.argmax(logits, dim=-1)
             recorded = torch.full_like(logits, NEG_INF)
             recorded[rows, x] = 0.0
@@ -112,10 +114,10 @@ def target_probs(
 ) -> torch.Tensor:
     """p per row: ``softmax(l / T)``, then top-k, then top-p (on the renormalized top-k mass).
 
-    Greedy rows (T == 0) get a one-hot p at the argmax (lowest id on ties).
+    Greedy rows (T below ``GREEDY_BELOW``) get a one-hot p at the argmax (lowest id on ties).
     """
     batch, _, vocab = logits.shape
-    greedy = temperature == 0
+    greedy = temperature < GREEDY_BELOW
     t = torch.where(greedy, torch.ones_like(temperature), temperature)
     probs = torch.softmax(logits.float() / t[:, None, None], dim=-1)
     if top_k is not None:

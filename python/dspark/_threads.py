@@ -5,12 +5,15 @@ that lookup re-reads ``/proc/cpuinfo`` (``num_cpus::get_physical``), which costs
 small matmuls of a drafter round (measured: a bundled-drafter ``propose`` at B = 1 took 2.5 ms
 with the variable unset, 1.2 ms with it set). dspark therefore sets it, when the user has not,
 to the number of CPUs this process may run on: the same count rayon itself defaults to, so other
-rayon users in the process see no change.
+rayon users in the process see no change. A count above the CPUs this process may run on (say
+``RAYON_NUM_THREADS=100000``, which made a short generation spin up and tear down threads) is
+clamped to them, with a warning.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 
 __all__ = ["available_cpus", "ensure_rayon_threads"]
 
@@ -26,10 +29,18 @@ def available_cpus() -> int:
 
 
 def ensure_rayon_threads() -> int:
-    """Set ``RAYON_NUM_THREADS`` if unset (or not a positive integer); return its value."""
-    current = os.environ.get("RAYON_NUM_THREADS", "")
+    """Set ``RAYON_NUM_THREADS`` if unset (or not a positive integer), clamp it to the CPUs
+    this process may run on (warning when it was above them); return its value."""
+    current = os.environ.get("RAYON_NUM_THREADS", "").strip()
+    cpus = available_cpus()
     if current.isdigit() and int(current) > 0:
-        return int(current)
-    n = available_cpus()
-    os.environ["RAYON_NUM_THREADS"] = str(n)
-    return n
+        if int(current) <= cpus:
+            return int(current)
+        warnings.warn(
+            f"RAYON_NUM_THREADS={current} is more than the {cpus} CPUs this process may run "
+            f"on: dspark uses {cpus}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    os.environ["RAYON_NUM_THREADS"] = str(cpus)
+    return cpus

@@ -105,13 +105,15 @@ class Engine:
         temperature: float = 0.0,
         top_k: int | None = None,
         top_p: float = 1.0,
-        seed: int = 0,
+        seed: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
         max_drafts: int | None = None,
     ) -> int:
-        """Queue a request; returns its id. ``max_drafts``: drafts verified per round at most
-        for this request (``0``: no drafting; ``None``: the engine's limit). Values out of
-        range are typed errors naming the field."""
+        """Queue a request; returns its id. ``seed``: the request's own seed (the unit of
+        reproducibility); ``None`` draws fresh entropy, so unseeded requests are independent
+        samples. ``max_drafts``: drafts verified per round at most for this request (``0``: no
+        drafting; ``None``: the engine's limit). Values out of range are typed errors naming
+        the field."""
         return int(
             self._native.add_request(
                 prompt_ids,
@@ -119,7 +121,7 @@ class Engine:
                 temperature=as_float(temperature, "temperature"),
                 top_k=None if top_k is None else as_int(top_k, "top_k", lo=1),
                 top_p=as_float(top_p, "top_p"),
-                seed=as_seed(seed),
+                seed=None if seed is None else as_seed(seed),
                 stop_token_ids=stop_token_ids,
                 max_drafts=None if max_drafts is None else as_int(max_drafts, "max_drafts"),
             )

@@ -47,7 +47,7 @@ def target_only(
     gen = torch.Generator().manual_seed(seed)
 
     def pick(logits: torch.Tensor) -> int:
-        if temperature == 0.0:
+        if temperature < 1e-5:  # dspark.GREEDY_BELOW: greedy, as every kernel path
             return int(logits.argmax())
         probs = torch.softmax(logits.double() / temperature, dim=-1)
         if top_p is not None and top_p < 1.0:

@@ -112,7 +112,8 @@ class ModelPair:
         return str(self.tokenizer.decode(ids))
 
     def check_budget(self, prompt: list[int], max_new_tokens: int) -> None:
-        """``InputError`` if prompt + new tokens exceed the target's position limit."""
+        """``InputError`` if prompt + new tokens exceed the target's position limit (for
+        ``calibrate``, its ``--prompt-tokens`` window)."""
         if self.max_positions is not None and len(prompt) + max_new_tokens > self.max_positions:
             raise_error(
                 InputError,

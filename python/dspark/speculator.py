@@ -17,7 +17,6 @@ once per round. The GIL is released while the engine works.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 OnRound: TypeAlias = "Callable[[list[list[int]]], object]"
 #: The native ``generate`` / ``generate_target_only``.
 _Generate: TypeAlias = (
-    "Callable[[list[list[int]], int, list[int] | None, OnRound | None, int | list[int]], "
+    "Callable[[list[list[int]], int, list[int] | None, OnRound | None, int | list[int] | None], "
     "tuple[list[list[int]], SpeculationStats]]"
 )
 
@@ -121,9 +120,11 @@ class Speculator:
             drafter: :class:`dspark.Drafter` or any :class:`dspark.protocols.DrafterProtocol`.
             num_speculative_tokens: drafts verified per round (default and maximum: block size).
             temperature, top_k, top_p: the target's sampling (T = 0: greedy).
-            seed: base of every random stream, an int in ``[0, 2**64)`` (``None``: a fresh
-                random seed; a negative seed is ``invalid-argument``, a larger one
-                ``too-large``).
+            seed: the call-level seed, an int in ``[0, 2**64)``: request ``i`` of a call
+                without its own seed draws from a stream derived from (seed, i), so the rows
+                of a call are independent samples that repeat with the seed. ``None``: such
+                requests draw fresh entropy (every call samples anew). A negative seed is
+                ``invalid-argument``, a larger one ``too-large``.
             verify: ``"full"``, a confidence threshold in ``[0, 1]``, ``"scheduled"`` (the
                 paper's scheduler) or ``"pipelined"``.
             steps_per_second: ``(verified tokens, steps/s)`` table of the target's forward for
@@ -162,7 +163,7 @@ class Speculator:
         mode, threshold = _verify_mode(verify)
         if mode == "pipelined" and steps_per_second is None:
             raise_error(InputError, "invalid-argument", "verify='pipelined' needs steps_per_second")
-        self.seed = secrets.randbits(62) if seed is None else as_seed(seed)
+        self.seed = None if seed is None else as_seed(seed)
         self.verify = verify
         self.steps_per_second = (
             list(steps_per_second)
@@ -206,8 +207,10 @@ class Speculator:
         empty): the hook for streaming. Time spent inside it is not counted in the stats, and
         an exception it raises ends the call.
 
-        ``seed``: one seed for every request, or one per request (default: the speculator's).
-        A request's draws depend only on its seed and positions, never on the batch: the same
+        ``seed``: one per request (each request's own seed, the unit of reproducibility), or
+        one int for the call (request ``i`` then draws from (seed, i)); default: the
+        speculator's. A request's draws depend only on its seed and positions, never on the
+        batch: the same
         prompt and seed give the same tokens alone, reversed or in any batch (sampling with
         ``verify="full"`` or a threshold; the scheduling policies keep the distribution exact
         but may pick other tokens for a seed, see ``docs/python-api.md``).
@@ -258,8 +261,9 @@ class Speculator:
         vocab = int(self._native_vocab())
         prompts = id_rows(input_ids, "input_ids", vocab)
         stops = None if stop_token_ids is None else id_list(stop_token_ids, "stop_token_ids", vocab)
+        seeds: int | list[int] | None
         if seed is None:
-            seeds: int | list[int] = self.seed
+            seeds = self.seed
         elif isinstance(seed, (list, tuple)):
             seeds = [as_seed(x) for x in seed]
             if len(seeds) != len(prompts):

@@ -32,6 +32,9 @@ from dspark._torch_loading import DrafterWeights, load_weights
 from dspark._torch_ops import attend, counter_uniforms, mlp, rms_norm
 from dspark.protocols import DraftProposal
 
+# Temperatures below this draft greedily (the engine's `GREEDY_BELOW`, as vLLM's).
+GREEDY_BELOW = 1e-5
+
 if TYPE_CHECKING:
     from dspark._typing import PerRequestInt, TensorLike
     from dspark.protocols import DrafterProtocol, DraftStateProtocol
@@ -509,7 +512,7 @@ class TorchDrafter:
             if e is not None and w.markov_w2 is not None:
                 logits = logits + e @ w.markov_w2.T
             logits = (w.logit_scale * logits).masked_fill(to_target[None, :] < 0, float("-inf"))
-            if temperature == 0.0:
+            if temperature < GREEDY_BELOW:
                 d = logits.argmax(dim=-1)
                 x = to_target[d]
                 q[rows, k, x] = 0.0

@@ -2,17 +2,18 @@
 //! `step()` runs one round with the GIL released; `abort` works from any thread (it takes
 //! effect at the next step) and the counts are read without waiting for a running step.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use dspark::TargetModel;
 use dspark::engine::{
     AbortHandle, Budget, Engine, EngineConfig, EngineMetrics, RequestId, RequestOutput,
     RequestSpec, RequestUsage, SamplingParams, StepTiming,
 };
-use dspark::{Error, TargetModel};
+use dspark::sync::Held;
 
 use crate::args;
 use crate::errors::{err, guard};
@@ -121,12 +122,12 @@ fn metrics_dict<'py>(py: Python<'py>, m: &EngineMetrics) -> PyResult<Bound<'py, 
 }
 
 impl PyEngine {
-    fn engine(&self) -> PyResult<MutexGuard<'_, Engine<AnyTarget, AnyDrafter>>> {
-        self.inner.lock().map_err(|_| {
-            err(Error::Internal {
-                message: "the engine's lock is poisoned (a step panicked)".into(),
-            })
-        })
+    /// The engine, locked for this thread. Callers release the GIL first (a step holds the
+    /// lock and needs the GIL for a Python target: waiting for the lock with the GIL held
+    /// would deadlock), and a call back into the engine from inside its own step on the same
+    /// thread (a Python target calling `add_request`) is `invalid-argument`.
+    fn engine(&self) -> PyResult<Held<'_, Engine<AnyTarget, AnyDrafter>>> {
+        Held::lock(&self.inner, "engine").map_err(err)
     }
 
     fn publish(&self, e: &Engine<AnyTarget, AnyDrafter>) {
@@ -236,15 +237,20 @@ impl PyEngine {
                     top_k: args::opt_usize(top_k, "top_k", u64::MAX)?,
                     top_p: args::opt_float32(top_p, "top_p", 1.0)?,
                 },
+                // An unseeded request draws fresh entropy (an independent sample).
                 seed: match seed.filter(|s| !s.is_none()) {
                     Some(s) => args::uint(s, "seed", u64::MAX)?,
-                    None => 0,
+                    None => dspark::engine::fresh_seed(),
                 },
                 max_drafts: args::opt_usize(max_drafts, "max_drafts", u64::MAX)?,
             };
-            let mut engine = self.engine()?;
-            let id = engine.add_request(spec).map_err(err)?;
-            self.publish(&engine);
+            // The lock is taken with the GIL released (see `engine`).
+            let id = prompt.py().detach(|| {
+                let mut engine = self.engine()?;
+                let id = engine.add_request(spec).map_err(err)?;
+                self.publish(&engine);
+                Ok::<_, PyErr>(id)
+            })?;
             Ok(id.0)
         })
     }

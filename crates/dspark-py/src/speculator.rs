@@ -74,9 +74,10 @@ fn requests(
             }
         }
         Some(s) => {
+            // One seed for the call: each request its own stream, (seed, its index).
             let one = args::uint(s, "seed", u64::MAX)?;
-            for r in &mut out {
-                r.seed = Some(one);
+            for (i, r) in out.iter_mut().enumerate() {
+                r.seed = Some(dspark::engine::call_seed(one, i));
             }
         }
     }
@@ -192,9 +193,9 @@ impl PySpeculator {
                 temperature: temperature as f32,
                 top_k: args::opt_usize(top_k, "top_k", u64::MAX)?,
                 top_p: top_p.unwrap_or(1.0) as f32,
-                seed: match seed {
-                    Some(s) => args::uint(s, "seed", u64::MAX)?,
-                    None => 0,
+                seed: match seed.filter(|s| !s.is_none()) {
+                    Some(s) => Some(args::uint(s, "seed", u64::MAX)?),
+                    None => None,
                 },
                 verify,
                 record_confidence,

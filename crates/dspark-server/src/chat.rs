@@ -126,7 +126,7 @@ impl ChatTemplate {
         let template = self
             .env
             .get_template("chat")
-            .map_err(|e| ApiError::internal("chat_template", e.to_string()))?;
+            .map_err(|e| ApiError::internal(format!("the chat template failed: {e}")))?;
         template
             .render(context! {
                 messages => messages,

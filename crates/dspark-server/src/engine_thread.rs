@@ -95,6 +95,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// One of the engine's slots, taken before a request is tokenized ([`EngineHandle::reserve`]).
+pub struct Reservation(OwnedSemaphorePermit);
+
 /// The server's side of the engine thread.
 pub struct EngineHandle {
     commands: SyncSender<Command>,
@@ -221,9 +224,10 @@ impl EngineHandle {
         })
     }
 
-    /// Hand a request to the engine without waiting: 429 when every slot is taken, 503 while
-    /// shutting down or when the engine has stopped.
-    pub fn submit(&self, spec: RequestSpec) -> Result<Submitted, ApiError> {
+    /// Take one of the `limit` slots without waiting, for a request about to be tokenized and
+    /// submitted: 429 when every slot is taken, 503 while shutting down or when the engine
+    /// has stopped. The slot is released when the request ends (or the reservation drops).
+    pub fn reserve(&self) -> Result<Reservation, ApiError> {
         if !self.shared.accepting.load(Ordering::SeqCst) {
             self.server_metrics.count_rejected(false);
             return Err(ApiError::unavailable(
@@ -242,6 +246,13 @@ impl EngineHandle {
             self.server_metrics.count_rejected(true);
             return Err(ApiError::queue_full(self.limit));
         };
+        Ok(Reservation(permit))
+    }
+
+    /// Hand a request to the engine on its reserved slot, without waiting (503 when the
+    /// engine has stopped or the channel is closed).
+    pub fn submit(&self, slot: Reservation, spec: RequestSpec) -> Result<Submitted, ApiError> {
+        let permit = slot.0;
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events) = unbounded_channel();
         let add = Command::Add {
@@ -496,19 +507,18 @@ impl<E: ServingEngine> Loop<E> {
             }
             Ok(Err(e)) => {
                 tracing::error!("engine step failed: {e}");
-                self.fail_all(&ApiError::internal(
-                    e.code(),
-                    format!("engine step failed: {e}"),
-                ));
+                self.fail_all(&ApiError::internal(format!(
+                    "engine step failed: {e} ({})",
+                    e.code()
+                )));
                 true
             }
             Err(panic) => {
                 let message = dspark::error::panic_message(panic.as_ref());
                 tracing::error!("engine step panicked: {message}");
-                self.fail_all(&ApiError::internal(
-                    "internal",
-                    format!("the engine panicked: {message}"),
-                ));
+                self.fail_all(&ApiError::internal(format!(
+                    "the engine panicked: {message}"
+                )));
                 false
             }
         }

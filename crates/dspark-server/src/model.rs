@@ -33,6 +33,21 @@ pub struct ModelInfo {
     pub vocab_size: usize,
     /// Prompt plus completion tokens at most.
     pub max_model_len: usize,
+    /// Bytes of text one token can stand for at most (its vocabulary's longest entry, in the
+    /// UTF-8 of its own spelling, which is never shorter than the text it decodes to): a
+    /// prompt longer than `max_model_len` times this cannot fit, whatever it says, and is
+    /// refused before it is tokenized.
+    pub max_token_bytes: usize,
+}
+
+/// The longest vocabulary entry of `t` in bytes (at least 1).
+fn longest_token(t: &Tokenizer) -> usize {
+    t.get_vocab(true)
+        .keys()
+        .map(String::len)
+        .max()
+        .unwrap_or(1)
+        .max(1)
 }
 
 fn read_json(path: &Path) -> Result<Option<Value>, StartError> {
@@ -140,9 +155,11 @@ impl ModelInfo {
             dir.file_name()
                 .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
         });
+        let max_token_bytes = longest_token(&tokenizer);
         Ok(Self {
             name,
             created: unix_now(),
+            max_token_bytes,
             tokenizer: Arc::new(tokenizer),
             chat,
             eos_ids: eos_ids(generation.as_ref(), &config),

@@ -13,7 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::api::ApiError;
 use crate::api::response::{SpecStats, Usage};
 use crate::detok::Detokenizer;
-use crate::engine_thread::{AbortGuard, Event, Submitted};
+use crate::engine_thread::{AbortGuard, Event, Reservation, Submitted};
 use crate::metrics::{AbortCause, Outcome, ServerMetrics};
 use crate::state::AppState;
 
@@ -54,9 +54,11 @@ pub struct Session {
 }
 
 impl Session {
-    /// Submit `spec` and wait until the engine admits it (its errors are the request's).
+    /// Submit `spec` on the reserved `slot` and wait until the engine admits it (its errors are
+    /// the request's).
     pub async fn start(
         state: &AppState,
+        slot: Reservation,
         spec: RequestSpec,
         stops: Vec<String>,
         arrived: Instant,
@@ -66,7 +68,7 @@ impl Session {
         let Submitted {
             mut events,
             mut guard,
-        } = state.engine.submit(spec)?;
+        } = state.engine.submit(slot, spec)?;
         match events.recv().await {
             Some(Event::Admitted) => {}
             Some(Event::Rejected(e)) => {
@@ -139,7 +141,7 @@ impl Session {
     fn detok_error(&mut self, e: impl std::fmt::Display) -> ApiError {
         self.done = true;
         self.guard.abort(AbortCause::Error);
-        ApiError::internal("detokenize", e.to_string())
+        ApiError::internal(format!("detokenizing failed: {e}"))
     }
 
     /// The next piece of the answer; `Ok(None)` after [`Delta::Done`].
@@ -212,10 +214,7 @@ impl Session {
                     return Ok((text, finish));
                 }
                 None => {
-                    return Err(ApiError::internal(
-                        "internal",
-                        "the request ended without a finish",
-                    ));
+                    return Err(ApiError::internal("the request ended without a finish"));
                 }
             }
         }

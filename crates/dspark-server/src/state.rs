@@ -79,12 +79,38 @@ impl AppState {
     }
 
     /// Tokenize `text` off the async workers; `special`: add the tokenizer's special tokens
-    /// (completions), not for rendered chat templates (they write their own).
-    pub async fn tokenize(&self, text: String, special: bool) -> Result<Vec<u32>, ApiError> {
+    /// (completions), not for rendered chat templates (they write their own). `param` names
+    /// the field the text came from. A text longer than the context could hold at the
+    /// tokenizer's longest token is refused unread (`context_length_exceeded`): a 7.5 MiB
+    /// prompt used to be tokenized whole (about +0.9 GB) before its length was checked.
+    /// Callers hold an engine slot ([`crate::engine_thread::EngineHandle::reserve`]) while
+    /// they tokenize, so at most that many texts are tokenized at once.
+    pub async fn tokenize(
+        &self,
+        text: String,
+        special: bool,
+        param: &str,
+    ) -> Result<Vec<u32>, ApiError> {
+        let bound = self
+            .model
+            .max_model_len
+            .saturating_mul(self.model.max_token_bytes);
+        if text.len() > bound {
+            return Err(ApiError::context_length(
+                param,
+                format!(
+                    "This model's maximum context length is {} tokens, and no token stands for \
+                     more than {} bytes of text, but the {param} is {} bytes",
+                    self.model.max_model_len,
+                    self.model.max_token_bytes,
+                    text.len()
+                ),
+            ));
+        }
         let tokenizer = Arc::clone(&self.model.tokenizer);
         let encoded = tokio::task::spawn_blocking(move || tokenizer.encode(text, special))
             .await
-            .map_err(|e| ApiError::internal("tokenizer", e.to_string()))?
+            .map_err(|e| ApiError::internal(format!("the tokenizer failed: {e}")))?
             .map_err(|e| {
                 ApiError::invalid("prompt", format!("the prompt does not tokenize: {e}"))
             })?;

@@ -91,7 +91,7 @@ fn parse_args() -> Result<Args, Fail> {
             }
             "--max-new-tokens" => a.max_new_tokens = Some(num(&flag, &value()?)?),
             "--temperature" => a.options.temperature = num(&flag, &value()?)?,
-            "--seed" => a.options.seed = num(&flag, &value()?)?,
+            "--seed" => a.options.seed = Some(num(&flag, &value()?)?),
             "--threshold" => a.threshold = Some(num(&flag, &value()?)?),
             "--verify" => a.verify = Some(value()?),
             _ => return Err(usage(format!("unknown argument `{flag}`"))),

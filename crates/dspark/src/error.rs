@@ -285,6 +285,26 @@ pub enum Error {
 }
 
 impl Error {
+    /// The argument, field or tensor an input error names (`request.top_p`, `draft_tokens`),
+    /// when it names one.
+    pub fn argument(&self) -> Option<&str> {
+        match self {
+            Error::BadShape { name, .. }
+            | Error::UnsupportedDtype { name, .. }
+            | Error::NonFinite { name, .. }
+            | Error::TokenOutOfRange { name, .. }
+            | Error::InvalidArgument { name, .. }
+            | Error::TooLarge { name, .. }
+            | Error::DeviceUnavailable { name, .. }
+            | Error::DeviceMismatch { name, .. } => Some(name),
+            Error::ShapeMismatch { tensor, .. }
+            | Error::MissingTensor { tensor, .. }
+            | Error::BadDtype { tensor, .. } => Some(tensor),
+            Error::BadConfig { key, .. } | Error::NoiseTokenOutOfRange { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
     /// The stable machine-readable code of this error, e.g. `"missing-d2t"`.
     pub fn code(&self) -> &'static str {
         match self {

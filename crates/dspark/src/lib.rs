@@ -24,6 +24,7 @@ pub mod nn;
 pub mod sampling;
 pub mod schedule;
 pub mod speculator;
+pub mod sync;
 pub mod target;
 pub mod targets;
 #[cfg(test)]

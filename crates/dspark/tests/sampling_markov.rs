@@ -109,6 +109,19 @@ fn greedy_matches_a_sequential_reference() {
 }
 
 #[test]
+fn vanishing_temperatures_draft_greedily() {
+    // Below `GREEDY_BELOW` (1e-5) a draft is the argmax: at 1e-38, `scale / T` is finite but
+    // the scaled logits would overflow f32 and fail the row.
+    let x = inputs(2, 3, 300, 300, 4, 3);
+    let map = IdMap::identity(300).unwrap();
+    let want = run(&x, &opts(0.0, Seeds::Scalar(0), &map, None, 1.0)).unwrap();
+    for t in [1e-38f32, 1e-12, 9.9e-6] {
+        let got = run(&x, &opts(t, Seeds::Scalar(5), &map, None, 1.0)).unwrap();
+        assert_eq!(got, want, "T {t}");
+    }
+}
+
+#[test]
 fn sampled_rows_record_scaled_biased_logits_over_temperature() {
     let x = inputs(4, 3, 300, 300, 4, 2);
     let map = IdMap::identity(300).unwrap();

@@ -74,14 +74,19 @@ fn vanishing_temperatures_behave_as_greedy() {
     let target = rng.normals(3 * 4 * 40, 1.0);
     let drafts: Vec<i64> = (0..9).map(|i| (i * 7 % 40) as i64).collect();
     let want = run(&target, [3, 4, 40], &drafts, None, &greedy()).unwrap();
-    let tiny = VerifyOptions {
-        temperature: PerRequest::All(1e-45),
-        ..VerifyOptions::default()
-    };
-    assert_eq!(
-        run(&target, [3, 4, 40], &drafts, None, &tiny).unwrap(),
-        want
-    );
+    // Below `GREEDY_BELOW` (1e-5) every temperature is the argmax: 1e-38 included, whose
+    // 1/T is finite but would scale logits past f32's range.
+    for t in [1e-45f32, 1e-38, 1e-20, 9.9e-6] {
+        let tiny = VerifyOptions {
+            temperature: PerRequest::All(t),
+            ..VerifyOptions::default()
+        };
+        assert_eq!(
+            run(&target, [3, 4, 40], &drafts, None, &tiny).unwrap(),
+            want,
+            "T {t}"
+        );
+    }
 }
 
 #[test]

@@ -611,7 +611,7 @@ fn streaming_concatenates_to_the_output() {
         SpeculatorOptions::default(),
         SpeculatorOptions {
             temperature: 1.0,
-            seed: 3,
+            seed: Some(3),
             ..SpeculatorOptions::default()
         },
     ] {
@@ -663,7 +663,7 @@ fn callback_error_aborts_and_is_returned_as_is() {
 fn sampled(seed: u64, policy: VerifyPolicy) -> SpeculatorOptions {
     SpeculatorOptions {
         temperature: 1.0,
-        seed,
+        seed: Some(seed),
         verify: policy,
         ..SpeculatorOptions::default()
     }
@@ -1191,7 +1191,7 @@ fn real_qwen3_drafter_greedy_equals_target_only() {
     // Sampled: runs, respects budgets, is reproducible.
     let o = SpeculatorOptions {
         temperature: 1.0,
-        seed: 5,
+        seed: Some(5),
         ..SpeculatorOptions::default()
     };
     let s = Speculator::new(make(), drafter, o).unwrap();

@@ -214,6 +214,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     dest = Path(args.out) if args.out is not None else drafter_dir / "sts.json"
     check_output_file(dest, "--out")
     pair = load(target_dir, drafter_dir)
+    # The first window plus what is generated after it must fit the target's positions (as
+    # `generate` and `demo` require): refused before anything decodes.
+    pair.check_budget([0] * int(args.prompt_tokens), int(args.max_new_tokens))
     k = int(pair.drafter.block_size)
     data = collect(
         pair,

@@ -104,10 +104,13 @@ async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Res
         .as_ref()
         .map_err(|why| ApiError::unsupported("messages", why.clone()))?;
     let text = template.render(&messages, request.add_generation_prompt.unwrap_or(true))?;
-    let prompt = state.tokenize(text, false).await?;
+    // A slot first: tokenizing is bounded by the same limit as the queue.
+    let slot = state.engine.reserve()?;
+    let prompt = state.tokenize(text, false, "messages").await?;
     let max_new = max_new_tokens(checked.max_tokens, None, prompt.len(), model.max_model_len)?;
     let spec = state.request_spec(prompt, max_new, &checked);
-    let mut session = Session::start(&state, spec, checked.stop_strings.clone(), arrived).await?;
+    let mut session =
+        Session::start(&state, slot, spec, checked.stop_strings.clone(), arrived).await?;
     let chunks = ChatChunks {
         id: state.new_id("chatcmpl"),
         created: model.created,

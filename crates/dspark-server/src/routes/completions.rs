@@ -82,8 +82,10 @@ async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Res
     state.check_model(request.model.as_deref())?;
     let model = &state.model;
     let checked = check(&request.common(), model.vocab_size)?;
+    // A slot first: tokenizing is bounded by the same limit as the queue.
+    let slot = state.engine.reserve()?;
     let prompt = match request.prompt(model.vocab_size)? {
-        Prompt::Text(text) => state.tokenize(text, true).await?,
+        Prompt::Text(text) => state.tokenize(text, true, "prompt").await?,
         Prompt::Ids(ids) => ids,
     };
     let max_new = max_new_tokens(
@@ -93,7 +95,8 @@ async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Res
         model.max_model_len,
     )?;
     let spec = state.request_spec(prompt, max_new, &checked);
-    let mut session = Session::start(&state, spec, checked.stop_strings.clone(), arrived).await?;
+    let mut session =
+        Session::start(&state, slot, spec, checked.stop_strings.clone(), arrived).await?;
     let chunks = CompletionChunks {
         id: state.new_id("cmpl"),
         created: model.created,

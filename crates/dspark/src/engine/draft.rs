@@ -237,7 +237,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     .map(|c| c[r * gk..(r + 1) * gk].to_vec());
                 plan.drafted[j] = true;
             }
-            if temperature > 0.0 {
+            if !crate::sampling::is_greedy_temperature(temperature) {
                 let bad =
                     || Error::bad_shape("drafter.propose", "draft logits are not [B, K, V_t]");
                 let q = match device_q {

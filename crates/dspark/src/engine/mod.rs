@@ -49,4 +49,4 @@ pub use engine::{AbortHandle, Engine};
 pub use metrics::EngineMetrics;
 pub use output::{FinishReason, RequestOutput, RequestUsage, StepOutput, StepTiming};
 pub use request::{RequestId, RequestSpec, SamplingParams};
-pub use seeds::derive_seed;
+pub use seeds::{call_seed, derive_seed, fresh_seed};

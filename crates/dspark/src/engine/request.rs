@@ -37,9 +37,10 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
-    /// `true` when tokens are the argmax.
+    /// `true` when tokens are the argmax (a temperature below
+    /// [`crate::sampling::GREEDY_BELOW`], zero included).
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0
+        crate::sampling::is_greedy_temperature(self.temperature)
     }
 
     /// Check the values; errors name `what` (e.g. `request 3`) and the field.

@@ -13,6 +13,31 @@ pub(crate) enum Use {
     Draft = 1,
     /// A round's verification.
     Verify = 2,
+    /// A request's stream derived from a call-level seed ([`call_seed`]).
+    Call = 3,
+}
+
+/// The seed of request `index` of a call with call-level seed `seed`: a stream of its own
+/// (the requests of one call are independent samples), the same for the same seed and index.
+pub fn call_seed(seed: u64, index: usize) -> u64 {
+    derive_seed(seed, index as u64, 0, Use::Call as u64)
+}
+
+/// A seed from fresh entropy, for a request that asked for none: two such requests are
+/// independent samples, and a rerun samples anew. (The standard library's per-process random
+/// keys, a counter and the clock, hashed.)
+pub fn fresh_seed() -> u64 {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    KEYS.get_or_init(std::collections::hash_map::RandomState::new)
+        .hash_one((n, clock, std::process::id()))
 }
 
 /// One 63-bit seed per `(seed, request, position, use)`: an independent stream for every draw
@@ -38,6 +63,16 @@ pub(crate) fn request_seed(seed: u64, position: usize, what: Use) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::derive_seed;
+
+    #[test]
+    fn call_and_fresh_seeds_differ_per_request() {
+        use super::{call_seed, fresh_seed};
+        assert_eq!(call_seed(7, 3), call_seed(7, 3));
+        assert_ne!(call_seed(7, 3), call_seed(7, 4));
+        assert_ne!(call_seed(7, 3), call_seed(8, 3));
+        let fresh: std::collections::HashSet<u64> = (0..1000).map(|_| fresh_seed()).collect();
+        assert_eq!(fresh.len(), 1000);
+    }
 
     #[test]
     fn derive_seed_matches_the_python_formula() {

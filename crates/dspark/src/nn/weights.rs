@@ -140,14 +140,30 @@ impl TensorReader {
         }
         let shape = info.shape.as_slice();
         let stored = info.dtype.as_str();
+        let overflow = |(at, v): (usize, f32)| Error::NonFinite {
+            name: info.name.clone(),
+            message: format!(
+                "element {at} ({v}) overflows {} when narrowed from {stored}: load this \
+                 checkpoint in float32 or bfloat16",
+                dtype.as_str()
+            ),
+        };
         let host = match dtype {
-            WeightDtype::F32 => Tensor::from_vec(decode::<f32>(bytes, stored), shape, &Device::Cpu),
-            WeightDtype::BF16 => {
-                Tensor::from_vec(decode::<half::bf16>(bytes, stored), shape, &Device::Cpu)
-            }
-            WeightDtype::F16 => {
-                Tensor::from_vec(decode::<half::f16>(bytes, stored), shape, &Device::Cpu)
-            }
+            WeightDtype::F32 => Tensor::from_vec(
+                decode::<f32>(bytes, stored).map_err(overflow)?,
+                shape,
+                &Device::Cpu,
+            ),
+            WeightDtype::BF16 => Tensor::from_vec(
+                decode::<half::bf16>(bytes, stored).map_err(overflow)?,
+                shape,
+                &Device::Cpu,
+            ),
+            WeightDtype::F16 => Tensor::from_vec(
+                decode::<half::f16>(bytes, stored).map_err(overflow)?,
+                shape,
+                &Device::Cpu,
+            ),
         }?;
         let host = if fast_on(&device) {
             host
@@ -160,29 +176,45 @@ impl TensorReader {
 
 /// Little-endian safetensors data of dtype `stored` (`F32`, `F16`, `BF16`, `F64`; the caller
 /// checked the length) as `T`: exact when `T` holds every stored value, else rounded to
-/// nearest even (`F64` through `f32`).
-fn decode<T: PanelElem>(bytes: &[u8], stored: &str) -> Vec<T> {
-    match stored {
+/// nearest even (`F64` through `f32`). A finite value that the narrowing turns infinite (1e5
+/// in f16) is `Err((its index, its value))`: a weight is never silently lost.
+fn decode<T: PanelElem>(bytes: &[u8], stored: &str) -> std::result::Result<Vec<T>, (usize, f32)> {
+    let values: Vec<f32> = match stored {
         "F32" => bytes
             .chunks_exact(4)
-            .map(|c| T::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect(),
         "F16" => bytes
             .chunks_exact(2)
-            .map(|c| T::from_f32(half::f16::from_le_bytes([c[0], c[1]]).to_f32()))
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
             .collect(),
         "BF16" => bytes
             .chunks_exact(2)
-            .map(|c| T::from_f32(PanelElem::to_f32(half::bf16::from_le_bytes([c[0], c[1]]))))
+            .map(|c| PanelElem::to_f32(half::bf16::from_le_bytes([c[0], c[1]])))
             .collect(),
-        _ => bytes
-            .chunks_exact(8)
-            .map(|c| {
-                let v = f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-                T::from_f32(v as f32)
-            })
-            .collect(),
+        _ => {
+            let wide = bytes
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+            let mut narrow = Vec::with_capacity(bytes.len() / 8);
+            for (i, v) in wide.enumerate() {
+                if v.is_finite() && !(v as f32).is_finite() {
+                    return Err((i, v as f32));
+                }
+                narrow.push(v as f32);
+            }
+            narrow
+        }
+    };
+    let mut out = Vec::with_capacity(values.len());
+    for (i, &v) in values.iter().enumerate() {
+        let t = T::from_f32(v);
+        if v.is_finite() && !PanelElem::to_f32(t).is_finite() {
+            return Err((i, v));
+        }
+        out.push(t);
     }
+    Ok(out)
 }
 
 /// Every planned tensor of a checkpoint, by canonical name, on `device` (dtypes as

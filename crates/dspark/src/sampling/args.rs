@@ -50,17 +50,21 @@ pub(super) fn dims<const N: usize>(t: &Tensor, name: &str, what: &str) -> Result
         .map_err(|_| Error::bad_shape(name, format!("shape {:?}, expected {what}", t.dims())))
 }
 
+/// `unsupported-dtype` unless `t` holds token ids (u8, u32 or i64; i32 too on a device).
+pub(super) fn check_ids(t: &Tensor, name: &str) -> Result<()> {
+    match t.dtype() {
+        DType::U8 | DType::U32 | DType::I64 => Ok(()),
+        DType::I32 if !t.device().is_cpu() => Ok(()),
+        other => Err(Error::UnsupportedDtype {
+            name: name.into(),
+            message: format!("{other:?} (need an integer dtype: u8, u32 or i64)"),
+        }),
+    }
+}
+
 /// Token ids of an integer tensor (u8/u32/i64), flattened.
 pub(super) fn ids(t: &Tensor, name: &str) -> Result<Vec<i64>> {
-    match t.dtype() {
-        DType::U8 | DType::U32 | DType::I64 => {}
-        other => {
-            return Err(Error::UnsupportedDtype {
-                name: name.into(),
-                message: format!("{other:?} (need an integer dtype: u8, u32 or i64)"),
-            });
-        }
-    }
+    check_ids(t, name)?;
     Ok(t.flatten_all()?
         .to_dtype(DType::I64)?
         .to_device(&Device::Cpu)?

@@ -36,6 +36,17 @@ mod transfer;
 pub mod verify;
 
 pub use crate::view::{Floats, Mat, PerRequest, Rows3, Seeds, Tokens};
+
+/// Temperatures below this decode greedily (the argmax), as vLLM's do: a distribution that
+/// sharp is the argmax to within float rounding, and sampling it would multiply logits by more
+/// than `1e5` (at `1e-38`, past f32's range). Every kernel path, the engine and the Python
+/// references use this bound.
+pub const GREEDY_BELOW: f32 = 1e-5;
+
+/// Whether temperature `t` decodes greedily ([`GREEDY_BELOW`]).
+pub fn is_greedy_temperature(t: f32) -> bool {
+    t < GREEDY_BELOW
+}
 pub use confidence::{StsCalibration, confidence, confidence_slices};
 pub use markov::{
     BlockOptions, DeviceBlock, DraftBlock, MarkovBias, markov_bias, sample_block,

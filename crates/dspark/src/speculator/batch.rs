@@ -2,17 +2,20 @@
 //! request, then step until done.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::options::{Request, SpeculatorOptions};
 use super::stats::Stats;
 use super::{Generation, OnRound, RoundUpdate};
 use crate::drafter::Drafter;
-use crate::engine::{Budget, Engine, EngineConfig, RequestId, RequestSpec, SamplingParams};
+use crate::engine::{
+    Budget, Engine, EngineConfig, RequestId, RequestSpec, SamplingParams, call_seed, fresh_seed,
+};
 use crate::error::{Error, Result};
 use crate::limits::{MAX_BATCH, at_most};
 use crate::schedule::StepsPerSecond;
+use crate::sync::Held;
 use crate::target::TargetModel;
 
 /// Speculative decoding of a [`TargetModel`] with a [`Drafter`], one batch at a time, on the
@@ -118,10 +121,11 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         self.engine()?.warm_up(batch)
     }
 
-    fn engine(&self) -> Result<MutexGuard<'_, Engine<Arc<T>, Arc<D>>>> {
-        self.engine.lock().map_err(|_| Error::Internal {
-            message: "the speculator's engine lock is poisoned".into(),
-        })
+    /// The engine, locked for this thread: calls from other threads wait their turn; a call
+    /// from inside one of this speculator's own calls on the same thread (an `on_round` hook
+    /// that calls back into it) is refused with `invalid-argument` instead of deadlocking.
+    fn engine(&self) -> Result<Held<'_, Engine<Arc<T>, Arc<D>>>> {
+        Held::lock(&self.engine, "speculator")
     }
 
     /// Generate for every request (prompts of any lengths, each its own budget, stop tokens
@@ -161,7 +165,8 @@ pub(crate) fn run<T: TargetModel, D: Drafter>(
     at_most("requests", requests.len() as u64, MAX_BATCH)?;
     let specs: Vec<RequestSpec> = requests
         .iter()
-        .map(|r| RequestSpec {
+        .enumerate()
+        .map(|(i, r)| RequestSpec {
             prompt: r.prompt.clone(),
             max_new_tokens: r.max_new_tokens,
             stop_token_ids: r.stop_token_ids.clone(),
@@ -170,7 +175,10 @@ pub(crate) fn run<T: TargetModel, D: Drafter>(
                 top_k: options.top_k,
                 top_p: options.top_p,
             },
-            seed: r.seed.unwrap_or(options.seed),
+            seed: r
+                .seed
+                .or_else(|| options.seed.map(|s| call_seed(s, i)))
+                .unwrap_or_else(fresh_seed),
             max_drafts,
         })
         .collect();

@@ -14,8 +14,11 @@ pub struct SpeculatorOptions {
     pub top_k: Option<usize>,
     /// Target top-p in `(0, 1]` (`1` = off).
     pub top_p: f32,
-    /// Base of every random stream (requests without their own seed).
-    pub seed: u64,
+    /// The call-level seed: request `i` of a call without its own seed draws from
+    /// [`call_seed`](crate::engine::call_seed)`(seed, i)`, a stream of its own, so the
+    /// requests of a call are independent samples that repeat with the seed. `None`: such
+    /// requests draw fresh entropy (every call samples anew).
+    pub seed: Option<u64>,
     /// The verify-length policy.
     pub verify: VerifyPolicy,
     /// Keep every verified slot's confidence and outcome in
@@ -24,14 +27,14 @@ pub struct SpeculatorOptions {
 }
 
 impl Default for SpeculatorOptions {
-    /// Greedy, full verification, seed 0.
+    /// Greedy, full verification, no call-level seed.
     fn default() -> Self {
         Self {
             num_speculative_tokens: None,
             temperature: 0.0,
             top_k: None,
             top_p: 1.0,
-            seed: 0,
+            seed: None,
             verify: VerifyPolicy::Full,
             record_confidence: false,
         }
@@ -47,8 +50,10 @@ pub struct Request {
     pub max_new_tokens: usize,
     /// Ids that end the request once emitted (the stop token is kept in the output).
     pub stop_token_ids: Vec<u32>,
-    /// The request's own seed (`None`: the options' seed). Its draws depend only on this seed,
-    /// their position and the request's own history, never on where it sits in the batch.
+    /// The request's own seed, the unit of reproducibility (as in vLLM): its draws depend only
+    /// on this seed, their position and the request's own history, never on where it sits in
+    /// the batch. `None`: a stream derived from the options' seed and the request's index in
+    /// the call, or fresh entropy without one ([`SpeculatorOptions::seed`]).
     pub seed: Option<u64>,
 }
 

@@ -49,10 +49,12 @@ pub struct BlockOptions<'a> {
 }
 
 impl BlockOptions<'_> {
-    /// Whether the draft is greedy (`T == 0`, or so small that `logit_scale / T` overflows: the
-    /// distribution is then the argmax) and the factor every biased logit is multiplied by.
+    /// Whether the draft is greedy (`T` below [`super::GREEDY_BELOW`], or `logit_scale / T`
+    /// overflowing: the distribution is then the argmax) and the factor every biased logit is
+    /// multiplied by.
     pub(crate) fn draft_mult(&self) -> (bool, f32) {
-        let greedy = !(self.logit_scale / self.temperature).is_finite();
+        let greedy = super::is_greedy_temperature(self.temperature)
+            || !(self.logit_scale / self.temperature).is_finite();
         let mult = if greedy {
             self.logit_scale
         } else {

@@ -16,7 +16,7 @@ mod residual;
 
 use candle_core::{Device, Tensor};
 
-use super::args::{dims, ids, with_floats};
+use super::args::{check_ids, dims, ids, with_floats};
 use super::categorical::Check;
 use super::dist::non_finite;
 use super::rng::Stream;
@@ -95,9 +95,9 @@ pub(crate) struct Request {
 }
 
 impl Request {
-    /// `T == 0`, or so small that `1/T` overflows (the distribution is then the argmax).
+    /// `T` below [`super::GREEDY_BELOW`] (zero included): the distribution is the argmax.
     pub(crate) fn greedy(&self) -> bool {
-        !(1.0 / self.temperature).is_finite()
+        super::is_greedy_temperature(self.temperature)
     }
 }
 
@@ -187,6 +187,7 @@ pub fn verify(
     opts: &VerifyOptions,
 ) -> Result<Verification> {
     let td = dims::<3>(target, "target_logits", "[B, K+1, V]")?;
+    check_ids(draft_tokens, "draft_tokens")?;
     let tokd = dims::<2>(draft_tokens, "draft_tokens", "[B, K]")?;
     #[cfg(feature = "cuda")]
     if target.device().is_cuda() && use_fused(target.device())? && super::fused::fits_verify(td[2])
