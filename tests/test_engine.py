@@ -434,3 +434,61 @@ def test_a_reentrant_call_from_on_round_is_a_typed_error(pair: tuple[Any, Any]) 
     assert seen and seen[0].code == "invalid-argument" and "re-entrant" in str(seen[0])
     assert outer, "the hook's error did not end the outer call"
     assert len(spec.generate([PROMPTS[2]], 5).tokens[0]) == 5
+
+
+class _PoisonedTarget:
+    """A protocol target whose rows holding ``poison`` in their input get NaN logits."""
+
+    def __init__(self, inner: Any, poison: int) -> None:
+        self._inner = inner
+        self._poison = poison
+
+    def forward(self, cache: Any, input_ids: Any, num_tokens: Sequence[int], capture: Any) -> Any:
+        import torch
+
+        out = self._inner.forward(cache, input_ids, num_tokens, capture)
+        ids = torch.as_tensor(input_ids)
+        bad = [r for r, n in enumerate(num_tokens) if bool((ids[r, :n] == self._poison).any())]
+        if not bad:
+            return out
+        logits = out.logits.clone()
+        logits[bad] = float("nan")
+        return type(out)(logits=logits, hidden_states=out.hidden_states)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.mark.torch
+def test_a_request_with_non_finite_logits_fails_alone() -> None:
+    """One request's rows go NaN: it ends with ``finish_reason == "error"`` and a code; the
+    requests batched with it finish with the tokens they give alone."""
+    from dspark.bundled import load_pair
+    from dspark.target import as_target
+
+    hf = load_pair()
+    poison = 2
+    good = [p for p in PROMPTS if poison not in p][:4]
+    eng = dspark.Engine(_PoisonedTarget(as_target(hf.target), poison), hf.drafter)
+    alone = {}
+    for p in good:
+        rid = eng.add_request(p, 8)
+        alone[tuple(p)] = eng.run()[rid]
+        assert poison not in alone[tuple(p)]
+    bad = eng.add_request([poison, *PROMPTS[1]], 8)
+    ids = {eng.add_request(p, 8): p for p in good}
+    tokens: dict[int, list[int]] = {}
+    ended: dict[int, Any] = {}
+    while eng.has_work():
+        for u in eng.step():
+            tokens.setdefault(u.request_id, []).extend(u.new_tokens)
+            if u.finish_reason is not None:
+                ended[u.request_id] = u
+    assert ended[bad].finish_reason == "error"
+    assert ended[bad].error_code == "non-finite", ended[bad].error
+    assert ended[bad].error
+    for rid, p in ids.items():
+        assert ended[rid].finish_reason == "length"
+        assert ended[rid].error is None and ended[rid].error_code is None
+        assert tokens[rid] == alone[tuple(p)]
+    assert eng.metrics()["requests_failed"] == 1

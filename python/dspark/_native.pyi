@@ -472,7 +472,14 @@ class RequestUpdate:
         """Of those, accepted."""
     @property
     def finish_reason(self) -> str | None:
-        """``None`` while it runs; ``"stop"``, ``"length"`` or ``"aborted"`` when it ended."""
+        """``None`` while it runs; ``"stop"``, ``"length"``, ``"aborted"`` or ``"error"`` when
+        it ended."""
+    @property
+    def error(self) -> str | None:
+        """With ``finish_reason == "error"``: why it failed (its rows only; the others ran on)."""
+    @property
+    def error_code(self) -> str | None:
+        """With ``finish_reason == "error"``: the failure's stable code (``non-finite``, ...)."""
     @property
     def usage(self) -> dict[str, int | float]:
         """What it used so far (final when it finished)."""

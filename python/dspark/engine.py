@@ -129,7 +129,9 @@ class Engine:
 
     def step(self) -> list[RequestUpdate]:
         """One round over every running request (the GIL released): one update per request
-        that committed tokens, finished or was aborted."""
+        that committed tokens, finished, was aborted or failed (``finish_reason == "error"``,
+        with ``error`` and ``error_code``: its own rows failed a check, such as non-finite
+        logits; the others run on unchanged)."""
         updates: list[RequestUpdate] = self._native.step()
         return updates
 
@@ -176,7 +178,8 @@ class Engine:
             yield from self.step()
 
     def run(self) -> dict[int, list[int]]:
-        """Step until idle; every request's tokens by id (those that ran in these steps)."""
+        """Step until idle; every request's tokens by id (those that ran in these steps). A
+        request that failed keeps the tokens it committed before; :meth:`updates` says why."""
         tokens: dict[int, list[int]] = {}
         for u in self.updates():
             tokens.setdefault(u.request_id, []).extend(u.new_tokens)

@@ -112,15 +112,20 @@ class ModelPair:
         return str(self.tokenizer.decode(ids))
 
     def check_budget(self, prompt: list[int], max_new_tokens: int) -> None:
-        """``InputError`` if prompt + new tokens exceed the target's position limit (for
-        ``calibrate``, its ``--prompt-tokens`` window)."""
-        if self.max_positions is not None and len(prompt) + max_new_tokens > self.max_positions:
-            raise_error(
-                InputError,
-                "invalid-argument",
-                f"prompt ({len(prompt)} tokens) + --max-new-tokens {max_new_tokens} exceeds "
-                f"the target's max_position_embeddings {self.max_positions}",
-            )
+        """``InputError`` if prompt + new tokens exceed the target's position limit."""
+        check_positions(len(prompt), max_new_tokens, self.max_positions)
+
+
+def check_positions(prompt_tokens: int, max_new_tokens: int, max_positions: int | None) -> None:
+    """``InputError`` if a prompt of ``prompt_tokens`` plus ``max_new_tokens`` exceeds the
+    target's ``max_positions`` (``None``: no limit); ``calibrate`` checks its first window."""
+    if max_positions is not None and prompt_tokens + max_new_tokens > max_positions:
+        raise_error(
+            InputError,
+            "invalid-argument",
+            f"prompt ({prompt_tokens} tokens) + --max-new-tokens {max_new_tokens} exceeds "
+            f"the target's max_position_embeddings {max_positions}",
+        )
 
 
 def _stop_ids(model: object, config: dict[str, Any], vocab: int) -> list[int]:

@@ -73,10 +73,23 @@ impl PyRequestUpdate {
         self.0.accepted
     }
 
-    /// `None` while it runs; `"stop"`, `"length"` or `"aborted"` when it ended in this step.
+    /// `None` while it runs; `"stop"`, `"length"`, `"aborted"` or `"error"` when it ended in
+    /// this step.
     #[getter]
     fn finish_reason(&self) -> Option<&'static str> {
         self.0.finish.map(|f| f.as_str())
+    }
+
+    /// With `finish_reason == "error"`: why it failed (its rows only; the others ran on).
+    #[getter]
+    fn error(&self) -> Option<String> {
+        self.0.error.as_ref().map(|e| e.message.clone())
+    }
+
+    /// With `finish_reason == "error"`: the failure's stable code (`non-finite`, ...).
+    #[getter]
+    fn error_code(&self) -> Option<&'static str> {
+        self.0.error.as_ref().map(|e| e.code)
     }
 
     /// What it used so far (final when it finished): prompt and generated tokens, rounds,
@@ -107,6 +120,7 @@ fn metrics_dict<'py>(py: Python<'py>, m: &EngineMetrics) -> PyResult<Bound<'py, 
     d.set_item("requests_stopped", m.requests_stopped)?;
     d.set_item("requests_length", m.requests_length)?;
     d.set_item("requests_aborted", m.requests_aborted)?;
+    d.set_item("requests_failed", m.requests_failed)?;
     d.set_item("preemptions", m.preemptions)?;
     d.set_item("prompt_tokens", m.prompt_tokens)?;
     d.set_item("generation_tokens", m.generation_tokens)?;

@@ -491,7 +491,15 @@ impl<E: ServingEngine> Loop<E> {
                             })
                             .is_ok();
                     }
-                    if let Some(reason) = o.finish {
+                    if let Some(e) = &o.error {
+                        // Its own rows failed: this request alone gets the error (500); the
+                        // others run on unchanged.
+                        let _ = live.events.send(Event::Failed(ApiError::internal(format!(
+                            "the request failed: {} ({})",
+                            e.message, e.code
+                        ))));
+                        self.forget(o.id);
+                    } else if let Some(reason) = o.finish {
                         let _ = live.events.send(Event::Finished {
                             reason,
                             usage: o.usage,

@@ -6,14 +6,16 @@
 //! commits `1 + accepted` tokens with `drafts` drafted (both limited by the request's
 //! `max_drafts`), like a speculative round. A stop id ends the request (kept as its last
 //! token). At most `max_running` requests run; others wait. Each step with running requests
-//! sleeps `step_delay`, so tests can catch requests mid-flight.
+//! sleeps `step_delay`, so tests can catch requests mid-flight. With `poison`, a request whose
+//! prompt holds that id fails alone at its first round.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use dspark::Error;
 use dspark::engine::{
-    EngineMetrics, FinishReason, RequestId, RequestOutput, RequestSpec, RequestUsage, StepOutput,
+    EngineMetrics, FinishReason, RequestError, RequestId, RequestOutput, RequestSpec, RequestUsage,
+    StepOutput,
 };
 
 use crate::engine::ServingEngine;
@@ -33,6 +35,9 @@ pub struct FakeConfig {
     pub step_delay: Duration,
     /// Prompt + new tokens a request may need at most (`too-large` above).
     pub kv_tokens: Option<usize>,
+    /// A request whose prompt holds this id fails alone at its first round, after its first
+    /// token (as if its rows went non-finite: `FinishReason::Error`, code `non-finite`).
+    pub poison: Option<u32>,
 }
 
 impl Default for FakeConfig {
@@ -45,6 +50,7 @@ impl Default for FakeConfig {
             accepted: 2,
             step_delay: Duration::from_millis(2),
             kv_tokens: None,
+            poison: None,
         }
     }
 }
@@ -109,6 +115,26 @@ impl FakeEngine {
     /// Commit this step's tokens of `r`; its output entry.
     fn advance(&mut self, r: &mut Request) -> RequestOutput {
         let first = r.generated.is_empty();
+        if !first
+            && self
+                .config
+                .poison
+                .is_some_and(|p| r.spec.prompt.contains(&p))
+        {
+            self.metrics.requests_failed += 1;
+            return RequestOutput {
+                error: Some(RequestError {
+                    code: "non-finite",
+                    message: format!("target_logits: row of {} is NaN", r.id),
+                }),
+                id: r.id,
+                new_tokens: Vec::new(),
+                drafted: 0,
+                accepted: 0,
+                finish: Some(FinishReason::Error),
+                usage: r.usage,
+            };
+        }
         let drafts = r
             .spec
             .max_drafts
@@ -157,6 +183,7 @@ impl FakeEngine {
             _ => {}
         }
         RequestOutput {
+            error: None,
             id: r.id,
             new_tokens,
             drafted,
@@ -227,6 +254,7 @@ impl ServingEngine for FakeEngine {
             .aborted
             .drain(..)
             .map(|(id, usage)| RequestOutput {
+                error: None,
                 id,
                 new_tokens: Vec::new(),
                 drafted: 0,

@@ -98,6 +98,7 @@ fn start_engine(
             accepted: 2,
             step_delay: Duration::from_millis(args.fake_step_ms),
             kv_tokens: args.kv_tokens,
+            poison: None,
         };
         return EngineHandle::spawn(move || Ok(FakeEngine::new(config)), limit, metrics);
     }

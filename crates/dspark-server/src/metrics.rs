@@ -288,6 +288,12 @@ pub fn render(
         e.requests_aborted as f64,
     );
     w.one(
+        "dspark:engine_requests_failed_total",
+        "counter",
+        "Requests that ended alone because their own rows failed a check (non-finite logits).",
+        e.requests_failed as f64,
+    );
+    w.one(
         "dspark:server_requests_in_flight",
         "gauge",
         "Requests holding a server slot (running or queued).",

@@ -104,7 +104,8 @@ impl Session {
         let outcome = match reason {
             FinishReason::Stop => Outcome::Stop,
             FinishReason::Length => Outcome::Length,
-            FinishReason::Aborted => Outcome::Abort,
+            // A failed request gets `Event::Failed`, never `Finished`.
+            FinishReason::Aborted | FinishReason::Error => Outcome::Abort,
         };
         let ttft = self
             .first

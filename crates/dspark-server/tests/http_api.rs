@@ -426,3 +426,63 @@ async fn shutdown_aborts_what_outlives_its_timeout() {
     assert!(state.engine.join(Duration::from_secs(5)));
     assert_eq!(state.engine.metrics().requests_running, 0);
 }
+
+#[tokio::test]
+async fn a_request_that_fails_alone_gets_a_500_and_the_others_finish() {
+    const POISON: u32 = 2999;
+    let fake = FakeConfig {
+        poison: Some(POISON),
+        ..FakeConfig::default()
+    };
+    let s = Server::start(Setup {
+        fake,
+        ..Setup::default()
+    })
+    .await;
+    let good = |i: usize| json!({"prompt": encode(&format!("good {i} a b c")), "max_tokens": 12, "temperature": 0});
+    let solo: Vec<Value> = {
+        let mut v = Vec::new();
+        for i in 0..4 {
+            v.push(s.post("/v1/completions", &good(i)).await.2);
+        }
+        v
+    };
+    let mut bad_prompt = encode("bad one");
+    bad_prompt.push(POISON);
+    let bad = json!({"prompt": bad_prompt, "max_tokens": 12});
+    let mut bad_stream = bad.clone();
+    bad_stream["stream"] = json!(true);
+    let goods: Vec<_> = (0..4)
+        .map(|i| {
+            let (client, url, body) = (s.client.clone(), s.url("/v1/completions"), good(i));
+            tokio::spawn(async move {
+                let r = client.post(url).json(&body).send().await.unwrap();
+                (r.status().as_u16(), r.json::<Value>().await.unwrap())
+            })
+        })
+        .collect();
+    let (status, _, whole) = s.post("/v1/completions", &bad).await;
+    assert_eq!(status, 500, "{whole}");
+    assert_eq!(whole["error"]["code"], "internal_error");
+    assert!(
+        whole["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("non-finite"),
+        "{whole}"
+    );
+    let (status, data) = s.stream("/v1/completions", &bad_stream).await;
+    assert_eq!(status, 200);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let err: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(err["error"]["code"], "internal_error", "{data:?}");
+    for (i, g) in goods.into_iter().enumerate() {
+        let (status, body) = g.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["choices"][0]["finish_reason"], "length");
+        assert_eq!(body["choices"][0]["text"], solo[i]["choices"][0]["text"]);
+    }
+    assert_eq!(s.metric("dspark:engine_requests_failed_total").await, 2.0);
+    eventually("nothing runs", async || s.metric(RUNNING).await == 0.0).await;
+    s.still_serves().await;
+}

@@ -16,7 +16,7 @@ use dspark::engine::{
 use dspark::schedule::VerifyPolicy;
 use dspark::speculator::{Request, Speculator, SpeculatorOptions, TargetModel};
 use sampling_support::{assert_follows, reference_probs};
-use speculator_common::{Mode, OracleDrafter, ToyTarget, mix};
+use speculator_common::{Fault, Mode, OracleDrafter, ToyTarget, mix};
 
 const V: usize = 64;
 const K: usize = 6;
@@ -429,4 +429,85 @@ fn warm_up_profiles_the_scheduler_before_any_request() {
     let mut full = engine(Mode::Greedy { corrupt_every: 3 }, EngineConfig::default());
     full.warm_up(4).unwrap();
     assert!(full.measured_steps_per_second().is_none());
+}
+
+/// A request whose rows go non-finite (at its prefill, rounds later, or in the drafter) ends
+/// alone with `FinishReason::Error` and a typed code; every other request's tokens are its
+/// solo run's.
+#[test]
+fn a_request_whose_rows_fail_ends_alone_and_the_others_run_on() {
+    const POISON: u32 = 61;
+    let good = |seed: u64, len: usize, max: usize| {
+        let mut s = sampled(spec(seed, len, max), seed * 31);
+        if s.prompt[0] == POISON {
+            s.prompt[0] = 0;
+        }
+        s
+    };
+    // At the prefill, in a round (its third position's), in the drafter (its first proposal).
+    for (case, (from, drafter)) in [(0usize, false), (9, false), (7, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut t = toy();
+        let mut d = OracleDrafter::new(&t, K, &CAPTURE, Mode::Sampling);
+        if drafter {
+            d.fault = Fault::NonFiniteFor(POISON);
+        } else {
+            t.poison = Some((POISON, from));
+        }
+        let mut e = Engine::new(t, d, EngineConfig::default()).unwrap();
+        let mut goods = Vec::new();
+        let mut bad = Vec::new();
+        for j in 0..9u64 {
+            if j % 3 == 1 {
+                // Six prompt tokens: with `from = 9` it fails in its third position's round.
+                let mut s = sampled(spec(200 + j, 6, 20), j);
+                s.prompt[0] = POISON;
+                bad.push(e.add_request(s).unwrap());
+            } else {
+                let mut s = good(300 + j, 2 + j as usize % 5, 12 + j as usize);
+                if j == 4 {
+                    s.sampling.temperature = 0.0;
+                }
+                goods.push((e.add_request(s.clone()).unwrap(), s));
+            }
+        }
+        let mut tokens: HashMap<RequestId, Vec<u32>> = HashMap::new();
+        let mut ended = HashMap::new();
+        let mut steps = 0;
+        while e.has_work() {
+            for o in e.step().unwrap().outputs {
+                tokens.entry(o.id).or_default().extend(&o.new_tokens);
+                assert_eq!(o.finish == Some(FinishReason::Error), o.error.is_some());
+                if let Some(f) = o.finish {
+                    ended.insert(o.id, (f, o.error));
+                }
+            }
+            steps += 1;
+            assert!(steps < 1000, "the engine does not finish");
+        }
+        for id in &bad {
+            let (f, err) = &ended[id];
+            assert_eq!(*f, FinishReason::Error, "case {case}: {id}");
+            let err = err.as_ref().unwrap();
+            assert!(
+                ["non-finite", "invalid-argument"].contains(&err.code),
+                "{err:?}"
+            );
+            let n = tokens.get(id).map_or(0, Vec::len);
+            assert!(
+                n <= from.saturating_sub(6) + 1,
+                "case {case}: kept {n} tokens"
+            );
+        }
+        for (id, s) in &goods {
+            assert_eq!(ended[id].0, FinishReason::Length, "case {case}: {id}");
+            assert_eq!(tokens[id], alone(s, None), "case {case}: {id} as alone");
+        }
+        let m = e.metrics();
+        assert_eq!(m.requests_failed, bad.len() as u64, "{m:?}");
+        assert_eq!(m.requests_length, goods.len() as u64, "{m:?}");
+        assert_eq!(m.requests_running + m.requests_waiting, 0);
+    }
 }

@@ -57,6 +57,7 @@ from dspark.confidence_records import (
     load,
     load_texts,
 )
+from dspark.pair import check_positions
 from dspark.sts import DEFAULT_MIN_SAMPLES, T_MAX, PositionReport, fit_positions
 
 __all__ = [
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     pair = load(target_dir, drafter_dir)
     # The first window plus what is generated after it must fit the target's positions (as
     # `generate` and `demo` require): refused before anything decodes.
-    pair.check_budget([0] * int(args.prompt_tokens), int(args.max_new_tokens))
+    check_positions(int(args.prompt_tokens), int(args.max_new_tokens), pair.max_positions)
     k = int(pair.drafter.block_size)
     data = collect(
         pair,

@@ -105,6 +105,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 admitted: self.admissions,
                 usage: w.usage,
                 finish: None,
+                error: None,
             }));
         }
         if joining_rows.is_empty() {

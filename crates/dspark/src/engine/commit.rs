@@ -132,6 +132,9 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             let Some(slot) = self.rows[i].as_mut() else {
                 continue;
             };
+            if slot.error.is_some() {
+                continue; // it failed this round and leaves at the end of the step
+            }
             let Some(state) = slot.state.as_mut() else {
                 continue;
             };
@@ -164,8 +167,8 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let t = Instant::now();
         for &i in join {
             let drafts = match &self.rows[i] {
-                Some(s) => self.drafts_for(&s.spec),
-                None => continue,
+                Some(s) if s.error.is_none() => self.drafts_for(&s.spec),
+                _ => continue,
             };
             if drafts == 0 {
                 continue;

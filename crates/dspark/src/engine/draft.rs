@@ -26,10 +26,7 @@
 //! A request whose own limit (`max_drafts`, its budget) leaves no draft, or that never drafts,
 //! takes the same target-only step inside a drafted round.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
-
-use candle_core::{Device, Tensor};
 
 use super::acceptance::unit;
 use super::commit::append_pending;
@@ -37,10 +34,8 @@ use super::engine::Engine;
 use super::learned::Costs;
 use super::output::StepOutput;
 use super::round::Plan;
-use super::seeds::{Use, request_seed};
-use crate::drafter::{Drafter, ProposeOptions};
-use crate::error::{Error, Result};
-use crate::sampling::Seeds;
+use crate::drafter::Drafter;
+use crate::error::Result;
 use crate::schedule::{
     StepsPerSecond, VerifyPolicy, schedule_lengths_batch, schedule_pipelined, threshold_lengths,
 };
@@ -155,136 +150,17 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let seconds = t.elapsed().as_secs_f64();
         plan.propose_seconds = seconds - flushed;
         out.timing.drafter_seconds += seconds;
+        // A request that failed proposing ends alone (it verifies nothing).
+        let drafting: Vec<usize> = drafting.into_iter().filter(|&j| plan.drafted[j]).collect();
+        if drafting.is_empty() {
+            return Ok(plan);
+        }
         let lens = self.verify_lengths(&plan, &drafting, k, measured.as_ref())?;
         for (&j, len) in drafting.iter().zip(lens) {
             plan.lens[j] = len.min(caps[j]);
         }
         self.acceptance.decay();
         Ok(plan)
-    }
-
-    /// Propose for the requests `drafting` (indices into `plan.act`), one drafter call per
-    /// draft temperature: each request drafts at its own temperature. Fills the plan's drafts,
-    /// confidences and (when a request samples) draft logits; returns the block width `K`.
-    fn propose(&mut self, plan: &mut Plan, drafting: &[usize]) -> Result<usize> {
-        let vocab = self.target.vocab_size();
-        let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for &j in drafting {
-            if let Some(s) = &self.rows[plan.act[j]] {
-                groups
-                    .entry(s.spec.sampling.temperature.to_bits())
-                    .or_default()
-                    .push(j);
-            }
-        }
-        let mut k = 0;
-        let mut q_parts: Vec<(Vec<usize>, Tensor)> = Vec::new();
-        for (bits, members) in &groups {
-            let temperature = f32::from_bits(*bits);
-            let rows: Vec<usize> = members.iter().map(|&j| plan.act[j]).collect();
-            let mut states = Vec::with_capacity(rows.len());
-            let mut anchors = Vec::with_capacity(rows.len());
-            let mut seeds = Vec::with_capacity(rows.len());
-            for &i in &rows {
-                let Some(slot) = &self.rows[i] else { continue };
-                let Some(state) = &slot.state else { continue };
-                states.push(state);
-                anchors.push(slot.anchor);
-                seeds.push(request_seed(slot.spec.seed, slot.len, Use::Draft));
-            }
-            // A device drafter keeps its draft logits where verification will read them.
-            let (mut proposal, device_q) = self.drafter.propose_for_verify(
-                &states,
-                &anchors,
-                &ProposeOptions {
-                    temperature,
-                    seeds: Seeds::PerRequest(seeds),
-                    top_k: None,
-                },
-            )?;
-            let g = rows.len();
-            let gk = proposal.slots;
-            if let Some(&t) = proposal.tokens.iter().find(|&&t| t as usize >= vocab) {
-                return Err(Error::TokenOutOfRange {
-                    name: "drafter.propose".into(),
-                    id: i64::from(t),
-                    vocab_size: vocab,
-                });
-            }
-            if proposal.batch != g || proposal.tokens.len() != g * gk || gk == 0 {
-                return Err(Error::bad_shape(
-                    "drafter.propose",
-                    format!(
-                        "returned a [{}, {gk}] block for {g} requests",
-                        proposal.batch
-                    ),
-                ));
-            }
-            if let Some(c) = &proposal.confidence
-                && c.len() != g * gk
-            {
-                return Err(Error::bad_shape(
-                    "drafter.propose",
-                    "confidences are not [B, K]",
-                ));
-            }
-            k = gk;
-            for (r, &j) in members.iter().enumerate() {
-                plan.drafts[j] = proposal.tokens[r * gk..(r + 1) * gk].to_vec();
-                plan.confidence[j] = proposal
-                    .confidence
-                    .as_ref()
-                    .map(|c| c[r * gk..(r + 1) * gk].to_vec());
-                plan.drafted[j] = true;
-            }
-            if !crate::sampling::is_greedy_temperature(temperature) {
-                let bad =
-                    || Error::bad_shape("drafter.propose", "draft logits are not [B, K, V_t]");
-                let q = match device_q {
-                    Some(t) if t.dims() == [g, gk, vocab] => t,
-                    Some(_) => return Err(bad()),
-                    None if proposal.draft_logits.len() == g * gk * vocab => {
-                        let host = std::mem::take(&mut proposal.draft_logits);
-                        Tensor::from_vec(host, (g, gk, vocab), &Device::Cpu)?
-                    }
-                    None => return Err(bad()),
-                };
-                q_parts.push((members.clone(), q));
-            }
-        }
-        plan.q = self.merge_q(plan.act.len(), q_parts, k, vocab)?;
-        Ok(k)
-    }
-
-    /// The `[A, K, V_t]` draft logits of a round from its groups' parts (`None` when no
-    /// request samples). One part covering every request in order is used as it is; else the
-    /// rows are gathered (rows of requests without a part are zeros, never read).
-    fn merge_q(
-        &self,
-        a: usize,
-        parts: Vec<(Vec<usize>, Tensor)>,
-        k: usize,
-        vocab: usize,
-    ) -> Result<Option<Tensor>> {
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        if parts.len() == 1
-            && parts[0].0.len() == a
-            && parts[0].0.iter().enumerate().all(|(r, &j)| r == j)
-        {
-            return Ok(parts.into_iter().next().map(|(_, t)| t));
-        }
-        let device = parts[0].1.device().clone();
-        let zero = Tensor::zeros((1, k, vocab), candle_core::DType::F32, &device)?;
-        let mut rows: Vec<Tensor> = vec![zero; a];
-        for (members, q) in parts {
-            let q = q.to_dtype(candle_core::DType::F32)?;
-            for (r, j) in members.into_iter().enumerate() {
-                rows[j] = q.narrow(0, r, 1)?;
-            }
-        }
-        Ok(Some(Tensor::cat(&rows, 0)?))
     }
 
     /// Append the pending features of the requests `drafting` (indices into `plan.act`) to

@@ -24,6 +24,8 @@ pub struct EngineMetrics {
     pub requests_length: u64,
     /// Requests aborted.
     pub requests_aborted: u64,
+    /// Requests that ended with an error of their own (their rows failed a check).
+    pub requests_failed: u64,
     /// Preemptions (a running request's cache dropped for room; it resumes later).
     pub preemptions: u64,
     /// Prompt tokens prefilled (a resumed request's re-prefill not counted again).

@@ -11,15 +11,53 @@ pub enum FinishReason {
     Length,
     /// It was aborted ([`Engine::abort`](super::Engine::abort)) before it finished.
     Aborted,
+    /// Its own rows failed a check (non-finite logits, a row without a finite value): it
+    /// ends alone, with [`RequestOutput::error`] saying why; the others run on unchanged.
+    Error,
+}
+
+/// Why a request ended with [`FinishReason::Error`]: the engine error's code and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestError {
+    /// The error's stable code (`non-finite`, `invalid-argument`).
+    pub code: &'static str,
+    /// What failed, naming the request's row.
+    pub message: String,
+}
+
+impl RequestError {
+    /// The record of `e`.
+    pub fn of(e: &crate::error::Error) -> Self {
+        RequestError {
+            code: e.code(),
+            message: e.to_string(),
+        }
+    }
+
+    /// A typed error again (for callers that raise it): `non-finite` and `invalid-argument`
+    /// keep their code, anything else is `internal`.
+    pub fn to_error(&self, what: &str) -> crate::error::Error {
+        use crate::error::Error;
+        let message = format!("{what}: {}", self.message);
+        match self.code {
+            "non-finite" => Error::NonFinite {
+                name: what.to_string(),
+                message,
+            },
+            "invalid-argument" => Error::invalid(what, message),
+            _ => Error::Internal { message },
+        }
+    }
 }
 
 impl FinishReason {
-    /// `"stop"`, `"length"` or `"aborted"` (OpenAI's spelling for the first two).
+    /// `"stop"`, `"length"`, `"aborted"` or `"error"` (OpenAI's spelling for the first two).
     pub fn as_str(self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Aborted => "aborted",
+            FinishReason::Error => "error",
         }
     }
 }
@@ -68,6 +106,8 @@ pub struct RequestOutput {
     pub finish: Option<FinishReason>,
     /// Its usage so far (final when `finish` is set).
     pub usage: RequestUsage,
+    /// With [`FinishReason::Error`]: why.
+    pub error: Option<RequestError>,
 }
 
 /// Where one step's time went (seconds).

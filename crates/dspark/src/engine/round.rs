@@ -9,7 +9,7 @@ use candle_core::Tensor;
 use super::engine::Engine;
 use super::output::{RequestOutput, StepOutput};
 use super::seeds::{Use, request_seed};
-use super::verify::{select_rows, verify_where};
+use super::verify::{select_rows, verify_isolating};
 use crate::drafter::Drafter;
 use crate::error::Result;
 use crate::sampling::{PerRequest, Seeds, Verification, VerifyOptions};
@@ -199,8 +199,16 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let mut kept = vec![0usize; b];
         let mut accepted = vec![0usize; b];
         if let (Some(p), Some(o)) = (&plan, &round_out) {
-            let verification = self.verify_round(p, o, b)?;
+            let (verification, faults) = self.verify_round(p, o, b)?;
             for (j, &i) in p.act.iter().enumerate() {
+                if let Some(e) = &faults[j] {
+                    // Its own rows failed: it ends alone, keeping nothing of this round.
+                    self.fail_row(i, e);
+                    continue;
+                }
+                if self.rows[i].as_ref().is_some_and(|s| s.error.is_some()) {
+                    continue; // it failed proposing: nothing of this round is kept
+                }
                 let c = self.commit(j, p, &verification, out);
                 new_tokens[i] = c.tokens;
                 kept[i] = c.kept;
@@ -216,7 +224,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 let options = self
                     .sampling(&rows, Use::Prefill, |i| row_tokens[i].len())
                     .options(None);
-                let v = verify_where(
+                let (v, faults) = verify_isolating(
                     &last,
                     self.target.vocab_size(),
                     Vec::new(),
@@ -225,7 +233,10 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     &options,
                 )?;
                 for (j, &i) in rows.iter().enumerate() {
-                    first[i] = Some(v.emitted(j).first().copied().unwrap_or(0) as u32);
+                    match &faults[j] {
+                        None => first[i] = Some(v.emitted(j).first().copied().unwrap_or(0) as u32),
+                        Some(e) => self.fail_row(i, e),
+                    }
                 }
             }
         }
@@ -290,6 +301,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 accepted: accepted[i],
                 finish: None,
                 usage: slot.usage,
+                error: None,
             });
         }
         let kernels = (t_extend - t_kernels).as_secs_f64() + (t_done - t_extend).as_secs_f64()
@@ -325,8 +337,14 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         self.run_forward(&ids, width, &num, logits, out)
     }
 
-    /// Verify the round's blocks against the target's logits.
-    fn verify_round(&self, p: &Plan, o: &TargetOutput, b: usize) -> Result<Verification> {
+    /// Verify the round's blocks against the target's logits; a request whose own rows fail
+    /// their checks gets its error in the second list ([`verify_isolating`]).
+    fn verify_round(
+        &self,
+        p: &Plan,
+        o: &TargetOutput,
+        b: usize,
+    ) -> Result<(Verification, Vec<Option<crate::error::Error>>)> {
         let kmax = p.kmax();
         let logits = select_rows(&o.logits, &p.act, b)?;
         let logits = if logits.dims().get(1) == Some(&(kmax + 1)) {
@@ -358,7 +376,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 self.rows[i].as_ref().map_or(0, |s| s.len)
             })
             .options(Some(p.lens.clone()));
-        verify_where(&logits, self.target.vocab_size(), drafts, kmax, q, &options)
+        verify_isolating(&logits, self.target.vocab_size(), drafts, kmax, q, &options)
     }
 }
 

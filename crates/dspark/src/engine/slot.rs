@@ -3,7 +3,7 @@
 
 use candle_core::Tensor;
 
-use super::output::{FinishReason, RequestUsage};
+use super::output::{FinishReason, RequestError, RequestUsage};
 use super::request::{RequestId, RequestSpec};
 
 /// A request that is not running: new, or preempted (then `out` holds what it committed).
@@ -58,6 +58,8 @@ pub(super) struct Slot<S> {
     pub(super) usage: RequestUsage,
     /// Set when it finished in the current step.
     pub(super) finish: Option<FinishReason>,
+    /// With [`FinishReason::Error`]: why.
+    pub(super) error: Option<RequestError>,
 }
 
 /// Rows held by a list of `[rows, H]` feature tensors (a slot's pending features).
@@ -87,6 +89,15 @@ impl<S> Slot<S> {
             }
         }
         tokens.len()
+    }
+
+    /// End it with `e` (its own rows failed a check); it commits nothing more. The first
+    /// failure is the one reported.
+    pub(super) fn fail(&mut self, e: &crate::error::Error) {
+        self.finish = Some(FinishReason::Error);
+        if self.error.is_none() {
+            self.error = Some(RequestError::of(e));
+        }
     }
 
     /// Back to the waiting queue (preempted): its cache row and drafter context are dropped;

@@ -95,6 +95,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             accepted: 0,
             finish: Some(FinishReason::Length),
             usage: w.usage,
+            error: None,
         });
         Ok(())
     }
@@ -111,12 +112,14 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 FinishReason::Stop => self.metrics.requests_stopped += 1,
                 FinishReason::Length => self.metrics.requests_length += 1,
                 FinishReason::Aborted => self.metrics.requests_aborted += 1,
+                FinishReason::Error => self.metrics.requests_failed += 1,
             }
             lock(&self.live)?.ids.remove(&slot.id);
             match out.outputs.iter_mut().find(|o| o.id == slot.id) {
                 Some(o) => {
                     o.finish = Some(reason);
                     o.usage = slot.usage;
+                    o.error = slot.error;
                 }
                 None => out.outputs.push(RequestOutput {
                     id: slot.id,
@@ -125,6 +128,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     accepted: 0,
                     finish: Some(reason),
                     usage: slot.usage,
+                    error: slot.error,
                 }),
             }
         }
@@ -159,5 +163,6 @@ fn aborted(id: super::request::RequestId, usage: super::output::RequestUsage) ->
         accepted: 0,
         finish: Some(FinishReason::Aborted),
         usage,
+        error: None,
     }
 }

@@ -5,7 +5,9 @@ use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 
 use crate::device::use_tensor_path;
 use crate::error::{Error, Result};
-use crate::sampling::{Floats, Rows3, Tokens, Verification, VerifyOptions, verify, verify_slices};
+use crate::sampling::{
+    Floats, PerRequest, Rows3, Seeds, Tokens, Verification, VerifyOptions, verify, verify_slices,
+};
 
 /// Rows `act` of a `[B, ..]` tensor (the tensor itself when every row is active).
 pub(crate) fn select_rows(t: &Tensor, act: &[usize], b: usize) -> Result<Tensor> {
@@ -81,6 +83,100 @@ pub(crate) fn verify_where(
     match q {
         None => host(None),
         Some(q) => with_floats(&q, |q| host(Some(q)))?,
+    }
+}
+
+/// Whether `e` is a failure of some request's own rows (NaN or infinite logits, a row without
+/// a finite value): the kind of error that ends that request alone.
+pub(crate) fn row_fault(e: &Error) -> bool {
+    match e {
+        Error::NonFinite { .. } => true,
+        Error::InvalidArgument { name, .. } => {
+            matches!(
+                name.as_str(),
+                "target_logits" | "draft_logits" | "base_logits"
+            )
+        }
+        _ => false,
+    }
+}
+
+/// Request `j`'s part of per-request verify options (`None` for a scalar seed, whose streams
+/// are keyed by the row: the engine's are always per request).
+fn one_request(o: &VerifyOptions, j: usize) -> Option<VerifyOptions> {
+    fn pick<T: Clone>(p: &PerRequest<T>, j: usize) -> PerRequest<T> {
+        match p {
+            PerRequest::All(v) => PerRequest::All(v.clone()),
+            PerRequest::Each(v) => PerRequest::Each(vec![v[j].clone()]),
+        }
+    }
+    Some(VerifyOptions {
+        temperature: pick(&o.temperature, j),
+        top_k: pick(&o.top_k, j),
+        top_p: pick(&o.top_p, j),
+        seeds: match &o.seeds {
+            Seeds::PerRequest(v) => Seeds::PerRequest(vec![v[j]]),
+            Seeds::Scalar(_) => return None,
+        },
+        num_draft: o.num_draft.as_ref().map(|n| vec![n[j]]),
+        stop_token_ids: o.stop_token_ids.clone(),
+    })
+}
+
+/// [`verify_where`], and when a request's own rows fail their checks, that request alone
+/// fails: every request is then verified on its own (its draws depend on its own seed and
+/// positions only, so the others' results are the batch's), and the returned list holds the
+/// error of each request that failed (its row of the verification is all `-1`).
+pub(crate) fn verify_isolating(
+    logits: &Tensor,
+    vocab: usize,
+    drafts: Vec<i64>,
+    k: usize,
+    q: Option<Tensor>,
+    options: &VerifyOptions,
+) -> Result<(Verification, Vec<Option<Error>>)> {
+    let b = logits.dims().first().copied().unwrap_or(0);
+    // The drafts are B·K ids and `q` a handle: keeping them for a retry costs nothing that
+    // shows in a round.
+    let first = verify_where(logits, vocab, drafts.clone(), k, q.clone(), options);
+    let singles: Vec<VerifyOptions> = match first {
+        Ok(v) => return Ok((v, (0..b).map(|_| None).collect())),
+        Err(e) if row_fault(&e) && b == 1 => return Ok((failed_rows(1, k), vec![Some(e)])),
+        Err(e) if row_fault(&e) => match (0..b).map(|j| one_request(options, j)).collect() {
+            Some(singles) => singles,
+            None => return Err(e),
+        },
+        Err(e) => return Err(e),
+    };
+    let mut out = failed_rows(b, k);
+    let mut faults = Vec::with_capacity(b);
+    for j in 0..b {
+        let lj = logits.narrow(0, j, 1)?;
+        let qj = match &q {
+            Some(q) => Some(q.narrow(0, j, 1)?),
+            None => None,
+        };
+        let dj = drafts[j * k..(j + 1) * k].to_vec();
+        match verify_where(&lj, vocab, dj, k, qj, &singles[j]) {
+            Ok(v) => {
+                out.tokens[j * (k + 1)..(j + 1) * (k + 1)].copy_from_slice(&v.tokens);
+                out.num_accepted[j] = v.num_accepted[0];
+                faults.push(None);
+            }
+            Err(e) if row_fault(&e) => faults.push(Some(e)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((out, faults))
+}
+
+/// A verification of `b` requests in which nothing was emitted.
+fn failed_rows(b: usize, k: usize) -> Verification {
+    Verification {
+        batch: b,
+        width: k + 1,
+        tokens: vec![-1; b * (k + 1)],
+        num_accepted: vec![0; b],
     }
 }
 

@@ -227,6 +227,11 @@ fn drive<T: TargetModel, D: Drafter>(
         stats.confidence_records.extend(step.confidence_records);
         for o in &step.outputs {
             let Some(&i) = index.get(&o.id) else { continue };
+            if let Some(e) = &o.error {
+                // One request's own rows failed: a batch call has no per-request answer, so
+                // the call fails with its error.
+                return Err(e.to_error(&format!("requests[{i}]")));
+            }
             tokens[i].extend_from_slice(&o.new_tokens);
             if o.finish.is_some() {
                 finished[i] = true;

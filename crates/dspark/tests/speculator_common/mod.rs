@@ -171,6 +171,9 @@ pub struct ToyTarget {
     /// Whether it grows and retains cache rows (continuous batching); off by default, so a
     /// batch keeps its rows (the log's row indices are request indices).
     pub resizable: bool,
+    /// `(token, from)`: a row whose first token is `token` has NaN logits at every position
+    /// from `from` on (a request whose own rows fail verification).
+    pub poison: Option<(u32, usize)>,
     pub log: RefCell<ToyLog>,
 }
 
@@ -186,6 +189,7 @@ impl ToyTarget {
             hidden,
             dtype: DType::F32,
             resizable: false,
+            poison: None,
             log: RefCell::new(ToyLog::default()),
         }
     }
@@ -284,8 +288,14 @@ impl TargetModel for ToyTarget {
             for j in 0..n {
                 let tok = input.tokens[r * s + j];
                 let pos = row.len();
-                let l = self.lm.logits(row.last().copied(), tok, pos);
+                let mut l = self.lm.logits(row.last().copied(), tok, pos);
                 row.push(tok);
+                if let Some((p, from)) = self.poison
+                    && row[0] == p
+                    && pos >= from
+                {
+                    l.fill(f32::NAN);
+                }
                 let at = at_of.iter().position(|&a| a == Some(j));
                 if let Some(at) = at {
                     logits[(r * rows + at) * v..(r * rows + at + 1) * v].copy_from_slice(&l);
@@ -393,6 +403,9 @@ pub enum Fault {
     ShortConfidence,
     /// Drafts the id `V_t` (out of range).
     OutOfRangeToken,
+    /// A call holding a context that starts with this token fails as a drafter whose context
+    /// went non-finite does (`non-finite` on its base logits).
+    NonFiniteFor(u32),
 }
 
 /// One `extend` call.
@@ -682,6 +695,14 @@ impl Drafter for OracleDrafter {
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
         let v = self.lm.vocab;
+        if let Fault::NonFiniteFor(p) = self.fault
+            && let Some(b) = states.iter().position(|s| s.tokens.first() == Some(&p))
+        {
+            return Err(Error::NonFinite {
+                name: "base_logits".into(),
+                message: format!("row {b} holds NaN"),
+            });
+        }
         let (mut tokens, mut draft_logits, mut confidence) = (Vec::new(), Vec::new(), Vec::new());
         for (b, (s, &a)) in states.iter().zip(anchors).enumerate() {
             let (t, l, c) = self.draft(s, a, Self::seed(opts, b), opts.temperature);
