@@ -125,12 +125,7 @@ fn fatbin(nvcc: &Path, src: &Path, out: &Path, cap: u32) -> Result<String, Strin
         .arg("-o")
         .arg(out)
         .arg(src);
-    if let Some(ccbin) = env::var_os("NVCC_CCBIN") {
-        cmd.arg("-ccbin").arg(ccbin);
-    }
-    let output = cmd
-        .output()
-        .map_err(|e| format!("running {} failed: {e}", nvcc.display()))?;
+    let output = run_nvcc(nvcc, &mut cmd)?;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -190,6 +185,15 @@ fn nvcc_path() -> PathBuf {
     PathBuf::from("nvcc")
 }
 
+/// Run an nvcc command (with the host compiler of `NVCC_CCBIN`, when set); its output.
+fn run_nvcc(nvcc: &Path, cmd: &mut Command) -> Result<std::process::Output, String> {
+    if let Some(ccbin) = env::var_os("NVCC_CCBIN") {
+        cmd.arg("-ccbin").arg(ccbin);
+    }
+    cmd.output()
+        .map_err(|e| format!("running {} failed: {e}", nvcc.display()))
+}
+
 fn compile(nvcc: &Path, src: &Path, ptx: &Path, cap: u32) -> Result<(), String> {
     let mut cmd = Command::new(nvcc);
     cmd.arg("--ptx")
@@ -197,12 +201,7 @@ fn compile(nvcc: &Path, src: &Path, ptx: &Path, cap: u32) -> Result<(), String> 
         .args(["-O3", "-std=c++17", "-o"])
         .arg(ptx)
         .arg(src);
-    if let Some(ccbin) = env::var_os("NVCC_CCBIN") {
-        cmd.arg("-ccbin").arg(ccbin);
-    }
-    let output = cmd
-        .output()
-        .map_err(|e| format!("running {} failed: {e}", nvcc.display()))?;
+    let output = run_nvcc(nvcc, &mut cmd)?;
     if !output.status.success() {
         return Err(format!(
             "nvcc failed on {}:\n{}{}",
