@@ -8,7 +8,7 @@ prompt-lookup drafting (``prompt_lookup_num_tokens``, its draft-model-free path)
 draft model (``assistant_model``: ``--assistant DIR``, else ``<model dir>/assistant`` when it
 exists, trained by ``python -m dspark.train OUT --stage assistant``), and its DFlash path
 (``speculation_type="dflash"``) running the bundled drafter's backbone without the Markov head
-(:func:`dspark.hf_dflash.to_hf_dflash`). Reports τ (tokens per target forward; for the HF
+(:func:`dspark.reference.hf_dflash.to_hf_dflash`). Reports τ (tokens per target forward; for the HF
 assisted rows counted from the target's forward calls after prefill), tokens/s, the ratio to
 target-only, and writes a PNG of acceptance by position when matplotlib is installed.
 
@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from dspark.bundled import load_pair
-from dspark.hf_dflash import to_hf_dflash
 from dspark.measure import speculative, steps_per_second, target_only
+from dspark.reference.hf_dflash import to_hf_dflash
 from dspark.speculator import Speculator
 
 

@@ -3,7 +3,7 @@ weights at B = 1, and dspark's own modes at N = 4 and 16 concurrent requests.
 
     python benches/bench_memory_bound.py /var/tmp/mb --gguf-dir /var/tmp/mb/gguf \\
         [--dtypes bf16 f32] [--tokens 64] [--prompts 2] [--batches 1 4 16] [--repeats 2] \\
-        [--threads 2] [--budget-s 1200] [--out benches/results/memory_bound.json]
+        [--threads 2] [--budget-s 1200] [--out benches/results/memory_bound_<machine>.json]
 
 ``PAIRS`` holds ``{dtype}/target`` and ``{dtype}/drafter`` (``dspark make-example DIR
 --memory-bound --dtype ...``); ``--gguf-dir`` holds ``target-{dtype}.gguf`` and
@@ -398,7 +398,12 @@ def main(argv: list[str] | None = None) -> int:
             "hf speculative",
         ],
     )
-    ap.add_argument("--out", type=Path, default=Path("benches/results/memory_bound.json"))
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path("benches/results/memory_bound.json"),
+        help="results file; the committed ones are named by machine (memory_bound_xeon.json)",
+    )
     args = ap.parse_args(argv)
     th = str(args.threads)
     os.environ["RAYON_NUM_THREADS"] = th

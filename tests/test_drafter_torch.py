@@ -21,7 +21,7 @@ from tiny_models import BLOCK, TARGET_LAYER_IDS, make_target, write_drafter  # n
 
 import dspark  # noqa: E402
 from dspark.protocols import DRAFTER_MEMBERS  # noqa: E402
-from dspark.torch_drafter import TorchDrafter  # noqa: E402
+from dspark.reference.torch_drafter import TorchDrafter  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -88,6 +88,16 @@ def _assert_q_close(a: Any, b: Any) -> None:
     assert torch.equal(fa, fb), "supports differ"
     diff = (a[fa] - b[fb]).abs().max().item()
     assert diff <= TOL, f"draft logits differ by {diff}"
+
+
+def test_the_reference_modules_keep_their_old_names() -> None:
+    import dspark.hf_dflash
+    import dspark.reference.hf_dflash
+    import dspark.torch_drafter
+
+    assert dspark.torch_drafter.TorchDrafter is TorchDrafter
+    assert dspark.TorchDrafter is TorchDrafter
+    assert dspark.hf_dflash.to_hf_dflash is dspark.reference.hf_dflash.to_hf_dflash
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -1,4 +1,5 @@
-"""``dspark.hf_dflash``: a drafter backbone run by HF transformers' DFlash assisted generation.
+"""``dspark.reference.hf_dflash``: a drafter backbone run by HF transformers' DFlash assisted
+generation.
 
 The HF assistant computes exactly ``TorchDrafter.forward_block``'s hidden states (both block
 layouts, the bundled drafter's padded mask row included), HF ``generate`` with
@@ -25,10 +26,10 @@ if not hasattr(transformers, "MuseGlimmerAssistantModel"):
 from spec_fixtures import checkpoint, target  # noqa: E402,F401
 from tiny_models import greedy_reference, write_drafter  # noqa: E402
 
-import dspark.hf_dflash as hf_dflash  # noqa: E402
+import dspark.reference.hf_dflash as hf_dflash  # noqa: E402
 from dspark import BackendError, CheckpointError, TorchDrafter  # noqa: E402
 from dspark.bundled import BundledPair, bundled_dir, load_pair  # noqa: E402
-from dspark.hf_dflash import to_hf_dflash  # noqa: E402
+from dspark.reference.hf_dflash import to_hf_dflash  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

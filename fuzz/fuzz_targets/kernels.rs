@@ -5,7 +5,7 @@
 #![no_main]
 
 use dspark::sampling::{BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions, confidence_slices, mask_padded_slice, sample_block_slices, verify_slices};
-use dspark::schedule::{StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths};
+use dspark::policy::{StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths};
 use dspark::{IdMap, VocabSizes};
 use half::{bf16, f16};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};

@@ -51,7 +51,7 @@ _TORCH_EXPORTS = {
     "SpeculationStats": "dspark.speculator",
     "Speculator": "dspark.speculator",
     "TargetModel": "dspark.protocols",
-    "TorchDrafter": "dspark.torch_drafter",
+    "TorchDrafter": "dspark.reference.torch_drafter",
 }
 
 

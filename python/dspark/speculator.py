@@ -43,25 +43,7 @@ _Generate: TypeAlias = (
     "tuple[list[list[int]], SpeculationStats]]"
 )
 
-__all__ = ["GenerationResult", "SpeculationStats", "Speculator", "derive_seeds"]
-
-_MASK64 = (1 << 64) - 1
-
-
-def derive_seeds(
-    seed: int, requests: Sequence[int], positions: Sequence[int], salt: int
-) -> list[int]:
-    """One 63-bit seed per (request, position, salt): the engine's ``derive_seed``, in Python
-    (salt 0: the first token, 1: a draft block, 2: a verification)."""
-    seed = as_seed(seed)
-    out = []
-    for r, p in zip(requests, positions, strict=True):
-        z = seed * 0x9E3779B97F4A7C15 + r * 0xBF58476D1CE4E5B9 + p * 0x94D049BB133111EB + salt
-        z &= _MASK64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        out.append((z ^ (z >> 31)) & ((1 << 63) - 1))
-    return out
+__all__ = ["GenerationResult", "SpeculationStats", "Speculator"]
 
 
 #: What a :meth:`Speculator.generate` call did (the engine's statistics, read-only): rounds,

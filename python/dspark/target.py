@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from transformers import DynamicCache
 
 
-__all__ = ["HFTarget", "as_target", "check_capture_layers"]
+__all__ = ["HFTarget", "as_target"]
 
 
 class HFCache:
@@ -428,19 +428,6 @@ def as_target(target: object) -> TargetModel[Any]:
         "invalid-argument",
         f"target: {type(target).__name__} is neither an HF causal LM nor a TargetModel{lacks}",
     )
-
-
-def check_capture_layers(capture_layer_ids: Sequence[int], num_hidden_layers: int) -> None:
-    """Capture id ``c`` reads HF ``hidden_states[c]``; only ``0..num_hidden_layers-1`` are
-    pre-norm layer outputs (the last entry is post-norm and cannot feed a drafter)."""
-    for c in capture_layer_ids:
-        if not 0 <= int(c) < num_hidden_layers:
-            raise_error(
-                CheckpointError,
-                "target-mismatch",
-                f"drafter target layer id {int(c) - 1} (capture id {int(c)}) does not fit a "
-                f"{num_hidden_layers}-layer target (DeepSpec ids -1..={num_hidden_layers - 2})",
-            )
 
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use dspark::target::{TargetInput, TargetModel, TargetOutput};
+use dspark::models::{TargetInput, TargetModel, TargetOutput};
 use dspark::{Error, Result, limits};
 
 use crate::args;

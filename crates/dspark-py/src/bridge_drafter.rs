@@ -310,27 +310,4 @@ impl Drafter for PyDraftModel {
             })
         })
     }
-
-    fn propose(
-        &self,
-        context: &Tensor,
-        anchors: &[u32],
-        start_positions: &[usize],
-        opts: &ProposeOptions,
-    ) -> Result<Proposal> {
-        // Through the cached path: one state per request.
-        let b = anchors.len();
-        let mut states = Vec::with_capacity(b);
-        for i in 0..b {
-            let mut s = self.new_state()?;
-            let start = match start_positions {
-                [one] => *one,
-                many => many.get(i).copied().unwrap_or(0),
-            };
-            self.extend(&mut s, &context.get(i)?, start)?;
-            states.push(s);
-        }
-        let refs: Vec<&Py<PyAny>> = states.iter().collect();
-        self.propose_cached(&refs, anchors, opts)
-    }
 }

@@ -13,15 +13,16 @@
 use numpy::{PyArray1, PyArray2, PyArray3, PyArrayMethods};
 use pyo3::prelude::*;
 
+use dspark::policy::StepsPerSecond;
 use dspark::sampling::{
     BlockOptions, Mat, PerRequest, Rows3, Seeds, StsCalibration, Tokens, VerifyOptions,
 };
-use dspark::schedule::StepsPerSecond;
 use dspark::{Error, limits};
 
 use crate::args;
 use crate::dlpack::DlTensor;
 use crate::errors::{err, guard};
+use crate::kernel_ids::{block_ids, draft_token_ids};
 
 /// The shape of `t`, which must have exactly `N` dimensions.
 fn dims<const N: usize>(t: &DlTensor) -> PyResult<[usize; N]> {
@@ -167,27 +168,6 @@ pub fn sample_block<'py>(
     })
 }
 
-/// The anchors and id map of a block call as the engine takes them: `base` is `[B, K, V_d]`,
-/// `w1` is `[V_in, r]`. Ids are copied once (the kernel checks them against `V_in`, after the
-/// output sizes); the map is the engine's decision ([`dspark::IdMap::for_call`]).
-pub(crate) fn block_ids(
-    anchors: &Bound<'_, PyAny>,
-    d2t: Option<&Bound<'_, PyAny>>,
-    target_vocab_size: Option<usize>,
-    base: [usize; 3],
-    w1: [usize; 2],
-) -> PyResult<(Vec<u32>, dspark::IdMap)> {
-    let anchor_ids = args::ids_1d(anchors, "anchors")?;
-    let anchor_ids = args::ids_u32(&anchor_ids, "anchors", w1[0])?;
-    let offsets = d2t
-        .filter(|d| !d.is_none())
-        .map(|d| args::ids_1d(d, "d2t"))
-        .transpose()?;
-    let id_map =
-        dspark::IdMap::for_call(offsets.as_deref(), base[2], target_vocab_size).map_err(err)?;
-    Ok((anchor_ids, id_map))
-}
-
 /// Arrays of a verification: `(tokens [B,K+1] int64, num_accepted [B] int64)`.
 type VerifyArrays<'py> = (Bound<'py, PyArray2<i64>>, Bound<'py, PyArray1<i64>>);
 
@@ -287,49 +267,6 @@ fn verify_arrays(
         to_numpy2(py, out.tokens, [out.batch, out.width])?,
         PyArray1::from_vec(py, accepted),
     ))
-}
-
-/// The `[B, K]` draft ids of a verify call against target logits `[B, K+1, V]`: copied once
-/// (a concurrent change of the caller's buffer is never read after validation), with their
-/// real shape: `[B, K]`, never a transposed `[K, B]`.
-pub(crate) fn draft_token_ids(
-    draft_tokens: &Bound<'_, PyAny>,
-    target_dims: [usize; 3],
-) -> PyResult<(Vec<i64>, [usize; 2])> {
-    if draft_tokens.is_none() {
-        return Err(err(Error::invalid(
-            "draft_tokens",
-            "expected a [B, K] integer tensor, got None",
-        )));
-    }
-    let (tokens, token_shape) = args::ids(draft_tokens, "draft_tokens")?;
-    let shape = check_token_shape(&token_shape, target_dims)?;
-    Ok((tokens, shape))
-}
-
-/// `draft_tokens`' shape checked against the target's `[B, K+1, V]`.
-pub(crate) fn check_token_shape(
-    token_shape: &[usize],
-    target_dims: [usize; 3],
-) -> PyResult<[usize; 2]> {
-    let [batch, width, _] = target_dims;
-    if token_shape.len() != 2 {
-        return Err(err(Error::bad_shape(
-            "draft_tokens",
-            format!("expected 2 dimensions [B, K], got shape {token_shape:?}"),
-        )));
-    }
-    if width > 0 && token_shape != [batch, width - 1] {
-        return Err(err(Error::bad_shape(
-            "draft_tokens",
-            format!(
-                "shape {token_shape:?}, expected [B, K] = [{batch}, {}] (target_logits is \
-                 [B, K+1, V] = {target_dims:?})",
-                width - 1,
-            ),
-        )));
-    }
-    Ok([token_shape[0], token_shape[1]])
 }
 
 /// Build an STS calibration from a path (JSON) or a list of temperatures.
@@ -445,7 +382,7 @@ pub fn schedule_threshold(
             }));
         }
         let (c, b, k) = conf_matrix(confidence, "confidence")?;
-        dspark::schedule::threshold_lengths(&c, b, k, threshold).map_err(err)
+        dspark::policy::threshold_lengths(&c, b, k, threshold).map_err(err)
     })
 }
 
@@ -524,10 +461,10 @@ pub fn schedule_lengths(
         match (a, batch_wide) {
             (a, true) => {
                 let a = a.unwrap_or_else(|| vec![0.0; c.len()]);
-                dspark::schedule::schedule_lengths_batch(&c, b, k, &sps, &a)
+                dspark::policy::schedule_lengths_batch(&c, b, k, &sps, &a)
             }
-            (Some(a), false) => dspark::schedule::schedule_lengths_ahead(&c, b, k, &sps, &a),
-            (None, false) => dspark::schedule::schedule_lengths(&c, b, k, &sps),
+            (Some(a), false) => dspark::policy::schedule_lengths_ahead(&c, b, k, &sps, &a),
+            (None, false) => dspark::policy::schedule_lengths(&c, b, k, &sps),
         }
         .map_err(err)
     })
@@ -552,7 +489,7 @@ pub fn schedule_pipelined(
                 format!("shape [{b2}, {k2}] differs from stale [{b}, {k}]"),
             )));
         }
-        dspark::schedule::schedule_pipelined(&s, &c, b, k, &sps).map_err(err)
+        dspark::policy::schedule_pipelined(&s, &c, b, k, &sps).map_err(err)
     })
 }
 

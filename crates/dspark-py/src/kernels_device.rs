@@ -15,7 +15,7 @@ use dspark::sampling::{BlockOptions, PerRequest, Seeds, StsCalibration, VerifyOp
 use crate::args;
 use crate::dlpack::cuda::{DeviceArray, DeviceTensor, import};
 use crate::errors::PyDSparkError;
-use crate::kernels::{block_ids, check_token_shape, draft_token_ids};
+use crate::kernel_ids::{block_ids, check_token_shape, draft_token_ids};
 
 fn err(e: Error) -> PyErr {
     PyDSparkError(e).into()

@@ -9,11 +9,13 @@ mod build_info;
 mod config;
 mod dlpack;
 mod drafter;
+mod drafter_args;
 mod engine;
 mod errors;
 mod inspect;
 mod interrupt;
 mod json;
+mod kernel_ids;
 mod kernels;
 #[cfg(feature = "cuda")]
 mod kernels_device;

@@ -1,5 +1,5 @@
 //! `dspark._native.NativeTarget`: the engine's candle Qwen3 causal LM
-//! (`dspark::targets::Qwen3Target`), for `dspark.NativeTarget`.
+//! (`dspark::models::qwen3::Qwen3Target`), for `dspark.NativeTarget`.
 
 use std::sync::Arc;
 
@@ -7,8 +7,8 @@ use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 
 use dspark::device::{device_name, parse_device};
+use dspark::models::qwen3::Qwen3Target;
 use dspark::speculator::{LogitRows, TargetInput, TargetModel};
-use dspark::targets::Qwen3Target;
 use dspark::{Error, LoadOptions};
 
 use crate::args;

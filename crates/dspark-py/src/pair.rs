@@ -7,9 +7,9 @@ use candle_core::{Device, Tensor};
 
 use dspark::checkpoint::WeightSource;
 use dspark::drafter::{DraftState, Proposal, ProposeOptions};
-use dspark::schedule::VerifyPolicy;
+use dspark::models::qwen3::{Qwen3Cache, Qwen3Target};
+use dspark::policy::VerifyPolicy;
 use dspark::speculator::{TargetInput, TargetModel, TargetOutput};
-use dspark::targets::{Qwen3Cache, Qwen3Target};
 use dspark::{Drafter, Error, IdMap, Qwen3Drafter, Result, VocabSizes};
 use pyo3::prelude::*;
 
@@ -340,15 +340,5 @@ impl Drafter for AnyDrafter {
             AnyDrafter::Native(d) => d.propose_for_verify(&native_states(states)?, anchors, opts),
             AnyDrafter::Py(d) => d.propose_for_verify(&py_states(states)?, anchors, opts),
         }
-    }
-
-    fn propose(
-        &self,
-        context: &Tensor,
-        anchors: &[u32],
-        start_positions: &[usize],
-        opts: &ProposeOptions,
-    ) -> Result<Proposal> {
-        each!(self, d => d.propose(context, anchors, start_positions, opts))
     }
 }

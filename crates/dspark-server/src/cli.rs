@@ -146,10 +146,12 @@ pub struct ServeArgs {
 
     /// Test mode: serve with a deterministic echo engine instead of the model (the HTTP layer
     /// alone; the target directory still gives the tokenizer and limits).
+    #[cfg(feature = "test-engine")]
     #[arg(long, hide = true)]
     pub fake_engine: bool,
 
     /// Test mode: milliseconds each step of the echo engine sleeps.
+    #[cfg(feature = "test-engine")]
     #[arg(long, hide = true, default_value_t = 2)]
     pub fake_step_ms: u64,
 }

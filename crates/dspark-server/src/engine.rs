@@ -1,7 +1,7 @@
 //! What the server needs from an engine: the step-level interface of
 //! `dspark::engine::Engine` (add, abort, step, has work, metrics), as a trait so the server
 //! runs the native engine (`engine_adapter.rs`) and the deterministic test engine
-//! ([`crate::fake::FakeEngine`]) alike.
+//! (the test echo engine, `fake.rs`) alike.
 //!
 //! The engine is built on, and never leaves, its own thread ([`crate::engine_thread`]), so it
 //! need not be `Send`.

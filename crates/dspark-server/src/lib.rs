@@ -17,6 +17,7 @@ pub mod engine;
 pub mod engine_adapter;
 pub mod engine_thread;
 pub mod error;
+#[cfg(feature = "test-engine")]
 pub mod fake;
 pub mod load;
 pub mod metrics;
@@ -40,6 +41,7 @@ use crate::cli::ServeArgs;
 use crate::engine::ServingEngine;
 use crate::engine_thread::EngineHandle;
 use crate::error::StartError;
+#[cfg(feature = "test-engine")]
 use crate::fake::{FakeConfig, FakeEngine};
 use crate::metrics::ServerMetrics;
 use crate::model::ModelInfo;
@@ -81,7 +83,9 @@ fn init_logging() {
         .try_init();
 }
 
-/// Start the engine thread: the echo engine (`--fake-engine`) or the native one.
+/// Start the engine thread: the echo engine (`--fake-engine`, with the `test-engine`
+/// feature) or the native one.
+#[cfg_attr(not(feature = "test-engine"), allow(unused_variables))]
 fn start_engine(
     args: &ServeArgs,
     target: &Path,
@@ -90,6 +94,7 @@ fn start_engine(
     metrics: Arc<ServerMetrics>,
 ) -> Result<EngineHandle, StartError> {
     let limit = args.max_running.saturating_add(args.max_queue);
+    #[cfg(feature = "test-engine")]
     if args.fake_engine {
         let config = FakeConfig {
             vocab_size: model.vocab_size,
@@ -140,11 +145,14 @@ fn run(args: &ServeArgs, bundled: Option<&Path>) -> Result<(), StartError> {
         .map_err(|e| StartError::new("io", format!("cannot start the async runtime: {e}")))?;
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::from_std(listener)?;
+        #[cfg(feature = "test-engine")]
         let engine = if args.fake_engine {
             "test echo engine"
         } else {
             "native engine"
         };
+        #[cfg(not(feature = "test-engine"))]
+        let engine = "native engine";
         eprintln!("dspark serve: listening on http://{bound} (model {name}, {engine})");
         let stop = async move {
             let which = shutdown::signal().await;

@@ -1,6 +1,6 @@
 //! Loading what `dspark serve` runs: the native target and drafter pair (as
 //! `crates/dspark/examples/generate.rs` loads it: `Qwen3Target::load`, then
-//! `Qwen3Drafter::load_on` sharing the target's embedding and lm_head, with `sts.json` when the
+//! `Qwen3Drafter::builder` sharing the target's embedding and lm_head, with `sts.json` when the
 //! drafter directory has one), the engine's options from the command line, and the thread pool.
 
 use std::path::{Path, PathBuf};
@@ -92,12 +92,10 @@ pub fn load_pair(
     }
     let device = parse_device("--device", device)?;
     let target = Qwen3Target::load(target, &device)?;
-    let drafter = Qwen3Drafter::load_on(
-        drafter,
-        &target.target_spec(),
-        target.shared_weights(),
-        &target.device(),
-    )?;
+    let drafter = Qwen3Drafter::builder(&target.target_spec())
+        .shared(target.shared_weights())
+        .device(&target.device())
+        .load(drafter)?;
     Ok((target, drafter))
 }
 

@@ -81,8 +81,8 @@ impl AppState {
     /// Tokenize `text` off the async workers; `special`: add the tokenizer's special tokens
     /// (completions), not for rendered chat templates (they write their own). `param` names
     /// the field the text came from. A text longer than the context could hold at the
-    /// tokenizer's longest token is refused unread (`context_length_exceeded`): a 7.5 MiB
-    /// prompt used to be tokenized whole (about +0.9 GB) before its length was checked.
+    /// tokenizer's longest token is refused unread (`context_length_exceeded`), so a huge
+    /// prompt costs no tokenizer memory.
     /// Callers hold an engine slot ([`crate::engine_thread::EngineHandle::reserve`]) while
     /// they tokenize, so at most that many texts are tokenized at once.
     pub async fn tokenize(

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use candle_core::Device;
-use dspark::schedule::StepsPerSecond;
+use dspark::policy::StepsPerSecond;
 use dspark::speculator::{LogitRows, Request, RoundUpdate, SpeculatorOptions, TargetInput};
 use dspark::speculator::{VerifyPolicy, target_only};
 use dspark::{Drafter, Error, Qwen3Drafter, Qwen3Target, Speculator, TargetModel};

@@ -515,3 +515,22 @@ mod tests {
         assert!(two.to_string().contains("[missing-lm-head]"));
     }
 }
+
+/// A non-fatal finding: something loads, but not the way its author may expect.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Warning {
+    /// Stable machine code, e.g. `"confidence-head-disabled"`.
+    pub code: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+impl Warning {
+    /// Build a warning.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}

@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn ids_beyond_u32_never_wrap() {
-        // `IdMap.identity(2**33).to_target([2**32 + 5])` used to return 5.
+        // An id past u32 must not wrap (2**32 + 5 must never map to 5).
         assert_eq!(IdMap::identity(1 << 33).unwrap_err().code(), "too-large");
         let forged = IdMap::Identity {
             target_vocab: 1 << 33,

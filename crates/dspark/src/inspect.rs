@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use crate::sampling::StsCalibration;
 use serde_json::{Value, json};
 
+use crate::VocabLayout;
 use crate::checkpoint::{Inventory, LoadPlan, WeightSource};
 use crate::config::{ConfigFormat, DraftSpec, TargetSpec};
 use crate::error::Error;
-use crate::{VocabLayout, Warning};
+use crate::error::Warning;
 
 /// The outcome of inspecting a drafter against a target.
 #[derive(Debug)]

@@ -20,13 +20,12 @@ pub mod files;
 pub mod idmap;
 pub mod inspect;
 pub mod limits;
+pub mod models;
 pub mod nn;
+pub mod policy;
 pub mod sampling;
-pub mod schedule;
 pub mod speculator;
 pub mod sync;
-pub mod target;
-pub mod targets;
 #[cfg(test)]
 mod test_values;
 pub mod threads;
@@ -38,29 +37,10 @@ pub use config::{
     ConfigFormat, DraftSpec, MarkovHeadType, NoiseToken, NoiseTokenSource, TargetSpec,
 };
 pub use drafter::{DraftState, Drafter, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, Warning};
 pub use idmap::IdMap;
 pub use inspect::{InspectOptions, Report, inspect, inspect_with};
+pub use models::Qwen3Target;
 pub use nn::{LoadOptions, WeightDtype};
 pub use speculator::{Speculator, TargetModel};
-pub use targets::Qwen3Target;
 pub use vocab::{VocabLayout, VocabSizes};
-
-/// A non-fatal finding: something loads, but not the way its author may expect.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Warning {
-    /// Stable machine code, e.g. `"confidence-head-disabled"`.
-    pub code: &'static str,
-    /// Human-readable explanation.
-    pub message: String,
-}
-
-impl Warning {
-    /// Build a warning.
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}

@@ -3,9 +3,11 @@
 //! Every kernel's core works on these views so that the Python glue can hand over DLPack/numpy
 //! memory without copying; the candle-`Tensor` fronts build the same views over tensor storage.
 
-use crate::error::{Error, Result};
+use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
+
+use crate::error::{Error, Result};
 
 /// Widen bf16 to f32 (a shift; vectorizes).
 #[inline(always)]
@@ -13,6 +15,63 @@ pub(crate) fn widen_bf16(src: &[bf16], dst: &mut [f32]) {
     for (o, v) in dst.iter_mut().zip(src) {
         *o = f32::from_bits(u32::from(v.to_bits()) << 16);
     }
+}
+
+/// Run `f` on the values of `t` where they lie: `Some` when `t` is a contiguous f32, bf16 or
+/// f16 CPU tensor, `None` (nothing run, nothing copied) otherwise.
+pub(crate) fn borrow_floats<R>(t: &Tensor, f: impl FnOnce(Floats<'_>) -> R) -> Option<R> {
+    if !t.device().is_cpu() {
+        return None;
+    }
+    let (storage, layout) = t.storage_and_layout();
+    let (lo, hi) = layout.contiguous_offsets()?;
+    let floats = match &*storage {
+        Storage::Cpu(CpuStorage::F32(all)) => Floats::F32(&all[lo..hi]),
+        Storage::Cpu(CpuStorage::BF16(all)) => Floats::BF16(&all[lo..hi]),
+        Storage::Cpu(CpuStorage::F16(all)) => Floats::F16(&all[lo..hi]),
+        _ => return None,
+    };
+    Some(f(floats))
+}
+
+/// Run `f` on the values of `t` (named `name` in errors) as host floats: borrowed where they
+/// lie (see [`borrow_floats`]), else copied to the host once, contiguous (f32, bf16 and f16 in
+/// their dtype, f64 narrowed to f32). Integer tensors are `unsupported-dtype`.
+pub(crate) fn with_floats<R>(
+    t: &Tensor,
+    name: &str,
+    f: impl FnOnce(Floats<'_>) -> Result<R>,
+) -> Result<R> {
+    let host;
+    let t = match t.dtype() {
+        DType::F32 | DType::F16 | DType::BF16
+            if t.device().is_cpu() && t.layout().is_contiguous() =>
+        {
+            t
+        }
+        DType::F32 | DType::F16 | DType::BF16 => {
+            host = t.to_device(&Device::Cpu)?.contiguous()?;
+            &host
+        }
+        DType::F64 => {
+            host = t
+                .to_dtype(DType::F32)?
+                .to_device(&Device::Cpu)?
+                .contiguous()?;
+            &host
+        }
+        other => {
+            return Err(Error::UnsupportedDtype {
+                name: name.to_string(),
+                message: format!("{other:?} (need f32, f16 or bf16)"),
+            });
+        }
+    };
+    borrow_floats(t, f).unwrap_or_else(|| {
+        Err(Error::Internal {
+            message: format!("{name}: not contiguous host floats after a copy to the host"),
+        })
+    })
 }
 
 /// A contiguous, row-major run of floating-point values in one of the supported dtypes.
@@ -41,15 +100,6 @@ impl<'a> Floats<'a> {
     /// `true` when there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The dtype name (`"f32"`, `"f16"`, `"bf16"`).
-    pub fn dtype_str(&self) -> &'static str {
-        match self {
-            Floats::F32(_) => "f32",
-            Floats::F16(_) => "f16",
-            Floats::BF16(_) => "bf16",
-        }
     }
 
     /// Size of one element in bytes.

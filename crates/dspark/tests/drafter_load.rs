@@ -274,7 +274,11 @@ fn bf16_and_f16_checkpoints_equal_f32_ones_of_their_values() {
             let options = LoadOptions { dtype: Some(keep) };
             let load = |dir: &std::path::Path| {
                 let (target, shared) = (low.target(), SharedWeights::default());
-                Qwen3Drafter::load_with(dir, &target, shared, &Device::Cpu, options).unwrap()
+                Qwen3Drafter::builder(&target)
+                    .shared(shared)
+                    .options(options)
+                    .load(dir)
+                    .unwrap()
             };
             let (a, b) = (load(d1.path()), load(d2.path()));
             let pa = a.propose(&ctx, &[1, 2], &[0], &opts(0.5)).unwrap();
@@ -338,13 +342,10 @@ fn a_stale_or_broken_calibration_file_is_skipped_by_an_uncalibrated_load() {
         assert!(e.to_string().contains("sts.json"), "{e}");
         assert!(!dspark::inspect(dir.path(), Some(&target_config)).ok());
         // A load that brings its own calibration (or none) never reads it.
-        let d = Qwen3Drafter::load_uncalibrated(
-            dir.path(),
-            &target,
-            SharedWeights::default(),
-            &Device::Cpu,
-        )
-        .unwrap();
+        let d = Qwen3Drafter::builder(&target)
+            .calibrated(false)
+            .load(dir.path())
+            .unwrap();
         assert!(d.sts().is_none() && d.has_confidence_head());
         let options = dspark::InspectOptions { calibration: false };
         let report = dspark::inspect_with(dir.path(), Some(&target_config), &options);

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use dspark::engine::{
     Budget, Engine, EngineConfig, FinishReason, RequestId, RequestSpec, SamplingParams,
 };
-use dspark::schedule::VerifyPolicy;
+use dspark::policy::VerifyPolicy;
 use dspark::speculator::{Request, Speculator, SpeculatorOptions, TargetModel};
 use sampling_support::{assert_follows, reference_probs};
 use speculator_common::{Fault, Mode, OracleDrafter, ToyTarget, mix};

@@ -5,11 +5,11 @@
 
 use candle_core::{Device, Tensor};
 use dspark::error::catch_panic;
+use dspark::policy::threshold_lengths;
 use dspark::sampling::{
     BlockOptions, Floats, Mat, Rows3, Seeds, Tokens, VerifyOptions, confidence, confidence_slices,
     sample_block_slices, verify, verify_slices,
 };
-use dspark::schedule::threshold_lengths;
 use dspark::{Error, IdMap};
 
 #[allow(clippy::too_many_arguments)]

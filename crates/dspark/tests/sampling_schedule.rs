@@ -6,7 +6,7 @@
 
 mod sampling_support;
 
-use dspark::schedule::{
+use dspark::policy::{
     StepsPerSecond, schedule_lengths, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
 };
 use sampling_support::{appendix_a, assert_differs, assert_follows};

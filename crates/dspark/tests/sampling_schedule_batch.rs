@@ -7,7 +7,7 @@
 
 mod sampling_support;
 
-use dspark::schedule::{
+use dspark::policy::{
     MAX_BATCH_SEARCH_SLOTS, StepsPerSecond, schedule_lengths, schedule_lengths_ahead,
     schedule_lengths_batch,
 };

@@ -11,7 +11,7 @@ mod sampling_support;
 mod speculator_common;
 
 use dspark::Error;
-use dspark::schedule::StepsPerSecond;
+use dspark::policy::StepsPerSecond;
 use dspark::speculator::{
     Generation, LogitRows, Request, RoundUpdate, Speculator, SpeculatorOptions, Stats, TargetModel,
     VerifyPolicy, target_only,

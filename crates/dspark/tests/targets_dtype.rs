@@ -13,8 +13,8 @@ mod targets_common;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
+use dspark::models::qwen3::Qwen3Target;
 use dspark::speculator::{LogitRows, Request, Speculator, SpeculatorOptions, TargetInput};
-use dspark::targets::Qwen3Target;
 use dspark::{LoadOptions, Qwen3Drafter, TargetModel, WeightDtype};
 use targets_common::Tiny;
 
@@ -163,14 +163,10 @@ fn greedy_speculative_equals_target_only_in_every_dtype() {
         let target =
             Qwen3Target::load_with(&bundled_dir().join("target"), &Device::Cpu, options(dtype))
                 .unwrap();
-        let drafter = Qwen3Drafter::load_with(
-            &bundled_dir().join("drafter"),
-            &target.target_spec(),
-            target.shared_weights(),
-            &Device::Cpu,
-            LoadOptions::default(),
-        )
-        .unwrap();
+        let drafter = Qwen3Drafter::builder(&target.target_spec())
+            .shared(target.shared_weights())
+            .load(&bundled_dir().join("drafter"))
+            .unwrap();
         let s = Speculator::new(target, drafter, SpeculatorOptions::default()).unwrap();
         let spec = s.generate(&requests, None).unwrap();
         let base = s.generate_target_only(&requests, None).unwrap();

@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use drafter_common::Rng;
+use dspark::models::qwen3::{Qwen3Cache, Qwen3Target};
 use dspark::speculator::contract::check_target;
 use dspark::speculator::{LogitRows, TargetInput, TargetModel};
-use dspark::targets::{Qwen3Cache, Qwen3Target};
 use dspark::{Drafter, Qwen3Drafter};
 use serde_json::{Value, json};
 use targets_common::Tiny;

@@ -1,6 +1,6 @@
 """A trainable Qwen3 DSpark drafter (``torch.nn.Module``) with DeepSpec tensor names.
 
-The math is the same as :class:`dspark.TorchDrafter` (it reuses :mod:`dspark._torch_ops`):
+The math is the same as :class:`dspark.TorchDrafter` (it reuses :mod:`dspark.reference.torch_ops`):
 ``ctx = hidden_norm(fc(features))``; every layer's context keys/values come from ``ctx``
 (``k_norm`` + RoPE on keys, no ``input_layernorm``); block queries/keys/values come from the
 pre-normed block; final ``norm``; ``lm_head``; Markov bias ``W2 W1[x_{k-1}]``; confidence logit
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from dspark._torch_ops import Rope, mlp, rms_norm
+from dspark.reference.torch_ops import Rope, mlp, rms_norm
 
 __all__ = ["DrafterShape", "TrainableDrafter"]
 

@@ -214,6 +214,14 @@ pub fn check(c: &Common<'_>, vocab_size: usize) -> Result<Checked, ApiError> {
             ));
         }
     };
+    // As in Python: a seed is an unsigned 64-bit integer.
+    let seed = match c.seed {
+        None => None,
+        Some(s) => Some(
+            u64::try_from(s)
+                .map_err(|_| ApiError::invalid("seed", format!("seed must be >= 0, got {s}")))?,
+        ),
+    };
     let stream = c.stream.unwrap_or(false);
     let include_usage = c
         .stream_options
@@ -232,8 +240,7 @@ pub fn check(c: &Common<'_>, vocab_size: usize) -> Result<Checked, ApiError> {
             top_k,
             top_p: top_p as f32,
         },
-        // Any 64-bit seed, negative ones included (two's complement).
-        seed: c.seed.map(|s| s as u64),
+        seed,
         stop_strings: stop_strings(c.stop)?,
         stop_token_ids: stop_ids(c.stop_token_ids, vocab_size)?,
         ignore_eos: c.ignore_eos.unwrap_or(false),
@@ -313,6 +320,13 @@ mod tests {
                     ..Default::default()
                 },
                 "temperature",
+            ),
+            (
+                Common {
+                    seed: Some(-1),
+                    ..Default::default()
+                },
+                "seed",
             ),
             (
                 Common {

@@ -12,8 +12,8 @@ use super::header::TensorInfo;
 use super::inventory::Inventory;
 use super::names::{self, DROP_TARGET_OWNED, NameRule};
 use super::shapes::{self, Expected, Need};
-use crate::Warning;
 use crate::config::{ConfigFormat, DraftSpec, TargetSpec};
+use crate::error::Warning;
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::vocab::{VocabLayout, VocabSizes};
@@ -254,11 +254,6 @@ impl LoadPlan {
             }
         }
         b.finish()
-    }
-
-    /// Number of tensors to load from the checkpoint.
-    pub fn num_loaded(&self) -> usize {
-        self.tensors.len()
     }
 }
 

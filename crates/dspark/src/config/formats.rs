@@ -3,8 +3,8 @@
 use super::fields::Fields;
 use super::layers::{LayerIdSemantics, TargetLayers, resolve_target_layers};
 use super::spec::{ConfigFormat, MarkovHeadType};
-use crate::Warning;
 use crate::error::Result;
+use crate::error::Warning;
 use crate::limits::{MAX_BLOCK, MAX_LAYERS};
 
 /// The DSpark keys of a draft config, normalized.

@@ -9,13 +9,15 @@
 //!
 //! Submodules: [`spec`] (the types), [`shape`] ([`ModelShape`]), [`noise`] (the noise-token
 //! chain), [`layers`] (the target-layer resolver), [`parse`] (format detection and
-//! normalization), [`target`], [`qwen3`] (the native target's config).
+//! normalization), [`json`] (reading a `config.json`), [`target`], [`qwen3`] (the native
+//! target's config).
 //! Private helpers: `fields` (typed, key-naming lookups), `formats` (the DSpark keys of each
 //! shape), `backbone` (transformer shape), `rope` (RoPE parameters).
 
 mod backbone;
 pub(crate) mod fields;
 mod formats;
+pub mod json;
 pub mod layers;
 pub mod noise;
 pub mod parse;

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::fields::{Fields, describe};
-use super::parse::read_json;
+use super::json::read_json;
 use super::rope::read_rope;
 use super::shape::ModelShape;
 use super::target::TargetSpec;

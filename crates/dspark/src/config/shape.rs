@@ -38,18 +38,6 @@ pub struct ModelShape {
     pub tie_word_embeddings: bool,
 }
 
-impl ModelShape {
-    /// Width of the query projection, `heads · head_dim`.
-    pub fn q_width(&self) -> usize {
-        self.num_attention_heads * self.head_dim
-    }
-
-    /// Width of each of the key and value projections, `kv_heads · head_dim`.
-    pub fn kv_width(&self) -> usize {
-        self.num_key_value_heads * self.head_dim
-    }
-}
-
 /// Rotary position embedding parameters of a decoder stack.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RopeSpec {

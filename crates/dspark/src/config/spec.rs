@@ -32,12 +32,6 @@ impl ConfigFormat {
             ConfigFormat::DeepSeekV4 => "deepseek-v4",
         }
     }
-
-    /// `true` when the config's layer ids are in capture semantics (input of layer `j`) rather
-    /// than DeepSpec semantics (output of layer `i`).
-    pub fn layer_ids_are_capture(self) -> bool {
-        matches!(self, ConfigFormat::Speculators)
-    }
 }
 
 /// The Markov head variant (`markov_head_type`).
@@ -160,7 +154,7 @@ pub struct DraftSpec {
     pub final_logit_softcapping: Option<f64>,
     /// Non-fatal notes from normalization (e.g. a speculators config without
     /// `sample_from_anchor`, assumed false).
-    pub warnings: Vec<crate::Warning>,
+    pub warnings: Vec<crate::error::Warning>,
 }
 
 impl DraftSpec {

@@ -25,7 +25,7 @@ pub struct TargetSpec {
 impl TargetSpec {
     /// Read a target config from a `config.json` path or a directory holding one.
     pub fn from_path(path: &Path) -> Result<Self> {
-        let (file, value) = super::parse::read_json(path)?;
+        let (file, value) = super::json::read_json(path)?;
         Self::from_value(&value, &file)
     }
 

@@ -12,7 +12,7 @@
 //!
 //! Submodules: [`cache`] ([`DraftState`]), [`qwen3`] ([`Qwen3Drafter`]: loading), `forward`
 //! (the block pass over the cached context). The layers come from [`crate::nn`], shared with
-//! [`crate::targets::Qwen3Target`].
+//! [`crate::models::qwen3::Qwen3Target`].
 
 pub mod cache;
 mod forward;
@@ -22,10 +22,10 @@ use candle_core::{Device, Tensor};
 
 pub use crate::nn::SharedWeights;
 pub use cache::DraftState;
-pub use qwen3::Qwen3Drafter;
+pub use qwen3::{Qwen3Drafter, Qwen3DrafterBuilder};
 
 use crate::checkpoint::WeightSource;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::sampling::Seeds;
 use crate::vocab::VocabSizes;
@@ -187,14 +187,40 @@ pub trait Drafter {
         Ok((self.propose_cached(states, anchors, opts)?, None))
     }
     /// Stateless drafting: `context` is `[B, T, L·H_t]`, request `b`'s context covers positions
-    /// `start_positions[b] ..` (one value broadcasts) and its anchor sits right after it.
+    /// `start_positions[b] ..` (one value broadcasts) and its anchor sits right after it. A
+    /// state per request, extended and proposed from ([`Drafter::propose_cached`]).
     fn propose(
         &self,
         context: &Tensor,
         anchors: &[u32],
         start_positions: &[usize],
         opts: &ProposeOptions,
-    ) -> Result<Proposal>;
+    ) -> Result<Proposal> {
+        let (b, _t, _w) = context.dims3().map_err(|_| {
+            Error::bad_shape(
+                "context",
+                format!("shape {:?}, expected [B, T, L·H_t]", context.dims()),
+            )
+        })?;
+        if start_positions.len() != 1 && start_positions.len() != b {
+            return Err(Error::bad_shape(
+                "start_positions",
+                format!(
+                    "{} values for a batch of {b} (give 1 or B)",
+                    start_positions.len()
+                ),
+            ));
+        }
+        let mut states = Vec::with_capacity(b);
+        for i in 0..b {
+            let mut state = self.new_state()?;
+            let start = start_positions[if start_positions.len() == 1 { 0 } else { i }];
+            self.extend(&mut state, &context.get(i)?, start)?;
+            states.push(state);
+        }
+        let refs: Vec<&Self::State> = states.iter().collect();
+        self.propose_cached(&refs, anchors, opts)
+    }
 }
 
 impl<D: Drafter + ?Sized> Drafter for std::sync::Arc<D> {
@@ -263,14 +289,5 @@ impl<D: Drafter + ?Sized> Drafter for std::sync::Arc<D> {
         opts: &ProposeOptions,
     ) -> Result<(Proposal, Option<Tensor>)> {
         (**self).propose_for_verify(states, anchors, opts)
-    }
-    fn propose(
-        &self,
-        context: &Tensor,
-        anchors: &[u32],
-        start_positions: &[usize],
-        opts: &ProposeOptions,
-    ) -> Result<Proposal> {
-        (**self).propose(context, anchors, start_positions, opts)
     }
 }

@@ -16,9 +16,9 @@ use candle_core::{Device, Tensor};
 
 use super::cache::DraftState;
 use super::{Drafter, Proposal, ProposeOptions};
-use crate::Warning;
 use crate::checkpoint::{Inventory, LoadPlan, WeightSource, shapes};
 use crate::config::{ConfigFormat, DraftSpec, MarkovHeadType, TargetSpec};
+use crate::error::Warning;
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::nn::decoder::{Layer, Take};
@@ -119,36 +119,56 @@ fn check_supported(spec: &DraftSpec) -> Result<()> {
     Ok(())
 }
 
-impl Qwen3Drafter {
-    /// Load a drafter directory (`config.json` + safetensors) on the CPU. `shared` supplies the
-    /// target's embed / lm_head where the checkpoint has none.
-    pub fn load(dir: &Path, target: &TargetSpec, shared: SharedWeights) -> Result<Self> {
-        Self::load_on(dir, target, shared, &Device::Cpu)
+/// How to load a [`Qwen3Drafter`] ([`Qwen3Drafter::builder`]): the target it drafts for, the
+/// weights it shares with that target, the device, the weight dtypes and whether `sts.json`
+/// calibrates its confidences.
+#[derive(Debug, Clone)]
+pub struct Qwen3DrafterBuilder<'a> {
+    target: &'a TargetSpec,
+    shared: SharedWeights,
+    device: Device,
+    options: LoadOptions,
+    calibrated: bool,
+}
+
+impl Qwen3DrafterBuilder<'_> {
+    /// The target's embedding and lm_head, for a checkpoint that has none of its own.
+    pub fn shared(mut self, shared: SharedWeights) -> Self {
+        self.shared = shared;
+        self
     }
 
-    /// [`Qwen3Drafter::load`] onto `device`; the calibration is `sts.json` next to the
-    /// checkpoint when present (a file that does not fit the block is an error).
-    pub fn load_on(
-        dir: &Path,
-        target: &TargetSpec,
-        shared: SharedWeights,
-        device: &Device,
-    ) -> Result<Self> {
-        Self::load_with(dir, target, shared, device, LoadOptions::default())
+    /// The device (default: the CPU).
+    pub fn device(mut self, device: &Device) -> Self {
+        self.device = device.clone();
+        self
     }
 
-    /// [`Qwen3Drafter::load_on`] with [`LoadOptions`] (the weight dtype; by default each
-    /// matrix keeps its checkpoint dtype and the shared weights the target's).
-    pub fn load_with(
-        dir: &Path,
-        target: &TargetSpec,
-        shared: SharedWeights,
-        device: &Device,
-        options: LoadOptions,
-    ) -> Result<Self> {
-        let mut drafter = Self::load_uncalibrated_with(dir, target, shared, device, options)?;
+    /// The weight dtypes (by default each matrix keeps its checkpoint dtype and the shared
+    /// weights the target's).
+    pub fn options(mut self, options: LoadOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Whether [`Qwen3DrafterBuilder::load`] reads `sts.json` next to the checkpoint (the
+    /// default). Without, confidences are raw until [`Qwen3Drafter::set_sts`]: a caller that
+    /// brings its own calibration, or none, never depends on that file.
+    pub fn calibrated(mut self, calibrated: bool) -> Self {
+        self.calibrated = calibrated;
+        self
+    }
+
+    /// Load a drafter directory (`config.json` + safetensors; `sts.json` when present and
+    /// [`calibrated`](Qwen3DrafterBuilder::calibrated): a file that does not fit the block is
+    /// an error).
+    pub fn load(self, dir: &Path) -> Result<Qwen3Drafter> {
+        let spec = DraftSpec::from_path(dir)?;
+        let inventory = Inventory::open(dir)?;
+        let calibrated = self.calibrated;
+        let mut drafter = self.from_checkpoint(spec, &inventory)?;
         let path = dir.join(STS_FILE);
-        if drafter.confidence.is_some() && path.is_file() {
+        if calibrated && drafter.confidence.is_some() && path.is_file() {
             let table = StsCalibration::from_json_path(&path)?;
             let k = drafter.spec.block_size;
             if table.temperatures.len() < k {
@@ -168,29 +188,39 @@ impl Qwen3Drafter {
         Ok(drafter)
     }
 
-    /// [`Qwen3Drafter::load_on`] without reading `sts.json`: raw confidences until
-    /// [`Qwen3Drafter::set_sts`] (a caller that brings its own calibration, or none, never
-    /// depends on that file).
-    pub fn load_uncalibrated(
-        dir: &Path,
-        target: &TargetSpec,
-        shared: SharedWeights,
-        device: &Device,
-    ) -> Result<Self> {
-        Self::load_uncalibrated_with(dir, target, shared, device, LoadOptions::default())
+    /// Build from a parsed config and an opened checkpoint (never calibrated: there is no
+    /// directory to read `sts.json` from). Checks the pair against the target (layers, hidden
+    /// size), applies the load plan (vocabulary rules, shapes, `d2t`), takes shared weights
+    /// (shape-checked; absent when needed → `missing-tensor`).
+    pub fn from_checkpoint(self, spec: DraftSpec, inventory: &Inventory) -> Result<Qwen3Drafter> {
+        Qwen3Drafter::build(
+            spec,
+            self.target,
+            inventory,
+            self.shared,
+            &self.device,
+            self.options,
+        )
+    }
+}
+
+impl Qwen3Drafter {
+    /// Load a drafter directory (`config.json` + safetensors, `sts.json` when present) on the
+    /// CPU. `shared` supplies the target's embed / lm_head where the checkpoint has none.
+    /// Other devices, dtypes and calibrations: [`Qwen3Drafter::builder`].
+    pub fn load(dir: &Path, target: &TargetSpec, shared: SharedWeights) -> Result<Self> {
+        Self::builder(target).shared(shared).load(dir)
     }
 
-    /// [`Qwen3Drafter::load_uncalibrated`] with [`LoadOptions`].
-    pub fn load_uncalibrated_with(
-        dir: &Path,
-        target: &TargetSpec,
-        shared: SharedWeights,
-        device: &Device,
-        options: LoadOptions,
-    ) -> Result<Self> {
-        let spec = DraftSpec::from_path(dir)?;
-        let inventory = Inventory::open(dir)?;
-        Self::from_checkpoint_with(spec, target, &inventory, shared, device, options)
+    /// A loader for a drafter of `target` (CPU, checkpoint dtypes, calibrated by default).
+    pub fn builder(target: &TargetSpec) -> Qwen3DrafterBuilder<'_> {
+        Qwen3DrafterBuilder {
+            target,
+            shared: SharedWeights::default(),
+            device: Device::Cpu,
+            options: LoadOptions::default(),
+            calibrated: true,
+        }
     }
 
     /// The confidence calibration in use (loaded from `sts.json` next to the checkpoint, or
@@ -225,28 +255,7 @@ impl Qwen3Drafter {
         Ok(())
     }
 
-    /// Build from a parsed config and an opened checkpoint. Checks the pair against the target
-    /// (layers, hidden size), applies the load plan (vocabulary rules, shapes, `d2t`), takes
-    /// shared weights from `shared` (shape-checked; absent when needed → `missing-tensor`).
-    pub fn from_checkpoint(
-        spec: DraftSpec,
-        target: &TargetSpec,
-        inventory: &Inventory,
-        shared: SharedWeights,
-        device: &Device,
-    ) -> Result<Self> {
-        Self::from_checkpoint_with(
-            spec,
-            target,
-            inventory,
-            shared,
-            device,
-            LoadOptions::default(),
-        )
-    }
-
-    /// [`Qwen3Drafter::from_checkpoint`] with [`LoadOptions`] (the weight dtype).
-    pub fn from_checkpoint_with(
+    fn build(
         spec: DraftSpec,
         target: &TargetSpec,
         inventory: &Inventory,
@@ -473,40 +482,5 @@ impl Drafter for Qwen3Drafter {
         opts: &ProposeOptions,
     ) -> Result<(Proposal, Option<Tensor>)> {
         self.on_host_pool(|| self.propose_states_kept(states, anchors, opts, true))
-    }
-
-    fn propose(
-        &self,
-        context: &Tensor,
-        anchors: &[u32],
-        start_positions: &[usize],
-        opts: &ProposeOptions,
-    ) -> Result<Proposal> {
-        let (b, _t, _w) = context.dims3().map_err(|_| {
-            Error::bad_shape(
-                "context",
-                format!("shape {:?}, expected [B, T, L·H_t]", context.dims()),
-            )
-        })?;
-        if start_positions.len() != 1 && start_positions.len() != b {
-            return Err(Error::bad_shape(
-                "start_positions",
-                format!(
-                    "{} values for a batch of {b} (give 1 or B)",
-                    start_positions.len()
-                ),
-            ));
-        }
-        self.on_host_pool(|| {
-            let mut states = Vec::with_capacity(b);
-            for i in 0..b {
-                let mut s = DraftState::new(self.layers.len());
-                let start = start_positions[if start_positions.len() == 1 { 0 } else { i }];
-                self.extend_state(&mut s, &context.get(i)?, start)?;
-                states.push(s);
-            }
-            let refs: Vec<&DraftState> = states.iter().collect();
-            Ok(self.propose_states_kept(&refs, anchors, opts, false)?.0)
-        })
     }
 }

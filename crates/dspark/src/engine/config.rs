@@ -1,7 +1,7 @@
 //! How an [`Engine`](super::Engine) serves: the verify-length policy, its speculation limit
 //! and the memory budget that admits requests.
 
-use crate::schedule::VerifyPolicy;
+use crate::policy::VerifyPolicy;
 
 /// Limits that admit requests into the running batch and preempt them when memory runs out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

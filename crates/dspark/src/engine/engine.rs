@@ -1,21 +1,15 @@
 //! [`Engine`]: construction, the request API (add, abort) and what it reports. The step itself
-//! is in `step.rs`, admission and preemption in `admit.rs`, a round in `round.rs`.
+//! is in `step.rs`, admission and preemption in `scheduler/`, a round in `round/`.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
-
-use super::acceptance::Acceptance;
 use super::config::EngineConfig;
-use super::draft::Streak;
-use super::learned::{ForwardTimes, RoundCosts};
 use super::metrics::EngineMetrics;
 use super::request::{RequestId, RequestSpec};
-use super::slot::{Slot, Waiting};
+use super::scheduler::{AbortHandle, Compaction, Scheduler};
 use crate::drafter::Drafter;
 use crate::error::{Error, Result};
 use crate::limits::MAX_POSITION;
-use crate::schedule::{StepsPerSecond, VerifyPolicy};
-use crate::target::TargetModel;
+use crate::models::TargetModel;
+use crate::policy::{Planner, StepsPerSecond, VerifyPolicy};
 
 /// The step-level serving engine: requests are added with their own prompt, sampling, seed,
 /// stop ids, budget and speculation limit; each [`Engine::step`] runs one round over every
@@ -23,78 +17,20 @@ use crate::target::TargetModel;
 /// ragged); requests finish (stop, length) or are aborted between rounds; a KV budget admits
 /// requests and preempts the newest running one, which later resumes by re-prefilling what it
 /// committed (its position-keyed draws make it continue exactly as if never preempted).
+///
+/// It composes three rooms: the [`Scheduler`] (which requests run), the round (`round/`:
+/// plan, forward, verify, commit) and the [`Planner`] (whether a round drafts and how much
+/// it verifies, from what the rounds measured).
 pub struct Engine<T: TargetModel, D: Drafter> {
     pub(super) target: T,
     pub(super) drafter: D,
     pub(super) config: EngineConfig,
     /// Drafts verified per round at most (the engine's limit).
     pub(super) num_speculative: usize,
-    /// Requests join and leave a running batch (the target grows and retains cache rows).
-    /// Otherwise a batch runs until all of its requests finish (static batches).
-    pub(super) continuous: bool,
     pub(super) cache: Option<T::Cache>,
-    /// Row `i` of the cache: its request (`None`: a finished row of a static batch).
-    pub(super) rows: Vec<Option<Slot<D::State>>>,
-    pub(super) waiting: VecDeque<Waiting>,
-    next_id: u64,
-    /// Admissions so far (each running request's admission order).
-    pub(super) admissions: u64,
-    pub(super) live: Arc<Mutex<Live>>,
-    pub(super) acceptance: Acceptance,
-    pub(super) observed: Observed,
-    pub(super) streak: Streak,
+    pub(super) sched: Scheduler<D::State>,
+    pub(super) planner: Planner,
     pub(super) metrics: EngineMetrics,
-}
-
-/// The requests the engine holds, and aborts asked for since the last step: shared with
-/// [`AbortHandle`]s on other threads.
-#[derive(Debug, Default)]
-pub(super) struct Live {
-    pub(super) ids: HashSet<RequestId>,
-    pub(super) aborts: Vec<RequestId>,
-}
-
-/// What the scheduling policies learn while serving (module `learned`): the measured table
-/// (profiled up to `max tokens` at first use, refined by the forwards the rounds time) and the
-/// costs of a round outside the forward.
-#[derive(Debug, Default)]
-pub(super) struct Observed {
-    pub(super) profile: Option<(usize, StepsPerSecond)>,
-    pub(super) times: ForwardTimes,
-    pub(super) costs: RoundCosts,
-}
-
-/// Aborts requests of an [`Engine`] from any thread; they take effect at the next step.
-#[derive(Debug, Clone)]
-pub struct AbortHandle(Arc<Mutex<Live>>);
-
-impl AbortHandle {
-    /// Abort `id`: it ends with [`FinishReason::Aborted`](super::FinishReason::Aborted) at the
-    /// next step (its cache row is freed then). Errors: `invalid-argument` for an id the
-    /// engine does not hold (unknown, or already finished).
-    pub fn abort(&self, id: RequestId) -> Result<()> {
-        let mut live = lock(&self.0)?;
-        if !live.ids.contains(&id) {
-            return Err(unknown(id));
-        }
-        if !live.aborts.contains(&id) {
-            live.aborts.push(id);
-        }
-        Ok(())
-    }
-}
-
-pub(super) fn lock(m: &Mutex<Live>) -> Result<MutexGuard<'_, Live>> {
-    m.lock().map_err(|_| Error::Internal {
-        message: "the engine's request registry lock is poisoned".into(),
-    })
-}
-
-fn unknown(id: RequestId) -> Error {
-    Error::invalid(
-        "request_id",
-        format!("{id} is not held by this engine (unknown, or already finished)"),
-    )
 }
 
 fn mismatch(message: String) -> Error {
@@ -194,20 +130,13 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             ..EngineMetrics::default()
         };
         Ok(Self {
+            sched: Scheduler::new(b, continuous, n),
+            planner: Planner::new(config.verify.clone(), n),
             target,
             drafter,
             config,
             num_speculative: n,
-            continuous,
             cache: None,
-            rows: Vec::new(),
-            waiting: VecDeque::new(),
-            next_id: 0,
-            admissions: 0,
-            live: Arc::new(Mutex::new(Live::default())),
-            acceptance: Acceptance::default(),
-            observed: Observed::default(),
-            streak: Streak::default(),
             metrics,
         })
     }
@@ -220,21 +149,10 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     /// position, a prompt longer than `max_batched_tokens`, or a request that could never fit
     /// `kv_tokens` even alone).
     pub fn add_request(&mut self, spec: RequestSpec) -> Result<RequestId> {
-        let what = format!("request {}", self.next_id);
+        let what = format!("request {}", self.sched.next_id());
         self.check_request(&spec, &what)?;
-        let id = RequestId(self.next_id);
-        self.next_id += 1;
-        lock(&self.live)?.ids.insert(id);
+        let id = self.sched.add(spec)?;
         self.metrics.requests_added += 1;
-        self.waiting.push_back(Waiting {
-            id,
-            usage: super::output::RequestUsage {
-                prompt_tokens: spec.prompt.len(),
-                ..Default::default()
-            },
-            spec,
-            out: Vec::new(),
-        });
         Ok(id)
     }
 
@@ -290,7 +208,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             // one round's verified block.
             let need = spec.prompt.len() as u128
                 + spec.max_new_tokens as u128
-                + self.drafts_for(spec) as u128;
+                + self.sched.drafts_for(spec) as u128;
             if need > cap as u128 {
                 return Err(Error::too_large(
                     format!("{what}: prompt + max_new_tokens + drafts (budget.kv_tokens)"),
@@ -306,19 +224,24 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     /// Drop every request and the target cache (after a failed step, for a caller that
     /// starts over).
     pub(crate) fn clear(&mut self) {
-        self.rows.clear();
-        self.waiting.clear();
+        self.sched.clear();
         self.cache = None;
-        if let Ok(mut live) = self.live.lock() {
-            live.ids.clear();
-            live.aborts.clear();
-        }
     }
 
-    /// Drafts a round verifies for `spec` at most: the engine's limit, lowered by its own.
-    pub(super) fn drafts_for(&self, spec: &RequestSpec) -> usize {
-        spec.max_drafts
-            .map_or(self.num_speculative, |m| m.min(self.num_speculative))
+    /// Apply the scheduler's [`Compaction`] to the cache, then to its rows.
+    pub(super) fn compact(&mut self) -> Result<()> {
+        let c = self.sched.compaction();
+        match &c {
+            Compaction::Keep => {}
+            Compaction::Clear => self.cache = None,
+            Compaction::Retain(keep) => {
+                if let Some(cache) = self.cache.as_mut() {
+                    self.target.retain(cache, keep)?;
+                }
+            }
+        }
+        self.sched.compact(&c);
+        Ok(())
     }
 
     /// Abort `id` now (it ends with `aborted` at the next step, where its row is freed).
@@ -329,24 +252,22 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
 
     /// A handle that aborts requests from another thread (they take effect at the next step).
     pub fn abort_handle(&self) -> AbortHandle {
-        AbortHandle(Arc::clone(&self.live))
+        self.sched.abort_handle()
     }
 
     /// Whether a step has anything to do: running or waiting requests, or aborts to apply.
     pub fn has_work(&self) -> bool {
-        self.num_running() > 0
-            || !self.waiting.is_empty()
-            || self.live.lock().is_ok_and(|l| !l.aborts.is_empty())
+        self.sched.has_work()
     }
 
     /// Requests in the running batch.
     pub fn num_running(&self) -> usize {
-        self.rows.iter().flatten().count()
+        self.sched.num_running()
     }
 
     /// Requests waiting for room (new, or preempted).
     pub fn num_waiting(&self) -> usize {
-        self.waiting.len()
+        self.sched.num_waiting()
     }
 
     /// The engine's counters since construction, with the current gauges.
@@ -354,7 +275,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let mut m = self.metrics.clone();
         m.requests_running = self.num_running();
         m.requests_waiting = self.num_waiting();
-        m.kv_tokens_used = self.rows.iter().flatten().map(|s| s.len).sum();
+        m.kv_tokens_used = self.sched.kv_used();
         m
     }
 
@@ -382,18 +303,12 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     /// first requests do not pay for it: the target's steps-per-second profile up to `batch`
     /// rows of `K + 1` tokens (a larger batch later grows it). Nothing under other policies.
     pub fn warm_up(&mut self, batch: usize) -> Result<()> {
-        if !matches!(self.config.verify, VerifyPolicy::ScheduledMeasured) || batch == 0 {
-            return Ok(());
-        }
-        let row = self.num_speculative + 1;
-        self.measured_table(batch.saturating_mul(row), row)
-            .map(|_| ())
+        self.planner.warm_up(&self.target, batch)
     }
 
     /// The table [`VerifyPolicy::ScheduledMeasured`] uses, once measured: the profile refined
     /// by the forwards observed so far.
     pub fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
-        let (_, profile) = self.observed.profile.as_ref()?;
-        self.observed.times.refine(profile).ok()
+        self.planner.measured_steps_per_second()
     }
 }

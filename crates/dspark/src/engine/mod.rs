@@ -19,35 +19,36 @@
 //! the promise above is bit for bit. On a device, batched matrix products may round
 //! differently with the batch; greedy ties may then break differently.
 //!
-//! Files: `engine.rs` (the type, adding and aborting), `step.rs`, `admit.rs` (preemption and
-//! admission), `round.rs` (the forward(s) of a round), `draft.rs` (whether and what a round
-//! drafts, verify lengths), `commit.rs`, `verify.rs` (verification where the logits are),
-//! `slot.rs` (a request's state), `acceptance.rs` and `learned.rs` (what the rounds teach the
-//! schedulers), `seeds.rs`, and the public types.
+//! Three rooms, composed by [`Engine`] (`engine.rs`, `step.rs`):
+//! - `scheduler/`: which requests run: the queue, the rows, admission and preemption under
+//!   the [`Budget`], aborts. No model generics; tested without a model.
+//! - `round/`: one round over the running rows: its plan (`plan.rs`, proposals in
+//!   `propose.rs`), the target forward (`mod.rs`), verification where the logits are
+//!   (`verify.rs`) and the commit (`commit.rs`).
+//! - the policy room, [`crate::policy`]: whether a round drafts and how many drafts each
+//!   request verifies, from what the rounds measured (its `Planner`).
+//!
+//! The public types: `config.rs`, `request.rs`, `output.rs`, `metrics.rs`, `seeds.rs`.
 
-mod acceptance;
-mod admit;
-mod commit;
 mod config;
-mod draft;
 #[allow(clippy::module_inception)]
 mod engine;
-mod learned;
 mod metrics;
 mod output;
-mod propose;
 mod request;
 mod round;
+mod scheduler;
 mod seeds;
-mod slot;
 mod step;
-mod verify;
 
-pub use commit::{PENDING_BYTES, PENDING_CAP};
 pub use config::{Budget, EngineConfig};
-pub use draft::{PLAIN_MARGIN, REFRESH_ROUNDS};
-pub use engine::{AbortHandle, Engine};
+pub use engine::Engine;
 pub use metrics::EngineMetrics;
-pub use output::{FinishReason, RequestError, RequestOutput, RequestUsage, StepOutput, StepTiming};
+pub use output::{
+    ConfidenceRecord, FinishReason, RequestError, RequestOutput, RequestUsage, StepOutput,
+    StepTiming,
+};
 pub use request::{RequestId, RequestSpec, SamplingParams};
+pub use round::{PENDING_BYTES, PENDING_CAP};
+pub use scheduler::AbortHandle;
 pub use seeds::{call_seed, derive_seed, fresh_seed};

@@ -147,5 +147,18 @@ pub struct StepOutput {
     pub timing: StepTiming,
     /// Every verified slot whose earlier slots were all accepted, with its confidence and
     /// outcome (only with [`EngineConfig::record_confidence`](super::EngineConfig)).
-    pub confidence_records: Vec<crate::speculator::ConfidenceRecord>,
+    pub confidence_records: Vec<ConfidenceRecord>,
+}
+
+/// One verified draft slot: its position in the block, the drafter's confidence for it and
+/// whether it was accepted, recorded only when every earlier slot of the block was accepted
+/// (so `confidence` estimates exactly that conditional acceptance).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConfidenceRecord {
+    /// Slot `k` (0 = the first draft).
+    pub position: u32,
+    /// The confidence head's value for the slot.
+    pub confidence: f32,
+    /// Whether the target accepted the draft.
+    pub accepted: bool,
 }

@@ -1,5 +1,5 @@
 //! One Qwen3 decoder layer — weights, loading and the pre-norm forward — shared by the
-//! drafter ([`super::Qwen3Drafter`]) and the native target ([`crate::targets::Qwen3Target`]).
+//! drafter ([`super::Qwen3Drafter`]) and the native target ([`crate::models::qwen3::Qwen3Target`]).
 //!
 //! The layer is written once; each model supplies only its attention (the drafter: the block
 //! against its fused context, non-causal; the target: new tokens against their KV cache,

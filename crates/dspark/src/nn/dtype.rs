@@ -104,7 +104,7 @@ impl std::fmt::Display for WeightDtype {
 }
 
 /// How a model's weights are loaded ([`crate::Qwen3Target::load_with`],
-/// [`crate::Qwen3Drafter::load_with`]).
+/// [`crate::Qwen3Drafter::builder`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// The dtype of the weight matrices. `None` (the default): each matrix keeps the dtype it

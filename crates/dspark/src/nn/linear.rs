@@ -18,7 +18,7 @@
 //! vocabulary anywhere in it), so it is tested without a GPU. That branch computes in f32: a
 //! 2-byte weight given to it is widened once, at construction.
 
-use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
+use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use crate::cpu::bias_block;
 use crate::cpu::par::PAR_MIN_MACS;
 use crate::device::{fast_on, host_fast};
 use crate::error::{Error, Result};
-use crate::view::{Floats, Mat};
+use crate::view::{Mat, borrow_floats};
 
 /// Input rows up to which [`matmul_t`] uses the dot kernel instead of GEMM.
 pub const SMALL_ROWS: usize = 32;
@@ -40,23 +40,6 @@ pub const SMALL_ROWS: usize = 32;
 /// heads above 2^24 elements (64 MiB in f32, 32 MiB in bf16) keep the dot kernel instead of
 /// doubling their memory.
 pub const PACKED_HEAD_MAX: usize = 1 << 24;
-
-/// Run `f` on the contiguous values of a CPU tensor in f32, bf16 or f16; `None` for any other
-/// tensor.
-pub(crate) fn with_floats<R>(t: &Tensor, f: impl FnOnce(Floats<'_>) -> R) -> Option<R> {
-    if !t.device().is_cpu() {
-        return None;
-    }
-    let (storage, layout) = t.storage_and_layout();
-    let (lo, hi) = layout.contiguous_offsets()?;
-    let floats = match &*storage {
-        Storage::Cpu(CpuStorage::F32(all)) => Floats::F32(&all[lo..hi]),
-        Storage::Cpu(CpuStorage::BF16(all)) => Floats::BF16(&all[lo..hi]),
-        Storage::Cpu(CpuStorage::F16(all)) => Floats::F16(&all[lo..hi]),
-        _ => return None,
-    };
-    Some(f(floats))
-}
 
 /// `true` when `t` is a weight the host kernels read where it lies: an f32, bf16 or f16
 /// tensor on the host fast path ([`fast_on`]).
@@ -123,7 +106,7 @@ impl Linear {
             });
         };
         let weight = weight.contiguous()?;
-        let packed = with_floats(&weight, |w| PackedWeight::pack(w, out, d_in, dtype))
+        let packed = borrow_floats(&weight, |w| PackedWeight::pack(w, out, d_in, dtype))
             .flatten()
             .ok_or_else(|| Error::bad_shape("weight", "data does not fill [out, in]"))?;
         let b = bias
@@ -338,7 +321,7 @@ fn matmul_t_small(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Optio
         None => vec![0f32; n * out],
     };
     let xs = x.flatten_all()?.to_vec1::<f32>()?;
-    let done = with_floats(w, |data| {
+    let done = borrow_floats(w, |data| {
         let mat = Mat {
             data,
             dims: [out, d_in],

@@ -1,48 +1,9 @@
-//! Reading the tensor arguments of the kernel fronts: float values borrowed from contiguous CPU
-//! storage (f32, f16, bf16; other tensors copied there once), fixed-rank shapes, integer ids.
+//! Reading the tensor arguments of the kernel fronts: fixed-rank shapes and integer ids (float
+//! values: [`crate::view::with_floats`]).
 
-use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 use crate::error::{Error, Result};
-use crate::view::Floats;
-
-/// `t` as a contiguous CPU tensor (a copy only when it is not one already).
-fn on_cpu(t: &Tensor) -> Result<Tensor> {
-    let t = if t.device().is_cpu() {
-        t.clone()
-    } else {
-        t.to_device(&Device::Cpu)?
-    };
-    Ok(t.contiguous()?)
-}
-
-/// Run `f` on a borrowed view of `t`'s values (f32, f16 or bf16).
-pub(super) fn with_floats<R>(
-    t: &Tensor,
-    name: &str,
-    f: impl FnOnce(Floats<'_>) -> Result<R>,
-) -> Result<R> {
-    let t = on_cpu(t)?;
-    let (storage, layout) = t.storage_and_layout();
-    let (start, end) = layout
-        .contiguous_offsets()
-        .ok_or_else(|| Error::bad_shape(name, "not contiguous after a contiguous copy"))?;
-    let unsupported = |dtype: DType| Error::UnsupportedDtype {
-        name: name.to_string(),
-        message: format!("{dtype:?} (need f32, f16 or bf16)"),
-    };
-    match &*storage {
-        Storage::Cpu(CpuStorage::F32(v)) => f(Floats::F32(&v[start..end])),
-        Storage::Cpu(CpuStorage::F16(v)) => f(Floats::F16(&v[start..end])),
-        Storage::Cpu(CpuStorage::BF16(v)) => f(Floats::BF16(&v[start..end])),
-        Storage::Cpu(other) => Err(unsupported(other.dtype())),
-        _ => Err(Error::invalid(
-            name,
-            "tensor is not on the CPU after moving it there",
-        )),
-    }
-}
 
 /// The dims of `t` as `[usize; N]`, or `bad-shape` naming `what` was expected.
 pub(super) fn dims<const N: usize>(t: &Tensor, name: &str, what: &str) -> Result<[usize; N]> {

@@ -18,7 +18,7 @@
 //! `ops` and `transfer` (the device path's tensor helpers and host transfers), `args` (the
 //! tensor fronts' argument readers), `cuda_ptx` (the PTX kernels of the custom ops), and
 //! [`fused`]: the kernels as a few fused CUDA launches each, with their Rust models.
-//! The verify-length policies live in [`crate::schedule`].
+//! The verify-length policies live in [`crate::policy`].
 
 mod args;
 mod categorical;

@@ -11,7 +11,7 @@ use crate::drafter::{Drafter, Proposal, ProposeOptions};
 use crate::engine::{Budget, Engine, EngineConfig};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
-use crate::target::TargetModel;
+use crate::models::TargetModel;
 use crate::vocab::VocabSizes;
 
 /// A drafter with an empty block: an engine over it decodes with the target alone.

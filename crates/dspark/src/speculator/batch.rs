@@ -14,9 +14,9 @@ use crate::engine::{
 };
 use crate::error::{Error, Result};
 use crate::limits::{MAX_BATCH, at_most};
-use crate::schedule::StepsPerSecond;
+use crate::models::TargetModel;
+use crate::policy::StepsPerSecond;
 use crate::sync::Held;
-use crate::target::TargetModel;
 
 /// Speculative decoding of a [`TargetModel`] with a [`Drafter`], one batch at a time, on the
 /// serving [`Engine`] (which it keeps across calls, with what its scheduling policies learn).
@@ -107,13 +107,13 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
         self.engine().map_or(0, |e| e.num_speculative_tokens())
     }
 
-    /// The table [`VerifyPolicy::ScheduledMeasured`](crate::schedule::VerifyPolicy) uses,
+    /// The table [`VerifyPolicy::ScheduledMeasured`](crate::policy::VerifyPolicy) uses,
     /// once measured: the profile refined by the forwards observed so far.
     pub fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
         self.engine().ok()?.measured_steps_per_second()
     }
 
-    /// Under [`VerifyPolicy::ScheduledMeasured`](crate::schedule::VerifyPolicy) without a
+    /// Under [`VerifyPolicy::ScheduledMeasured`](crate::policy::VerifyPolicy) without a
     /// table: profile the target now for `batch` concurrent requests ([`Engine::warm_up`]),
     /// so that the first [`Speculator::generate`] call does not pay for it. Nothing under
     /// other policies.

@@ -20,7 +20,7 @@
 //!
 //! Submodules: `options` ([`SpeculatorOptions`], [`Request`]), `stats`, `generation`,
 //! `batch` ([`Speculator`]), `autoregressive` ([`target_only`]). The target contract
-//! ([`TargetModel`]) lives in [`crate::target`] and is re-exported here.
+//! ([`TargetModel`]) lives in [`crate::models`] and is re-exported here.
 
 mod autoregressive;
 mod batch;
@@ -28,14 +28,14 @@ mod generation;
 mod options;
 mod stats;
 
-pub use crate::engine::{PENDING_BYTES, PENDING_CAP, PLAIN_MARGIN, REFRESH_ROUNDS, derive_seed};
-pub use crate::schedule::VerifyPolicy;
-pub use crate::target::{
-    LogitRows, MAX_PROFILE_TOKENS, TargetInput, TargetModel, TargetOutput, contract,
-    measure_steps_per_second,
+pub use crate::engine::ConfidenceRecord;
+pub use crate::engine::{PENDING_BYTES, PENDING_CAP, derive_seed};
+pub use crate::models::{LogitRows, TargetInput, TargetModel, TargetOutput, contract};
+pub use crate::policy::{
+    MAX_PROFILE_TOKENS, PLAIN_MARGIN, REFRESH_ROUNDS, VerifyPolicy, measure_steps_per_second,
 };
 pub use autoregressive::target_only;
 pub use batch::Speculator;
 pub use generation::{Generation, OnRound, RoundUpdate};
 pub use options::{Request, SpeculatorOptions};
-pub use stats::{ConfidenceRecord, Stats};
+pub use stats::Stats;

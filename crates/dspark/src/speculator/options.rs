@@ -1,7 +1,7 @@
 //! How a [`Speculator`](super::Speculator) decodes: sampling, seeds, the verify-length policy,
 //! and the requests it serves.
 
-use crate::schedule::VerifyPolicy;
+use crate::policy::VerifyPolicy;
 
 /// Options of a [`Speculator`](super::Speculator), shared by every request it serves.
 #[derive(Debug, Clone, PartialEq)]

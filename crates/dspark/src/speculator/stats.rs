@@ -1,17 +1,6 @@
 //! What a generation did: acceptance and the time split.
 
-/// One verified draft slot: its position in the block, the drafter's confidence for it and
-/// whether it was accepted, recorded only when every earlier slot of the block was accepted
-/// (so `confidence` estimates exactly that conditional acceptance).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ConfidenceRecord {
-    /// Slot `k` (0 = the first draft).
-    pub position: u32,
-    /// The confidence head's value for the slot.
-    pub confidence: f32,
-    /// Whether the target accepted the draft.
-    pub accepted: bool,
-}
+use crate::engine::ConfidenceRecord;
 
 /// Statistics of one [`Speculator::generate`](super::Speculator::generate) call.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::Device;
-use dspark::targets::Qwen3Target;
+use dspark::models::qwen3::Qwen3Target;
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{Value, json};
 

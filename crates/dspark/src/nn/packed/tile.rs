@@ -16,9 +16,8 @@ const PANELS_512: usize = 4;
 /// straight into the FMAs that use it.
 ///
 /// 7 to 9 rows (a verification of `K = 8`, the drafter's block) take 3 panels, not 2: one
-/// more weight stream in flight per tile. Measured on the memory-bound pair (Xeon, AVX-512,
-/// 2 threads, interleaved in one process, medians of 25): a 9-row f32 forward 129.8 → 122.1 ms,
-/// bf16 85.7 → 82.8 ms; two 6-row tiles of 4 panels instead were 12% slower.
+/// more weight stream in flight per tile, which measured faster on the memory-bound pair than
+/// 2 panels or two 6-row tiles of 4 panels (`cargo bench --bench packed` compares them).
 pub(super) fn tiling(kernel: Kernel, n: usize) -> (usize, usize) {
     match kernel {
         Kernel::Avx512 | Kernel::Avx512Bf16 if n <= 6 => (PANELS_512, 6),
@@ -234,11 +233,8 @@ unsafe fn tile_portable<T: PanelElem>(
 /// The first tile of a panel group streams the group from memory; the others read it from L2.
 /// A memory-bound stream leaves the FMA ports idle for most of its time, so the first tile
 /// takes as many rows as a tile holds for free, and only the remainder pays for its
-/// multiply-adds on an L2 pass. Measured on the memory-bound pair (Xeon, AVX-512, f32, 2
-/// threads, interleaved in one process, medians of 7, two runs): a forward of 13 rows
-/// 179-182 → 167-170 ms, 16 rows 191-196 → 182-183 ms, 18 rows 201 → 194-196 ms against
-/// balanced tiles (7 + 6, 8 + 8, 9 + 9); bf16 within noise. The bits are each row's alone,
-/// whatever the split.
+/// multiply-adds on an L2 pass (faster than balanced tiles at 13 to 18 rows in f32 on the
+/// memory-bound pair; bf16 within noise). The bits are each row's alone, whatever the split.
 pub(super) fn row_tiles(n: usize, max_rows: usize) -> impl Iterator<Item = (usize, usize)> {
     let max_rows = max_rows.max(1);
     let first = n.min(max_rows);

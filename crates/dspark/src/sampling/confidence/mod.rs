@@ -12,11 +12,11 @@ pub use sts::StsCalibration;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::args::{dims, with_floats};
+use super::args::dims;
 use crate::device::{KernelPath, kernel_path};
 use crate::error::{Error, Result};
 use crate::limits::output_elements;
-use crate::view::{Floats, Rows3};
+use crate::view::{Floats, Rows3, with_floats};
 
 /// Confidences `[B·K]` from hidden states `[B, K, H]`, optional previous-token Markov embeddings
 /// `[B·K·r]` (as in [`super::DraftBlock::prev_embeddings`]), a weight of shape `[H (+ r)]` or

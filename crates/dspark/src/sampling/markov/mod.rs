@@ -24,13 +24,13 @@ pub use device::DeviceBlock;
 
 use candle_core::{Device, Tensor};
 
-use super::args::{dims, ids, with_floats};
+use super::args::{dims, ids};
 use super::transfer::{self, check_float};
 use crate::device::{KernelPath, kernel_path, same_device, use_fused, use_tensor_path};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::limits::output_elements;
-use crate::view::{Floats, Mat, Rows3, Seeds};
+use crate::view::{Floats, Mat, Rows3, Seeds, with_floats};
 
 /// Options of [`sample_block_slices`].
 #[derive(Debug, Clone)]

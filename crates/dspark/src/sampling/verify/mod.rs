@@ -16,7 +16,7 @@ mod residual;
 
 use candle_core::{Device, Tensor};
 
-use super::args::{check_ids, dims, ids, with_floats};
+use super::args::{check_ids, dims, ids};
 use super::categorical::Check;
 use super::dist::non_finite;
 use super::rng::Stream;
@@ -24,7 +24,7 @@ use super::transfer::{self, check_float};
 use crate::device::{KernelPath, kernel_path, same_device, use_fused, use_tensor_path};
 use crate::error::{Error, Result};
 use crate::limits::output_elements;
-use crate::view::{PerRequest, Rows3, Seeds, Tokens};
+use crate::view::{PerRequest, Rows3, Seeds, Tokens, with_floats};
 
 /// Options of [`verify_slices`].
 #[derive(Debug, Clone, PartialEq)]

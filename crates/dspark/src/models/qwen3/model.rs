@@ -1,0 +1,324 @@
+//! [`Qwen3Target`]: a Hugging Face `Qwen3ForCausalLM` checkpoint run natively on candle.
+//!
+//! Weights (safetensors, single file or sharded; f32, f16, bf16 or f64 on disk) are
+//! shape-checked against the config before anything is read, then kept in the dtype the
+//! [`LoadOptions`] choose (by default the checkpoint's: a bf16 checkpoint's matrices, embedding
+//! and head stay 2 bytes a weight, widened in registers by the kernels; see
+//! [`crate::nn::dtype`]). The decoder layers are the drafter's ([`crate::drafter`]'s shared
+//! `Layer`); the forward is in `forward.rs`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+
+use super::cache::Qwen3Cache;
+use crate::checkpoint::Inventory;
+use crate::checkpoint::shapes::{EMBED, LM_HEAD};
+use crate::config::Qwen3Config;
+use crate::config::TargetSpec;
+use crate::error::{Error, Result};
+use crate::models::{TargetInput, TargetModel, TargetOutput};
+use crate::nn::decoder::{Heads, Layer, Take};
+use crate::nn::weights::TensorReader;
+use crate::nn::{Linear, Rope, output_head};
+use crate::nn::{LoadOptions, SharedWeights};
+
+/// A Qwen3 causal LM on candle: the native [`TargetModel`].
+#[derive(Debug, Clone)]
+pub struct Qwen3Target {
+    pub(crate) config: Qwen3Config,
+    pub(crate) device: Device,
+    /// `[rows >= V_t, H]` as stored.
+    pub(crate) embed: Tensor,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) norm: Tensor,
+    /// `[rows >= V_t, H]` as stored (the embedding itself when tied).
+    pub(crate) lm_head: Tensor,
+    /// The first `V_t` rows of `lm_head` (a view).
+    pub(crate) lm_head_logical: Tensor,
+    /// `lm_head_logical` packed for the CPU kernel (see [`output_head`]).
+    pub(crate) head: Option<Linear>,
+    pub(crate) rope: Rope,
+}
+
+/// Why a tensor is required.
+const WHY: &str = "part of the Qwen3 target";
+
+/// One tensor the config implies: name, shape, and whether more rows are fine (padded
+/// vocabularies).
+struct Want {
+    name: String,
+    shape: Vec<usize>,
+    more_rows: bool,
+}
+
+/// Every tensor a Qwen3 checkpoint with `c` must hold (`lm_head` only when untied).
+fn expected(c: &Qwen3Config) -> Vec<Want> {
+    let h = c.shape.hidden_size;
+    let q = c.shape.num_attention_heads * c.shape.head_dim;
+    let kv = c.shape.num_key_value_heads * c.shape.head_dim;
+    let (hd, inter) = (c.shape.head_dim, c.shape.intermediate_size);
+    let mut out = vec![
+        Want {
+            name: EMBED.into(),
+            shape: vec![c.shape.vocab_size, h],
+            more_rows: true,
+        },
+        Want {
+            name: "model.norm.weight".into(),
+            shape: vec![h],
+            more_rows: false,
+        },
+    ];
+    if !c.shape.tie_word_embeddings {
+        out.push(Want {
+            name: LM_HEAD.into(),
+            shape: vec![c.shape.vocab_size, h],
+            more_rows: true,
+        });
+    }
+    for i in 0..c.shape.num_hidden_layers {
+        let mut put = |name: &str, shape: &[usize]| {
+            out.push(Want {
+                name: format!("model.layers.{i}.{name}"),
+                shape: shape.to_vec(),
+                more_rows: false,
+            });
+        };
+        put("self_attn.q_proj.weight", &[q, h]);
+        put("self_attn.k_proj.weight", &[kv, h]);
+        put("self_attn.v_proj.weight", &[kv, h]);
+        put("self_attn.o_proj.weight", &[h, q]);
+        put("self_attn.q_norm.weight", &[hd]);
+        put("self_attn.k_norm.weight", &[hd]);
+        put("mlp.gate_proj.weight", &[inter, h]);
+        put("mlp.up_proj.weight", &[inter, h]);
+        put("mlp.down_proj.weight", &[h, inter]);
+        put("input_layernorm.weight", &[h]);
+        put("post_attention_layernorm.weight", &[h]);
+        if c.shape.attention_bias {
+            put("self_attn.q_proj.bias", &[q]);
+            put("self_attn.k_proj.bias", &[kv]);
+            put("self_attn.v_proj.bias", &[kv]);
+            put("self_attn.o_proj.bias", &[h]);
+        }
+    }
+    out
+}
+
+impl Qwen3Target {
+    /// Load a `Qwen3ForCausalLM` directory (`config.json` + `model.safetensors` or a sharded
+    /// `model.safetensors.index.json`) onto `device`.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        Self::load_with(dir, device, LoadOptions::default())
+    }
+
+    /// [`Qwen3Target::load`] with [`LoadOptions`] (the weight dtype).
+    pub fn load_with(dir: &Path, device: &Device, options: LoadOptions) -> Result<Self> {
+        let config = Qwen3Config::from_path(dir)?;
+        let inventory = Inventory::open(dir)?;
+        Self::from_checkpoint_with(config, &inventory, device, options)
+    }
+
+    /// Build from a parsed config and an opened checkpoint. Every tensor is checked (present:
+    /// `missing-tensor`; shape: `shape-mismatch`, all problems at once) before any is read.
+    /// `lm_head.weight` is the embedding when `tie_word_embeddings` (as in transformers, a
+    /// stored one is then ignored); the embedding and lm_head may hold more rows than
+    /// `vocab_size` (padded), logits keep the first `vocab_size`.
+    pub fn from_checkpoint(
+        config: Qwen3Config,
+        inventory: &Inventory,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::from_checkpoint_with(config, inventory, device, LoadOptions::default())
+    }
+
+    /// [`Qwen3Target::from_checkpoint`] with [`LoadOptions`] (the weight dtype).
+    pub fn from_checkpoint_with(
+        config: Qwen3Config,
+        inventory: &Inventory,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let rope = Rope::new(&config.shape.rope, config.shape.head_dim, &config.source)?;
+        let wants = expected(&config);
+        let mut problems = Vec::new();
+        for w in &wants {
+            let Some(info) = inventory.get(&w.name) else {
+                problems.push(Error::MissingTensor {
+                    tensor: w.name.clone(),
+                    reason: if w.name == LM_HEAD {
+                        format!("{WHY} (tie_word_embeddings is false)")
+                    } else {
+                        WHY.into()
+                    },
+                });
+                continue;
+            };
+            let fits = if w.more_rows {
+                info.shape.len() == 2 && info.shape[0] >= w.shape[0] && info.shape[1] == w.shape[1]
+            } else {
+                info.shape == w.shape
+            };
+            if !fits {
+                problems.push(Error::ShapeMismatch {
+                    tensor: w.name.clone(),
+                    expected: w.shape.clone(),
+                    found: info.shape.clone(),
+                });
+            }
+        }
+        Error::collect(problems)?;
+        let mut reader = TensorReader::new(device, options);
+        let mut tensors = BTreeMap::new();
+        for w in &wants {
+            if let Some(info) = inventory.get(&w.name) {
+                tensors.insert(w.name.clone(), reader.read(info)?);
+            }
+        }
+        let mut t = Take(tensors);
+        let embed = t.get(EMBED)?;
+        let lm_head = if config.shape.tie_word_embeddings {
+            embed.clone()
+        } else {
+            t.get(LM_HEAD)?
+        };
+        let mut layers = Vec::with_capacity(config.shape.num_hidden_layers);
+        for i in 0..config.shape.num_hidden_layers {
+            layers.push(Layer::load(
+                &mut t,
+                &format!("model.layers.{i}"),
+                config.shape.attention_bias,
+            )?);
+        }
+        let lm_head_logical = lm_head.narrow(0, 0, config.shape.vocab_size)?;
+        Ok(Self {
+            norm: t.get("model.norm.weight")?,
+            head: output_head(&lm_head_logical)?,
+            lm_head_logical,
+            lm_head,
+            embed,
+            layers,
+            rope,
+            device: device.clone(),
+            config,
+        })
+    }
+
+    /// The normalized config.
+    pub fn config(&self) -> &Qwen3Config {
+        &self.config
+    }
+
+    /// What a drafter needs to know about this target (for
+    /// [`crate::Qwen3Drafter::builder`]).
+    pub fn target_spec(&self) -> TargetSpec {
+        self.config.target_spec()
+    }
+
+    /// The dtype the decoder layers' matrices are kept in ([`LoadOptions::dtype`], by default
+    /// the checkpoint's; `float32` on the device-generic path, which computes in f32).
+    pub fn weight_dtype(&self) -> crate::nn::WeightDtype {
+        self.layers
+            .first()
+            .map_or(crate::nn::WeightDtype::F32, Layer::weight_dtype)
+    }
+
+    /// Bytes of weights one forward step reads whatever its rows (what bounds a decode step
+    /// from below): every layer's matrices and the output head, in their kept dtype (norms
+    /// and the embedding rows looked up aside).
+    pub fn weight_bytes_per_step(&self) -> usize {
+        let layers: usize = self.layers.iter().map(Layer::weight_bytes).sum();
+        let head = match &self.head {
+            Some(h) => h.weight_bytes(),
+            None => {
+                self.lm_head_logical.elem_count() * self.lm_head_logical.dtype().size_in_bytes()
+            }
+        };
+        layers + head
+    }
+
+    /// The embedding and output head as kept (cheap handle copies: a drafter loaded with
+    /// them shares their memory).
+    pub fn shared_weights(&self) -> SharedWeights {
+        SharedWeights {
+            embed: Some(self.embed.clone()),
+            lm_head: Some(self.lm_head.clone()),
+        }
+    }
+
+    /// The attention shape of every layer.
+    pub(crate) fn heads(&self) -> Heads {
+        Heads {
+            heads: self.config.shape.num_attention_heads,
+            kv_heads: self.config.shape.num_key_value_heads,
+            head_dim: self.config.shape.head_dim,
+            eps: self.config.shape.rms_norm_eps,
+        }
+    }
+}
+
+impl TargetModel for Qwen3Target {
+    type Cache = Qwen3Cache;
+
+    fn vocab_size(&self) -> usize {
+        self.config.shape.vocab_size
+    }
+
+    fn num_hidden_layers(&self) -> usize {
+        self.config.shape.num_hidden_layers
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.config.shape.hidden_size
+    }
+
+    fn device(&self) -> Device {
+        self.device.clone()
+    }
+
+    fn new_cache(&self, batch: usize) -> Result<Qwen3Cache> {
+        crate::limits::at_most("batch", batch as u64, crate::limits::MAX_BATCH)?;
+        Ok(Qwen3Cache::new(
+            batch,
+            self.config.shape.num_hidden_layers,
+            self.config.shape.num_key_value_heads,
+            self.config.shape.head_dim,
+            &self.device,
+        ))
+    }
+
+    fn forward(
+        &self,
+        cache: &mut Qwen3Cache,
+        input: &TargetInput<'_>,
+        capture_layer_ids: &[usize],
+    ) -> Result<TargetOutput> {
+        self.forward_packed(cache, input, capture_layer_ids)
+    }
+
+    fn truncate(&self, cache: &mut Qwen3Cache, lengths: &[usize]) -> Result<()> {
+        cache.truncate(lengths)
+    }
+
+    fn cache_lengths(&self, cache: &Qwen3Cache) -> Vec<usize> {
+        cache.lengths().to_vec()
+    }
+
+    fn resizable(&self) -> bool {
+        true
+    }
+
+    fn grow(&self, cache: &mut Qwen3Cache, n: usize) -> Result<()> {
+        cache.grow(n)
+    }
+
+    fn retain(&self, cache: &mut Qwen3Cache, keep: &[bool]) -> Result<()> {
+        cache.retain(keep)
+    }
+
+    fn ragged(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,294 @@
+//! What the round loop observes of its own costs, kept by the [`Planner`](super::Planner) for
+//! its lifetime: the seconds of each target forward by its total token count (refining a
+//! profiled steps-per-second table), and the seconds a round spends outside the forward per
+//! request, by batch size (the scheduler's overhead).
+//!
+//! A table profiled at start is a handful of timed forwards on a short context: on a shared
+//! machine it carries that moment's noise, and serving contexts grow past the profiled one.
+//! The loop serves the same target every round, so each verify (and plain) forward is one more
+//! timing at its count. [`ForwardTimes`] keeps the latest ones per count and rebuilds the table:
+//! - a scale, the median ratio of every kept timing to the profiled cost at its count, moves
+//!   the whole profile (the machine's current speed, the serving context);
+//! - at a count with [`MIN_SAMPLES`] timings or more, their median weighs against the scaled
+//!   profile as [`PROFILE_WEIGHT`] observations; fewer keep the scaled profile (one preempted
+//!   forward must not price a size out of the scheduler's reach, where it would never be
+//!   timed again).
+//!
+//! [`RoundCosts`] keeps, per batch size, the latest per-request seconds of proposing, of the
+//! rest of a drafted round (kernels, cache truncation, the drafter's context extension) and of
+//! the rest of a plain round (kernels, cache truncation). The drafting decision weighs two
+//! regimes: drafting, which keeps each drafter context current, against target-only steps,
+//! which need no context at all; so a plain round is not charged the extension its rows may
+//! get later, nor a proposal the rows it appends first (the cost of switching back, paid
+//! once). Medians, not means: a call's first proposal can cost twice a later one, and a short
+//! call (one request, a few rounds) must not be priced by it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::error::Result;
+use crate::policy::StepsPerSecond;
+use crate::policy::table::median;
+
+/// Latest timings kept per key.
+const WINDOW: usize = 16;
+
+/// Timings a token count needs before its own median prices it.
+const MIN_SAMPLES: usize = 3;
+
+/// Observations the scaled profile counts as at a count that has its own timings.
+const PROFILE_WEIGHT: f64 = 2.0;
+
+/// The latest [`WINDOW`] timings per key (a token count, a batch size).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Keyed {
+    rings: BTreeMap<usize, (Vec<f64>, usize)>,
+}
+
+impl Keyed {
+    /// Keep `seconds` under `key` (ignored unless `key > 0` and `seconds` finite and `>= 0`).
+    pub(crate) fn record(&mut self, key: usize, seconds: f64) {
+        if key == 0 || !(seconds.is_finite() && seconds >= 0.0) {
+            return;
+        }
+        let (ring, next) = self.rings.entry(key).or_default();
+        if ring.len() < WINDOW {
+            ring.push(seconds);
+        } else {
+            ring[*next] = seconds;
+        }
+        *next = (*next + 1) % WINDOW;
+    }
+
+    fn get(&self, key: usize) -> &[f64] {
+        self.rings.get(&key).map_or(&[], |r| &r.0)
+    }
+
+    /// The median timing of the key nearest `key` by ratio (ties: the larger key); `None`
+    /// when nothing is kept.
+    pub(crate) fn near(&self, key: usize) -> Option<f64> {
+        let key = key.max(1) as f64;
+        let (_, ring) = self.rings.iter().min_by(|a, b| {
+            let d = |k: usize| (k as f64 / key).ln().abs();
+            d(*a.0).total_cmp(&d(*b.0)).then(b.0.cmp(a.0))
+        })?;
+        median(ring.0.clone())
+    }
+}
+
+/// The latest forward timings per total token count (see the module docs).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ForwardTimes(Keyed);
+
+impl ForwardTimes {
+    /// Record one forward over `tokens` total tokens that took `seconds` (ignored unless both
+    /// are positive and finite).
+    pub(crate) fn record(&mut self, tokens: usize, seconds: f64) {
+        if seconds > 0.0 {
+            self.0.record(tokens, seconds);
+        }
+    }
+
+    /// `profiled` refined by the kept timings (see the module docs); the profile itself when
+    /// nothing is kept. Its sizes are the profile's and every timed count.
+    pub(crate) fn refine(&self, profiled: &StepsPerSecond) -> Result<StepsPerSecond> {
+        let cost = |n: usize| 1.0 / profiled.sps(n);
+        let ratios = self
+            .0
+            .rings
+            .iter()
+            .flat_map(|(&n, r)| r.0.iter().map(move |&s| s / cost(n)))
+            .collect();
+        let Some(scale) = median(ratios).filter(|s| s.is_finite() && *s > 0.0) else {
+            return Ok(profiled.clone());
+        };
+        let sizes: BTreeSet<usize> = profiled
+            .points()
+            .iter()
+            .map(|p| p.0)
+            .chain(self.0.rings.keys().copied())
+            .collect();
+        let points = sizes
+            .into_iter()
+            .map(|n| {
+                let prior = scale * cost(n);
+                let own = self.0.get(n);
+                let seconds = match median(own.to_vec()) {
+                    Some(m) if own.len() >= MIN_SAMPLES => {
+                        let k = own.len() as f64;
+                        (PROFILE_WEIGHT * prior + k * m) / (PROFILE_WEIGHT + k)
+                    }
+                    _ => prior,
+                };
+                (n, 1.0 / seconds)
+            })
+            .collect();
+        profiled.with_points(points)
+    }
+}
+
+/// Per-request seconds of a round outside the target forward (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Costs {
+    /// Proposing, per request.
+    pub(crate) propose: f64,
+    /// The rest of a drafted round, per request.
+    pub(crate) drafted_rest: f64,
+    /// The rest of a plain round, per request (a drafted round's kernels until a plain round
+    /// is timed: an over-estimate, its verification reads more rows).
+    pub(crate) plain_rest: f64,
+}
+
+/// The latest per-request costs outside the forward, by batch size (see the module docs).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RoundCosts {
+    propose: Keyed,
+    drafted_rest: Keyed,
+    plain_rest: Keyed,
+    /// A drafted round's rest without its extension: a plain round's until one is timed.
+    drafted_kernels: Keyed,
+}
+
+impl RoundCosts {
+    /// A drafted round of `batch` requests spent `propose` seconds proposing, `kernels`
+    /// outside the forward, the proposal and the drafter, and `extension` appending to the
+    /// drafter contexts.
+    pub(crate) fn record_drafted(
+        &mut self,
+        batch: usize,
+        propose: f64,
+        kernels: f64,
+        extension: f64,
+    ) {
+        let b = batch.max(1) as f64;
+        self.propose.record(batch, propose / b);
+        self.drafted_rest.record(batch, (kernels + extension) / b);
+        self.drafted_kernels.record(batch, kernels / b);
+    }
+
+    /// A plain round of `batch` requests spent `rest` seconds outside the forward.
+    pub(crate) fn record_plain(&mut self, batch: usize, rest: f64) {
+        self.plain_rest.record(batch, rest / batch.max(1) as f64);
+    }
+
+    /// The costs for a batch of `batch` requests, from the nearest batch size timed; `None`
+    /// before a drafted round has been timed.
+    pub(crate) fn get(&self, batch: usize) -> Option<Costs> {
+        let propose = self.propose.near(batch)?;
+        let drafted_rest = self.drafted_rest.near(batch)?;
+        let plain_rest = match self.plain_rest.near(batch) {
+            Some(s) => s,
+            None => self.drafted_kernels.near(batch)?,
+        };
+        Some(Costs {
+            propose,
+            drafted_rest,
+            plain_rest,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+    }
+
+    #[test]
+    fn no_timings_leave_the_profile() {
+        let p = StepsPerSecond::linear(vec![(1, 1000.0), (9, 400.0)]).unwrap();
+        assert_eq!(ForwardTimes::default().refine(&p).unwrap(), p);
+        let mut t = ForwardTimes::default();
+        t.record(0, 1.0);
+        t.record(3, f64::NAN);
+        t.record(3, -1.0);
+        t.record(3, 0.0);
+        assert_eq!(t.refine(&p).unwrap(), p);
+    }
+
+    #[test]
+    fn timings_scale_the_profile_and_price_the_counts_they_cover() {
+        // Profile: 1 ms per forward up to 8 tokens (flat).
+        let p = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
+        let mut t = ForwardTimes::default();
+        // Serving: every forward twice the profile, except 6 tokens, which costs 3 ms.
+        for _ in 0..WINDOW {
+            t.record(2, 2e-3);
+            t.record(4, 2e-3);
+            t.record(6, 3e-3);
+        }
+        let r = t.refine(&p).unwrap();
+        // The median ratio is 2: untimed counts are the profile doubled.
+        assert!(close(r.sps(1), 500.0), "{}", r.sps(1));
+        assert!(close(r.sps(8), 500.0), "{}", r.sps(8));
+        assert!(close(r.sps(2), 500.0), "{}", r.sps(2));
+        // 6 tokens: its timings (3 ms) against the scaled profile (2 ms) counted twice.
+        let k = WINDOW as f64;
+        let six = (PROFILE_WEIGHT * 2e-3 + k * 3e-3) / (PROFILE_WEIGHT + k);
+        assert!(close(r.sps(6), 1.0 / six), "{}", r.sps(6));
+        let sizes: Vec<usize> = r.points().iter().map(|p| p.0).collect();
+        assert_eq!(sizes, vec![1, 2, 4, 6, 8]);
+    }
+
+    #[test]
+    fn slow_forwards_do_not_price_a_count_until_they_are_the_norm() {
+        let p = StepsPerSecond::linear(vec![(1, 1000.0), (16, 100.0)]).unwrap();
+        let mut t = ForwardTimes::default();
+        for _ in 0..5 {
+            t.record(1, 1e-3);
+        }
+        // Preempted forwards at 9 tokens, 50x the profile: too few to price 9.
+        for _ in 0..MIN_SAMPLES - 1 {
+            t.record(9, 50.0 / p.sps(9));
+        }
+        let r = t.refine(&p).unwrap();
+        assert!(close(r.sps(9), p.sps(9)), "{} vs {}", r.sps(9), p.sps(9));
+        // With normal timings after them the median is normal, and the ring keeps the latest
+        // WINDOW: normal timings push the slow ones out.
+        for _ in 0..WINDOW {
+            t.record(9, 1.0 / p.sps(9));
+        }
+        let r = t.refine(&p).unwrap();
+        assert!(close(r.sps(9), p.sps(9)), "{} vs {}", r.sps(9), p.sps(9));
+    }
+
+    #[test]
+    fn costs_are_per_request_medians_of_the_nearest_batch_size() {
+        let mut c = RoundCosts::default();
+        assert_eq!(c.get(1), None);
+        c.record_plain(1, 1e-4);
+        assert_eq!(c.get(1), None, "no drafted round timed yet");
+        // One slow first proposal among normal ones: the median ignores it.
+        c.record_drafted(1, 5e-3, 1.5e-4, 0.5e-4);
+        c.record_drafted(1, 1e-3, 1.5e-4, 0.5e-4);
+        c.record_drafted(1, 1e-3, 1.5e-4, 0.5e-4);
+        // Batch 16: 16 requests' worth, per request a quarter of a lone request's.
+        for _ in 0..3 {
+            c.record_drafted(16, 16.0 * 2.5e-4, 16.0 * 3e-5, 16.0 * 2e-5);
+        }
+        let one = c.get(1).unwrap();
+        assert!(
+            close(one.propose, 1e-3) && close(one.drafted_rest, 2e-4),
+            "{one:?}"
+        );
+        assert!(close(one.plain_rest, 1e-4), "{one:?}");
+        // Batch 12 reads batch 16 (nearer by ratio than 1); batch 1's plain round is the only
+        // one timed: it is read.
+        let twelve = c.get(12).unwrap();
+        assert!(close(twelve.propose, 2.5e-4), "{twelve:?}");
+        assert!(close(twelve.drafted_rest, 5e-5), "{twelve:?}");
+        assert!(close(twelve.plain_rest, 1e-4), "{twelve:?}");
+        // Ties by ratio go to the larger batch: 4 is as far from 1 as from 16.
+        assert!(close(c.get(4).unwrap().propose, 2.5e-4));
+        // Before a plain round is timed, a plain round is priced as a drafted round's
+        // kernels, without its drafter context extension.
+        let mut d = RoundCosts::default();
+        d.record_drafted(2, 2e-3, 2.0 * 3e-5, 2.0 * 2e-5);
+        let two = d.get(2).unwrap();
+        assert!(
+            close(two.drafted_rest, 5e-5) && close(two.plain_rest, 3e-5),
+            "{two:?}"
+        );
+    }
+}

@@ -1,0 +1,475 @@
+//! The planner: the policy state a serving engine keeps (acceptance per draft position, the
+//! measured steps-per-second table, round costs, the streak of plain rounds) and the two
+//! choices it makes each round from it: whether the round drafts at all, and how many drafts
+//! each request verifies. It sees requests only as their confidences: the engine's round
+//! (`engine/round`) gathers them and applies what it decides.
+//!
+//! The paper's scheduler chooses how many drafts each request verifies, for a round whose
+//! drafting is already paid. Over a batch on a compute-bound target the best choice can be no
+//! draft at all, and then the proposal itself was the waste. Before proposing, a scheduling
+//! policy weighs the two rounds it can run with the same objective `Θ = E[tokens] · SPS'`:
+//! - drafted: the scheduler's lengths over each request's expected acceptance (the engine's
+//!   measured per-position acceptance, its latest confidences weighing in as a prior), the
+//!   table priced with the measured cost of proposing and of the rest of a drafted round;
+//! - plain: one token per request, the table priced with the rest of a plain round.
+//!
+//! It drafts unless the best drafted round verifies nothing or the plain round is faster by
+//! more than [`PLAIN_MARGIN`]: a plain round teaches nothing (no confidences, no acceptance),
+//! the switch has costs the model does not price (appending the pending rows, a refresh
+//! round), and near a tie the estimates' noise would decide. Confidences go stale in plain
+//! rounds: after a streak of them (1 plain round after drafting stopped paying, then 2, 4…
+//! up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays again), and for a request
+//! without confidences yet, the round drafts to refresh them if drafting would pay at the
+//! best acceptance the record supports; where even that does not pay (a compute-bound batch),
+//! no refresh is taken and the rounds stay plain. A plain round is exactly a target-only step
+//! (same seeds: greedy output is unchanged and sampling stays exact); its features (and a
+//! joining request's prefill features) wait for the request's next proposal, and extend its
+//! drafter context in one call then.
+//!
+//! A request whose own limit (`max_drafts`, its budget) leaves no draft, or that never drafts,
+//! takes the same target-only step inside a drafted round.
+
+use super::acceptance::{Acceptance, unit};
+use super::learned::{Costs, ForwardTimes, RoundCosts};
+use super::profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
+use super::{
+    StepsPerSecond, VerifyPolicy, schedule_lengths_batch, schedule_pipelined, threshold_lengths,
+};
+use crate::error::Result;
+use crate::models::TargetModel;
+
+/// Most plain rounds in a row before a round drafts again, to refresh the confidences the
+/// choice is made from.
+pub const REFRESH_ROUNDS: usize = 16;
+
+/// How much faster (relative) a plain round must be expected to run than the best drafted
+/// round before a round skips drafting.
+pub const PLAIN_MARGIN: f64 = 0.1;
+
+/// The streak of plain rounds: rounds since the last drafted one, and after how many the next
+/// one drafts anyway.
+#[derive(Debug, Clone, Copy)]
+struct Streak {
+    since_draft: usize,
+    refresh_after: usize,
+}
+
+impl Default for Streak {
+    fn default() -> Self {
+        Self {
+            since_draft: 0,
+            refresh_after: 1,
+        }
+    }
+}
+
+/// Expected tokens a round commits when request `r` verifies `lens[r]` of its `n` drafts
+/// with confidences `c` (`[B·n]`): one each, plus the survival of every verified slot.
+fn expected_tokens(c: &[f32], n: usize, lens: &[usize]) -> f64 {
+    let mut tau = lens.len() as f64;
+    for (r, &len) in lens.iter().enumerate() {
+        let mut a = 1.0;
+        for &x in &c[r * n..r * n + len] {
+            a *= unit(x);
+            tau += a;
+        }
+    }
+    tau
+}
+
+/// Whether drafting beats a plain round for a batch of `b` requests whose latest confidences
+/// are `stale` (`[B·n]`), given the table `sps`, the per-request costs outside the forward and
+/// the scheduler's look-ahead `ahead` (`[B·n]`).
+fn drafting_pays(
+    stale: &[f32],
+    b: usize,
+    n: usize,
+    sps: &StepsPerSecond,
+    costs: Costs,
+    ahead: &[f32],
+) -> Result<bool> {
+    let bf = b as f64;
+    let drafted = sps.with_overhead(bf * (costs.propose + costs.drafted_rest));
+    let lens = schedule_lengths_batch(stale, b, n, &drafted, ahead)?;
+    let verified = b + lens.iter().sum::<usize>();
+    let theta_drafted = expected_tokens(stale, n, &lens) * drafted.sps(verified);
+    let theta_plain = bf * sps.with_overhead(bf * costs.plain_rest).sps(b);
+    // A drafted round that would verify nothing is a plain round that also proposed.
+    Ok(verified > b && theta_plain <= (1.0 + PLAIN_MARGIN) * theta_drafted)
+}
+
+/// A request's previous-round confidences when they cover `n` positions.
+fn stale_of<'a>(stale: &[Option<&'a [f32]>], r: usize, n: usize) -> Option<&'a [f32]> {
+    stale.get(r).copied().flatten().filter(|s| s.len() == n)
+}
+
+/// The policy state of one engine and the choices made from it (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Planner {
+    verify: VerifyPolicy,
+    /// Drafts verified per round at most (the engine's limit).
+    num_speculative: usize,
+    acceptance: Acceptance,
+    /// The measured table: profiled up to `.0` tokens at first use.
+    profile: Option<(usize, StepsPerSecond)>,
+    /// Forward timings that refine the profile.
+    times: ForwardTimes,
+    /// A round's costs outside the forward.
+    costs: RoundCosts,
+    streak: Streak,
+}
+
+impl Planner {
+    /// A planner for `verify` over blocks of at most `num_speculative` drafts.
+    pub(crate) fn new(verify: VerifyPolicy, num_speculative: usize) -> Self {
+        Self {
+            verify,
+            num_speculative,
+            acceptance: Acceptance::default(),
+            profile: None,
+            times: ForwardTimes::default(),
+            costs: RoundCosts::default(),
+            streak: Streak::default(),
+        }
+    }
+
+    /// Whether the policy uses the confidence policies' bookkeeping (round costs, pending
+    /// features kept for a later proposal).
+    pub(crate) fn schedules(&self) -> bool {
+        matches!(
+            self.verify,
+            VerifyPolicy::Scheduled(_)
+                | VerifyPolicy::ScheduledMeasured
+                | VerifyPolicy::Pipelined(_)
+        )
+    }
+
+    /// This round's measured table for `drafting` drafting requests, under
+    /// [`VerifyPolicy::ScheduledMeasured`] (profiled at first use, outside the round's
+    /// timings, which price the scheduler's table); `None` otherwise.
+    pub(crate) fn round_table<T: TargetModel>(
+        &mut self,
+        target: &T,
+        drafting: usize,
+    ) -> Result<Option<StepsPerSecond>> {
+        let n = self.num_speculative;
+        match (&self.verify, drafting) {
+            (VerifyPolicy::ScheduledMeasured, 1..) => self
+                .measured_table(target, drafting * (n + 1), n + 1)
+                .map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether a round of the drafting requests whose previous-round confidences are `stale`
+    /// (one entry each) drafts; the streak of plain rounds follows. `measured`: this round's
+    /// table (see [`Planner::round_table`]).
+    pub(crate) fn drafts(
+        &mut self,
+        stale: &[Option<&[f32]>],
+        measured: Option<&StepsPerSecond>,
+    ) -> Result<bool> {
+        let drafts = self.drafting_pays_now(stale, measured)?;
+        if drafts {
+            self.streak.since_draft = 0;
+        } else {
+            self.streak.since_draft += 1;
+        }
+        Ok(drafts)
+    }
+
+    fn drafting_pays_now(
+        &mut self,
+        stale: &[Option<&[f32]>],
+        measured: Option<&StepsPerSecond>,
+    ) -> Result<bool> {
+        let n = self.num_speculative;
+        let b = stale.len();
+        let table = match &self.verify {
+            VerifyPolicy::Scheduled(s) | VerifyPolicy::Pipelined(s) => s.clone(),
+            VerifyPolicy::ScheduledMeasured => match measured {
+                Some(t) => t.clone(),
+                None => return Ok(true),
+            },
+            VerifyPolicy::Full | VerifyPolicy::Threshold(_) => return Ok(true),
+        };
+        if n == 0 {
+            return Ok(true);
+        }
+        let Some(costs) = self.costs.get(b) else {
+            return Ok(true);
+        };
+        // A refresh (the streak is due) or a request without confidences yet: the round's
+        // choice would be made on confidences it does not have. Fresh ones can only change it
+        // if drafting pays at the best acceptance the record supports
+        // (`Acceptance::optimistic`); where even that does not pay, a drafted round is waste (on
+        // a compute-bound batch it also appends every pending feature row).
+        let fresh = (0..b).any(|r| stale_of(stale, r, n).is_none());
+        let due = self.streak.since_draft >= self.streak.refresh_after;
+        if fresh || due {
+            let best: Vec<f32> = (0..b)
+                .flat_map(|_| (0..n).map(|k| self.acceptance.optimistic(k)))
+                .collect();
+            let could = drafting_pays(&best, b, n, &table, costs, &best)?;
+            if could && due {
+                // If drafting still does not pay after it, the next streak is longer.
+                self.streak.refresh_after = (self.streak.refresh_after * 2).min(REFRESH_ROUNDS);
+            }
+            return Ok(could);
+        }
+        let survival = self.expected_acceptance(stale, n);
+        let pays = drafting_pays(&survival, b, n, &table, costs, &survival)?;
+        if pays {
+            self.streak.refresh_after = 1;
+        }
+        Ok(pays)
+    }
+
+    /// Per request and draft position `k < n` (`[B·n]`), the acceptance expected before this
+    /// round's draws: the measured rate at `k`, with the request's previous-round confidence
+    /// counted as a prior (1/2 without one). The survival the drafting decision weighs, and
+    /// the scheduler's look-ahead (never this round's confidences: lossless).
+    fn expected_acceptance(&self, stale: &[Option<&[f32]>], n: usize) -> Vec<f32> {
+        let mut out = Vec::with_capacity(stale.len() * n);
+        for r in 0..stale.len() {
+            match stale_of(stale, r, n) {
+                Some(s) => out.extend(
+                    s.iter()
+                        .enumerate()
+                        .map(|(k, &c)| self.acceptance.expected(k, unit(c))),
+                ),
+                None => out.extend((0..n).map(|k| self.acceptance.expected(k, 0.5))),
+            }
+        }
+        out
+    }
+
+    /// Drafts to verify per drafting request over blocks of `k`: the policy's choice (capped
+    /// later by each request's own limit). `confidence`: this round's, `[B·n]` with
+    /// `n = min(num_speculative, k)` (`None` when a request has none); `stale`: each request's
+    /// previous-round confidences. Returns the lengths and, when the policy read this round's
+    /// confidences, what each request keeps as its next `stale` (`[B·n]`).
+    pub(crate) fn verify_lengths<T: TargetModel>(
+        &mut self,
+        target: &T,
+        confidence: Option<Vec<f32>>,
+        stale: &[Option<&[f32]>],
+        k: usize,
+        measured: Option<&StepsPerSecond>,
+    ) -> Result<(Vec<usize>, Option<Vec<f32>>)> {
+        let n = self.num_speculative.min(k);
+        let b = stale.len();
+        let (policy, raw) = match (&self.verify, confidence) {
+            (VerifyPolicy::Full, _) | (_, None) => return Ok((vec![n; b], None)),
+            (policy, Some(c)) => (policy.clone(), c),
+        };
+        // The schedulers read survival: each confidence rescaled by how its position's
+        // predictions have fared (the threshold keeps the raw values).
+        let firsts = match policy {
+            VerifyPolicy::Threshold(_) => raw,
+            _ => self.acceptance.recalibrated(&raw, n),
+        };
+        // What a drafted round of this batch spends outside the target forward (proposing,
+        // kernels, the context extension), from the rounds observed so far: a round pays it
+        // whatever it verifies, so the scheduler weighs each table entry with it.
+        let outside = self
+            .costs
+            .get(b)
+            .map(|c| b as f64 * (c.propose + c.drafted_rest));
+        let priced = |sps: &StepsPerSecond| match outside {
+            Some(secs) => sps.with_overhead(secs),
+            None => sps.clone(),
+        };
+        // The scheduler looks past a cliff in the table over the whole batch: the other
+        // requests' slots, and each request's own continuation on the acceptance expected
+        // from earlier rounds (never from its own draws of this round: lossless).
+        let ahead = self.expected_acceptance(stale, n);
+        let lens = match &policy {
+            VerifyPolicy::Threshold(t) => threshold_lengths(&firsts, b, n, *t)?,
+            VerifyPolicy::Scheduled(sps) => {
+                schedule_lengths_batch(&firsts, b, n, &priced(sps), &ahead)?
+            }
+            VerifyPolicy::ScheduledMeasured => {
+                let sps = match measured {
+                    Some(t) => t.clone(),
+                    None => self.measured_table(target, b * (n + 1), n + 1)?,
+                };
+                schedule_lengths_batch(&firsts, b, n, &priced(&sps), &ahead)?
+            }
+            VerifyPolicy::Pipelined(sps) => {
+                // A request's previous-round confidences (its own current ones in its first
+                // round) size the batch; current survival fills it.
+                let older: Vec<f32> = (0..b)
+                    .flat_map(|r| match stale_of(stale, r, n) {
+                        Some(s) => s.to_vec(),
+                        None => firsts[r * n..(r + 1) * n].to_vec(),
+                    })
+                    .collect();
+                schedule_pipelined(&older, &firsts, b, n, &priced(sps))?
+            }
+            VerifyPolicy::Full => vec![n; b],
+        };
+        Ok((lens, Some(firsts)))
+    }
+
+    /// The steps-per-second table measured on `target`, at least up to `tokens` verified
+    /// tokens (profiled on first use, again when a larger batch needs more), refined by the
+    /// forwards observed since (module `learned`).
+    pub(crate) fn measured_table<T: TargetModel>(
+        &mut self,
+        target: &T,
+        tokens: usize,
+        row_tokens: usize,
+    ) -> Result<StepsPerSecond> {
+        // Past MAX_PROFILE_TOKENS the table holds tokens/s constant: a huge batch's first
+        // round must not wait on a profile of its whole size.
+        let tokens = tokens.min(MAX_PROFILE_TOKENS.max(row_tokens));
+        let profile = match &self.profile {
+            Some((max, table)) if *max >= tokens => table.clone(),
+            _ => {
+                // A batch that outgrows the profile doubles it: under continuous batching the
+                // batch grows a request at a time, and profiling at every size it passes
+                // through would cost more than the rounds it prices.
+                let before = self.profile.as_ref().map_or(0, |s| s.0);
+                let want = tokens
+                    .max(before.saturating_mul(2))
+                    .min(MAX_PROFILE_TOKENS.max(row_tokens));
+                let table = measure_steps_per_second(target, want, row_tokens)?;
+                self.profile = Some((want, table.clone()));
+                table
+            }
+        };
+        self.times.refine(&profile)
+    }
+
+    /// Measure what [`VerifyPolicy::ScheduledMeasured`] needs for up to `batch` requests
+    /// (nothing under other policies).
+    pub(crate) fn warm_up<T: TargetModel>(&mut self, target: &T, batch: usize) -> Result<()> {
+        if !matches!(self.verify, VerifyPolicy::ScheduledMeasured) || batch == 0 {
+            return Ok(());
+        }
+        let row = self.num_speculative + 1;
+        self.measured_table(target, batch.saturating_mul(row), row)
+            .map(|_| ())
+    }
+
+    /// The measured table, once measured: the profile refined by the forwards observed so far.
+    pub(crate) fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
+        let (_, profile) = self.profile.as_ref()?;
+        self.times.refine(profile).ok()
+    }
+
+    /// Time one forward over `tokens` total tokens into the measured table (only under
+    /// [`VerifyPolicy::ScheduledMeasured`]).
+    pub(crate) fn observe_forward(&mut self, tokens: usize, seconds: f64) {
+        if matches!(self.verify, VerifyPolicy::ScheduledMeasured) {
+            self.times.record(tokens, seconds);
+        }
+    }
+
+    /// Keep what a round of `batch` requests spent outside its forward and proposal under a
+    /// scheduling policy: `kernels` seconds outside the drafter, `extension` appending to
+    /// drafter contexts. A drafted round (`drafted`: a request proposed) keeps its
+    /// per-request proposal (`propose` seconds), kernels and extension; a `plain` round its
+    /// kernels (its extension, at the pending cap, keeps the option to draft: not a cost of
+    /// the plain regime).
+    pub(crate) fn observe_round(
+        &mut self,
+        batch: usize,
+        plain: bool,
+        drafted: bool,
+        propose: f64,
+        kernels: f64,
+        extension: f64,
+    ) {
+        if !self.schedules() {
+            return;
+        }
+        if plain {
+            self.costs.record_plain(batch, kernels);
+        } else if drafted {
+            self.costs
+                .record_drafted(batch, propose, kernels, extension);
+        }
+    }
+
+    /// Keep a request's round: `verified` drafts, `accepted` of them, with the confidences
+    /// the head gave them.
+    pub(crate) fn observe_acceptance(
+        &mut self,
+        verified: usize,
+        accepted: usize,
+        confidence: Option<&[f32]>,
+    ) {
+        self.acceptance.record(verified, accepted, confidence);
+    }
+
+    /// Age the acceptance record by one drafted round.
+    pub(crate) fn decay(&mut self) {
+        self.acceptance.decay();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn costs(propose: f64, rest: f64) -> Costs {
+        Costs {
+            propose,
+            drafted_rest: rest,
+            plain_rest: rest,
+        }
+    }
+
+    #[test]
+    fn a_compute_bound_batch_stops_drafting_and_a_cheap_draft_keeps_it() {
+        // Forward time linear in tokens (compute-bound): 1 ms per token.
+        let linear = StepsPerSecond::linear(vec![(1, 1000.0), (512, 1000.0 / 512.0)]).unwrap();
+        let (b, n) = (16, 4);
+        let conf = vec![0.7f32; b * n];
+        // Drafting costs 0.5 ms per request: verifying more tokens cannot pay for it.
+        assert!(
+            !drafting_pays(&conf, b, n, &linear, costs(5e-4, 1e-5), &vec![0.0; b * n]).unwrap()
+        );
+        // A flat table (memory-bound: a forward costs the same for 1 or 64 tokens) with cheap
+        // drafting: speculation pays.
+        let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
+        assert!(drafting_pays(&conf[..n], 1, n, &flat, costs(1e-4, 1e-5), &[0.0; 4]).unwrap());
+        // The same confidences on a table whose cost grows slower than the tokens verified
+        // (a forward of 512 tokens costs 128 of one): drafting pays again.
+        let sublinear = StepsPerSecond::linear(vec![(1, 1000.0), (512, 1000.0 / 128.0)]).unwrap();
+        assert!(
+            drafting_pays(
+                &conf,
+                b,
+                n,
+                &sublinear,
+                costs(5e-5, 1e-5),
+                &vec![0.0; b * n]
+            )
+            .unwrap()
+        );
+    }
+
+    #[test]
+    fn a_plain_round_must_win_by_the_margin() {
+        // 1 ms per forward whatever it verifies; one draft at 0.5: a drafted round commits
+        // 1.5 tokens in 1 ms + the proposal, a plain one 1 token in 1 ms.
+        let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
+        let pays = |propose: f64| drafting_pays(&[0.5], 1, 1, &flat, costs(propose, 0.0), &[0.0]);
+        // Plain faster by 5% (proposal 0.575 ms): within the margin, it drafts.
+        assert!(pays(0.575e-3).unwrap());
+        // Plain faster by 20% (proposal 0.8 ms): it goes plain.
+        assert!(!pays(0.8e-3).unwrap());
+        const { assert!(PLAIN_MARGIN > 0.05 && PLAIN_MARGIN < 0.2) };
+    }
+
+    #[test]
+    fn expected_tokens_counts_survival_products() {
+        let c = [0.5f32, 0.5, 1.0, 0.2];
+        // Request 0 verifies 2 slots: 1 + 0.5 + 0.25; request 1 verifies 1: 1 + 1.0.
+        let tau = expected_tokens(&c, 2, &[2, 1]);
+        assert!((tau - 3.75).abs() < 1e-12, "{tau}");
+    }
+}
