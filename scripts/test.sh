@@ -12,12 +12,8 @@ bash scripts/install.sh --test
 cargo test --workspace --exclude dspark-py
 python3 -m pytest tests
 
-tensor_tests=()
-for f in crates/dspark/tests/sampling_*.rs crates/dspark/tests/drafter_*.rs \
-    crates/dspark/tests/targets_*.rs crates/dspark/tests/speculator_*.rs \
-    crates/dspark/tests/engine_*.rs; do
-    tensor_tests+=(--test "$(basename "$f" .rs)")
-done
+# The device-generic suites (one test binary per subject: crates/dspark/tests/<subject>/).
+tensor_tests=(--test sampling --test drafter --test targets --test speculator)
 for path in tensor fused; do
     echo "== the device suites on the CPU: DSPARK_KERNEL_PATH=$path"
     DSPARK_KERNEL_PATH=$path cargo test -p dspark --lib "${tensor_tests[@]}"

@@ -66,7 +66,7 @@ fn bench_batch(
     sizes: &[usize],
 ) {
     let v = target.vocab_size();
-    let capture = drafter.capture_layer_ids().to_vec();
+    let capture = drafter.info().capture_layer_ids.as_slice().to_vec();
     let mut cache = target.new_cache(batch).unwrap();
     let prompt = ids(CONTEXT * batch, v);
     let context = vec![CONTEXT; batch];

@@ -9,7 +9,7 @@ use pyo3::types::{PyDict, PyList};
 use dspark::checkpoint::WeightSource;
 use dspark::drafter::{Proposal, ProposeOptions};
 use dspark::sampling::Seeds;
-use dspark::{Drafter, Error, IdMap, Result, VocabSizes, limits};
+use dspark::{Drafter, DrafterInfo, Error, IdMap, Result, VocabSizes, limits};
 
 use crate::args;
 use crate::bridge::{host_tensor, host_view};
@@ -20,17 +20,8 @@ use crate::user;
 pub struct PyDraftModel {
     obj: Py<PyAny>,
     from_numpy: Option<Py<PyAny>>,
-    block: usize,
-    noise: u32,
-    vocab: VocabSizes,
+    info: DrafterInfo,
     id_map: IdMap,
-    own_embed: bool,
-    own_head: bool,
-    target_layers: Vec<i64>,
-    capture: Vec<usize>,
-    from_anchor: bool,
-    confidence: bool,
-    width: usize,
 }
 
 fn source(own: bool) -> WeightSource {
@@ -74,23 +65,28 @@ impl PyDraftModel {
                 vocab_size: vocab.input,
             }));
         }
+        let block = user::uint(obj, OWNER, "block_size", 1, limits::MAX_BLOCK)?;
+        let info = DrafterInfo {
+            block_size: block,
+            num_draft_tokens: block,
+            noise_token: noise as u32,
+            vocab,
+            embed_source: source(user::flag(obj, OWNER, "has_own_embed_tokens")?),
+            lm_head_source: source(user::flag(obj, OWNER, "has_own_lm_head")?),
+            target_layer_ids: user::ints(obj, OWNER, "target_layer_ids", -1, layers - 1, layers)?,
+            context_width: capture.len() * hidden,
+            capture_layer_ids: capture,
+            sample_from_anchor: user::flag(obj, OWNER, "sample_from_anchor")?,
+            has_confidence_head: user::flag(obj, OWNER, "has_confidence_head")?,
+        };
         Ok(Self {
             from_numpy: py
                 .import("torch")
                 .and_then(|t| t.getattr("from_numpy"))
                 .ok()
                 .map(Bound::unbind),
-            block: user::uint(obj, OWNER, "block_size", 1, limits::MAX_BLOCK)?,
-            noise: noise as u32,
-            vocab,
+            info,
             id_map,
-            own_embed: user::flag(obj, OWNER, "has_own_embed_tokens")?,
-            own_head: user::flag(obj, OWNER, "has_own_lm_head")?,
-            target_layers: user::ints(obj, OWNER, "target_layer_ids", -1, layers - 1, layers)?,
-            width: capture.len() * hidden,
-            capture,
-            from_anchor: user::flag(obj, OWNER, "sample_from_anchor")?,
-            confidence: user::flag(obj, OWNER, "has_confidence_head")?,
             obj: obj.clone().unbind(),
         })
     }
@@ -163,52 +159,12 @@ fn check_confidence(values: &[f32]) -> PyResult<()> {
 impl Drafter for PyDraftModel {
     type State = Py<PyAny>;
 
-    fn block_size(&self) -> usize {
-        self.block
-    }
-
-    fn num_draft_tokens(&self) -> usize {
-        self.block
-    }
-
-    fn noise_token(&self) -> u32 {
-        self.noise
-    }
-
-    fn vocab(&self) -> VocabSizes {
-        self.vocab
+    fn info(&self) -> &DrafterInfo {
+        &self.info
     }
 
     fn id_map(&self) -> &IdMap {
         &self.id_map
-    }
-
-    fn embed_source(&self) -> WeightSource {
-        source(self.own_embed)
-    }
-
-    fn lm_head_source(&self) -> WeightSource {
-        source(self.own_head)
-    }
-
-    fn target_layer_ids(&self) -> &[i64] {
-        &self.target_layers
-    }
-
-    fn capture_layer_ids(&self) -> &[usize] {
-        &self.capture
-    }
-
-    fn sample_from_anchor(&self) -> bool {
-        self.from_anchor
-    }
-
-    fn has_confidence_head(&self) -> bool {
-        self.confidence
-    }
-
-    fn context_width(&self) -> usize {
-        self.width
     }
 
     fn new_state(&self) -> Result<Py<PyAny>> {
@@ -262,7 +218,7 @@ impl Drafter for PyDraftModel {
         anchors: &[u32],
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
-        let (b, k, v) = (states.len(), self.block, self.vocab.target);
+        let (b, k, v) = (states.len(), self.info.block_size, self.info.vocab.target);
         self.call(PROPOSE, |py| {
             let list = PyList::new(py, states.iter().map(|s| s.bind(py)))?;
             let a: Vec<i64> = anchors.iter().map(|&t| i64::from(t)).collect();
@@ -293,7 +249,7 @@ impl Drafter for PyDraftModel {
             user::expect_shape(&name, &shape, &[b, k])?;
             let tokens = args::ids_in_vocab(&ids, &name, v)?;
             let draft_logits = floats(&p, "draft_logits", &[b, k, v])?;
-            let confidence = if self.confidence {
+            let confidence = if self.info.has_confidence_head {
                 let c = floats(&p, "confidence", &[b, k])?;
                 check_confidence(&c)?;
                 Some(c)

@@ -146,37 +146,37 @@ impl PyDrafter {
     /// `K`: draft tokens per proposal.
     #[getter]
     fn block_size(&self) -> PyResult<usize> {
-        guard(|| Ok(self.inner.block_size()))
+        guard(|| Ok(self.inner.info().block_size))
     }
 
     /// `K` (same as `block_size`).
     #[getter]
     fn num_draft_tokens(&self) -> PyResult<usize> {
-        guard(|| Ok(self.inner.num_draft_tokens()))
+        guard(|| Ok(self.inner.info().num_draft_tokens))
     }
 
     /// The noise (mask) token id.
     #[getter]
     fn noise_token_id(&self) -> PyResult<u32> {
-        guard(|| Ok(self.inner.noise_token()))
+        guard(|| Ok(self.inner.info().noise_token))
     }
 
     /// `V_in`.
     #[getter]
     fn vocab_size(&self) -> PyResult<usize> {
-        guard(|| Ok(self.inner.vocab().input))
+        guard(|| Ok(self.inner.info().vocab.input))
     }
 
     /// `V_d`.
     #[getter]
     fn draft_vocab_size(&self) -> PyResult<usize> {
-        guard(|| Ok(self.inner.vocab().draft))
+        guard(|| Ok(self.inner.info().vocab.draft))
     }
 
     /// `V_t`.
     #[getter]
     fn target_vocab_size(&self) -> PyResult<usize> {
-        guard(|| Ok(self.inner.vocab().target))
+        guard(|| Ok(self.inner.info().vocab.target))
     }
 
     /// The `d2t` offset table as int64 numpy (`None` for the identity map).
@@ -197,43 +197,43 @@ impl PyDrafter {
     /// Whether the checkpoint ships its own `embed_tokens`.
     #[getter]
     fn has_own_embed_tokens(&self) -> PyResult<bool> {
-        guard(|| Ok(self.inner.embed_source() == WeightSource::Own))
+        guard(|| Ok(self.inner.info().embed_source == WeightSource::Own))
     }
 
     /// Whether the checkpoint ships its own `lm_head`.
     #[getter]
     fn has_own_lm_head(&self) -> PyResult<bool> {
-        guard(|| Ok(self.inner.lm_head_source() == WeightSource::Own))
+        guard(|| Ok(self.inner.info().lm_head_source == WeightSource::Own))
     }
 
     /// DeepSpec semantics (HF `hidden_states[i+1]`).
     #[getter]
     fn target_layer_ids(&self) -> PyResult<Vec<i64>> {
-        guard(|| Ok(self.inner.target_layer_ids().to_vec()))
+        guard(|| Ok(self.inner.info().target_layer_ids.as_slice().to_vec()))
     }
 
     /// Capture semantics (input of layer `j`).
     #[getter]
     fn capture_layer_ids(&self) -> PyResult<Vec<usize>> {
-        guard(|| Ok(self.inner.capture_layer_ids().to_vec()))
+        guard(|| Ok(self.inner.info().capture_layer_ids.as_slice().to_vec()))
     }
 
     /// DeepSpec layout (`True`) or the 1+K layout.
     #[getter]
     fn sample_from_anchor(&self) -> PyResult<bool> {
-        guard(|| Ok(self.inner.sample_from_anchor()))
+        guard(|| Ok(self.inner.info().sample_from_anchor))
     }
 
     /// Whether proposals carry confidences.
     #[getter]
     fn has_confidence_head(&self) -> PyResult<bool> {
-        guard(|| Ok(self.inner.has_confidence_head()))
+        guard(|| Ok(self.inner.info().has_confidence_head))
     }
 
     /// Width of one context feature row, `L·H_t`.
     #[getter]
     fn context_width(&self) -> PyResult<usize> {
-        guard(|| Ok(self.inner.context_width()))
+        guard(|| Ok(self.inner.info().context_width))
     }
 
     /// Markov rank (0 = DFlash).
@@ -282,7 +282,7 @@ impl PyDrafter {
                     .collect::<PyResult<_>>()?,
             };
             let inner = &self.inner;
-            let anchors = ids_u32(anchors, "anchors", inner.vocab().target)?;
+            let anchors = ids_u32(anchors, "anchors", inner.info().vocab.target)?;
             check_output(inner, anchors.len())?;
             let ctx = tensor_f32(context, "context_hidden_states")?;
             let p = py
@@ -348,7 +348,7 @@ impl PyDrafter {
                 held.push(state);
             }
             let inner = &self.inner;
-            let anchors = ids_u32(anchors, "anchors", inner.vocab().target)?;
+            let anchors = ids_u32(anchors, "anchors", inner.info().vocab.target)?;
             check_output(inner, anchors.len())?;
             let refs: Vec<&DraftState> = held.iter().map(|s| &s.state).collect();
             let p = py

@@ -72,8 +72,8 @@ pub(crate) fn options(
 pub(crate) fn check_output(inner: &Qwen3Drafter, batch: usize) -> PyResult<()> {
     let dims = [
         batch as u64,
-        inner.num_draft_tokens() as u64,
-        inner.vocab().target as u64,
+        inner.info().num_draft_tokens as u64,
+        inner.info().vocab.target as u64,
     ];
     limits::output_elements("anchors", &dims).map_err(err)?;
     Ok(())

@@ -5,12 +5,11 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 
-use dspark::checkpoint::WeightSource;
 use dspark::drafter::{DraftState, Proposal, ProposeOptions};
 use dspark::models::qwen3::{Qwen3Cache, Qwen3Target};
 use dspark::policy::VerifyPolicy;
 use dspark::speculator::{TargetInput, TargetModel, TargetOutput};
-use dspark::{Drafter, Error, IdMap, Qwen3Drafter, Result, VocabSizes};
+use dspark::{Drafter, DrafterInfo, Error, IdMap, Qwen3Drafter, Result};
 use pyo3::prelude::*;
 
 use crate::bridge::{PyTarget, PyTargetCache};
@@ -237,52 +236,12 @@ fn py_states<'a>(states: &[&'a AnyState]) -> Result<Vec<&'a Py<PyAny>>> {
 impl Drafter for AnyDrafter {
     type State = AnyState;
 
-    fn block_size(&self) -> usize {
-        each!(self, d => d.block_size())
-    }
-
-    fn num_draft_tokens(&self) -> usize {
-        each!(self, d => d.num_draft_tokens())
-    }
-
-    fn noise_token(&self) -> u32 {
-        each!(self, d => d.noise_token())
-    }
-
-    fn vocab(&self) -> VocabSizes {
-        each!(self, d => d.vocab())
+    fn info(&self) -> &DrafterInfo {
+        each!(self, d => d.info())
     }
 
     fn id_map(&self) -> &IdMap {
         each!(self, d => d.id_map())
-    }
-
-    fn embed_source(&self) -> WeightSource {
-        each!(self, d => d.embed_source())
-    }
-
-    fn lm_head_source(&self) -> WeightSource {
-        each!(self, d => d.lm_head_source())
-    }
-
-    fn target_layer_ids(&self) -> &[i64] {
-        each!(self, d => d.target_layer_ids())
-    }
-
-    fn capture_layer_ids(&self) -> &[usize] {
-        each!(self, d => d.capture_layer_ids())
-    }
-
-    fn sample_from_anchor(&self) -> bool {
-        each!(self, d => d.sample_from_anchor())
-    }
-
-    fn has_confidence_head(&self) -> bool {
-        each!(self, d => d.has_confidence_head())
-    }
-
-    fn context_width(&self) -> usize {
-        each!(self, d => d.context_width())
     }
 
     fn new_state(&self) -> Result<AnyState> {

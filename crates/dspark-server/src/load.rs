@@ -111,7 +111,7 @@ mod tests {
         let (t, d) = pair_dirs(&args, None).unwrap();
         let (target, drafter) = load_pair(&t, &d, "cpu", Dtype::Float32).unwrap();
         assert_eq!(target.vocab_size(), 3000);
-        assert!(drafter.block_size() > 1);
+        assert!(drafter.info().block_size > 1);
         let e = load_pair(&t, &d, "cpu", Dtype::Bfloat16).unwrap_err();
         assert_eq!(e.code, "unsupported-dtype");
         let e = load_pair(&t, &d, "tpu", Dtype::Float32).unwrap_err();

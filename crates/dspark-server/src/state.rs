@@ -73,11 +73,6 @@ impl AppState {
         format!("{prefix}-{:016x}", self.random.hash_one(n))
     }
 
-    fn random_seed(&self) -> u64 {
-        let n = self.ids.fetch_add(1, Ordering::Relaxed);
-        self.random.hash_one((n, "seed"))
-    }
-
     /// Tokenize `text` off the async workers; `special`: add the tokenizer's special tokens
     /// (completions), not for rendered chat templates (they write their own). `param` names
     /// the field the text came from. A text longer than the context could hold at the
@@ -141,7 +136,8 @@ impl AppState {
             max_new_tokens,
             stop_token_ids,
             sampling: c.sampling,
-            seed: c.seed.unwrap_or_else(|| self.random_seed()),
+            // An unseeded request draws fresh entropy, as in the engine and in Python.
+            seed: c.seed.unwrap_or_else(dspark::engine::fresh_seed),
             max_drafts: if self.no_drafting {
                 Some(0)
             } else {

@@ -209,7 +209,7 @@ fn run(a: Args) -> Result<(), Fail> {
         Some(dir) if !a.target_only => {
             let drafter = Qwen3Drafter::load(dir, &target.target_spec(), target.shared_weights())
                 .map_err(engine)?;
-            let k = drafter.num_draft_tokens();
+            let k = drafter.info().num_draft_tokens;
             let mut options = a.options;
             if a.verify.as_deref() == Some("scheduled") {
                 let table = steps_per_second(&target, &prompt, k + 1).map_err(engine)?;

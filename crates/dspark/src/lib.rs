@@ -36,7 +36,9 @@ pub use checkpoint::{Inventory, LoadPlan, TensorInfo, WeightSource};
 pub use config::{
     ConfigFormat, DraftSpec, MarkovHeadType, NoiseToken, NoiseTokenSource, TargetSpec,
 };
-pub use drafter::{DraftState, Drafter, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights};
+pub use drafter::{
+    DraftState, Drafter, DrafterInfo, Proposal, ProposeOptions, Qwen3Drafter, SharedWeights,
+};
 pub use error::{Error, ErrorKind, Result, Warning};
 pub use idmap::IdMap;
 pub use inspect::{InspectOptions, Report, inspect, inspect_with};

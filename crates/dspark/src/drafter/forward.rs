@@ -111,7 +111,7 @@ impl Qwen3Drafter {
                 format!("{} anchors for {b_n} states", anchors.len()),
             ));
         }
-        let v_in = self.vocab.input;
+        let v_in = self.info.vocab.input;
         if let Some(&a) = anchors.iter().find(|&&a| a as usize >= v_in) {
             return Err(Error::TokenOutOfRange {
                 name: "anchors".into(),
@@ -119,7 +119,7 @@ impl Qwen3Drafter {
                 vocab_size: v_in,
             });
         }
-        let k_n = self.num_draft_tokens();
+        let k_n = self.info().num_draft_tokens;
         let q_len = if self.spec.sample_from_anchor {
             k_n
         } else {
@@ -192,7 +192,7 @@ impl Qwen3Drafter {
             Some(head) => head.forward(&rows)?,
             None => matmul_t(&rows, &self.lm_head, None)?,
         }
-        .reshape((b, k, self.vocab.draft))?;
+        .reshape((b, k, self.info.vocab.draft))?;
         Ok(match self.spec.final_logit_softcapping {
             Some(c) if c > 0.0 => ((logits / c)?.tanh()? * c)?,
             _ => logits,
@@ -209,9 +209,9 @@ impl Qwen3Drafter {
         opts: &ProposeOptions,
         keep: bool,
     ) -> Result<(Proposal, Option<Tensor>)> {
-        let k_n = self.num_draft_tokens();
+        let k_n = self.info().num_draft_tokens;
         if states.is_empty() && anchors.is_empty() {
-            let empty = Proposal::empty(k_n, self.vocab.target, self.confidence.is_some());
+            let empty = Proposal::empty(k_n, self.info.vocab.target, self.confidence.is_some());
             return Ok((empty, None));
         }
         kernel_path()?;
@@ -225,15 +225,15 @@ impl Qwen3Drafter {
         let block = sample_block_slices(
             Rows3 {
                 data: Floats::F32(&base),
-                dims: [b_n, k_n, self.vocab.draft],
+                dims: [b_n, k_n, self.info.vocab.draft],
             },
             Mat {
                 data: Floats::F32(&self.markov_w1),
-                dims: [self.vocab.input, r],
+                dims: [self.info.vocab.input, r],
             },
             Mat {
                 data: Floats::F32(&self.markov_w2),
-                dims: [self.vocab.draft, r],
+                dims: [self.info.vocab.draft, r],
             },
             anchors,
             &self.block_options(opts),
@@ -259,7 +259,7 @@ impl Qwen3Drafter {
         let proposal = Proposal {
             batch: b_n,
             slots: k_n,
-            target_vocab: self.vocab.target,
+            target_vocab: self.info.vocab.target,
             tokens: block.tokens,
             draft_logits: block.draft_logits,
             confidence,
@@ -312,7 +312,7 @@ impl Qwen3Drafter {
         let proposal = Proposal {
             batch: b_n,
             slots: k_n,
-            target_vocab: self.vocab.target,
+            target_vocab: self.info.vocab.target,
             tokens: block.tokens,
             draft_logits,
             confidence,

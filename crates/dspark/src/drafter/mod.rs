@@ -113,43 +113,52 @@ impl Proposal {
     }
 }
 
+/// What a drafter is, fixed at load: its block, vocabulary, weight sources and the target
+/// layers it reads. [`Drafter::info`] returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrafterInfo {
+    /// Trained block width `K`: draft tokens per request and round.
+    pub block_size: usize,
+    /// `K`, the number of draft tokens one proposal holds (= `block_size` in both layouts;
+    /// the 1+K layout feeds `K + 1` input slots).
+    pub num_draft_tokens: usize,
+    /// The noise (mask) token id filling the block after the anchor.
+    pub noise_token: u32,
+    /// `V_in`, `V_d`, `V_t`.
+    pub vocab: VocabSizes,
+    /// Whether `embed_tokens` is the drafter's own or the target's.
+    pub embed_source: WeightSource,
+    /// Whether `lm_head` is the drafter's own or the target's.
+    pub lm_head_source: WeightSource,
+    /// Feature layers in DeepSpec semantics: id `i` = output of target layer `i` (HF
+    /// `hidden_states[i+1]`), `-1` = the embedding output.
+    pub target_layer_ids: Vec<i64>,
+    /// The same layers in capture semantics (input of layer `j` = `i + 1`).
+    pub capture_layer_ids: Vec<usize>,
+    /// `true`: slot `k` of `[anchor, M, …]` predicts position `n+k+1`; `false`: the 1+K
+    /// layout (`[anchor, M×K]`, predictions read from slots `1..K`).
+    pub sample_from_anchor: bool,
+    /// Whether proposals carry confidences.
+    pub has_confidence_head: bool,
+    /// Width of one context feature row, `L·H_t`.
+    pub context_width: usize,
+}
+
 /// The drafter contract. Every backend exposes all of it.
 ///
 /// Positions: a context of `T` feature rows covers absolute positions `start .. start+T−1` and
 /// the anchor (the last committed token) sits at `start+T`. Feature rows are the target's hidden
-/// states at [`Drafter::target_layer_ids`] concatenated along the last dimension
+/// states at [`DrafterInfo::target_layer_ids`] concatenated along the last dimension
 /// (`[.., L·H_t]`).
 pub trait Drafter {
     /// One request's drafting context ([`DraftState`] for the candle drafter; an adapter over
     /// another runtime keeps its own).
     type State;
-    /// Trained block width `K`: draft tokens per request and round.
-    fn block_size(&self) -> usize;
-    /// `K`, the number of draft tokens one proposal holds (= `block_size` in both layouts;
-    /// the 1+K layout feeds `K + 1` input slots).
-    fn num_draft_tokens(&self) -> usize;
-    /// The noise (mask) token id filling the block after the anchor.
-    fn noise_token(&self) -> u32;
-    /// `V_in`, `V_d`, `V_t`.
-    fn vocab(&self) -> VocabSizes;
+    /// What the drafter is: its block, vocabulary, weight sources and the target layers it
+    /// reads ([`DrafterInfo`]).
+    fn info(&self) -> &DrafterInfo;
     /// The draft-to-target id map (identity for full and padded vocabularies).
     fn id_map(&self) -> &IdMap;
-    /// Whether `embed_tokens` is the drafter's own or the target's.
-    fn embed_source(&self) -> WeightSource;
-    /// Whether `lm_head` is the drafter's own or the target's.
-    fn lm_head_source(&self) -> WeightSource;
-    /// Feature layers in DeepSpec semantics: id `i` = output of target layer `i` (HF
-    /// `hidden_states[i+1]`), `-1` = the embedding output.
-    fn target_layer_ids(&self) -> &[i64];
-    /// The same layers in capture semantics (input of layer `j` = `i + 1`).
-    fn capture_layer_ids(&self) -> &[usize];
-    /// `true`: slot `k` of `[anchor, M, …]` predicts position `n+k+1`; `false`: the 1+K layout
-    /// (`[anchor, M×K]`, predictions read from slots `1..K`).
-    fn sample_from_anchor(&self) -> bool;
-    /// Whether proposals carry confidences.
-    fn has_confidence_head(&self) -> bool;
-    /// Width of one context feature row, `L·H_t`.
-    fn context_width(&self) -> usize;
     /// An empty per-request state.
     fn new_state(&self) -> Result<Self::State>;
     /// Append context features `[T_new, L·H_t]` at absolute positions `start_position ..` to
@@ -226,41 +235,11 @@ pub trait Drafter {
 impl<D: Drafter + ?Sized> Drafter for std::sync::Arc<D> {
     type State = D::State;
 
-    fn block_size(&self) -> usize {
-        (**self).block_size()
-    }
-    fn num_draft_tokens(&self) -> usize {
-        (**self).num_draft_tokens()
-    }
-    fn noise_token(&self) -> u32 {
-        (**self).noise_token()
-    }
-    fn vocab(&self) -> VocabSizes {
-        (**self).vocab()
+    fn info(&self) -> &DrafterInfo {
+        (**self).info()
     }
     fn id_map(&self) -> &IdMap {
         (**self).id_map()
-    }
-    fn embed_source(&self) -> WeightSource {
-        (**self).embed_source()
-    }
-    fn lm_head_source(&self) -> WeightSource {
-        (**self).lm_head_source()
-    }
-    fn target_layer_ids(&self) -> &[i64] {
-        (**self).target_layer_ids()
-    }
-    fn capture_layer_ids(&self) -> &[usize] {
-        (**self).capture_layer_ids()
-    }
-    fn sample_from_anchor(&self) -> bool {
-        (**self).sample_from_anchor()
-    }
-    fn has_confidence_head(&self) -> bool {
-        (**self).has_confidence_head()
-    }
-    fn context_width(&self) -> usize {
-        (**self).context_width()
     }
     fn new_state(&self) -> Result<Self::State> {
         (**self).new_state()

@@ -15,8 +15,8 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 
 use super::cache::DraftState;
-use super::{Drafter, Proposal, ProposeOptions};
-use crate::checkpoint::{Inventory, LoadPlan, WeightSource, shapes};
+use super::{Drafter, DrafterInfo, Proposal, ProposeOptions};
+use crate::checkpoint::{Inventory, LoadPlan, shapes};
 use crate::config::{ConfigFormat, DraftSpec, MarkovHeadType, TargetSpec};
 use crate::error::Warning;
 use crate::error::{Error, Result};
@@ -25,7 +25,6 @@ use crate::nn::decoder::{Layer, Take};
 use crate::nn::weights::{SharedWeights, load_planned, shared_weight};
 use crate::nn::{Linear, LoadOptions, Rope, f32_of};
 use crate::sampling::StsCalibration;
-use crate::vocab::VocabSizes;
 
 /// The confidence head: `sigmoid(w·[h ; e] + b)`.
 #[derive(Debug, Clone)]
@@ -54,10 +53,8 @@ pub const STS_FILE: &str = "sts.json";
 #[derive(Debug, Clone)]
 pub struct Qwen3Drafter {
     pub(crate) spec: DraftSpec,
-    pub(crate) vocab: VocabSizes,
+    pub(crate) info: DrafterInfo,
     pub(crate) id_map: IdMap,
-    pub(crate) embed_source: WeightSource,
-    pub(crate) lm_head_source: WeightSource,
     pub(crate) device: Device,
     /// `[V_in, H]`.
     pub(crate) embed: Tensor,
@@ -339,10 +336,20 @@ impl Qwen3Drafter {
             fc: t.linear("model.fc", false)?,
             hidden_norm: t.get("model.hidden_norm.weight")?,
             norm: t.get("model.norm.weight")?,
-            vocab,
+            info: DrafterInfo {
+                block_size: spec.block_size,
+                num_draft_tokens: spec.block_size,
+                noise_token: spec.noise_token.id,
+                vocab,
+                embed_source: plan.embed_tokens,
+                lm_head_source: plan.lm_head,
+                target_layer_ids: spec.target_layer_ids.clone(),
+                capture_layer_ids: spec.capture_layer_ids.clone(),
+                sample_from_anchor: spec.sample_from_anchor,
+                has_confidence_head: confidence.is_some(),
+                context_width: spec.context_width(),
+            },
             id_map: plan.id_map.clone(),
-            embed_source: plan.embed_tokens,
-            lm_head_source: plan.lm_head,
             device: device.clone(),
             embed,
             layers,
@@ -395,52 +402,12 @@ impl Qwen3Drafter {
 impl Drafter for Qwen3Drafter {
     type State = DraftState;
 
-    fn block_size(&self) -> usize {
-        self.spec.block_size
-    }
-
-    fn num_draft_tokens(&self) -> usize {
-        self.spec.block_size
-    }
-
-    fn noise_token(&self) -> u32 {
-        self.spec.noise_token.id
-    }
-
-    fn vocab(&self) -> VocabSizes {
-        self.vocab
+    fn info(&self) -> &DrafterInfo {
+        &self.info
     }
 
     fn id_map(&self) -> &IdMap {
         &self.id_map
-    }
-
-    fn embed_source(&self) -> WeightSource {
-        self.embed_source
-    }
-
-    fn lm_head_source(&self) -> WeightSource {
-        self.lm_head_source
-    }
-
-    fn target_layer_ids(&self) -> &[i64] {
-        &self.spec.target_layer_ids
-    }
-
-    fn capture_layer_ids(&self) -> &[usize] {
-        &self.spec.capture_layer_ids
-    }
-
-    fn sample_from_anchor(&self) -> bool {
-        self.spec.sample_from_anchor
-    }
-
-    fn has_confidence_head(&self) -> bool {
-        self.confidence.is_some()
-    }
-
-    fn context_width(&self) -> usize {
-        self.spec.context_width()
     }
 
     fn new_state(&self) -> Result<DraftState> {

@@ -63,7 +63,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
 
     fn build(target: T, drafter: D, config: EngineConfig, continuous: bool) -> Result<Self> {
         let layers = target.num_hidden_layers();
-        for &c in drafter.capture_layer_ids() {
+        for &c in drafter.info().capture_layer_ids.as_slice() {
             if c >= layers {
                 return Err(mismatch(format!(
                     "drafter target layer id {} (capture id {c}) does not fit a {layers}-layer \
@@ -73,24 +73,24 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 )));
             }
         }
-        let width = drafter.capture_layer_ids().len() * target.hidden_size();
-        if drafter.context_width() != width {
+        let width = drafter.info().capture_layer_ids.as_slice().len() * target.hidden_size();
+        if drafter.info().context_width != width {
             return Err(mismatch(format!(
                 "drafter fuses context features of width {}, the target gives {} layers × \
                  hidden_size {} = {width}",
-                drafter.context_width(),
-                drafter.capture_layer_ids().len(),
+                drafter.info().context_width,
+                drafter.info().capture_layer_ids.as_slice().len(),
                 target.hidden_size()
             )));
         }
-        if drafter.vocab().target != target.vocab_size() {
+        if drafter.info().vocab.target != target.vocab_size() {
             return Err(mismatch(format!(
                 "drafter target vocab {} != target vocab {}",
-                drafter.vocab().target,
+                drafter.info().vocab.target,
                 target.vocab_size()
             )));
         }
-        let k = drafter.num_draft_tokens();
+        let k = drafter.info().num_draft_tokens;
         let n = config.num_speculative_tokens.unwrap_or(k);
         if n > k {
             return Err(Error::invalid(
@@ -106,7 +106,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     format!("threshold {t}: must be in [0, 1]"),
                 ));
             }
-            policy if !drafter.has_confidence_head() => {
+            policy if !drafter.info().has_confidence_head => {
                 return Err(Error::bad_config(
                     "<drafter>",
                     "enable_confidence_head",
@@ -178,7 +178,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             }
         }
         spec.sampling.check(what)?;
-        let block = self.drafter.num_draft_tokens();
+        let block = self.drafter.info().num_draft_tokens;
         if let Some(m) = spec.max_drafts.filter(|&m| m > block) {
             return Err(Error::invalid(
                 format!("{what}.max_drafts"),

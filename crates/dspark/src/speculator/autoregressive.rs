@@ -7,7 +7,7 @@ use super::batch::{check_sampling, run};
 use super::options::{Request, SpeculatorOptions};
 use super::{Generation, OnRound};
 use crate::checkpoint::WeightSource;
-use crate::drafter::{Drafter, Proposal, ProposeOptions};
+use crate::drafter::{Drafter, DrafterInfo, Proposal, ProposeOptions};
 use crate::engine::{Budget, Engine, EngineConfig};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
@@ -17,14 +17,26 @@ use crate::vocab::VocabSizes;
 /// A drafter with an empty block: an engine over it decodes with the target alone.
 #[derive(Debug)]
 pub(crate) struct NoDrafter {
-    vocab: usize,
+    info: DrafterInfo,
     id_map: IdMap,
 }
 
 impl NoDrafter {
     pub(crate) fn new(vocab: usize) -> Result<Self> {
         Ok(Self {
-            vocab,
+            info: DrafterInfo {
+                block_size: 0,
+                num_draft_tokens: 0,
+                noise_token: 0,
+                vocab: VocabSizes::new(vocab, vocab, vocab),
+                embed_source: WeightSource::SharedTarget,
+                lm_head_source: WeightSource::SharedTarget,
+                target_layer_ids: Vec::new(),
+                capture_layer_ids: Vec::new(),
+                sample_from_anchor: true,
+                has_confidence_head: false,
+                context_width: 0,
+            },
             id_map: IdMap::identity(vocab)?,
         })
     }
@@ -39,41 +51,11 @@ fn never() -> Error {
 impl Drafter for NoDrafter {
     type State = ();
 
-    fn block_size(&self) -> usize {
-        0
-    }
-    fn num_draft_tokens(&self) -> usize {
-        0
-    }
-    fn noise_token(&self) -> u32 {
-        0
-    }
-    fn vocab(&self) -> VocabSizes {
-        VocabSizes::new(self.vocab, self.vocab, self.vocab)
+    fn info(&self) -> &DrafterInfo {
+        &self.info
     }
     fn id_map(&self) -> &IdMap {
         &self.id_map
-    }
-    fn embed_source(&self) -> WeightSource {
-        WeightSource::SharedTarget
-    }
-    fn lm_head_source(&self) -> WeightSource {
-        WeightSource::SharedTarget
-    }
-    fn target_layer_ids(&self) -> &[i64] {
-        &[]
-    }
-    fn capture_layer_ids(&self) -> &[usize] {
-        &[]
-    }
-    fn sample_from_anchor(&self) -> bool {
-        true
-    }
-    fn has_confidence_head(&self) -> bool {
-        false
-    }
-    fn context_width(&self) -> usize {
-        0
     }
     fn new_state(&self) -> Result<()> {
         Ok(())

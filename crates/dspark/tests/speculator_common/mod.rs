@@ -12,7 +12,7 @@ use dspark::error::{Error, Result};
 use dspark::sampling::Seeds;
 use dspark::speculator::{LogitRows, TargetInput, TargetModel, TargetOutput};
 use dspark::vocab::VocabSizes;
-use dspark::{Drafter, IdMap, Proposal, ProposeOptions};
+use dspark::{Drafter, DrafterInfo, IdMap, Proposal, ProposeOptions};
 
 /// SplitMix64 finalizer: the toy's only source of "weights".
 pub fn mix(mut z: u64) -> u64 {
@@ -449,6 +449,8 @@ pub struct OracleDrafter {
     pub confidence: bool,
     pub fault: Fault,
     pub log: RefCell<DraftLog>,
+    /// What [`Drafter::info`] returns (kept in step with the fields above by the builders).
+    pub info: DrafterInfo,
 }
 
 /// An [`OracleDrafter`]'s per-request context.
@@ -463,11 +465,12 @@ impl OracleDrafter {
     /// A greedy oracle of `k` drafts for `target`, fusing capture ids `capture`.
     pub fn new(target: &ToyTarget, k: usize, capture: &[usize], mode: Mode) -> Self {
         let v = target.lm.vocab;
+        let target_layer_ids: Vec<i64> = capture.iter().map(|&c| c as i64 - 1).collect();
         Self {
             lm: target.lm,
             k,
             capture: capture.to_vec(),
-            target_layer_ids: capture.iter().map(|&c| c as i64 - 1).collect(),
+            target_layer_ids: target_layer_ids.clone(),
             hidden: target.hidden,
             vocab: VocabSizes::new(v, v, v),
             id_map: IdMap::identity(v).unwrap(),
@@ -475,6 +478,19 @@ impl OracleDrafter {
             confidence: true,
             fault: Fault::None,
             log: RefCell::new(DraftLog::default()),
+            info: DrafterInfo {
+                block_size: k,
+                num_draft_tokens: k,
+                noise_token: 0,
+                vocab: VocabSizes::new(v, v, v),
+                embed_source: WeightSource::SharedTarget,
+                lm_head_source: WeightSource::SharedTarget,
+                target_layer_ids,
+                capture_layer_ids: capture.to_vec(),
+                sample_from_anchor: true,
+                has_confidence_head: true,
+                context_width: capture.len() * target.hidden,
+            },
         }
     }
 
@@ -485,6 +501,7 @@ impl OracleDrafter {
 
     pub fn without_confidence(mut self) -> Self {
         self.confidence = false;
+        self.info.has_confidence_head = false;
         self
     }
 
@@ -588,41 +605,11 @@ pub fn softmax(l: &[f32]) -> Vec<f64> {
 impl Drafter for OracleDrafter {
     type State = OracleState;
 
-    fn block_size(&self) -> usize {
-        self.k
-    }
-    fn num_draft_tokens(&self) -> usize {
-        self.k
-    }
-    fn noise_token(&self) -> u32 {
-        0
-    }
-    fn vocab(&self) -> VocabSizes {
-        self.vocab
+    fn info(&self) -> &DrafterInfo {
+        &self.info
     }
     fn id_map(&self) -> &IdMap {
         &self.id_map
-    }
-    fn embed_source(&self) -> WeightSource {
-        WeightSource::SharedTarget
-    }
-    fn lm_head_source(&self) -> WeightSource {
-        WeightSource::SharedTarget
-    }
-    fn target_layer_ids(&self) -> &[i64] {
-        &self.target_layer_ids
-    }
-    fn capture_layer_ids(&self) -> &[usize] {
-        &self.capture
-    }
-    fn sample_from_anchor(&self) -> bool {
-        true
-    }
-    fn has_confidence_head(&self) -> bool {
-        self.confidence
-    }
-    fn context_width(&self) -> usize {
-        self.capture.len() * self.hidden
     }
 
     fn new_state(&self) -> Result<OracleState> {
@@ -638,7 +625,7 @@ impl Drafter for OracleDrafter {
     /// position it is claimed for (`callback` error otherwise).
     fn extend(&self, state: &mut OracleState, features: &Tensor, start: usize) -> Result<()> {
         let (t, w) = features.dims2()?;
-        if w != self.context_width() {
+        if w != self.info().context_width {
             return Err(Error::bad_shape("features", format!("width {w}")));
         }
         if start > state.tokens.len() {

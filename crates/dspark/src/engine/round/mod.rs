@@ -115,7 +115,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             num_tokens: num,
             logits: rows,
         };
-        let capture = self.drafter.capture_layer_ids();
+        let capture = self.drafter.info().capture_layer_ids.as_slice();
         let width_h = capture.len() * self.target.hidden_size();
         let t = Instant::now();
         let Some(cache) = self.cache.as_mut() else {

@@ -1,0 +1,12 @@
+//! The drafter tests: one binary, a module per file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../drafter_common/mod.rs"]
+mod drafter_common;
+
+mod cache;
+mod generic;
+mod layers;
+mod load;
+mod modes;

@@ -1,0 +1,16 @@
+//! The sampling kernel and scheduler tests: one binary, a module per file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../sampling_support/mod.rs"]
+mod sampling_support;
+
+mod confidence;
+mod generic;
+mod lossless;
+mod markov;
+mod props;
+mod regressions;
+mod schedule;
+mod schedule_batch;
+mod verify;

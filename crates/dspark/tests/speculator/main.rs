@@ -1,0 +1,13 @@
+//! The speculator and serving engine tests: one binary, a module per file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../drafter_common/mod.rs"]
+mod drafter_common;
+#[path = "../sampling_support/mod.rs"]
+mod sampling_support;
+#[path = "../speculator_common/mod.rs"]
+mod speculator_common;
+
+mod rounds;
+mod serving;

@@ -1,0 +1,11 @@
+//! The native target tests: one binary, a module per file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../drafter_common/mod.rs"]
+mod drafter_common;
+#[path = "../targets_common/mod.rs"]
+mod targets_common;
+
+mod dtype;
+mod qwen3;
