@@ -300,4 +300,15 @@ impl Drafter for AnyDrafter {
             AnyDrafter::Py(d) => d.propose_for_verify(&py_states(states)?, anchors, opts),
         }
     }
+
+    // Forwarded: a native drafter on a device drafts a stateless batch in one pass.
+    fn propose(
+        &self,
+        context: &Tensor,
+        anchors: &[u32],
+        start_positions: &[usize],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        each!(self, d => d.propose(context, anchors, start_positions, opts))
+    }
 }

@@ -111,6 +111,14 @@ pub fn host_fast(t: &Tensor) -> bool {
     t.dtype() == candle_core::DType::F32 && fast_on(t.device())
 }
 
+/// The variable that lets f32 products on a CUDA device run in TF32 (`1`; off by default).
+pub const ALLOW_TF32_ENV: &str = "DSPARK_ALLOW_TF32";
+
+/// Whether [`ALLOW_TF32_ENV`] is `1` (or `true`).
+pub fn allow_tf32() -> bool {
+    std::env::var(ALLOW_TF32_ENV).is_ok_and(|v| matches!(v.trim(), "1" | "true"))
+}
+
 /// Whether this build was compiled with the `cuda` feature.
 pub const fn cuda_compiled() -> bool {
     cfg!(feature = "cuda")
@@ -236,6 +244,9 @@ pub fn open_cuda(
         // framework's stream is joined explicitly (`cuda_interop::wait_for_stream` /
         // `signal_stream`) before either side uses it.
         unsafe { dev.disable_event_tracking() };
+        // f32 products in TF32 only when asked, as torch's `allow_tf32` (bf16 / f16 products
+        // accumulate in f32 either way).
+        candle_core::cuda_backend::set_gemm_reduced_precision_f32(allow_tf32());
         cuda::check_ptx(&device).map_err(&unavailable)?;
         crate::sampling::fused::check_device(&device).map_err(|e| unavailable(e.to_string()))?;
     }

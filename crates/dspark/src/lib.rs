@@ -29,6 +29,7 @@ pub mod sync;
 #[cfg(test)]
 mod test_values;
 pub mod threads;
+pub mod trace;
 pub mod view;
 pub mod vocab;
 

@@ -1,7 +1,7 @@
 //! The Qwen3 drafter's forward passes: appending context to a [`DraftState`], the block pass,
 //! and turning block hidden states into a [`Proposal`] through the sampling kernels.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 
 use super::cache::{DraftState, LayerKv};
 use super::qwen3::DeviceHeads;
@@ -13,9 +13,9 @@ use crate::nn::decoder::{Heads, norm_rope};
 use crate::nn::{Linear, f32_of, gqa_attention, matmul_t, rms_norm};
 use crate::sampling::{BlockOptions, Floats, Mat, Rows3, confidence_slices, sample_block_slices};
 
-/// Host copy of a tensor's values (f32).
+/// Host copy of a tensor's values (f32): one download off the host fast path.
 fn host_f32(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(t.flatten_all()?.to_device(&Device::Cpu)?.to_vec1::<f32>()?)
+    crate::trace::download_f32(t)
 }
 
 impl Qwen3Drafter {
@@ -100,11 +100,8 @@ impl Qwen3Drafter {
         state.append(kv, t)
     }
 
-    /// The block pass: post-norm hidden states `[B, K, H]` of the prediction slots, for block
-    /// `[anchor_b, M, …, M]` at positions `states[b].end() ..` (`K` slots when sampling from
-    /// the anchor; `K + 1` slots read from slot 1 on in the 1+K layout).
-    pub fn block_hidden(&self, states: &[&DraftState], anchors: &[u32]) -> Result<Tensor> {
-        let b_n = states.len();
+    /// `anchors` holds one draft-input id per request of a batch of `b_n`.
+    pub(crate) fn check_anchors(&self, anchors: &[u32], b_n: usize) -> Result<()> {
         if anchors.len() != b_n {
             return Err(Error::bad_shape(
                 "anchors",
@@ -119,6 +116,15 @@ impl Qwen3Drafter {
                 vocab_size: v_in,
             });
         }
+        Ok(())
+    }
+
+    /// The block pass: post-norm hidden states `[B, K, H]` of the prediction slots, for block
+    /// `[anchor_b, M, …, M]` at positions `states[b].end() ..` (`K` slots when sampling from
+    /// the anchor; `K + 1` slots read from slot 1 on in the 1+K layout).
+    pub fn block_hidden(&self, states: &[&DraftState], anchors: &[u32]) -> Result<Tensor> {
+        let b_n = states.len();
+        self.check_anchors(anchors, b_n)?;
         let k_n = self.info().num_draft_tokens;
         let q_len = if self.spec.sample_from_anchor {
             k_n
@@ -147,6 +153,13 @@ impl Qwen3Drafter {
             ids.push(a);
             ids.extend(std::iter::repeat_n(noise, q_len - 1));
             positions.extend(s.end()..s.end() + q_len);
+        }
+        if !crate::device::fast_on(&self.device) {
+            // The device-generic path: the whole batch through each op at once.
+            let ends: Vec<usize> = states.iter().map(|s| s.end()).collect();
+            let ctx = self.gather_states(states)?;
+            let (up, host) = self.upload_block(anchors, &ends, std::iter::empty())?;
+            return self.block_hidden_batched(&ctx, &up, &host, b_n);
         }
         let n = b_n * q_len;
         let ids = Tensor::from_vec(ids, n, &self.device)?;
@@ -271,7 +284,7 @@ impl Qwen3Drafter {
     /// sampling kernels' tensor fronts over the block hidden states `[B, K, H]`, base logits and
     /// the heads where they are (the drawn tokens and the confidences come back to the host;
     /// the draft logits too unless `keep`).
-    fn propose_on_device(
+    pub(crate) fn propose_on_device(
         &self,
         heads: &DeviceHeads,
         hidden: &Tensor,

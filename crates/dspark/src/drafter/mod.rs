@@ -14,6 +14,7 @@
 //! (the block pass over the cached context). The layers come from [`crate::nn`], shared with
 //! [`crate::models::qwen3::Qwen3Target`].
 
+mod batched;
 pub mod cache;
 mod forward;
 pub mod qwen3;
@@ -205,31 +206,52 @@ pub trait Drafter {
         start_positions: &[usize],
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
-        let (b, _t, _w) = context.dims3().map_err(|_| {
-            Error::bad_shape(
-                "context",
-                format!("shape {:?}, expected [B, T, L·H_t]", context.dims()),
-            )
-        })?;
-        if start_positions.len() != 1 && start_positions.len() != b {
-            return Err(Error::bad_shape(
-                "start_positions",
-                format!(
-                    "{} values for a batch of {b} (give 1 or B)",
-                    start_positions.len()
-                ),
-            ));
-        }
-        let mut states = Vec::with_capacity(b);
-        for i in 0..b {
-            let mut state = self.new_state()?;
-            let start = start_positions[if start_positions.len() == 1 { 0 } else { i }];
-            self.extend(&mut state, &context.get(i)?, start)?;
-            states.push(state);
-        }
-        let refs: Vec<&Self::State> = states.iter().collect();
-        self.propose_cached(&refs, anchors, opts)
+        propose_through_states(self, context, anchors, start_positions, opts)
     }
+}
+
+/// The default [`Drafter::propose`]: a state per request, extended and proposed from.
+pub(crate) fn propose_through_states<D: Drafter + ?Sized>(
+    d: &D,
+    context: &Tensor,
+    anchors: &[u32],
+    start_positions: &[usize],
+    opts: &ProposeOptions,
+) -> Result<Proposal> {
+    let (b, _t, _w) = check_stateless(context, start_positions)?;
+    let mut states = Vec::with_capacity(b);
+    for i in 0..b {
+        let mut state = d.new_state()?;
+        let start = start_positions[if start_positions.len() == 1 { 0 } else { i }];
+        d.extend(&mut state, &context.get(i)?, start)?;
+        states.push(state);
+    }
+    let refs: Vec<&D::State> = states.iter().collect();
+    d.propose_cached(&refs, anchors, opts)
+}
+
+/// The shape checks of a stateless [`Drafter::propose`]: `context` is `[B, T, L·H_t]` and
+/// `start_positions` holds 1 or `B` values. Returns `(B, T, width)`.
+pub(crate) fn check_stateless(
+    context: &Tensor,
+    start_positions: &[usize],
+) -> Result<(usize, usize, usize)> {
+    let (b, t, w) = context.dims3().map_err(|_| {
+        Error::bad_shape(
+            "context",
+            format!("shape {:?}, expected [B, T, L·H_t]", context.dims()),
+        )
+    })?;
+    if start_positions.len() != 1 && start_positions.len() != b {
+        return Err(Error::bad_shape(
+            "start_positions",
+            format!(
+                "{} values for a batch of {b} (give 1 or B)",
+                start_positions.len()
+            ),
+        ));
+    }
+    Ok((b, t, w))
 }
 
 impl<D: Drafter + ?Sized> Drafter for std::sync::Arc<D> {
@@ -268,5 +290,14 @@ impl<D: Drafter + ?Sized> Drafter for std::sync::Arc<D> {
         opts: &ProposeOptions,
     ) -> Result<(Proposal, Option<Tensor>)> {
         (**self).propose_for_verify(states, anchors, opts)
+    }
+    fn propose(
+        &self,
+        context: &Tensor,
+        anchors: &[u32],
+        start_positions: &[usize],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        (**self).propose(context, anchors, start_positions, opts)
     }
 }

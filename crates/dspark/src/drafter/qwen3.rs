@@ -74,6 +74,8 @@ pub struct Qwen3Drafter {
     /// The heads on the device, for the tensor path (`None` on the host fast path).
     pub(crate) device_heads: Option<DeviceHeads>,
     pub(crate) rope: Rope,
+    /// The rope tables on the device, for the tensor path ([`crate::nn::rope::RopeCache`]).
+    pub(crate) rope_cache: crate::nn::rope::RopeCache,
     pub(crate) warnings: Vec<Warning>,
     /// Per-position temperatures for the confidence head (`sts.json`), if any.
     pub(crate) sts: Option<StsCalibration>,
@@ -360,6 +362,7 @@ impl Qwen3Drafter {
             confidence,
             device_heads,
             rope,
+            rope_cache: crate::nn::rope::RopeCache::default(),
             warnings,
             sts: None,
             spec,
@@ -449,5 +452,22 @@ impl Drafter for Qwen3Drafter {
         opts: &ProposeOptions,
     ) -> Result<(Proposal, Option<Tensor>)> {
         self.on_host_pool(|| self.propose_states_kept(states, anchors, opts, true))
+    }
+
+    /// Stateless drafting. On the device-generic path every request's context and block go
+    /// through one batched pass ([`super::batched`]); on the host fast path a state per
+    /// request, as the default.
+    fn propose(
+        &self,
+        context: &Tensor,
+        anchors: &[u32],
+        start_positions: &[usize],
+        opts: &ProposeOptions,
+    ) -> Result<Proposal> {
+        if self.device_heads.is_some() {
+            crate::device::kernel_path()?;
+            return self.propose_stateless_batched(context, anchors, start_positions, opts);
+        }
+        super::propose_through_states(self, context, anchors, start_positions, opts)
     }
 }

@@ -15,8 +15,10 @@
 //! Every host shortcut here (packing, the dot kernel, the single-pass `fused` chains) is taken
 //! only on the host fast path ([`crate::device::fast_on`]): with `DSPARK_KERNEL_PATH=tensor`
 //! the CPU runs the candle-op branch, the one a CUDA device runs (no cumsum or sort over the
-//! vocabulary anywhere in it), so it is tested without a GPU. That branch computes in f32: a
-//! 2-byte weight given to it is widened once, at construction.
+//! vocabulary anywhere in it), so it is tested without a GPU. That branch keeps a 2-byte
+//! weight 2 bytes: its products take the activations rounded to the weight's dtype (as the
+//! packed kernel and a torch bf16 model do), accumulate in f32 (cuBLAS `COMPUTE_32F`; candle's
+//! CPU products widen to f32) and return f32 activations.
 
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
@@ -63,8 +65,8 @@ pub fn output_head(head: &Tensor) -> Result<Option<Linear>> {
 /// On the host fast path the weight is kept in [`PackedWeight`] panels of its own dtype (f32,
 /// bf16 or f16: instead of, not beside, the `[out, in]` tensor) and every product runs the
 /// panel kernel (a bf16 weight by the pair rule of [`super::packed`]: activations rounded to
-/// bf16, as a torch bf16 model reads them); elsewhere it stays a candle tensor (widened to f32
-/// once, here) and goes through [`matmul_t`]. Activations and results are f32.
+/// bf16, as a torch bf16 model reads them); elsewhere it stays a candle tensor in its dtype
+/// and goes through [`matmul_t`]. Activations and results are f32.
 #[derive(Debug, Clone)]
 pub struct Linear {
     weight: Weight,
@@ -100,8 +102,14 @@ impl Linear {
         let dtype = WeightDtype::of_candle(weight.dtype());
         let host = host_weight(&weight) && bias.as_ref().is_none_or(host_fast);
         let (Some(dtype), true) = (dtype, host) else {
+            // The device-generic path: f32, bf16 or f16 stays as it is (2 bytes a weight);
+            // any other dtype computes in f32.
+            let weight = match dtype {
+                Some(_) => weight,
+                None => super::f32_of(&weight)?,
+            };
             return Ok(Self {
-                weight: Weight::Tensor(super::f32_of(&weight)?),
+                weight: Weight::Tensor(weight),
                 bias,
             });
         };
@@ -119,10 +127,10 @@ impl Linear {
         })
     }
 
-    /// The dtype the weight is kept in (`float32` for a tensor-path weight).
+    /// The dtype the weight is kept in.
     pub fn weight_dtype(&self) -> WeightDtype {
         match &self.weight {
-            Weight::Tensor(_) => WeightDtype::F32,
+            Weight::Tensor(t) => WeightDtype::of_candle(t.dtype()).unwrap_or(WeightDtype::F32),
             Weight::Packed(w, _) => w.dtype(),
         }
     }
@@ -265,8 +273,9 @@ impl Linear {
 /// `x · wᵀ (+ bias)` for `x: [N, in]` and `w: [out, in]`, giving `[N, out]`: the dot kernel when
 /// `x` is contiguous f32 on the host fast path and `w` an f32, bf16 or f16 weight there (in
 /// chunks of [`SMALL_ROWS`] rows when `w` is not f32: each chunk reads it once), candle's
-/// matmul otherwise (any device or dtype, and its shape errors; a weight of another dtype than
-/// `x` is converted first).
+/// matmul otherwise (any device or dtype, and its shape errors). There f32 rows against a
+/// bf16 or f16 weight are rounded to the weight's dtype and the product (accumulated in f32)
+/// widened back: the weight is read as it is stored, never converted per call.
 pub fn matmul_t(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     if let Some(y) = matmul_t_small(x, w, bias)? {
         return Ok(y);
@@ -284,12 +293,15 @@ pub fn matmul_t(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor>
         }
         return Ok(Tensor::cat(&parts, 0)?);
     }
-    let w = if w.dtype() == x.dtype() {
-        w.clone()
+    let y = if w.dtype() == x.dtype() {
+        x.matmul(&w.t()?)?
+    } else if x.dtype() == DType::F32 && matches!(w.dtype(), DType::BF16 | DType::F16) {
+        x.to_dtype(w.dtype())?
+            .matmul(&w.t()?)?
+            .to_dtype(DType::F32)?
     } else {
-        w.to_dtype(x.dtype())?
+        x.matmul(&w.to_dtype(x.dtype())?.t()?)?
     };
-    let y = x.matmul(&w.t()?)?;
     Ok(match bias {
         Some(b) => y.broadcast_add(b)?,
         None => y,

@@ -1,11 +1,25 @@
 //! Rotary position embeddings: NeoX rotate-half layout, partial rotary factor, `default` and
 //! `linear` scaling.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use candle_core::{D, Device, Tensor};
 
 use super::fused;
 use crate::config::RopeSpec;
 use crate::error::{Error, Result};
+
+/// `(cos, sin)` tables for positions `0 .. len`, kept on a device so that a pass looks its rows
+/// up with one gather instead of building and uploading tables per call; grown by doubling.
+#[derive(Debug, Clone, Default)]
+pub struct RopeCache(Arc<Mutex<Option<(usize, Tensor, Tensor)>>>);
+
+/// Positions the first device table covers.
+const FIRST_TABLE: usize = 256;
+
+/// Positions a [`RopeCache`] covers at most (2^17: 64 MiB per table at 128 rotated dims);
+/// past it, tables are built per call.
+pub const ROPE_CACHE_MAX: usize = 1 << 17;
 
 /// Rotary position embedding tables for one head dimension.
 #[derive(Debug, Clone)]
@@ -81,8 +95,44 @@ impl Rope {
         }
         let n = positions.len();
         Ok((
-            Tensor::from_vec(cos, (n, self.rotary_dim), device)?,
-            Tensor::from_vec(sin, (n, self.rotary_dim), device)?,
+            crate::trace::upload(cos, (n, self.rotary_dim), device)?,
+            crate::trace::upload(sin, (n, self.rotary_dim), device)?,
+        ))
+    }
+
+    /// [`Self::tables`] for `positions` (the same values as `host`, uploaded as a `u32` tensor
+    /// `[N]` on the tables' device), gathered from `cache`'s device tables: no upload unless
+    /// the cache grows to cover the largest position (to the next power of two). Positions
+    /// past [`ROPE_CACHE_MAX`] build their tables on the host instead, as [`Self::tables`].
+    pub fn tables_at(
+        &self,
+        cache: &RopeCache,
+        positions: &Tensor,
+        host: &[usize],
+    ) -> Result<(Tensor, Tensor)> {
+        let device = positions.device();
+        let max_position = host.iter().copied().max().unwrap_or(0);
+        if max_position >= ROPE_CACHE_MAX {
+            return self.tables(host, device);
+        }
+        let mut slot = cache.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let fits = slot
+            .as_ref()
+            .is_some_and(|(len, c, _)| *len > max_position && c.device().same_device(device));
+        if !fits {
+            let len = (max_position + 1).next_power_of_two().max(FIRST_TABLE);
+            let all: Vec<usize> = (0..len).collect();
+            let (cos, sin) = self.tables(&all, device)?;
+            *slot = Some((len, cos, sin));
+        }
+        let Some((_, cos, sin)) = slot.as_ref() else {
+            return Err(Error::Internal {
+                message: "the rope cache lost its tables".into(),
+            });
+        };
+        Ok((
+            cos.index_select(positions, 0)?,
+            sin.index_select(positions, 0)?,
         ))
     }
 

@@ -3,8 +3,7 @@
 //! Files are memory-mapped once each. Every planned tensor (f32, f16, bf16 or f64 on disk)
 //! becomes a candle tensor on the requested device: matrices (2-D) in the dtype the
 //! [`LoadOptions`] choose (by default the one they are stored in, so a bf16 checkpoint stays
-//! 2 bytes a weight), everything else (norms, biases) in `f32`. On the device-generic path
-//! (not [`fast_on`]) every tensor is `f32`, holding the values of the chosen dtype. Weights
+//! 2 bytes a weight, on every device), everything else (norms, biases) in `f32`. Weights
 //! the plan takes from the target ([`WeightSource::SharedTarget`]) come from
 //! [`SharedWeights`] and are shape-checked: a plan that shares a weight nobody passed is an
 //! error, never a silently random tensor.
@@ -13,13 +12,12 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use memmap2::Mmap;
 
 use super::packed::PanelElem;
 use super::{LoadOptions, WeightDtype};
 use crate::checkpoint::{Inventory, LoadPlan, TensorInfo, WeightSource};
-use crate::device::fast_on;
 use crate::error::{Error, Result};
 
 /// Embedding and output head handed over by the target model, used where the load plan says
@@ -91,8 +89,7 @@ impl TensorReader {
     }
 
     /// Read one tensor onto the reader's device: a matrix (2-D) in the options' dtype for it
-    /// ([`LoadOptions::matrix_dtype`]), anything else in `f32`; `f32` holding those values on
-    /// the device-generic path.
+    /// ([`LoadOptions::matrix_dtype`]), anything else in `f32`.
     pub(crate) fn read(&mut self, info: &TensorInfo) -> Result<Tensor> {
         let device = self.device.clone();
         let dtype = if info.shape.len() == 2 {
@@ -165,11 +162,6 @@ impl TensorReader {
                 &Device::Cpu,
             ),
         }?;
-        let host = if fast_on(&device) {
-            host
-        } else {
-            host.to_dtype(DType::F32)?
-        };
         Ok(host.to_device(&device)?)
     }
 }
@@ -247,7 +239,7 @@ pub(crate) fn load_planned(
 /// and at least `min_rows` rows; rows beyond `rows` are dropped and missing rows up to `rows`
 /// (padded vocabularies) are zero-filled. Returned on `device` in the options' dtype, else
 /// its own (f32, bf16 or f16; anything else becomes f32): no copy when that is the given
-/// tensor's dtype and device and its rows match. `f32` on the device-generic path.
+/// tensor's dtype and device and its rows match.
 pub(crate) fn shared_weight(
     what: &'static str,
     given: Option<&Tensor>,
@@ -277,7 +269,6 @@ pub(crate) fn shared_weight(
         return Err(bad_shape());
     }
     let dtype = match options.dtype {
-        _ if !fast_on(device) => WeightDtype::F32,
         Some(d) => d,
         None => WeightDtype::of_candle(t.dtype()).unwrap_or(WeightDtype::F32),
     };

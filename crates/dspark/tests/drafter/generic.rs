@@ -68,23 +68,61 @@ fn proposals() -> Value {
                 let refs: Vec<_> = states.iter().collect();
                 let c = d.propose_cached(&refs, &anchors, &opts).unwrap();
                 assert_eq!(p.tokens, c.tokens);
-                let finite = |v: &[f32]| -> Vec<Value> {
-                    v.iter()
-                        .map(|x| if x.is_finite() { json!(x) } else { json!(null) })
-                        .collect()
-                };
-                out.push(json!({
-                    "case": format!("shape {i}, B {b}, T {temperature}, top-k {top_k:?}"),
-                    "greedy": temperature == 0.0,
-                    "bf16": tiny.dtype == "bf16",
-                    "tokens": p.tokens,
-                    "logits": finite(&p.draft_logits),
-                    "confidence": p.confidence.as_deref().map(finite),
-                }));
+                out.push(case(
+                    format!("shape {i}, B {b}, T {temperature}, top-k {top_k:?}"),
+                    temperature,
+                    tiny.dtype,
+                    &p,
+                ));
             }
+        }
+        // Ragged cached states (contexts of 7, 2 and 0 rows; the device path pads and masks
+        // them in one batched attention), greedy and sampled.
+        let ctx = context(200 + i as u64, 3, 7);
+        let states: Vec<_> = [7usize, 2, 0]
+            .iter()
+            .enumerate()
+            .map(|(j, &len)| {
+                let mut s = d.new_state().unwrap();
+                let rows = ctx.get(j).unwrap().narrow(0, 0, len).unwrap();
+                d.extend(&mut s, &rows, 4 + j).unwrap();
+                s
+            })
+            .collect();
+        let refs: Vec<_> = states.iter().collect();
+        for temperature in [0.0, 0.9] {
+            let opts = ProposeOptions {
+                temperature,
+                seeds: Seeds::Scalar(5),
+                top_k: None,
+            };
+            let p = d.propose_cached(&refs, &[1, 2, 3], &opts).unwrap();
+            out.push(case(
+                format!("shape {i}, ragged states, T {temperature}"),
+                temperature,
+                tiny.dtype,
+                &p,
+            ));
         }
     }
     Value::Array(out)
+}
+
+/// One proposal as JSON (non-finite logits as `null`).
+fn case(name: String, temperature: f32, dtype: &str, p: &dspark::Proposal) -> Value {
+    let finite = |v: &[f32]| -> Vec<Value> {
+        v.iter()
+            .map(|x| if x.is_finite() { json!(x) } else { json!(null) })
+            .collect()
+    };
+    json!({
+        "case": name,
+        "greedy": temperature == 0.0,
+        "bf16": dtype == "bf16",
+        "tokens": p.tokens,
+        "logits": finite(&p.draft_logits),
+        "confidence": p.confidence.as_deref().map(finite),
+    })
 }
 
 /// Prints the proposals for the parent (runs, and passes, on its own too).

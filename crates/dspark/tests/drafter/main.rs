@@ -6,6 +6,7 @@
 mod drafter_common;
 
 mod cache;
+mod counts;
 mod generic;
 mod layers;
 mod load;

@@ -2,8 +2,11 @@
 //! causal over a KV cache (the native target), as candle-op fronts whose contiguous f32 CPU
 //! inputs take the single-pass host kernels of [`kernel`] (through `host.rs`).
 
+mod batched;
 mod host;
 pub(crate) mod kernel;
+
+pub use batched::{batched_gqa_attention, padding_mask};
 
 use candle_core::{D, Tensor};
 
