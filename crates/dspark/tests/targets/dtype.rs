@@ -1,10 +1,9 @@
 //! The weight dtype at load ([`LoadOptions`]): a bf16 / f16 checkpoint keeps 2-byte matrices,
 //! `dtype` chooses another, widening is exact (a bf16 checkpoint loaded as f32 gives the same
 //! bits), rounding to bf16 / f16 stays within its precision of the f32 model, and greedy
-//! speculative decoding equals target-only greedy decoding in every dtype.
-//!
-//! Under `DSPARK_KERNEL_PATH=tensor` every weight is an f32 tensor holding the chosen dtype's
-//! values: the dtypes the tests read back are f32 there, the values the same.
+//! speculative decoding equals target-only greedy decoding in every dtype. All of it holds
+//! on both kernel paths: under `DSPARK_KERNEL_PATH=tensor` (what a GPU runs) 2-byte weights
+//! stay 2 bytes too.
 use std::path::{Path, PathBuf};
 
 use crate::targets_common::Tiny;

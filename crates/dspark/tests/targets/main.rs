@@ -7,5 +7,6 @@ mod drafter_common;
 #[path = "../targets_common/mod.rs"]
 mod targets_common;
 
+mod counts;
 mod dtype;
 mod qwen3;

@@ -3,13 +3,15 @@
 //! The new tokens of every request are gathered into one `[N, H]` matrix (`N` = the sum of
 //! `num_tokens`, not `B·width`), so every linear map, norm and MLP costs the total number of
 //! new tokens (as in vLLM); attention runs per request against its own cache, causal within
-//! the new tokens. The lm_head (the largest matmul) runs only over the rows asked for;
+//! the new tokens (on the device-generic path all requests in one batched attention per
+//! layer: `device_rows.rs`). The lm_head (the largest matmul) runs only over the rows asked for;
 //! logits and captured hidden states are then scattered into `[B, S, ·]` with zeros on
 //! padding.
 
 use candle_core::{DType, Tensor};
 
 use super::cache::Qwen3Cache;
+use super::device_rows::DeviceRows;
 use super::model::Qwen3Target;
 use crate::error::{Error, Result};
 use crate::limits::{MAX_POSITION, output_elements};
@@ -148,9 +150,31 @@ impl Qwen3Target {
                 cache.reserve(b, cache.lengths()[b] + m)?;
             }
         }
-        let ids = Tensor::from_vec(std::mem::take(&mut p.ids), n, &self.device)?;
+        // The device-generic path: one upload, the mask built once, one attention per layer.
+        let device_rows = if crate::device::fast_on(&self.device) {
+            None
+        } else {
+            Some(DeviceRows::new(
+                &p.ids,
+                &p.positions,
+                &p.rows,
+                cache.lengths(),
+                &self.key_index,
+                &self.device,
+            )?)
+        };
+        let (ids, (cos, sin)) = match &device_rows {
+            Some(d) => (
+                d.ids.clone(),
+                self.rope
+                    .tables_at(&self.rope_cache, &d.positions, &p.positions)?,
+            ),
+            None => (
+                Tensor::from_vec(std::mem::take(&mut p.ids), n, &self.device)?,
+                self.rope.tables(&p.positions, &self.device)?,
+            ),
+        };
         let mut x = f32_of(&self.embed.index_select(&ids, 0)?)?;
-        let (cos, sin) = self.rope.tables(&p.positions, &self.device)?;
         let heads = self.heads();
         let scale = 1.0 / (heads.head_dim as f64).sqrt();
         let mut captured: Vec<Option<Tensor>> = vec![None; self.layers.len()];
@@ -160,6 +184,9 @@ impl Qwen3Target {
             }
             let cache = &mut *cache;
             x = layer.forward(&x, heads, &self.rope, &cos, &sin, |q, k, v| {
+                if let Some(d) = &device_rows {
+                    return d.attend(cache, li, (q, k, v), scale);
+                }
                 if let Some(out) = cache.attend_host(li, &p.rows, (q, k, v), scale) {
                     return out;
                 }

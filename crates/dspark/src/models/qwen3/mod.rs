@@ -9,9 +9,10 @@
 //! copy.
 //!
 //! Submodules: [`cache`] ([`Qwen3Cache`]), `model` ([`Qwen3Target`], loading), `forward` (the
-//! packed forward), `host_kv`.
+//! packed forward), `device_rows` (its device-path attention), `host_kv`.
 
 pub mod cache;
+mod device_rows;
 mod forward;
 mod host_kv;
 mod model;

@@ -40,6 +40,10 @@ pub struct Qwen3Target {
     /// `lm_head_logical` packed for the CPU kernel (see [`output_head`]).
     pub(crate) head: Option<Linear>,
     pub(crate) rope: Rope,
+    /// Rope tables on the device, for the device-generic path.
+    pub(crate) rope_cache: crate::nn::rope::RopeCache,
+    /// The causal mask's key index on the device, for the device-generic path.
+    pub(crate) key_index: crate::nn::attention::IotaCache,
 }
 
 /// Why a tensor is required.
@@ -201,6 +205,8 @@ impl Qwen3Target {
             embed,
             layers,
             rope,
+            rope_cache: Default::default(),
+            key_index: Default::default(),
             device: device.clone(),
             config,
         })

@@ -4,6 +4,8 @@
 //! launches on a GPU) does not depend on the batch size or the number of heads. Requests whose
 //! contexts differ in length are padded to the longest and the padding masked out.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use candle_core::{D, Tensor};
 
 use crate::error::{Error, Result};
@@ -13,7 +15,7 @@ use crate::error::{Error, Result};
 /// - `q`: `[B, Q, heads, hd]` (normed and rotated);
 /// - `k`, `v`: `[B, kv_heads, S, hd]` (keys normed and rotated), head-major as a
 ///   [`crate::drafter::DraftState`] keeps them;
-/// - `mask`: `[B, 1, S]`, added to the scores: `0` for a live key, `-inf` for padding;
+/// - `mask`: `[B, 1, 1, S]`, added to the scores: `0` for a live key, `-inf` for padding;
 ///   `None` when every key is live.
 ///
 /// Query head `h` reads key/value head `h / (heads / kv_heads)`. Returns `[B·Q, heads·hd]`.
@@ -24,26 +26,85 @@ pub fn batched_gqa_attention(
     mask: Option<&Tensor>,
     scale: f64,
 ) -> Result<Tensor> {
-    let (b, q_len, heads, hd) = q.dims4()?;
-    let (kb, kv_heads, s, khd) = k.dims4()?;
-    let bad = kb != b
+    let (b, kv_heads, s, hd) = k.dims4()?;
+    if v.dims() != k.dims() {
+        return Err(shape_error(q, k, v, mask));
+    }
+    let kt = k.reshape((b * kv_heads, s, hd))?.t()?;
+    attend(
+        q,
+        &kt,
+        &v.reshape((b * kv_heads, s, hd))?,
+        (b, kv_heads),
+        mask,
+        scale,
+    )
+}
+
+/// Attention against keys kept transposed, as the native target's cache keeps them.
+///
+/// - `q`: `[B, Q, heads, hd]`;
+/// - `kt`: `[B, kv_heads, hd, S]`; `v`: `[B, kv_heads, S, hd]`;
+/// - `mask`: `[B, 1, Q, S]` (per query row: a causal mask, [`causal_mask`]) or `[B, 1, 1, S]`.
+///
+/// Returns `[B·Q, heads·hd]`.
+pub fn batched_attention_kt(
+    q: &Tensor,
+    kt: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
+    let (b, kv_heads, hd, s) = kt.dims4()?;
+    if v.dims() != [b, kv_heads, s, hd] {
+        return Err(shape_error(q, kt, v, mask));
+    }
+    let kt = kt.reshape((b * kv_heads, hd, s))?;
+    attend(
+        q,
+        &kt,
+        &v.reshape((b * kv_heads, s, hd))?,
+        (b, kv_heads),
+        mask,
+        scale,
+    )
+}
+
+fn shape_error(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Error {
+    Error::bad_shape(
+        "k",
+        format!(
+            "q {:?}, k {:?}, v {:?}, mask {:?}: need q [B, Q, heads, hd], keys and values of \
+             B requests and kv_heads | heads heads, mask [B, 1, 1 or Q, S]",
+            q.dims(),
+            k.dims(),
+            v.dims(),
+            mask.map(Tensor::dims)
+        ),
+    )
+}
+
+/// The shared body: `kt` `[B·kv, hd, S]` (a transposed view or stored so), `v` `[B·kv, S, hd]`.
+fn attend(
+    q: &Tensor,
+    kt: &Tensor,
+    v: &Tensor,
+    (b, kv_heads): (usize, usize),
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
+    let (qb, q_len, heads, hd) = q.dims4()?;
+    let (_, khd, s) = kt.dims3()?;
+    let bad = qb != b
         || khd != hd
         || kv_heads == 0
         || !heads.is_multiple_of(kv_heads)
-        || v.dims() != k.dims()
-        || mask.is_some_and(|m| m.dims() != [b, 1, s]);
+        || mask.is_some_and(|m| {
+            let d = m.dims();
+            d.len() != 4 || d[0] != b || d[1] != 1 || (d[2] != 1 && d[2] != q_len) || d[3] != s
+        });
     if bad {
-        return Err(Error::bad_shape(
-            "k",
-            format!(
-                "q {:?}, k {:?}, v {:?}, mask {:?}: need q [B, Q, heads, hd], k = v [B, kv_heads \
-                 | heads, S, hd], mask [B, 1, S]",
-                q.dims(),
-                k.dims(),
-                v.dims(),
-                mask.map(Tensor::dims)
-            ),
-        ));
+        return Err(shape_error(q, kt, v, mask));
     }
     crate::trace::attention();
     let groups = heads / kv_heads;
@@ -53,12 +114,10 @@ pub fn batched_gqa_attention(
         .permute((0, 2, 3, 1, 4))?
         .contiguous()?
         .reshape((b * kv_heads, groups * q_len, hd))?;
-    let k = k.reshape((b * kv_heads, s, hd))?;
-    let v = v.reshape((b * kv_heads, s, hd))?;
-    let scores = (q.matmul(&k.t()?)? * scale)?; // [B·kv, g·Q, S]
+    let scores = (q.matmul(kt)? * scale)?; // [B·kv, g·Q, S]
     let scores = match mask {
         Some(m) => scores
-            .reshape((b, kv_heads * groups * q_len, s))?
+            .reshape((b, kv_heads * groups, q_len, s))?
             .broadcast_add(m)?,
         None => scores,
     };
@@ -67,7 +126,7 @@ pub fn batched_gqa_attention(
     let probs = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
     let out = probs
         .reshape((b * kv_heads, groups * q_len, s))?
-        .matmul(&v)?; // [B·kv, g·Q, hd]
+        .matmul(v)?; // [B·kv, g·Q, hd]
     Ok(out
         .reshape((b, kv_heads, groups, q_len, hd))?
         .permute((0, 3, 1, 2, 4))?
@@ -77,7 +136,7 @@ pub fn batched_gqa_attention(
 
 /// The additive key mask of [`batched_gqa_attention`] for requests whose first `live[b]` of
 /// `ctx` context keys are real (the rest padding), followed by `extra` keys every request has
-/// (the block's own): `[B, 1, ctx + extra]` on `device`, `None` when nothing is padded.
+/// (the block's own): `[B, 1, 1, ctx + extra]` on `device`, `None` when nothing is padded.
 pub fn padding_mask(
     live: &[usize],
     ctx: usize,
@@ -92,8 +151,58 @@ pub fn padding_mask(
     for (row, &l) in m.chunks_exact_mut(s).zip(live) {
         row[l.min(ctx)..ctx].fill(f32::NEG_INFINITY);
     }
-    let t = crate::trace::upload(m, (live.len(), 1, s), device)?;
+    let t = crate::trace::upload(m, (live.len(), 1, 1, s), device)?;
     Ok(Some(t))
+}
+
+/// Added to the scores of a key a query must not see: large enough that its weight is exactly
+/// 0 after the softmax's max subtraction, finite so that the mask is one affine op.
+const HIDDEN: f64 = 1e30;
+
+/// The causal mask of [`batched_attention_kt`], built on the device: query `(b, i)` at
+/// absolute position `query_positions[b, i]` (`u32 [B, Q]`) sees key `j` of `key_index`
+/// (`u32 [S]`: `0 .. S`) iff `j <= position`. Returns `[B, 1, Q, S]`: `0` or `-1e30`.
+pub fn causal_mask(query_positions: &Tensor, key_index: &Tensor) -> Result<Tensor> {
+    let (b, q_len) = query_positions.dims2()?;
+    let s = key_index.dims1()?;
+    let seen = key_index
+        .reshape((1, 1, s))?
+        .broadcast_le(&query_positions.reshape((b, q_len, 1))?)?;
+    Ok(seen
+        .to_dtype(candle_core::DType::F32)?
+        .affine(HIDDEN, -HIDDEN)?
+        .reshape((b, 1, q_len, s))?)
+}
+
+/// `0 .. n` as a `u32` tensor on a device, kept and grown by doubling (the key index of
+/// [`causal_mask`]), so a forward builds its mask with no upload.
+#[derive(Debug, Clone, Default)]
+pub struct IotaCache(Arc<Mutex<Option<Tensor>>>);
+
+impl IotaCache {
+    /// `0 .. n` on `device`.
+    pub fn get(&self, n: usize, device: &candle_core::Device) -> Result<Tensor> {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let fits = slot
+            .as_ref()
+            .is_some_and(|t| t.dims1().is_ok_and(|len| len >= n) && t.device().same_device(device));
+        if !fits {
+            let len = n.next_power_of_two().max(256);
+            let len32 =
+                u32::try_from(len).map_err(|_| Error::too_large("key index", len, u32::MAX, ""))?;
+            *slot = Some(crate::trace::upload(
+                (0..len32).collect::<Vec<u32>>(),
+                len,
+                device,
+            )?);
+        }
+        match slot.as_ref() {
+            Some(t) => Ok(t.narrow(0, 0, n)?),
+            None => Err(Error::Internal {
+                message: "the key index cache lost its tensor".into(),
+            }),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -156,9 +265,63 @@ mod tests {
         }
     }
 
+    /// The causal path: each request's rows through the per-request causal attention (its own
+    /// cache length, its own past) equal its rows of one batched call with the device mask.
+    #[test]
+    fn batched_causal_equals_each_request_alone() {
+        use crate::nn::attention::causal_gqa_attention;
+        let (heads, kvh, hd) = (4, 2, 8);
+        // (past, new rows) per request; padded to the longest.
+        let reqs = [(5usize, 3usize), (0, 2), (9, 1)];
+        let b = reqs.len();
+        let m = reqs.iter().map(|r| r.1).max().unwrap();
+        let s = reqs.iter().map(|r| r.0 + r.1).max().unwrap();
+        let q = rand(4, &[b, m, heads, hd]);
+        let kt = rand(5, &[b, kvh, hd, s]);
+        let v = rand(6, &[b, kvh, s, hd]);
+        let qpos: Vec<u32> = reqs
+            .iter()
+            .flat_map(|&(p, n)| (0..m).map(move |i| (p + i.min(n - 1)) as u32))
+            .collect();
+        let qpos = Tensor::from_vec(qpos, (b, m), &Device::Cpu).unwrap();
+        let iota = IotaCache::default().get(s, &Device::Cpu).unwrap();
+        let mask = causal_mask(&qpos, &iota).unwrap();
+        let out = batched_attention_kt(&q, &kt, &v, Some(&mask), 0.4).unwrap();
+        for (i, &(past, n)) in reqs.iter().enumerate() {
+            let len = past + n;
+            // Token-major [len, kv, hd] keys and values of request i.
+            let k = kt
+                .get(i)
+                .unwrap()
+                .narrow(2, 0, len)
+                .unwrap()
+                .permute((2, 0, 1))
+                .unwrap();
+            let vv = v
+                .get(i)
+                .unwrap()
+                .narrow(1, 0, len)
+                .unwrap()
+                .permute((1, 0, 2))
+                .unwrap();
+            let qi = q.get(i).unwrap().narrow(0, 0, n).unwrap();
+            let alone = causal_gqa_attention(
+                &qi,
+                &k.contiguous().unwrap(),
+                &vv.contiguous().unwrap(),
+                0.4,
+            )
+            .unwrap();
+            let rows = out.narrow(0, i * m, n).unwrap();
+            assert!(max_abs(&alone, &rows) < 1e-5, "request {i}");
+        }
+    }
+
     #[test]
     fn no_padding_no_mask_and_bad_shapes_are_typed() {
         assert!(padding_mask(&[3, 3], 3, 2, &Device::Cpu).unwrap().is_none());
+        let m = padding_mask(&[3, 1], 3, 2, &Device::Cpu).unwrap().unwrap();
+        assert_eq!(m.dims(), [2, 1, 1, 5]);
         let q = rand(1, &[2, 2, 4, 8]);
         let k = rand(2, &[2, 3, 5, 8]); // 3 KV heads do not divide 4 query heads
         let err = batched_gqa_attention(&q, &k, &k, None, 1.0).unwrap_err();
