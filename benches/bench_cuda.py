@@ -13,7 +13,8 @@ Rows, each against peers measured in the same run on the same device:
   torch-ops reference, fused and tensor path likewise.
 - ``drafter_propose``: ``dspark.Drafter.propose`` of a Qwen3-4B-shaped drafter (5 layers, hidden
   2560, V = 151936; random weights, embed / lm_head shared with the target) on the device
-  against ``dspark.TorchDrafter`` of the same checkpoint on the same device, at B in {1, 8}.
+  against ``dspark.TorchDrafter`` of the same checkpoint on the same device, at B in
+  {1, 8, 64}, with the checkpoint in float32 and in bfloat16 (kept 2 bytes on both sides).
 - ``speculator``: the bundled native pair (``NativeTarget`` + ``Drafter``, greedy, full
   verification) with weights on the device against the same pair on the CPU fast path, at
   B = 1 and B = 8: tokens/s and the greedy tokens' agreement (they must be equal).
@@ -22,16 +23,21 @@ Rows, each against peers measured in the same run on the same device:
   longest kernels (a call far above its kernels' sum is bound by launches and host round
   trips). The draft ids are on the device, so a fused call's steady state has no
   host-to-device copy.
-- ``targets``: the fused kernels' targets checked on the rows (verify at least 5x torch ops
-  at every B and dtype and within 3x the read floor at B = 64; block sampling at least 3x
-  torch ops; no host-to-device copy in the fused profile rows).
+- ``memory_bound_pair``: the memory-bound pair (``make-example --memory-bound``) in bf16 on
+  the device at B = 1: the native target alone and speculative, and transformers' model of
+  the same target alone and behind ``dspark.Speculator`` with the dspark drafter; tokens/s,
+  the three ratios and greedy agreement with the native target alone.
+- ``targets``: the targets checked on the rows (verify at least 5x torch ops at every B and
+  dtype and within 3x the read floor at B = 64; block sampling at least 3x torch ops; no
+  host-to-device copy in the fused profile rows; drafter propose at least 1x TorchDrafter at
+  every B and dtype; the bundled pair's speculator faster on the device than on the CPU;
+  memory-bound pair: native target-only at least HF target-only, speculative at least 2x
+  target-only for both targets, greedy tokens equal).
 
 Each section's rows are written to ``--out`` as it ends; a section that raises is reported
 (``errors`` in the JSON, exit status 1) and the others still run.
 
-Targets (set by the device placement work): verify within 3x of the floor at B = 64 and 5x
-faster than torch; block sampling 3x faster than torch; drafter propose at least as fast as
-TorchDrafter.
+Targets (issues 42 and 43): as listed under ``targets``.
 
     python benches/bench_cuda.py --out results.json          # on a GPU
     python benches/bench_cuda.py --device cpu --quick        # a smoke run of the script
@@ -171,9 +177,12 @@ def block_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
     return rows
 
 
-def drafter_checkpoint(root: Path, dims: dict, device: torch.device) -> dict:
-    """Write a random DSpark drafter of ``dims`` to ``root``; return its target dict (config
-    plus the embedding and lm_head the drafter shares, on ``device``)."""
+def drafter_checkpoint(
+    root: Path, dims: dict, device: torch.device, dtype: torch.dtype = torch.float32
+) -> dict:
+    """Write a random DSpark drafter of ``dims`` to ``root`` (its matrices in ``dtype``);
+    return its target dict (config plus the embedding and lm_head the drafter shares, on
+    ``device`` in ``dtype``)."""
     from safetensors.torch import save_file
 
     h, v, ffn = dims["hidden"], dims["vocab"], dims["intermediate"]
@@ -182,7 +191,8 @@ def drafter_checkpoint(root: Path, dims: dict, device: torch.device) -> dict:
     g = torch.Generator(device=device).manual_seed(7)
 
     def w(*shape: int, scale: float = 0.02) -> torch.Tensor:
-        return (torch.randn(*shape, device=device, generator=g) * scale).cpu()
+        t = torch.randn(*shape, device=device, generator=g) * scale
+        return (t.to(dtype) if len(shape) == 2 else t).cpu()
 
     target_cfg = {
         "architectures": ["Qwen3ForCausalLM"],
@@ -241,8 +251,8 @@ def drafter_checkpoint(root: Path, dims: dict, device: torch.device) -> dict:
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(cfg))
     save_file(t, root / "model.safetensors")
-    embed = torch.randn(v, h, device=device, generator=g) * 0.02
-    lm_head = torch.randn(v, h, device=device, generator=g) * 0.02
+    embed = (torch.randn(v, h, device=device, generator=g) * 0.02).to(dtype)
+    lm_head = (torch.randn(v, h, device=device, generator=g) * 0.02).to(dtype)
     return {"config": target_cfg, "embed_tokens": embed, "lm_head": lm_head}
 
 
@@ -255,31 +265,103 @@ def drafter_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
         | {"head_dim": 128, "layers": 5}
     )
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "drafter"
-        target = drafter_checkpoint(path, dims, device)
-        ours = dspark.Drafter.from_pretrained(path, target, device=str(device))
-        ref = dspark.TorchDrafter.from_pretrained(path, target).to(device)
-        width = 3 * dims["hidden"]
-        for b in (1, 8):
-            g = torch.Generator(device=device).manual_seed(b)
-            context = torch.randn(b, 64, width, device=device, generator=g)
-            anchors = torch.randint(0, dims["vocab"] - 1, (b,), device=device, generator=g)
-            t_ours = timeit(partial(ours.propose, context, anchors), device, runs=args.runs)
-            t_ref = timeit(partial(ref.propose, context, anchors), device, runs=args.runs)
-            rows.append(
-                {
-                    "kernel": "drafter_propose",
-                    "B": b,
-                    "context": 64,
-                    "dims": dims,
-                    "dspark_ms": t_ours * 1e3,
-                    "torch_drafter_ms": t_ref * 1e3,
-                    "speedup_vs_torch_drafter": t_ref / t_ours,
-                }
-            )
-            print(json.dumps(rows[-1]), flush=True)
+    batches = (1, 4) if args.quick else (1, 8, 64)
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "drafter"
+            target = drafter_checkpoint(path, dims, device, dtype)
+            ours = dspark.Drafter.from_pretrained(path, target, device=str(device))
+            ref = dspark.TorchDrafter.from_pretrained(path, target, dtype=dtype).to(device)
+            width = 3 * dims["hidden"]
+            for b in batches:
+                g = torch.Generator(device=device).manual_seed(b)
+                context = torch.randn(b, 64, width, device=device, generator=g).to(dtype)
+                anchors = torch.randint(0, dims["vocab"] - 1, (b,), device=device, generator=g)
+                t_ours = timeit(partial(ours.propose, context, anchors), device, runs=args.runs)
+                t_ref = timeit(partial(ref.propose, context, anchors), device, runs=args.runs)
+                rows.append(
+                    {
+                        "kernel": "drafter_propose",
+                        "dtype": name,
+                        "B": b,
+                        "context": 64,
+                        "dims": dims,
+                        "dspark_ms": t_ours * 1e3,
+                        "torch_drafter_ms": t_ref * 1e3,
+                        "speedup_vs_torch_drafter": t_ref / t_ours,
+                    }
+                )
+                print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def memory_bound_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """The memory-bound pair in bf16 on the device at B = 1: the native target alone and
+    speculative, transformers' model of the same target alone (``dspark.measure.target_only``)
+    and behind ``dspark.Speculator`` with the dspark drafter. Greedy, 64 new tokens."""
+    from transformers import AutoModelForCausalLM
+
+    from dspark.measure import target_only
+    from dspark.memory_bound import Shape, write_memory_bound
+
+    shape = Shape(hidden=256, heads=4, kv_heads=2, head_dim=128, intermediate=1024, layers=10)
+    new = 16 if args.quick else 64
+    prompts = [[(11 * i + 5 * j + 2) % 2900 for j in range(48)] for i in range(3)]
+    with tempfile.TemporaryDirectory() as tmp:
+        pair = Path(tmp) / "pair"
+        kw = {"shape": shape, "draft_layers": 2} if args.quick else {}
+        write_memory_bound(pair, dtype="bfloat16", **kw)
+        native = dspark.NativeTarget.from_pretrained(pair / "target", device=str(device))
+        spec = dspark.Speculator(
+            native, dspark.Drafter.from_pretrained(pair / "drafter", native), seed=0
+        )
+        hf = AutoModelForCausalLM.from_pretrained(pair / "target", dtype=torch.bfloat16)
+        hf = hf.to(device).eval()
+        hf_drafter = dspark.Drafter.from_pretrained(pair / "drafter", hf)
+        hf_spec = dspark.Speculator(hf, hf_drafter, seed=0)
+        spec.generate([prompts[0]], 4)  # warm-up
+        hf_spec.generate([prompts[0]], 4)
+        target_only(hf, prompts[0], 4)
+
+        def rate(call: Callable[[list[int]], list[int]]) -> tuple[float, list[list[int]]]:
+            outs, secs = [], 0.0
+            for p in prompts:
+                sync(device)
+                t0 = time.perf_counter()
+                outs.append(call(p))
+                sync(device)
+                secs += time.perf_counter() - t0
+            return sum(map(len, outs)) / secs, outs
+
+        def alone(p: list[int]) -> list[int]:
+            return list(spec.generate_target_only([p], new).tokens[0])
+
+        runs = {
+            "native_target_only": rate(alone),
+            "native_speculative": rate(lambda p: list(spec.generate([p], new).tokens[0])),
+            "hf_target_only": rate(lambda p: target_only(hf, p, new)[0]),
+            "hf_speculative": rate(lambda p: list(hf_spec.generate([p], new).tokens[0])),
+        }
+    # Each target's speculative tokens against its own greedy decoding (the two targets round
+    # differently in bf16: transformers keeps bf16 activations, the native target f32).
+    row = {
+        "kernel": "memory_bound_pair",
+        "dtype": "bfloat16",
+        "B": 1,
+        "new_tokens": new,
+        **{f"{k}_tokens_per_s": v[0] for k, v in runs.items()},
+        "greedy_equal": {
+            "native": runs["native_speculative"][1] == runs["native_target_only"][1],
+            "hf": runs["hf_speculative"][1] == runs["hf_target_only"][1],
+        },
+        "native_equals_hf": runs["native_target_only"][1] == runs["hf_target_only"][1],
+    }
+    tps = {k: v[0] for k, v in runs.items()}
+    row["native_target_only_vs_hf"] = tps["native_target_only"] / tps["hf_target_only"]
+    row["native_speculative_vs_target_only"] = tps["native_speculative"] / tps["native_target_only"]
+    row["hf_speculative_vs_hf_target_only"] = tps["hf_speculative"] / tps["hf_target_only"]
+    print(json.dumps(row), flush=True)
+    return [row]
 
 
 def profile_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
@@ -425,10 +507,29 @@ def targets(rows: list[dict]) -> dict:
     if profiles:
         htod = max(r["copies"]["HtoD"] for r in profiles)
         out["fused_htod_copies_per_call"] = {"value": htod, "target": 0, "met": htod == 0}
+    drafter = [r for r in rows if r["kernel"] == "drafter_propose"]
+    if drafter:
+        worst = min(r["speedup_vs_torch_drafter"] for r in drafter)
+        out["drafter_vs_torch_drafter_min"] = {"value": worst, "target": 1.0, "met": worst >= 1.0}
+    spec = [r for r in rows if r["kernel"] == "speculator"]
+    if spec:
+        worst = min(r["speedup_vs_cpu"] for r in spec)
+        out["speculator_vs_cpu_min"] = {"value": worst, "target": 1.0, "met": worst > 1.0}
+    for r in rows:
+        if r["kernel"] != "memory_bound_pair":
+            continue
+        for key, want in (
+            ("native_target_only_vs_hf", 1.0),
+            ("native_speculative_vs_target_only", 2.0),
+            ("hf_speculative_vs_hf_target_only", 2.0),
+        ):
+            out[f"memory_bound_{key}"] = {"value": r[key], "target": want, "met": r[key] >= want}
+        equal = all(r["greedy_equal"].values())
+        out["memory_bound_greedy_equal"] = {"value": equal, "target": True, "met": equal}
     return out
 
 
-SECTIONS = ("verify", "sample_block", "profile", "speculator", "drafter")
+SECTIONS = ("verify", "sample_block", "profile", "speculator", "drafter", "memory_bound")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -477,6 +578,7 @@ def main(argv: list[str] | None = None) -> None:
         "profile": partial(profile_rows, args, device),
         "speculator": partial(speculator_rows, args, device),
         "drafter": partial(drafter_rows, args, device),
+        "memory_bound": partial(memory_bound_rows, args, device),
     }
     sections = [by_name[n] for n in SECTIONS if n in chosen]
     if args.child_timeout > 0 and {"verify", "sample_block"} & set(chosen):

@@ -99,7 +99,7 @@ tests_status=${PIPESTATUS[0]}
 lap
 record pytest "$tests_status" "$took"
 [[ "$tests_status" == 0 ]] || status=1
-timeout 260 python3 benches/bench_cuda.py --out "$out/bench_cuda.json" "${bench_args[@]}" 2>&1 \
+timeout 380 python3 benches/bench_cuda.py --out "$out/bench_cuda.json" "${bench_args[@]}" 2>&1 \
     | tee "$out/bench.log"
 bench_status=${PIPESTATUS[0]}
 lap

@@ -40,7 +40,7 @@ def error_class(code: str) -> type[DSparkError]:
         return InputError
     if code == "internal":
         return InternalError
-    if code == "backend":
+    if code in ("backend", "out-of-memory"):
         return BackendError
     return CheckpointError
 

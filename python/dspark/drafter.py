@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import numpy as np
 
@@ -388,8 +388,26 @@ class Drafter:
         seed: PerRequestInt | None = 0,
         top_k: int | None = None,
     ) -> DraftProposal:
-        """Stateless drafting over a whole context ``[B, T, L*H_t]`` (see the module doc)."""
+        """Stateless drafting over a whole context ``[B, T, L*H_t]`` (see the module doc).
+
+        A CUDA torch context given to a drafter on that device is read in place (DLPack) and
+        the draft logits stay there (a CUDA tensor); tokens and confidences come to the host.
+        """
         torch_out = is_torch(context_hidden_states)
+        if torch_out and self._on_cuda(context_hidden_states):
+            from torch.utils.dlpack import from_dlpack
+
+            ctx = cast("TorchTensor", context_hidden_states)
+            t, d, c = self._native.propose_device(
+                torch_view(ctx, "context_hidden_states").contiguous(),
+                _ids(anchors, "anchors"),
+                start_positions=_seed(start_positions),
+                temperature=temperature,
+                seed=_seed(seed),
+                top_k=top_k,
+            )
+            logits = _out(True, d) if isinstance(d, np.ndarray) else from_dlpack(d)
+            return DraftProposal(_out(True, t), logits, _out(True, c))
         t, d, c = self._native.propose(
             _cpu(context_hidden_states, "context_hidden_states"),
             _ids(anchors, "anchors"),
@@ -399,6 +417,11 @@ class Drafter:
             top_k=top_k,
         )
         return DraftProposal(_out(torch_out, t), _out(torch_out, d), _out(torch_out, c))
+
+    def _on_cuda(self, context: object) -> bool:
+        """Whether ``context`` is a CUDA tensor and this drafter runs on CUDA (the device path)."""
+        dev = getattr(context, "device", None)
+        return getattr(dev, "type", None) == "cuda" and self._native.device.startswith("cuda")
 
     def new_state(self) -> DraftState:
         """An empty per-request context cache."""

@@ -17,7 +17,7 @@ use dspark::{
 
 use crate::args;
 use crate::drafter_args::{
-    ProposalArrays, Sts, arrays, check_output, ids_u32, one_or_many, options, plan_sharing,
+    ProposalArrays, Sts, arrays, check_output, ids_u32, options, plan_sharing, start_positions_of,
     target_spec, tensor_f32,
 };
 use crate::errors::{err, guard};
@@ -270,17 +270,7 @@ impl PyDrafter {
     ) -> PyResult<ProposalArrays<'py>> {
         guard(|| {
             let opts = options(temperature, seed, top_k)?;
-            let starts: Vec<usize> = match start_positions.filter(|s| !s.is_none()) {
-                None => vec![0],
-                Some(s) => one_or_many(s, "start_positions")?
-                    .into_iter()
-                    .map(|x| {
-                        usize::try_from(x).map_err(|_| {
-                            err(Error::too_large("start_positions", x, usize::MAX, ""))
-                        })
-                    })
-                    .collect::<PyResult<_>>()?,
-            };
+            let starts = start_positions_of(start_positions)?;
             let inner = &self.inner;
             let anchors = ids_u32(anchors, "anchors", inner.info().vocab.target)?;
             check_output(inner, anchors.len())?;
@@ -289,6 +279,32 @@ impl PyDrafter {
                 .detach(|| inner.propose(&ctx, &anchors, &starts, &opts))
                 .map_err(err)?;
             arrays(py, p)
+        })
+    }
+
+    /// Stateless drafting over a CUDA `context` `[B, T, L·H_t]` on the drafter's device, read
+    /// in place through DLPack: `(tokens [B,K] int64, draft_logits [B,K,V_t] float32 as a
+    /// DLPack array on the device, confidence [B,K] float32 | None)`. Only the tokens and the
+    /// confidences cross to the host.
+    #[pyo3(signature = (context, anchors, *, start_positions = None, temperature = None, seed = None, top_k = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn propose_device<'py>(
+        &self,
+        py: Python<'py>,
+        context: &Bound<'py, PyAny>,
+        anchors: &Bound<'py, PyAny>,
+        start_positions: Option<&Bound<'py, PyAny>>,
+        temperature: Option<&Bound<'py, PyAny>>,
+        seed: Option<&Bound<'py, PyAny>>,
+        top_k: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        guard(|| {
+            let opts = options(temperature, seed, top_k)?;
+            let starts = start_positions_of(start_positions)?;
+            let inner = &self.inner;
+            let anchors = ids_u32(anchors, "anchors", inner.info().vocab.target)?;
+            check_output(inner, anchors.len())?;
+            crate::drafter_args::propose_device(py, inner, context, &anchors, &starts, &opts)
         })
     }
 

@@ -191,3 +191,71 @@ impl Sts {
         Ok(drafter)
     }
 }
+
+/// `start_positions`: `None` (0), one value, or one per request.
+pub(crate) fn start_positions_of(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<usize>> {
+    match obj.filter(|s| !s.is_none()) {
+        None => Ok(vec![0]),
+        Some(s) => one_or_many(s, "start_positions")?
+            .into_iter()
+            .map(|x| {
+                usize::try_from(x)
+                    .map_err(|_| err(Error::too_large("start_positions", x, usize::MAX, "")))
+            })
+            .collect(),
+    }
+}
+
+/// The body of `Drafter.propose_device` (see there): the CUDA context borrowed in place, the
+/// proposal made on the drafter's device, its draft logits exported as a `DeviceArray`.
+#[cfg(feature = "cuda")]
+pub(crate) fn propose_device<'py>(
+    py: Python<'py>,
+    drafter: &Qwen3Drafter,
+    context: &Bound<'py, PyAny>,
+    anchors: &[u32],
+    starts: &[usize],
+    opts: &ProposeOptions,
+) -> PyResult<Bound<'py, PyAny>> {
+    use pyo3::IntoPyObject;
+    let ctx = crate::dlpack::cuda::import(context, "context_hidden_states", drafter.device())?;
+    let t = ctx.tensor();
+    let (p, kept) = py
+        .detach(|| drafter.propose_kept(t, anchors, starts, opts))
+        .map_err(err)?;
+    drop(ctx);
+    let (b, k, v) = (p.batch, p.slots, p.target_vocab);
+    let tokens: Vec<i64> = p.tokens.iter().map(|&t| i64::from(t)).collect();
+    let tokens = PyArray1::from_vec(py, tokens).reshape([b, k])?;
+    let logits = match kept {
+        Some(t) => Bound::new(py, crate::dlpack::cuda::DeviceArray::new(t)?)?.into_any(),
+        None => PyArray1::from_vec(py, p.draft_logits)
+            .reshape([b, k, v])?
+            .into_any(),
+    };
+    let confidence = match p.confidence {
+        Some(c) => Some(PyArray1::from_vec(py, c).reshape([b, k])?),
+        None => None,
+    };
+    Ok((tokens, logits, confidence).into_pyobject(py)?.into_any())
+}
+
+/// Without the `cuda` feature there is no CUDA context to read.
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn propose_device<'py>(
+    _py: Python<'py>,
+    _drafter: &Qwen3Drafter,
+    _context: &Bound<'py, PyAny>,
+    _anchors: &[u32],
+    _starts: &[usize],
+    _opts: &ProposeOptions,
+) -> PyResult<Bound<'py, PyAny>> {
+    Err(err(Error::DeviceUnavailable {
+        name: "context_hidden_states".into(),
+        device: "cuda".into(),
+        message: format!(
+            "this is {}: install the CUDA wheel (README \"GPU build\")",
+            dspark::device::build_description()
+        ),
+    }))
+}

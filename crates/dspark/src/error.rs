@@ -279,9 +279,27 @@ pub enum Error {
         /// The panic message, or what was caught.
         message: String,
     },
+    /// The device ran out of memory (a CUDA allocation failed). Nothing the call computed is
+    /// kept; the process and its device stay usable.
+    #[error("out of device memory: {message}")]
+    OutOfMemory {
+        /// The backend's message.
+        message: String,
+    },
     /// An error from candle.
     #[error("tensor backend: {0}")]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
+}
+
+impl From<candle_core::Error> for Error {
+    /// A candle error, as [`Error::OutOfMemory`] when it is a failed device allocation.
+    fn from(e: candle_core::Error) -> Self {
+        let text = e.to_string();
+        if text.contains("OUT_OF_MEMORY") || text.contains("out of memory") {
+            return Error::OutOfMemory { message: text };
+        }
+        Error::Candle(e)
+    }
 }
 
 impl Error {
@@ -335,6 +353,7 @@ impl Error {
             Error::DeviceMismatch { .. } => "device-mismatch",
             Error::Internal { .. } => "internal",
             Error::Callback { .. } => "callback",
+            Error::OutOfMemory { .. } => "out-of-memory",
             Error::Candle(_) => "backend",
         }
     }
@@ -369,7 +388,7 @@ impl Error {
             | Error::DeviceMismatch { .. }
             | Error::Callback { .. } => ErrorKind::Input,
             Error::Internal { .. } => ErrorKind::Internal,
-            Error::Candle(_) => ErrorKind::Backend,
+            Error::OutOfMemory { .. } | Error::Candle(_) => ErrorKind::Backend,
         }
     }
 
@@ -513,6 +532,19 @@ mod tests {
         let codes: Vec<_> = two.problems().iter().map(|e| e.code()).collect();
         assert_eq!(codes, ["missing-d2t", "missing-lm-head"]);
         assert!(two.to_string().contains("[missing-lm-head]"));
+    }
+
+    #[test]
+    fn a_failed_device_allocation_is_out_of_memory() {
+        let cuda = |m: &str| candle_core::Error::Cuda(m.to_string().into());
+        let e = Error::from(cuda(
+            "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")",
+        ));
+        assert_eq!((e.code(), e.kind()), ("out-of-memory", ErrorKind::Backend));
+        let e = Error::from(cuda(
+            "DriverError(CUDA_ERROR_INVALID_VALUE, \"invalid argument\")",
+        ));
+        assert_eq!((e.code(), e.kind()), ("backend", ErrorKind::Backend));
     }
 }
 

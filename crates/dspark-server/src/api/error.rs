@@ -381,6 +381,7 @@ mod vocabulary_tests {
             Error::callback("on_round", std::io::Error::other("boom")),
             Error::Internal { message: s("m") },
             Error::Candle(candle_core::Error::Msg(s("m"))),
+            Error::OutOfMemory { message: s("m") },
         ]
     }
 

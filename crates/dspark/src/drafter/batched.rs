@@ -23,7 +23,7 @@ use super::{Proposal, ProposeOptions};
 use crate::error::{Error, Result};
 use crate::nn::attention::{batched_gqa_attention, padding_mask};
 use crate::nn::decoder::Heads;
-use crate::nn::{Linear, f32_of, rms_norm};
+use crate::nn::{f32_of, rms_norm};
 
 /// The batch's context keys and values, per draft layer `[B, kv_heads, S, hd]` (head-major,
 /// as a [`DraftState`] keeps them), with the additive mask over `S` context keys plus the
@@ -113,7 +113,7 @@ impl Qwen3Drafter {
         let (cos, sin) = self.rope.tables_at(&self.rope_cache, ctx_positions, host)?;
         let mut layers = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
-            let [k, v] = Linear::forward_many([&layer.k_proj, &layer.v_proj], &ctx)?;
+            let [k, v] = layer.kv(&ctx)?;
             let k = crate::nn::decoder::norm_rope(
                 &self.rope,
                 &k.reshape((b * t, h.kv_heads, h.head_dim))?,
@@ -212,14 +212,16 @@ impl Qwen3Drafter {
 
     /// [`Drafter::propose`] on the device-generic path: every request's context and block in
     /// one batched pass (see the module docs). Same checks and same proposal as the
-    /// per-request path.
+    /// per-request path; with `keep`, the draft logits stay on the device (returned beside a
+    /// proposal whose `draft_logits` is empty).
     pub(crate) fn propose_stateless_batched(
         &self,
         context: &Tensor,
         anchors: &[u32],
         start_positions: &[usize],
         opts: &ProposeOptions,
-    ) -> Result<Proposal> {
+        keep: bool,
+    ) -> Result<(Proposal, Option<Tensor>)> {
         let (b_n, t, w) = super::check_stateless(context, start_positions)?;
         let width = self.spec.context_width();
         if w != width {
@@ -250,8 +252,6 @@ impl Qwen3Drafter {
         let heads = self.device_heads.as_ref().ok_or_else(|| Error::Internal {
             message: "the batched drafter pass runs on the tensor path only".into(),
         })?;
-        Ok(self
-            .propose_on_device(heads, &hidden, anchors, opts, false)?
-            .0)
+        self.propose_on_device(heads, &hidden, anchors, opts, keep)
     }
 }

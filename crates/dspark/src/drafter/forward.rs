@@ -10,7 +10,7 @@ use super::{Drafter, Proposal, ProposeOptions};
 use crate::device::kernel_path;
 use crate::error::{Error, Result};
 use crate::nn::decoder::{Heads, norm_rope};
-use crate::nn::{Linear, f32_of, gqa_attention, matmul_t, rms_norm};
+use crate::nn::{f32_of, gqa_attention, matmul_t, rms_norm};
 use crate::sampling::{BlockOptions, Floats, Mat, Rows3, confidence_slices, sample_block_slices};
 
 /// Host copy of a tensor's values (f32): one download off the host fast path.
@@ -89,7 +89,7 @@ impl Qwen3Drafter {
         );
         let mut kv = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
-            let [k, v] = Linear::forward_many([&layer.k_proj, &layer.v_proj], &ctx)?;
+            let [k, v] = layer.kv(&ctx)?;
             let k = self.norm_rope(&k.reshape((t, kvh, hd))?, &layer.k_norm, &cos, &sin)?;
             let v = v.reshape((t, kvh, hd))?;
             kv.push(LayerKv {

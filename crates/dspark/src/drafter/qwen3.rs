@@ -464,10 +464,47 @@ impl Drafter for Qwen3Drafter {
         start_positions: &[usize],
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
-        if self.device_heads.is_some() {
-            crate::device::kernel_path()?;
-            return self.propose_stateless_batched(context, anchors, start_positions, opts);
+        Ok(self
+            .propose_stateless(context, anchors, start_positions, opts, false)?
+            .0)
+    }
+}
+
+impl Qwen3Drafter {
+    /// [`Drafter::propose`] for a caller that keeps working on the drafter's device: there the
+    /// draft logits stay on the device, returned as `Some([B, K, V_t])` beside a proposal whose
+    /// `draft_logits` is empty (tokens and confidences come to the host). On the host fast
+    /// path, the host proposal and `None`. `context` may already be on the drafter's device
+    /// (no copy is made then).
+    pub fn propose_kept(
+        &self,
+        context: &Tensor,
+        anchors: &[u32],
+        start_positions: &[usize],
+        opts: &ProposeOptions,
+    ) -> Result<(Proposal, Option<Tensor>)> {
+        self.propose_stateless(context, anchors, start_positions, opts, true)
+    }
+
+    /// Both stateless entries: one batched pass on the device-generic path (draft logits kept
+    /// there with `keep`), a state per request on the host fast path. A context on another
+    /// accelerator than the drafter's is `device-mismatch`; a host context is uploaded.
+    fn propose_stateless(
+        &self,
+        context: &Tensor,
+        anchors: &[u32],
+        start_positions: &[usize],
+        opts: &ProposeOptions,
+        keep: bool,
+    ) -> Result<(Proposal, Option<Tensor>)> {
+        crate::device::kernel_path()?;
+        if !context.device().is_cpu() {
+            crate::device::same_device(&self.device, &[("context_hidden_states", context)])?;
         }
-        super::propose_through_states(self, context, anchors, start_positions, opts)
+        if self.device_heads.is_some() {
+            return self.propose_stateless_batched(context, anchors, start_positions, opts, keep);
+        }
+        let p = super::propose_through_states(self, context, anchors, start_positions, opts)?;
+        Ok((p, None))
     }
 }

@@ -66,6 +66,20 @@ pub(crate) struct Layer {
     pub(crate) down_proj: Linear,
     pub(crate) input_layernorm: Tensor,
     pub(crate) post_attention_layernorm: Tensor,
+    /// On the device-generic path: q, k and v stacked into one map (the three above are row
+    /// views of it), and k and v alone (a view too), and gate and up stacked likewise.
+    pub(crate) stacked: Option<Stacked>,
+}
+
+/// A layer's products stacked for the device-generic path (see [`Linear::stack`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Stacked {
+    /// `[q; k; v]`.
+    pub(crate) qkv: Linear,
+    /// `[k; v]`.
+    pub(crate) kv: Linear,
+    /// `[gate; up]`.
+    pub(crate) gate_up: Linear,
 }
 
 /// `x: [N, heads, hd]` → RMS-normed per head with `norm`, then rotated with `(cos, sin)`.
@@ -85,7 +99,7 @@ impl Layer {
     /// `bias` (`attention_bias`), q/k norms, SwiGLU MLP, the two layer norms.
     pub(crate) fn load(t: &mut Take, prefix: &str, bias: bool) -> Result<Self> {
         let p = prefix;
-        Ok(Self {
+        let mut layer = Self {
             q_proj: t.linear(&format!("{p}.self_attn.q_proj"), bias)?,
             k_proj: t.linear(&format!("{p}.self_attn.k_proj"), bias)?,
             v_proj: t.linear(&format!("{p}.self_attn.v_proj"), bias)?,
@@ -97,7 +111,43 @@ impl Layer {
             down_proj: t.linear(&format!("{p}.mlp.down_proj"), false)?,
             input_layernorm: t.get(&format!("{p}.input_layernorm.weight"))?,
             post_attention_layernorm: t.get(&format!("{p}.post_attention_layernorm.weight"))?,
-        })
+            stacked: None,
+        };
+        layer.stack()?;
+        Ok(layer)
+    }
+
+    /// Stack the products that read one input ([`Stacked`]) when the weights are candle
+    /// tensors (the device-generic path); packed host weights are grouped per call instead.
+    fn stack(&mut self) -> Result<()> {
+        let Some(qkv) = Linear::stack(&mut [&mut self.q_proj, &mut self.k_proj, &mut self.v_proj])?
+        else {
+            return Ok(());
+        };
+        let Some(gate_up) = Linear::stack(&mut [&mut self.gate_proj, &mut self.up_proj])? else {
+            return Ok(());
+        };
+        let q_out = self.q_proj.out_dim();
+        let kv_out = self.k_proj.out_dim() + self.v_proj.out_dim();
+        if let Some(kv) = qkv.rows(q_out, kv_out)? {
+            self.stacked = Some(Stacked { qkv, kv, gate_up });
+        }
+        Ok(())
+    }
+
+    /// `k` and `v` of `x` (`[N, H]` → two `[N, kv·hd]`), in one product where stacked.
+    pub(crate) fn kv(&self, x: &Tensor) -> Result<[Tensor; 2]> {
+        match &self.stacked {
+            Some(s) => {
+                let y = s.kv.forward(x)?;
+                let k_out = self.k_proj.out_dim();
+                Ok([
+                    y.narrow(1, 0, k_out)?,
+                    y.narrow(1, k_out, self.v_proj.out_dim())?,
+                ])
+            }
+            None => Linear::forward_many([&self.k_proj, &self.v_proj], x),
+        }
     }
 
     /// The dtype the layer's matrices are kept in (its query projection's: a checkpoint
@@ -139,7 +189,18 @@ impl Layer {
         let n = x.dims().first().copied().unwrap_or(0);
         let (heads, kvh, hd, eps) = (g.heads, g.kv_heads, g.head_dim, g.eps);
         let h = rms_norm(x, &self.input_layernorm, eps)?;
-        let [q, k, v] = Linear::forward_many([&self.q_proj, &self.k_proj, &self.v_proj], &h)?;
+        let [q, k, v] = match &self.stacked {
+            Some(st) => {
+                let y = st.qkv.forward(&h)?;
+                let (qo, ko) = (self.q_proj.out_dim(), self.k_proj.out_dim());
+                [
+                    y.narrow(1, 0, qo)?,
+                    y.narrow(1, qo, ko)?,
+                    y.narrow(1, qo + ko, self.v_proj.out_dim())?,
+                ]
+            }
+            None => Linear::forward_many([&self.q_proj, &self.k_proj, &self.v_proj], &h)?,
+        };
         let q = norm_rope(
             rope,
             &q.reshape((n, heads, hd))?,
@@ -153,6 +214,15 @@ impl Layer {
         let attn = attend(&q, &k, &v)?;
         let x = (x + self.o_proj.forward(&attn)?)?;
         let h = rms_norm(&x, &self.post_attention_layernorm, eps)?;
-        Ok((&x + swiglu(&h, &self.gate_proj, &self.up_proj, &self.down_proj)?)?)
+        let mlp = match &self.stacked {
+            Some(st) => {
+                let y = st.gate_up.forward(&h)?;
+                let inter = self.gate_proj.out_dim();
+                let (g, u) = (y.narrow(1, 0, inter)?, y.narrow(1, inter, inter)?);
+                self.down_proj.forward(&(g.silu()? * u)?)?
+            }
+            None => swiglu(&h, &self.gate_proj, &self.up_proj, &self.down_proj)?,
+        };
+        Ok((&x + mlp)?)
     }
 }

@@ -127,6 +127,67 @@ impl Linear {
         })
     }
 
+    /// One map whose outputs are `parts`' outputs side by side, for the device-generic path:
+    /// one product (one launch, one larger GEMM) instead of one per part. Only when every part
+    /// keeps a candle weight (not packed) of one dtype and input width, all with a bias or
+    /// none; `None` (parts untouched) otherwise. Each part's weight and bias become row views
+    /// of the stacked ones, so the weights are held once.
+    pub(crate) fn stack(parts: &mut [&mut Linear]) -> Result<Option<Linear>> {
+        let mut weights = Vec::with_capacity(parts.len());
+        for p in parts.iter() {
+            match &p.weight {
+                Weight::Tensor(w) => weights.push(w.clone()),
+                Weight::Packed(..) => return Ok(None),
+            }
+        }
+        let (Some(first), true) = (weights.first(), parts.len() > 1) else {
+            return Ok(None);
+        };
+        let same = weights
+            .iter()
+            .all(|w| w.dtype() == first.dtype() && w.dims().get(1) == first.dims().get(1));
+        let biased = parts.iter().filter(|p| p.bias.is_some()).count();
+        if !same || (biased != 0 && biased != parts.len()) {
+            return Ok(None);
+        }
+        let weight = Tensor::cat(&weights, 0)?;
+        let bias = if biased == 0 {
+            None
+        } else {
+            let b: Vec<Tensor> = parts.iter().filter_map(|p| p.bias.clone()).collect();
+            Some(Tensor::cat(&b, 0)?)
+        };
+        let stacked = Linear {
+            weight: Weight::Tensor(weight),
+            bias,
+        };
+        let mut at = 0;
+        for p in parts.iter_mut() {
+            let rows = p.out_dim();
+            if let Some(view) = stacked.rows(at, rows)? {
+                **p = view;
+            }
+            at += rows;
+        }
+        Ok(Some(stacked))
+    }
+
+    /// Outputs `start .. start + len` of this map as a map of its own, sharing the weight (row
+    /// views, no copy); `None` for a packed weight.
+    pub(crate) fn rows(&self, start: usize, len: usize) -> Result<Option<Linear>> {
+        let Weight::Tensor(w) = &self.weight else {
+            return Ok(None);
+        };
+        Ok(Some(Linear {
+            weight: Weight::Tensor(w.narrow(0, start, len)?),
+            bias: self
+                .bias
+                .as_ref()
+                .map(|b| b.narrow(0, start, len))
+                .transpose()?,
+        }))
+    }
+
     /// The dtype the weight is kept in.
     pub fn weight_dtype(&self) -> WeightDtype {
         match &self.weight {
@@ -381,4 +442,64 @@ pub fn f32_of(t: &Tensor) -> Result<Tensor> {
     } else {
         t.to_dtype(DType::F32)?
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn weight(seed: u64, rows: usize, cols: usize, dtype: DType) -> Tensor {
+        let v: Vec<f64> = (0..rows * cols)
+            .map(|i| ((i as u64 * 2_654_435_761 + seed * 97) % 1000) as f64 / 1000.0 - 0.5)
+            .collect();
+        Tensor::from_vec(v, (rows, cols), &Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+    }
+
+    /// Stacked maps give each part's outputs side by side, and the parts become views of the
+    /// stacked weight (held once). An f64 weight keeps a candle tensor (the device path's kind)
+    /// on any kernel path; a packed host weight is never stacked.
+    #[test]
+    fn stacked_maps_equal_their_parts() {
+        let x = weight(9, 3, 8, DType::F32);
+        let bias = |n: usize| Some(weight(5, 1, n, DType::F32).flatten_all().unwrap());
+        let mut a = Linear::new(weight(1, 4, 8, DType::F64), bias(4)).unwrap();
+        let mut b = Linear::new(weight(2, 6, 8, DType::F64), bias(6)).unwrap();
+        let want = [a.forward(&x).unwrap(), b.forward(&x).unwrap()];
+        let stacked = Linear::stack(&mut [&mut a, &mut b]).unwrap().unwrap();
+        let y = stacked.forward(&x).unwrap();
+        assert_eq!(y.dims(), [3, 10]);
+        let got = [y.narrow(1, 0, 4).unwrap(), y.narrow(1, 4, 6).unwrap()];
+        for (g, w) in got.iter().zip(&want) {
+            let d: f32 = (g - w)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            assert!(d < 1e-6, "{d}");
+        }
+        // The parts are views now: same outputs as before.
+        let again = b.forward(&x).unwrap();
+        let d = (&again - &want[1])
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap();
+        assert_eq!(d.to_scalar::<f32>().unwrap(), 0.0);
+        // One part with a bias and one without do not stack.
+        let mut c = Linear::new(weight(3, 2, 8, DType::F64), None).unwrap();
+        assert!(Linear::stack(&mut [&mut a, &mut c]).unwrap().is_none());
+        if crate::device::fast_on(&Device::Cpu) {
+            let mut p = Linear::new(weight(4, 4, 8, DType::F32), None).unwrap();
+            let mut q = Linear::new(weight(6, 4, 8, DType::F32), None).unwrap();
+            assert!(Linear::stack(&mut [&mut p, &mut q]).unwrap().is_none());
+        }
+    }
 }
