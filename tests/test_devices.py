@@ -163,19 +163,14 @@ def test_a_python_target_declaring_a_gpu_still_runs_on_the_cpu_wheel(tmp_path) -
     assert got == want
 
 
-def test_a_cuda_context_needs_the_cuda_path(native: dspark.NativeTarget) -> None:
-    """The drafter's device entry (a CUDA context read in place, draft logits kept on the
-    device) is refused with a typed error where it cannot run: ``device-unavailable`` on the CPU
-    build, ``device-mismatch`` for a host context or a drafter on the CPU."""
+def test_a_host_context_takes_the_host_entry(native: dspark.NativeTarget) -> None:
+    """Only a CUDA context given to a drafter on CUDA is read in place (its draft logits kept on
+    the device); a host context is the ordinary proposal, with host draft logits."""
     import numpy as np
 
     drafter = dspark.Drafter.from_pretrained(ROOT / "drafter", native)
     ctx = np.zeros((1, 4, drafter.context_width), dtype=np.float32)
-    with pytest.raises(dspark.InputError) as e:
-        drafter._native.propose_device(ctx, [1])
-    want = "device-mismatch" if dspark.build_info()["cuda"] else "device-unavailable"
-    assert e.value.code == want
-    # A host context never takes that entry: the proposal is the ordinary one.
     assert not drafter._on_cuda(ctx)
     p = drafter.propose(ctx, [1])
-    assert np.asarray(p.draft_logits).shape[:2] == (1, drafter.num_draft_tokens)
+    assert isinstance(p.draft_logits, np.ndarray)
+    assert p.draft_logits.shape[:2] == (1, drafter.num_draft_tokens)

@@ -292,25 +292,16 @@ class Drafter:
         temperature: _Option = None,
         seed: _Option = None,
         top_k: _Option = None,
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
-        """Stateless drafting over ``context [B, T, L*H_t]`` (DLPack, CPU).
+    ) -> tuple[
+        npt.NDArray[np.int64],
+        npt.NDArray[np.float32] | _DeviceArray,
+        npt.NDArray[np.float32] | None,
+    ]:
+        """Stateless drafting over ``context [B, T, L*H_t]`` (DLPack).
 
-        Returns ``(tokens [B,K] int64, draft_logits [B,K,V_t] float32, confidence [B,K] | None)``.
-        """
-    def propose_device(
-        self,
-        context: _Tensor,
-        anchors: _Ids,
-        *,
-        start_positions: _Option = None,
-        temperature: _Option = None,
-        seed: _Option = None,
-        top_k: _Option = None,
-    ) -> tuple[npt.NDArray[np.int64], _DeviceArray, npt.NDArray[np.float32] | None]:
-        """Stateless drafting over a CUDA ``context`` on the drafter's device, read in place.
-
-        Returns ``(tokens [B,K] int64, draft_logits [B,K,V_t] float32 on the device (DLPack),
-        confidence [B,K] | None)``; ``DeviceUnavailable`` in a build without CUDA.
+        Returns ``(tokens [B,K] int64, draft_logits [B,K,V_t] float32, confidence [B,K] | None)``;
+        a CUDA context on the drafter's device is read in place and its draft logits stay there
+        (a DLPack array).
         """
     @staticmethod
     def load_native(

@@ -395,28 +395,24 @@ class Drafter:
         """
         torch_out = is_torch(context_hidden_states)
         if torch_out and self._on_cuda(context_hidden_states):
-            from torch.utils.dlpack import from_dlpack
-
-            ctx = cast("TorchTensor", context_hidden_states)
-            t, d, c = self._native.propose_device(
-                torch_view(ctx, "context_hidden_states").contiguous(),
-                _ids(anchors, "anchors"),
-                start_positions=_seed(start_positions),
-                temperature=temperature,
-                seed=_seed(seed),
-                top_k=top_k,
-            )
-            logits = _out(True, d) if isinstance(d, np.ndarray) else from_dlpack(d)
-            return DraftProposal(_out(True, t), logits, _out(True, c))
+            # Read in place; the draft logits stay on the device.
+            name = "context_hidden_states"
+            ctx: object = torch_view(cast("TorchTensor", context_hidden_states), name).contiguous()
+        else:
+            ctx = _cpu(context_hidden_states, "context_hidden_states")
         t, d, c = self._native.propose(
-            _cpu(context_hidden_states, "context_hidden_states"),
+            ctx,
             _ids(anchors, "anchors"),
             start_positions=_seed(start_positions),
             temperature=temperature,
             seed=_seed(seed),
             top_k=top_k,
         )
-        return DraftProposal(_out(torch_out, t), _out(torch_out, d), _out(torch_out, c))
+        if isinstance(d, np.ndarray):
+            return DraftProposal(_out(torch_out, t), _out(torch_out, d), _out(torch_out, c))
+        from torch.utils.dlpack import from_dlpack
+
+        return DraftProposal(_out(True, t), from_dlpack(d), _out(True, c))
 
     def _on_cuda(self, context: object) -> bool:
         """Whether ``context`` is a CUDA tensor and this drafter runs on CUDA (the device path)."""

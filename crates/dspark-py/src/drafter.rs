@@ -255,40 +255,13 @@ impl PyDrafter {
         })
     }
 
-    /// Stateless drafting over `context` `[B, T, L·H_t]`.
+    /// Stateless drafting over `context` `[B, T, L·H_t]`: `(tokens [B,K] int64, draft_logits
+    /// [B,K,V_t] float32, confidence [B,K] float32 | None)`. A CUDA `context` on the drafter's
+    /// device is read in place (DLPack) and the draft logits stay there (a DLPack array); only
+    /// tokens and confidences cross to the host.
     #[pyo3(signature = (context, anchors, *, start_positions = None, temperature = None, seed = None, top_k = None))]
     #[allow(clippy::too_many_arguments)]
     fn propose<'py>(
-        &self,
-        py: Python<'py>,
-        context: &Bound<'py, PyAny>,
-        anchors: &Bound<'py, PyAny>,
-        start_positions: Option<&Bound<'py, PyAny>>,
-        temperature: Option<&Bound<'py, PyAny>>,
-        seed: Option<&Bound<'py, PyAny>>,
-        top_k: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<ProposalArrays<'py>> {
-        guard(|| {
-            let opts = options(temperature, seed, top_k)?;
-            let starts = start_positions_of(start_positions)?;
-            let inner = &self.inner;
-            let anchors = ids_u32(anchors, "anchors", inner.info().vocab.target)?;
-            check_output(inner, anchors.len())?;
-            let ctx = tensor_f32(context, "context_hidden_states")?;
-            let p = py
-                .detach(|| inner.propose(&ctx, &anchors, &starts, &opts))
-                .map_err(err)?;
-            arrays(py, p)
-        })
-    }
-
-    /// Stateless drafting over a CUDA `context` `[B, T, L·H_t]` on the drafter's device, read
-    /// in place through DLPack: `(tokens [B,K] int64, draft_logits [B,K,V_t] float32 as a
-    /// DLPack array on the device, confidence [B,K] float32 | None)`. Only the tokens and the
-    /// confidences cross to the host.
-    #[pyo3(signature = (context, anchors, *, start_positions = None, temperature = None, seed = None, top_k = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn propose_device<'py>(
         &self,
         py: Python<'py>,
         context: &Bound<'py, PyAny>,
@@ -304,7 +277,17 @@ impl PyDrafter {
             let inner = &self.inner;
             let anchors = ids_u32(anchors, "anchors", inner.info().vocab.target)?;
             check_output(inner, anchors.len())?;
-            crate::drafter_args::propose_device(py, inner, context, &anchors, &starts, &opts)
+            #[cfg(feature = "cuda")]
+            if crate::dlpack::cuda::cuda_device_of(context, "context_hidden_states")?.is_some() {
+                return crate::drafter_args::propose_device(
+                    py, inner, context, &anchors, &starts, &opts,
+                );
+            }
+            let ctx = tensor_f32(context, "context_hidden_states")?;
+            let p = py
+                .detach(|| inner.propose(&ctx, &anchors, &starts, &opts))
+                .map_err(err)?;
+            Ok(arrays(py, p)?.into_pyobject(py)?.into_any())
         })
     }
 

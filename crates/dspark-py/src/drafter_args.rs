@@ -206,7 +206,7 @@ pub(crate) fn start_positions_of(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec
     }
 }
 
-/// The body of `Drafter.propose_device` (see there): the CUDA context borrowed in place, the
+/// `Drafter.propose` over a CUDA context (see there): the CUDA context borrowed in place, the
 /// proposal made on the drafter's device, its draft logits exported as a `DeviceArray`.
 #[cfg(feature = "cuda")]
 pub(crate) fn propose_device<'py>(
@@ -238,24 +238,4 @@ pub(crate) fn propose_device<'py>(
         None => None,
     };
     Ok((tokens, logits, confidence).into_pyobject(py)?.into_any())
-}
-
-/// Without the `cuda` feature there is no CUDA context to read.
-#[cfg(not(feature = "cuda"))]
-pub(crate) fn propose_device<'py>(
-    _py: Python<'py>,
-    _drafter: &Qwen3Drafter,
-    _context: &Bound<'py, PyAny>,
-    _anchors: &[u32],
-    _starts: &[usize],
-    _opts: &ProposeOptions,
-) -> PyResult<Bound<'py, PyAny>> {
-    Err(err(Error::DeviceUnavailable {
-        name: "context_hidden_states".into(),
-        device: "cuda".into(),
-        message: format!(
-            "this is {}: install the CUDA wheel (README \"GPU build\")",
-            dspark::device::build_description()
-        ),
-    }))
 }

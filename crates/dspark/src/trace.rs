@@ -30,7 +30,7 @@ pub struct Counts {
     /// Device → host copies.
     pub downloads: usize,
     /// Batched attention calls on the device-generic path
-    /// ([`crate::nn::attention::batched_gqa_attention`]).
+    /// ([`crate::nn::attention::batched_attention`]).
     pub attentions: usize,
 }
 

@@ -5,7 +5,7 @@
 //!   all requests in one pass (one `fc` product, one norm, one rope gather, one k and one v
 //!   product per layer), with no per-request state.
 //! - The block pass runs one attention per layer over `B × heads`
-//!   ([`batched_gqa_attention`]); requests whose cached contexts differ in length are padded to
+//!   ([`batched_attention`]); requests whose cached contexts differ in length are padded to
 //!   the longest and masked.
 //! - Token ids and positions go up in one upload per call; rope rows are gathered from tables
 //!   kept on the device ([`crate::nn::rope::RopeCache`]).
@@ -21,7 +21,7 @@ use super::cache::{DraftState, LayerKv};
 use super::qwen3::Qwen3Drafter;
 use super::{Proposal, ProposeOptions};
 use crate::error::{Error, Result};
-use crate::nn::attention::{batched_gqa_attention, padding_mask};
+use crate::nn::attention::{Keys, batched_attention, padding_mask};
 use crate::nn::decoder::Heads;
 use crate::nn::{f32_of, rms_norm};
 
@@ -169,7 +169,7 @@ impl Qwen3Drafter {
                     None => (kb.contiguous()?, vb.contiguous()?),
                 };
                 let q = q.reshape((b_n, q_len, h.heads, h.head_dim))?;
-                batched_gqa_attention(&q, &k_all, &v_all, ctx.mask.as_ref(), scale)
+                batched_attention(&q, Keys::Rows(&k_all), &v_all, ctx.mask.as_ref(), scale)
             })?;
         }
         let x = rms_norm(&x, &self.norm, h.eps)?;
@@ -212,28 +212,17 @@ impl Qwen3Drafter {
 
     /// [`Drafter::propose`] on the device-generic path: every request's context and block in
     /// one batched pass (see the module docs). Same checks and same proposal as the
-    /// per-request path; with `keep`, the draft logits stay on the device (returned beside a
-    /// proposal whose `draft_logits` is empty).
+    /// per-request path; the draft logits stay on the device (returned beside a proposal
+    /// whose `draft_logits` is empty).
     pub(crate) fn propose_stateless_batched(
         &self,
         context: &Tensor,
         anchors: &[u32],
         start_positions: &[usize],
         opts: &ProposeOptions,
-        keep: bool,
     ) -> Result<(Proposal, Option<Tensor>)> {
         let (b_n, t, w) = super::check_stateless(context, start_positions)?;
-        let width = self.spec.context_width();
-        if w != width {
-            return Err(Error::bad_shape(
-                "features",
-                format!(
-                    "width {w}, but the drafter fuses {} layers × H_t {} = {width}",
-                    self.spec.target_layer_ids.len(),
-                    self.spec.target_hidden_size
-                ),
-            ));
-        }
+        self.check_width(w)?;
         self.check_anchors(anchors, b_n)?;
         let start = |b: usize| start_positions[if start_positions.len() == 1 { 0 } else { b }];
         for b in 0..b_n {
@@ -252,6 +241,6 @@ impl Qwen3Drafter {
         let heads = self.device_heads.as_ref().ok_or_else(|| Error::Internal {
             message: "the batched drafter pass runs on the tensor path only".into(),
         })?;
-        self.propose_on_device(heads, &hidden, anchors, opts, keep)
+        self.propose_on_device(heads, &hidden, anchors, opts, true)
     }
 }

@@ -49,16 +49,7 @@ impl Qwen3Drafter {
                 format!("shape {:?}, expected [T, L·H_t = {width}]", features.dims()),
             )
         })?;
-        if w != width {
-            return Err(Error::bad_shape(
-                "features",
-                format!(
-                    "width {w}, but the drafter fuses {} layers × H_t {} = {width}",
-                    self.spec.target_layer_ids.len(),
-                    self.spec.target_hidden_size
-                ),
-            ));
-        }
+        self.check_width(w)?;
         if state.num_layers() != self.layers.len() {
             return Err(Error::invalid(
                 "state",
@@ -98,6 +89,22 @@ impl Qwen3Drafter {
             });
         }
         state.append(kv, t)
+    }
+
+    /// Context features are `L·H_t` wide.
+    pub(crate) fn check_width(&self, w: usize) -> Result<()> {
+        let width = self.spec.context_width();
+        if w == width {
+            return Ok(());
+        }
+        Err(Error::bad_shape(
+            "features",
+            format!(
+                "width {w}, but the drafter fuses {} layers × H_t {} = {width}",
+                self.spec.target_layer_ids.len(),
+                self.spec.target_hidden_size
+            ),
+        ))
     }
 
     /// `anchors` holds one draft-input id per request of a batch of `b_n`.

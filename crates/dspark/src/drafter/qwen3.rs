@@ -464,9 +464,11 @@ impl Drafter for Qwen3Drafter {
         start_positions: &[usize],
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
-        Ok(self
-            .propose_stateless(context, anchors, start_positions, opts, false)?
-            .0)
+        let (mut p, kept) = self.propose_kept(context, anchors, start_positions, opts)?;
+        if let Some(logits) = kept {
+            p.draft_logits = crate::trace::download_f32(&logits)?;
+        }
+        Ok(p)
     }
 }
 
@@ -475,7 +477,7 @@ impl Qwen3Drafter {
     /// draft logits stay on the device, returned as `Some([B, K, V_t])` beside a proposal whose
     /// `draft_logits` is empty (tokens and confidences come to the host). On the host fast
     /// path, the host proposal and `None`. `context` may already be on the drafter's device
-    /// (no copy is made then).
+    /// (no copy is made then); on another accelerator it is `device-mismatch`.
     pub fn propose_kept(
         &self,
         context: &Tensor,
@@ -483,26 +485,13 @@ impl Qwen3Drafter {
         start_positions: &[usize],
         opts: &ProposeOptions,
     ) -> Result<(Proposal, Option<Tensor>)> {
-        self.propose_stateless(context, anchors, start_positions, opts, true)
-    }
-
-    /// Both stateless entries: one batched pass on the device-generic path (draft logits kept
-    /// there with `keep`), a state per request on the host fast path. A context on another
-    /// accelerator than the drafter's is `device-mismatch`; a host context is uploaded.
-    fn propose_stateless(
-        &self,
-        context: &Tensor,
-        anchors: &[u32],
-        start_positions: &[usize],
-        opts: &ProposeOptions,
-        keep: bool,
-    ) -> Result<(Proposal, Option<Tensor>)> {
         crate::device::kernel_path()?;
         if !context.device().is_cpu() {
+            // A host context is uploaded; one on another accelerator is a mismatch.
             crate::device::same_device(&self.device, &[("context_hidden_states", context)])?;
         }
         if self.device_heads.is_some() {
-            return self.propose_stateless_batched(context, anchors, start_positions, opts, keep);
+            return self.propose_stateless_batched(context, anchors, start_positions, opts);
         }
         let p = super::propose_through_states(self, context, anchors, start_positions, opts)?;
         Ok((p, None))

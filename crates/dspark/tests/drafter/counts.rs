@@ -2,10 +2,9 @@
 //! kernel launch on a GPU), host ↔ device transfers and attention calls, at B = 1 and B = 8.
 //! The counts are taken in a child process of this test binary that runs one test on one
 //! thread under `DSPARK_KERNEL_PATH=tensor`: candle's op counter is process-wide.
-use std::process::Command;
-
+use crate::child_common::child_json;
 use crate::drafter_common::{Tiny, context, load};
-use dspark::device::{KERNEL_PATH_ENV, KernelPath, kernel_path};
+use dspark::device::{KernelPath, kernel_path};
 use dspark::sampling::Seeds;
 use dspark::trace::{counts, tensor_ops};
 use dspark::{Drafter, ProposeOptions};
@@ -76,24 +75,7 @@ fn print_counts() {
 
 #[test]
 fn device_path_costs_do_not_grow_with_the_batch() {
-    let exe = std::env::current_exe().unwrap();
-    let child = Command::new(exe)
-        .args([
-            "counts::print_counts",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(KERNEL_PATH_ENV, KernelPath::Tensor.as_str())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&child.stdout);
-    assert!(child.status.success(), "child failed: {stdout}");
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once(MARK).map(|(_, json)| json))
-        .expect("the child printed its counts");
-    let c: Value = serde_json::from_str(line).unwrap();
+    let c = child_json("counts::print_counts", KernelPath::Tensor, MARK);
     eprintln!("{c}");
     let layers = c["layers"].as_u64().unwrap();
     let ops = |key: &str| c[key]["ops"].as_u64().unwrap();

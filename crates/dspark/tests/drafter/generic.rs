@@ -6,10 +6,9 @@
 //! bf16 (the packed kernel's bf16 rule), on the tensor path they stay f32, so a near-tie may
 //! draft another token there (and the Markov head follows it): its blocks are compared where
 //! they agree, and most must.
-use std::process::Command;
-
+use crate::child_common::child_json;
 use crate::drafter_common::{Tiny, context, load};
-use dspark::device::{KERNEL_PATH_ENV, KernelPath, kernel_path};
+use dspark::device::{KernelPath, kernel_path};
 use dspark::sampling::Seeds;
 use dspark::{Drafter, ProposeOptions};
 use serde_json::{Value, json};
@@ -145,27 +144,11 @@ fn both_paths_draft_the_same_blocks() {
         KernelPath::Fast => KernelPath::Tensor,
         KernelPath::Tensor | KernelPath::Fused => KernelPath::Fast,
     };
-    let exe = std::env::current_exe().unwrap();
-    let child = Command::new(exe)
-        .args([
-            // This module's test, by its path in the drafter binary.
-            concat!(module_path!(), "::print_proposals")
-                .split_once("::")
-                .map_or("print_proposals", |(_, t)| t),
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(KERNEL_PATH_ENV, other.as_str())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&child.stdout);
-    assert!(child.status.success(), "child failed: {stdout}");
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once(MARK).map(|(_, json)| json))
-        .expect("the child printed its proposals");
-    let theirs: Value = serde_json::from_str(line).unwrap();
+    // This module's test, by its path in the drafter binary.
+    let name = concat!(module_path!(), "::print_proposals")
+        .split_once("::")
+        .map_or("print_proposals", |(_, t)| t);
+    let theirs = child_json(name, other, MARK);
     let ours = proposals();
     let (ours, theirs) = (ours.as_array().unwrap(), theirs.as_array().unwrap());
     assert_eq!(ours.len(), theirs.len());

@@ -2,12 +2,11 @@
 //! (`DSPARK_KERNEL_PATH=tensor`, in a child process of this binary running one test): one
 //! upload per forward (ids, positions and the layout maps; the causal mask is built on the
 //! device), one attention per layer whatever the batch, and no download.
-use std::process::Command;
-
+use crate::child_common::child_json;
 use crate::targets_common::Tiny;
 use candle_core::Device;
 use dspark::TargetModel;
-use dspark::device::{KERNEL_PATH_ENV, KernelPath, kernel_path};
+use dspark::device::{KernelPath, kernel_path};
 use dspark::models::qwen3::Qwen3Target;
 use dspark::speculator::{LogitRows, TargetInput};
 use dspark::trace::counts;
@@ -63,24 +62,7 @@ fn print_target_counts() {
 
 #[test]
 fn device_forward_uploads_once_and_attends_once_per_layer() {
-    let exe = std::env::current_exe().unwrap();
-    let child = Command::new(exe)
-        .args([
-            "counts::print_target_counts",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(KERNEL_PATH_ENV, KernelPath::Tensor.as_str())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&child.stdout);
-    assert!(child.status.success(), "child failed: {stdout}");
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once(MARK).map(|(_, json)| json))
-        .expect("the child printed its counts");
-    let c: Value = serde_json::from_str(line).unwrap();
+    let c = child_json("counts::print_target_counts", KernelPath::Tensor, MARK);
     let layers = &c["layers"];
     for key in ["step_1", "step_3"] {
         assert_eq!(

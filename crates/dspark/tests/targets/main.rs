@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../child_common/mod.rs"]
+mod child_common;
 #[path = "../drafter_common/mod.rs"]
 mod drafter_common;
 #[path = "../targets_common/mod.rs"]

@@ -6,7 +6,7 @@
 //! upload carries the token ids, their positions and the two index maps between the layouts,
 //! and the causal mask is built on the device from the query positions, once per forward
 //! ([`causal_mask`]). Each layer then writes the new keys and values into every request's
-//! cache and runs [`batched_attention_kt`] over all of them. The host fast path keeps its
+//! cache and runs [`batched_attention`] over all of them. The host fast path keeps its
 //! single-pass per-request kernels (`Qwen3Cache::attend_host`), which this path is tested
 //! against.
 
@@ -14,7 +14,7 @@ use candle_core::Tensor;
 
 use super::cache::Qwen3Cache;
 use crate::error::{Error, Result};
-use crate::nn::attention::{IotaCache, batched_attention_kt, causal_mask};
+use crate::nn::attention::{IotaCache, Keys, batched_attention, causal_mask};
 
 /// What a device forward's attention needs, prepared once per forward.
 pub(crate) struct DeviceRows {
@@ -157,7 +157,7 @@ impl DeviceRows {
             None => q.clone(),
         }
         .reshape((a_n, m, heads, hd))?;
-        let out = batched_attention_kt(&q, &kt, &vv, Some(&self.mask), scale)?;
+        let out = batched_attention(&q, Keys::Transposed(&kt), &vv, Some(&self.mask), scale)?;
         Ok(match &self.unpad {
             Some(idx) => out.index_select(idx, 0)?,
             None => out,

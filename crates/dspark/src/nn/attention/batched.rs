@@ -1,5 +1,5 @@
 //! Grouped-query attention over a whole batch in a fixed number of candle ops: the device-
-//! generic path of the drafter's block pass. Every request and every head goes through one
+//! generic path of the drafter's block pass and of the native target's forward. Every request and every head goes through one
 //! batched product for the scores and one for the values, so the number of ops (kernel
 //! launches on a GPU) does not depend on the batch size or the number of heads. Requests whose
 //! contexts differ in length are padded to the longest and the padding masked out.
@@ -10,64 +10,47 @@ use candle_core::{D, Tensor};
 
 use crate::error::{Error, Result};
 
-/// Non-causal attention of `Q` queries per request against `S` keys per request.
-///
-/// - `q`: `[B, Q, heads, hd]` (normed and rotated);
-/// - `k`, `v`: `[B, kv_heads, S, hd]` (keys normed and rotated), head-major as a
-///   [`crate::drafter::DraftState`] keeps them;
-/// - `mask`: `[B, 1, 1, S]`, added to the scores: `0` for a live key, `-inf` for padding;
-///   `None` when every key is live.
-///
-/// Query head `h` reads key/value head `h / (heads / kv_heads)`. Returns `[B·Q, heads·hd]`.
-pub fn batched_gqa_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    scale: f64,
-) -> Result<Tensor> {
-    let (b, kv_heads, s, hd) = k.dims4()?;
-    if v.dims() != k.dims() {
-        return Err(shape_error(q, k, v, mask));
-    }
-    let kt = k.reshape((b * kv_heads, s, hd))?.t()?;
-    attend(
-        q,
-        &kt,
-        &v.reshape((b * kv_heads, s, hd))?,
-        (b, kv_heads),
-        mask,
-        scale,
-    )
+/// How [`batched_attention`] receives its keys.
+#[derive(Debug, Clone, Copy)]
+pub enum Keys<'a> {
+    /// `[B, kv_heads, S, hd]`, head-major, as a [`crate::drafter::DraftState`] keeps them.
+    Rows(&'a Tensor),
+    /// `[B, kv_heads, hd, S]`, transposed, as the native target's cache keeps them.
+    Transposed(&'a Tensor),
 }
 
-/// Attention against keys kept transposed, as the native target's cache keeps them.
+/// Attention of `Q` queries per request against `S` keys per request.
 ///
-/// - `q`: `[B, Q, heads, hd]`;
-/// - `kt`: `[B, kv_heads, hd, S]`; `v`: `[B, kv_heads, S, hd]`;
-/// - `mask`: `[B, 1, Q, S]` (per query row: a causal mask, [`causal_mask`]) or `[B, 1, 1, S]`.
+/// - `q`: `[B, Q, heads, hd]` (normed and rotated);
+/// - `keys`: normed and rotated, in either layout ([`Keys`]); `v`: `[B, kv_heads, S, hd]`;
+/// - `mask`: added to the scores, `0` for a key a query sees, `-inf` (or `-1e30`) for one it
+///   must not: `[B, 1, 1, S]` for padding ([`padding_mask`]), `[B, 1, Q, S]` per query row
+///   ([`causal_mask`]); `None` when every query sees every key.
 ///
-/// Returns `[B·Q, heads·hd]`.
-pub fn batched_attention_kt(
+/// Query head `h` reads key/value head `h / (heads / kv_heads)`. Returns `[B·Q, heads·hd]`.
+pub fn batched_attention(
     q: &Tensor,
-    kt: &Tensor,
+    keys: Keys<'_>,
     v: &Tensor,
     mask: Option<&Tensor>,
     scale: f64,
 ) -> Result<Tensor> {
-    let (b, kv_heads, hd, s) = kt.dims4()?;
-    if v.dims() != [b, kv_heads, s, hd] {
-        return Err(shape_error(q, kt, v, mask));
+    let (b, kv_heads, s, hd) = v.dims4()?;
+    let (k, want) = match keys {
+        Keys::Rows(k) => (k, [b, kv_heads, s, hd]),
+        Keys::Transposed(kt) => (kt, [b, kv_heads, hd, s]),
+    };
+    if k.dims() != want {
+        return Err(shape_error(q, k, v, mask));
     }
-    let kt = kt.reshape((b * kv_heads, hd, s))?;
-    attend(
-        q,
-        &kt,
-        &v.reshape((b * kv_heads, s, hd))?,
-        (b, kv_heads),
-        mask,
-        scale,
-    )
+    // `[B·kv, hd, S]`: a transposed view of row-major keys, or the stored transposed keys
+    // (copied when a view of a longer buffer: the device GEMM wants packed rows).
+    let kt = match keys {
+        Keys::Rows(k) => k.reshape((b * kv_heads, s, hd))?.t()?,
+        Keys::Transposed(kt) => kt.reshape((b * kv_heads, hd, s))?,
+    };
+    let v = v.reshape((b * kv_heads, s, hd))?;
+    attend(q, &kt, &v, (b, kv_heads), mask, scale)
 }
 
 fn shape_error(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Error {
@@ -134,7 +117,7 @@ fn attend(
         .reshape((b * q_len, heads * hd))?)
 }
 
-/// The additive key mask of [`batched_gqa_attention`] for requests whose first `live[b]` of
+/// The additive key mask of [`batched_attention`] for requests whose first `live[b]` of
 /// `ctx` context keys are real (the rest padding), followed by `extra` keys every request has
 /// (the block's own): `[B, 1, 1, ctx + extra]` on `device`, `None` when nothing is padded.
 pub fn padding_mask(
@@ -159,7 +142,7 @@ pub fn padding_mask(
 /// 0 after the softmax's max subtraction, finite so that the mask is one affine op.
 const HIDDEN: f64 = 1e30;
 
-/// The causal mask of [`batched_attention_kt`], built on the device: query `(b, i)` at
+/// The causal mask of [`batched_attention`], built on the device: query `(b, i)` at
 /// absolute position `query_positions[b, i]` (`u32 [B, Q]`) sees key `j` of `key_index`
 /// (`u32 [S]`: `0 .. S`) iff `j <= position`. Returns `[B, 1, Q, S]`: `0` or `-1e30`.
 pub fn causal_mask(query_positions: &Tensor, key_index: &Tensor) -> Result<Tensor> {
@@ -250,7 +233,7 @@ mod tests {
         let ctx = s - q_len;
         let live = [ctx, 2, 0];
         let mask = padding_mask(&live, ctx, q_len, &Device::Cpu).unwrap();
-        let out = batched_gqa_attention(&q, &k, &v, mask.as_ref(), 0.3).unwrap();
+        let out = batched_attention(&q, Keys::Rows(&k), &v, mask.as_ref(), 0.3).unwrap();
         assert_eq!(out.dims(), [b * q_len, heads * hd]);
         for (i, &l) in live.iter().enumerate() {
             let keep = |t: &Tensor| {
@@ -286,7 +269,7 @@ mod tests {
         let qpos = Tensor::from_vec(qpos, (b, m), &Device::Cpu).unwrap();
         let iota = IotaCache::default().get(s, &Device::Cpu).unwrap();
         let mask = causal_mask(&qpos, &iota).unwrap();
-        let out = batched_attention_kt(&q, &kt, &v, Some(&mask), 0.4).unwrap();
+        let out = batched_attention(&q, Keys::Transposed(&kt), &v, Some(&mask), 0.4).unwrap();
         for (i, &(past, n)) in reqs.iter().enumerate() {
             let len = past + n;
             // Token-major [len, kv, hd] keys and values of request i.
@@ -324,7 +307,7 @@ mod tests {
         assert_eq!(m.dims(), [2, 1, 1, 5]);
         let q = rand(1, &[2, 2, 4, 8]);
         let k = rand(2, &[2, 3, 5, 8]); // 3 KV heads do not divide 4 query heads
-        let err = batched_gqa_attention(&q, &k, &k, None, 1.0).unwrap_err();
+        let err = batched_attention(&q, Keys::Rows(&k), &k, None, 1.0).unwrap_err();
         assert_eq!(err.code(), "bad-shape");
     }
 }

@@ -6,9 +6,7 @@ mod batched;
 mod host;
 pub(crate) mod kernel;
 
-pub use batched::{
-    IotaCache, batched_attention_kt, batched_gqa_attention, causal_mask, padding_mask,
-};
+pub use batched::{IotaCache, Keys, batched_attention, causal_mask, padding_mask};
 
 use candle_core::{D, Tensor};
 
