@@ -14,7 +14,8 @@
 
 use rayon::prelude::*;
 
-use super::tile::{Dst, inputs};
+use super::dst::Dst;
+use super::tile::inputs;
 use super::{Kernel, PANEL, PanelElem, PanelView};
 
 /// One product of a group: the weight and its bias (`rows` values), if any.

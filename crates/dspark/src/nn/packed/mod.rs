@@ -38,6 +38,7 @@ use crate::cpu::pages::streamed_vec;
 use crate::nn::WeightDtype;
 use crate::view::Floats;
 
+mod dst;
 mod elem;
 mod group;
 mod pairs;

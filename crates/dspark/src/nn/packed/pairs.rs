@@ -28,7 +28,7 @@
 
 use half::bf16;
 
-use super::tile::{Dst, row_tiles};
+use super::dst::{Dst, row_tiles};
 use super::{Kernel, PANEL, PanelElem};
 
 /// `v`, or a zero of its sign when it is subnormal (the instruction's DAZ and FTZ).

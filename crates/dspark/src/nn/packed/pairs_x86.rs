@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use half::bf16;
 
-use super::tile::Dst;
+use super::dst::Dst;
 use super::x86::{TO_L1, TO_L2, prefetch_ahead, put256, put512};
 use super::{Kernel, PANEL};
 

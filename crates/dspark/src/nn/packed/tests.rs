@@ -347,7 +347,8 @@ fn strided_views_give_the_packed_bits_and_refuse_short_data() {
 
 #[test]
 fn row_tiles_fill_the_first_then_balance_and_interleaving_keeps_each_tile_in_place() {
-    use super::tile::{interleave, row_tiles};
+    use super::dst::row_tiles;
+    use super::tile::interleave;
     assert_eq!(row_tiles(13, 12).collect::<Vec<_>>(), [(0, 12), (12, 1)]);
     assert_eq!(
         row_tiles(29, 12).collect::<Vec<_>>(),

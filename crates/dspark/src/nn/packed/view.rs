@@ -1,7 +1,8 @@
 //! [`PanelView`]: a borrowed panel-layout matrix and the products of its panels (the pool
 //! split is `group.rs`'s).
 
-use super::tile::{Dst, input_width, row_tiles, tile, tiling};
+use super::dst::{Dst, row_tiles};
+use super::tile::{input_width, tile, tiling};
 use super::{Kernel, PANEL, PanelElem};
 
 /// A borrowed `W: [rows, cols]` in panel layout at any strides: panel `p`, column `k`, lane `j`

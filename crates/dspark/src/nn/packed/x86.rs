@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::tile::Dst;
+use super::dst::Dst;
 use super::{PANEL, PanelElem};
 
 /// How far ahead (bytes, in each panel stream) the tiles prefetch their weights.
