@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import dspark
 from helpers import example_pair
 
 
@@ -242,3 +244,33 @@ def test_progress_bar_tty_and_pipe() -> None:
     bar.advance(2)
     bar.finish()
     assert pipe.getvalue().startswith("baseline: 2/2 done in ") and "\r" not in pipe.getvalue()
+
+
+def test_version_says_the_version_and_the_build() -> None:
+    for flag in ("--version", "-V"):
+        res = run(flag)
+        assert res.returncode == 0, res.stderr
+        line = res.stdout.strip()
+        assert line.startswith(f"dspark {dspark.__version__} ("), line
+        assert ("CUDA build" if dspark.build_info()["cuda"] else "CPU build") in line
+
+
+def test_every_option_has_help() -> None:
+    """Each command's ``--help`` documents every option it takes (the first user's question:
+    what does ``--max-new-tokens`` default to?)."""
+    from dspark.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"dspark {name} {action.option_strings[0]} has no help"
+
+
+def test_an_existing_output_folder_is_a_plain_refusal(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    res = run("make-example", tmp_path)
+    assert res.returncode != 0
+    assert "already exists and is not empty" in res.stderr, res.stderr
+    assert (tmp_path / "keep.txt").read_text() == "mine"

@@ -181,9 +181,16 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 def check_output_dir(path: Path, name: str) -> Path:
     """Refuse, before any work, an output directory that exists and is not empty, or whose
     parent cannot hold it (``invalid-argument`` naming ``name``)."""
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    if path.exists() and not path.is_dir():
         raise_error(
-            InputError, "invalid-argument", f"{name} {path}: exists and is not an empty directory"
+            InputError, "invalid-argument", f"{name} {path} is a file: give a new directory"
+        )
+    if path.exists() and any(path.iterdir()):
+        raise_error(
+            InputError,
+            "invalid-argument",
+            f"{name} {path} already exists and is not empty: give a new directory "
+            "(nothing is overwritten)",
         )
     parent = path.absolute().parent
     if parent.exists():

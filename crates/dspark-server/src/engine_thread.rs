@@ -131,10 +131,18 @@ impl AbortGuard {
         self.armed = false;
     }
 
-    /// Abort the request now, for `cause`.
+    /// Abort the request now, for `cause` (counted in `request_aborts_total`).
     pub fn abort(&mut self, cause: AbortCause) {
-        if std::mem::take(&mut self.armed) {
+        if self.armed {
             self.metrics.count_abort(cause);
+        }
+        self.release();
+    }
+
+    /// End the request in the engine now because it is complete on the server's side (a stop
+    /// string matched): its row is freed, and it counts as a finish, not an abort.
+    pub fn release(&mut self) {
+        if std::mem::take(&mut self.armed) {
             match self.commands.try_send(Command::Abort {
                 ticket: self.ticket,
             }) {

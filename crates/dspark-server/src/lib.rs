@@ -58,10 +58,7 @@ where
 {
     let args = match ServeArgs::try_parse_from(argv) {
         Ok(args) => args,
-        Err(e) => {
-            let _ = e.print();
-            return e.exit_code();
-        }
+        Err(e) => return cli_error(&e),
     };
     init_logging();
     match run(&args, bundled) {
@@ -73,12 +70,42 @@ where
     }
 }
 
+/// A command-line parse error: `--help` / `--version` printed as clap writes them (exit 0),
+/// anything else as the one documented line, `dspark serve: error [usage]: MESSAGE (see:
+/// dspark serve --help)`, exit 2.
+fn cli_error(e: &clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return 0;
+    }
+    eprintln!("dspark serve: error {}", usage_error(e));
+    2
+}
+
+/// The [`StartError`] of a parse error: clap's first line without its `error: ` prefix and
+/// with its quotes unstyled.
+fn usage_error(e: &clap::Error) -> StartError {
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or("invalid arguments");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    StartError::new("usage", format!("{first} (see: dspark serve --help)"))
+}
+
+/// Colour in the logs only on a terminal, and never with `NO_COLOR` set (no-color.org): a log
+/// written to a file or a pipe stays plain text.
+fn colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour())
         .with_target(false)
         .try_init();
 }

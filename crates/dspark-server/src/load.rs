@@ -26,6 +26,21 @@ pub fn pair_dirs(
     args: &ServeArgs,
     bundled: Option<&Path>,
 ) -> Result<(PathBuf, PathBuf), StartError> {
+    // A drafter is trained for one target: half of the bundled pair never fits a given model.
+    let one = |given: &str, missing: &str| {
+        StartError::new(
+            "usage",
+            format!(
+                "{given} given without {missing}: a DSpark drafter fits only the target it was \
+                 trained for; give both, or neither to serve the bundled pair"
+            ),
+        )
+    };
+    match (&args.target, &args.drafter) {
+        (Some(_), None) => return Err(one("--target", "--drafter")),
+        (None, Some(_)) => return Err(one("--drafter", "--target")),
+        _ => {}
+    }
     let root = bundled.map_or_else(|| PathBuf::from(SOURCE_BUNDLED_DIR), Path::to_path_buf);
     let pick = |given: &Option<PathBuf>, sub: &str, flag: &str| match given {
         Some(dir) => Ok(dir.clone()),
@@ -116,6 +131,20 @@ mod tests {
         assert_eq!(e.code, "unsupported-dtype");
         let e = load_pair(&t, &d, "tpu", Dtype::Float32).unwrap_err();
         assert_eq!(e.code, "invalid-argument");
+    }
+
+    #[test]
+    fn half_a_pair_is_a_usage_error() {
+        for (flag, missing) in [("--target", "--drafter"), ("--drafter", "--target")] {
+            let args = ServeArgs::try_parse_from(["x", flag, "/some/dir"]).unwrap();
+            let e = pair_dirs(&args, None).unwrap_err();
+            assert_eq!(e.code, "usage");
+            assert!(
+                e.message
+                    .contains(&format!("{flag} given without {missing}")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! From the server: `time_to_first_token_seconds`, `time_per_output_token_seconds` (one
 //! observation per request: its mean time per token after the first),
 //! `e2e_request_latency_seconds`, `request_success_total{finished_reason}`,
-//! `request_aborts_total{cause}` (aborts the server asked of the engine),
+//! `request_aborts_total{cause}` (aborts the server asked of the engine: a client gone, an
+//! error; a stop string's match is a finish, counted in `request_success_total{stop}`),
 //! `request_rejections_total{reason}` (429 and 503 answers), `server_requests_in_flight`.
 
 use std::fmt::Write;
@@ -41,8 +42,6 @@ const E2E_BUCKETS: &[f64] = &[
 pub enum AbortCause {
     /// The client went away (its response stream was dropped).
     ClientDisconnect,
-    /// A stop string matched the text.
-    StopString,
     /// The server failed on the request (detokenization).
     Error,
 }
@@ -92,7 +91,7 @@ pub struct ServerMetrics {
     tpot: Mutex<Histogram>,
     e2e: Mutex<Histogram>,
     success: [AtomicU64; 3],
-    aborts: [AtomicU64; 3],
+    aborts: [AtomicU64; 2],
     rejected: [AtomicU64; 2],
 }
 
@@ -316,7 +315,7 @@ pub fn render(
         "counter",
         "Requests the server aborted in the engine, by cause.",
     );
-    for (cause, i) in [("client_disconnect", 0), ("stop_string", 1), ("error", 2)] {
+    for (cause, i) in [("client_disconnect", 0), ("error", 1)] {
         w.sample(
             name,
             &format!("cause=\"{cause}\""),

@@ -166,7 +166,7 @@ impl Session {
                         match self.detok.push(id) {
                             Ok(false) => {}
                             Ok(true) => {
-                                self.guard.abort(AbortCause::StopString);
+                                self.guard.release();
                                 let text = self.detok.ready();
                                 return Ok(Some(Delta::Done(
                                     text,

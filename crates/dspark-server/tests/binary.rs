@@ -16,8 +16,24 @@ fn help_and_usage_errors() {
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("Usage: dspark serve [OPTIONS]"), "{help}");
-    let out = Command::new(BIN).args(["--port", "x"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    // Every usage error is the one documented line (no clap styling), exit 2.
+    for args in [
+        &["--port", "x"][..],
+        &["--port", "99999"],
+        &["--no-such-option"],
+        &["--target", "/nowhere"],
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {err}");
+        assert!(
+            lines[0].starts_with("dspark serve: error [usage]: "),
+            "{err}"
+        );
+        assert!(!err.contains('\u{1b}'), "{args:?}: styled: {err}");
+    }
 }
 
 /// Start the binary on the echo engine; the child and its address (the caller waits for it).
@@ -42,6 +58,11 @@ fn start(
         assert!(
             err.read_line(&mut line).unwrap() > 0,
             "the server exited before listening"
+        );
+        // Logs to a pipe are plain text (colour only on a terminal).
+        assert!(
+            !line.contains('\u{1b}'),
+            "colour codes in a piped log: {line:?}"
         );
         if let Some(at) = line.find("listening on http://") {
             let addr = line[at + 20..]

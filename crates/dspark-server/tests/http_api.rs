@@ -91,9 +91,14 @@ async fn stop_strings_cut_the_text_and_finish_with_stop() {
         assert_eq!(text, full[..at], "stream {stream}");
         assert_eq!(reason, "stop");
     }
-    // The match aborted the request in the engine.
-    let aborts = "dspark:request_aborts_total{model_name=\"tiny\",cause=\"stop_string\"}";
-    assert!(s.metric(aborts).await >= 2.0);
+    // A match is a finish (`stop`), not an abort: the request ends in the engine, uncounted
+    // among the aborts.
+    let stops = "dspark:request_success_total{model_name=\"tiny\",finished_reason=\"stop\"}";
+    assert!(s.metric(stops).await >= 2.0);
+    let (_, metrics) = s.get_text("/metrics").await;
+    assert!(!metrics.contains("stop_string"), "{metrics}");
+    let aborts = "dspark:request_aborts_total{model_name=\"tiny\",cause=\"client_disconnect\"}";
+    assert_eq!(s.metric(aborts).await, 0.0);
     // A stop id ends the request too.
     let mut b = body.clone();
     b["stop_token_ids"] = json!([prompt[2]]);

@@ -70,6 +70,13 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The ``dspark`` parser with every command of :data:`COMMANDS`."""
     parser = _Parser(prog="dspark", description="DSpark speculative decoding core.")
+    parser.add_argument(
+        "-V",
+        "--version",
+        action="version",
+        version=_version(),
+        help="print dspark's version and build (CPU or CUDA) and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -77,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=command.HELP, description=command.DESCRIPTION)
         command.add_arguments(p)
     return parser
+
+
+def _version() -> str:
+    """``dspark 0.1.0 (the CPU build, AVX2 kernels)``-style: the version and what was built."""
+    from dspark import __version__, build_info
+
+    info = build_info()
+    build = "CUDA" if info.get("cuda") else "CPU"
+    return f"dspark {__version__} ({build} build, {info.get('cpu_kernel', '?')} CPU kernels)"
 
 
 def _run(args: argparse.Namespace) -> int:

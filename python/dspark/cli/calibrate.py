@@ -133,7 +133,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="sampling temperature of the runs (default 0: greedy); calibrate at the "
         "temperature you serve at",
     )
-    p.add_argument("--seed", type=seed_int, default=0, metavar="S")
+    p.add_argument(
+        "--seed",
+        type=seed_int,
+        default=0,
+        metavar="S",
+        help="seed of the sampled rounds (default 0)",
+    )
     p.add_argument(
         "--min-samples",
         type=positive_int,

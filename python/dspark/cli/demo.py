@@ -130,7 +130,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"tokens of each held-out file used as its prompt (default {DEFAULT_PROMPT_TOKENS})",
     )
-    p.add_argument("--max-new-tokens", type=token_count, default=DEFAULT_NEW_TOKENS, metavar="N")
+    p.add_argument(
+        "--max-new-tokens",
+        type=token_count,
+        default=DEFAULT_NEW_TOKENS,
+        metavar="N",
+        help=f"tokens generated per prompt at most (default {DEFAULT_NEW_TOKENS})",
+    )
     add_sampling_arguments(p)
     p.add_argument(
         "--verify",

@@ -51,7 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", type=prompt_text, metavar="TEXT", help="text to continue (UTF-8)")
     src.add_argument("--prompt-file", type=existing_file, metavar="F", help="UTF-8 text file")
-    p.add_argument("--max-new-tokens", type=token_count, default=128, metavar="N")
+    p.add_argument(
+        "--max-new-tokens",
+        type=token_count,
+        default=128,
+        metavar="N",
+        help="tokens generated at most; fewer when a stop token comes (default 128)",
+    )
     add_sampling_arguments(p)
     p.add_argument(
         "--verify",
