@@ -274,3 +274,15 @@ def test_an_existing_output_folder_is_a_plain_refusal(tmp_path: Path) -> None:
     assert res.returncode != 0
     assert "already exists and is not empty" in res.stderr, res.stderr
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_the_project_pairs_ship_the_chat_template(tmp_path: Path) -> None:
+    """Chat out of the box: the bundled pair and ``make-example`` carry the same template."""
+    from dspark._chat_template import CHAT_TEMPLATE
+    from dspark.bundled import bundled_dir
+    from dspark.example import write_example
+
+    for target in (bundled_dir() / "target", write_example(tmp_path / "pair") / "target"):
+        doc = json.loads((target / "tokenizer_config.json").read_text())
+        assert doc["chat_template"] == CHAT_TEMPLATE, target
+        assert doc["eos_token"] == "<|endoftext|>", target

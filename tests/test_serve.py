@@ -113,13 +113,16 @@ def test_help_is_the_servers() -> None:
     assert r.returncode == 0, r.stderr
     assert "Usage: dspark serve [OPTIONS]" in r.stdout
     assert "--kv-tokens" in r.stdout
-    r = subprocess.run(
-        [sys.executable, "-m", "dspark", "serve", "--port", "nope"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 2
+    for bad in (["--port", "nope"], ["--port", "99999"], ["--target", "/somewhere"]):
+        r = subprocess.run(
+            [sys.executable, "-m", "dspark", "serve", *bad],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2, bad
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("dspark serve: error [usage]: "), r.stderr
 
 
 def test_greedy_text_and_usage_equal_offline_generate(server: Server, tokenizer: Any) -> None:
@@ -171,10 +174,14 @@ def test_errors_are_openai_shaped_and_the_server_keeps_serving(server: Server) -
         assert status == want, raw
         err = json.loads(raw)["error"]
         assert {"message", "type", "param", "code"} <= set(err)
+    # The bundled pair ships a chat template: chat works out of the box.
     status, raw = server.post(
-        "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     )
-    assert status == 400 and "template" in json.loads(raw)["error"]["message"]
+    assert status == 200, raw
+    reply = json.loads(raw)["choices"][0]
+    assert reply["message"]["role"] == "assistant" and reply["finish_reason"] in ("stop", "length")
     status, _ = server.post("/v1/completions", {"prompt": "x = 1", "max_tokens": 2})
     assert status == 200
 

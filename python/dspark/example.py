@@ -25,6 +25,7 @@ from typing import Literal
 import numpy as np
 
 from dspark._args import as_int, as_path
+from dspark._chat_template import tokenizer_config
 from dspark._errors import raise_error
 from dspark._files import staged_dir
 from dspark._native import InputError
@@ -246,7 +247,8 @@ def draft_tensors(layout: Layout, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def write_example(root: str | os.PathLike[str], layout: Layout = "padded", seed: int = 0) -> Path:
-    """Write ``root/target/{config.json,model.safetensors,tokenizer.json,generation_config.json}``
+    """Write ``root/target/{config.json,model.safetensors,tokenizer.json,generation_config.json,
+    tokenizer_config.json}`` (with the project's chat template)
     and ``root/drafter/{config.json,model.safetensors}``.
 
     ``root`` must not exist or be an empty directory; it is written as a temporary sibling
@@ -269,6 +271,8 @@ def write_example(root: str | os.PathLike[str], layout: Layout = "padded", seed:
             + "\n"
         )
         (tmp / "target" / "tokenizer.json").write_text(json.dumps(tokenizer_json()) + "\n")
+        chat = tokenizer_config(EOS_TOKEN, int(str(target_config()["max_position_embeddings"])))
+        (tmp / "target" / "tokenizer_config.json").write_text(json.dumps(chat, indent=2) + "\n")
         save_file(
             target_tensors(seed), tmp / "target" / "model.safetensors", metadata={"format": "pt"}
         )

@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from dspark import _files
+from dspark._chat_template import tokenizer_config
 from dspark._errors import raise_error
 from dspark._native import InputError
 from dspark._shards import Dtype, TensorSpec, plan_shards, write_shards
@@ -465,24 +466,15 @@ def write_converter_tokenizer(target: Path, out: Path) -> None:
 
 
 def _tokenizer_config(tokenizer: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """``tokenizer_config.json``: load ``tokenizer.json`` as it is, add no BOS or EOS."""
+    """``tokenizer_config.json``: load ``tokenizer.json`` as it is, add no BOS or EOS; the
+    project's chat template."""
     added = {
         str(t["id"]): {k: v for k, v in t.items() if k != "id"}
         for t in tokenizer.get("added_tokens") or []
     }
     eos = added.get(str(config.get("eos_token_id")), {}).get("content")
-    return {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "added_tokens_decoder": added,
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "bos_token": None,
-        "eos_token": eos,
-        "pad_token": eos,
-        "unk_token": None,
-        "model_max_length": int(config.get("max_position_embeddings", 4096)),
-        "clean_up_tokenization_spaces": False,
-    }
+    doc = tokenizer_config(eos, int(config.get("max_position_embeddings", 4096)))
+    return {**doc, "added_tokens_decoder": added}
 
 
 def _write_json(path: Path, doc: dict[str, Any]) -> None:
