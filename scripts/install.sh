@@ -5,7 +5,8 @@
 #   --test   --torch plus the test and benchmark dependencies, and a wheel with the test hooks
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/dspark-target}"
+# Build folders live in the clone (target/) unless CARGO_TARGET_DIR names a shared cache (CI does).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 PIP="python3 -m pip"
 pip_install() { $PIP install --disable-pip-version-check --quiet "$@"; }
 # shellcheck source=scripts/maturin.sh
