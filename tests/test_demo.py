@@ -98,7 +98,7 @@ def test_default_demo_runs_the_first_heldout_prompts(capsys: pytest.CaptureFixtu
 def test_aggregate_matches_a_direct_speculator_run(capsys: pytest.CaptureFixture[str]) -> None:
     """τ and per-position acceptance pool every prompt's rounds (as benches/bench_e2e.py)."""
     s = _demo(capsys)
-    pair = load_pair(threads=1)
+    pair = load_pair(threads=1, backend="native")
     sp = Speculator(pair.target, pair.drafter, seed=0)
     committed = rounds = 0
     att = [0] * pair.drafter.block_size
@@ -128,7 +128,7 @@ def test_stream_marks_accepted_drafts_without_a_tty() -> None:
     text = out.getvalue()
     assert "«" in text and "»" in text and "‖" in text and "\x1b[" not in text
     # Strip the markers: the prompt's tail, then exactly the decoded continuation.
-    pair = load_pair(threads=1)
+    pair = load_pair(threads=1, backend="native")
     body = text.split("prompt tokens ──\n", 1)[1].split("\n   τ ", 1)[0]
     tail, cont = body.split("‖", 1)
     assert cont.count("«") == cont.count("»")
@@ -158,7 +158,7 @@ def test_stream_marks_accepted_drafts_without_a_tty() -> None:
     for needle in (
         "1 held-out prompt",
         "x up to 16 new tokens",
-        "1 torch thread",
+        "native target, 1 thread",
         "acceptance length τ",
         "per-position accept",
         "speedup",

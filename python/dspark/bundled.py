@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 from dspark._errors import raise_error
 from dspark._files import read_json
 from dspark._native import InputError
-from dspark.pair import load_model_pair
+from dspark.pair import load_model_pair, load_native_pair
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
     from transformers import PreTrainedModel
 
     from dspark.drafter import Drafter
+    from dspark.native_target import NativeTarget
 
 __all__ = ["BundledPair", "bundled_dir", "heldout_texts", "load_pair"]
 
@@ -38,22 +39,31 @@ def bundled_dir() -> Path:
 
 @dataclass
 class BundledPair:
-    """The loaded pair: tokenizer, HF target, candle drafter, and the stop token."""
+    """The loaded pair: tokenizer, target (native or HF), candle drafter, and the stop token."""
 
     tokenizer: Tokenizer
-    target: PreTrainedModel
+    target: PreTrainedModel | NativeTarget
     drafter: Drafter
     eos_id: int
 
 
-def load_pair(root: Path | None = None, threads: int | None = None) -> BundledPair:
-    """Load the tokenizer, target (f32, eval) and drafter from ``root`` (default: bundled).
+def load_pair(
+    root: Path | None = None, threads: int | None = None, backend: str = "hf"
+) -> BundledPair:
+    """Load the tokenizer, target and drafter from ``root`` (default: bundled).
 
-    The same checks and loading path as ``dspark generate`` (typed errors, nothing loaded
-    before the pair passes ``dspark inspect``).
+    ``backend``: ``"hf"`` (default: transformers, f32, eval; needs torch) or ``"native"``
+    (dspark's Qwen3 target, no torch: what ``dspark demo`` runs by default). The same checks and loading path as
+    ``dspark generate`` (typed errors, nothing loaded before the pair passes
+    ``dspark inspect``).
     """
     base = root or bundled_dir()
-    pair = load_model_pair(base / "target", base / "drafter", threads=threads)
+    if backend == "native":
+        pair = load_native_pair(base / "target", base / "drafter", threads=threads)
+    elif backend == "hf":
+        pair = load_model_pair(base / "target", base / "drafter", threads=threads)
+    else:
+        raise_error(InputError, "invalid-argument", f"backend {backend!r}: 'native' or 'hf'")
     eos = pair.tokenizer.token_to_id("<|endoftext|>")
     if eos is None:
         eos = pair.stop_ids[0] if pair.stop_ids else -1

@@ -7,7 +7,11 @@ errors with their codes), then :func:`load_model_pair` loads through the public 
 (``AutoModelForCausalLM.from_pretrained`` → :meth:`dspark.Drafter.from_pretrained`), and
 :func:`make_speculator` puts a :class:`dspark.Speculator` over it.
 
-Needs ``torch``, ``transformers`` and ``tokenizers`` (imported when a pair is loaded).
+:func:`load_native_pair` loads the same directories with dspark's native Qwen3 target
+instead: no torch or transformers, only ``tokenizers``.
+
+The HF path needs ``torch``, ``transformers`` and ``tokenizers`` (imported when a pair is
+loaded).
 """
 
 from __future__ import annotations
@@ -28,9 +32,17 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from dspark.drafter import Drafter
+    from dspark.native_target import NativeTarget
     from dspark.speculator import Speculator
 
-__all__ = ["DTYPES", "ModelPair", "check_pair_dirs", "load_model_pair", "make_speculator"]
+__all__ = [
+    "DTYPES",
+    "ModelPair",
+    "check_pair_dirs",
+    "load_model_pair",
+    "load_native_pair",
+    "make_speculator",
+]
 
 #: The target dtypes a pair loads in.
 DTYPES = ("float32", "bfloat16", "float16")
@@ -75,14 +87,15 @@ class ModelPair:
 
     Attributes:
         tokenizer: the target's ``tokenizers.Tokenizer``.
-        target: the HF causal LM (eval mode).
+        target: the HF causal LM (eval mode), or dspark's native target
+            (:func:`load_native_pair`).
         drafter: the :class:`dspark.Drafter` loaded for it.
         stop_ids: the target's end-of-sequence ids inside its vocabulary.
         max_positions: the target's ``max_position_embeddings``, if it has one.
     """
 
     tokenizer: Tokenizer
-    target: PreTrainedModel
+    target: PreTrainedModel | NativeTarget
     drafter: Drafter
     stop_ids: list[int] = field(default_factory=list)
     max_positions: int | None = None
@@ -128,10 +141,9 @@ def check_positions(prompt_tokens: int, max_new_tokens: int, max_positions: int 
         )
 
 
-def _stop_ids(model: object, config: dict[str, Any], vocab: int) -> list[int]:
-    """The model's end-of-sequence ids (generation config first, then ``config.json``)."""
-    gen = getattr(model, "generation_config", None)
-    raw = getattr(gen, "eos_token_id", None) if gen is not None else None
+def _stop_ids(raw: object, config: dict[str, Any], vocab: int) -> list[int]:
+    """The end-of-sequence ids: ``raw`` (the generation config's ``eos_token_id``) first, then
+    ``config.json``'s."""
     if raw is None:
         raw = config.get("eos_token_id")
     values = raw if isinstance(raw, list) else [raw]
@@ -158,7 +170,6 @@ def load_model_pair(
         threads = as_int(threads, "threads", lo=1, hi=available_cpus())
     config = check_pair_dirs(target, drafter)
     import torch
-    from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
 
     from dspark.drafter import Drafter
@@ -169,11 +180,7 @@ def load_model_pair(
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    tok_path = target / "tokenizer.json"
-    try:
-        tokenizer = Tokenizer.from_file(str(tok_path))
-    except Exception as exc:  # tokenizers raises plain Exception on a bad file
-        raise_error(ConfigError, "bad-config", f"{tok_path}: {str(exc).splitlines()[0]}")
+    tokenizer = _tokenizer(target)
     try:
         model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype)).eval()
     except Exception as exc:  # transformers raises many types; one typed error for all
@@ -182,7 +189,54 @@ def load_model_pair(
             BackendError, "backend", f"{target}: transformers could not load the target: {first}"
         )
     pair = ModelPair(tokenizer, model, Drafter.from_pretrained(drafter, model))
-    pair.stop_ids = _stop_ids(model, config, pair.vocab_size)
+    gen = getattr(model, "generation_config", None)
+    pair.stop_ids = _stop_ids(getattr(gen, "eos_token_id", None), config, pair.vocab_size)
+    limit = config.get("max_position_embeddings")
+    pair.max_positions = limit if isinstance(limit, int) and limit > 0 else None
+    return pair
+
+
+def _tokenizer(target: Path) -> Tokenizer:
+    """The target's fast tokenizer (``tokenizers``; a typed error for a bad file)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise_error(
+            InputError,
+            "missing-dependency",
+            f"{exc}: the pair's text needs the tokenizers package (pip install tokenizers)",
+        )
+    tok_path = target / "tokenizer.json"
+    try:
+        return Tokenizer.from_file(str(tok_path))
+    except Exception as exc:  # tokenizers raises plain Exception on a bad file
+        raise_error(ConfigError, "bad-config", f"{tok_path}: {str(exc).splitlines()[0]}")
+
+
+def load_native_pair(target: Path, drafter: Path, *, threads: int | None = None) -> ModelPair:
+    """Check (:func:`check_pair_dirs`), then load tokenizer, dspark's native Qwen3 target (in
+    the checkpoint's dtype) and the candle drafter: no torch, no transformers.
+
+    ``threads`` sets the engine's thread count (``RAYON_NUM_THREADS``); it takes effect when
+    nothing in this process has run a parallel engine op yet (as in a fresh ``dspark``
+    command).
+    """
+    import os
+
+    from dspark.drafter import Drafter
+    from dspark.native_target import NativeTarget
+
+    if threads is not None:
+        threads = as_int(threads, "threads", lo=1, hi=available_cpus())
+        os.environ["RAYON_NUM_THREADS"] = str(threads)
+    config = check_pair_dirs(target, drafter)
+    tokenizer = _tokenizer(target)
+    model = NativeTarget.from_pretrained(target)
+    pair = ModelPair(tokenizer, model, Drafter.from_pretrained(drafter, model))
+    gen_path = target / "generation_config.json"
+    gen = read_json(gen_path, "generation config") if gen_path.is_file() else {}
+    raw = gen.get("eos_token_id") if isinstance(gen, dict) else None
+    pair.stop_ids = _stop_ids(raw, config, pair.vocab_size)
     limit = config.get("max_position_embeddings")
     pair.max_positions = limit if isinstance(limit, int) and limit > 0 else None
     return pair
@@ -191,14 +245,17 @@ def load_model_pair(
 def make_speculator(pair: ModelPair, prompt: list[int], **kw: Any) -> Speculator:
     """A :class:`dspark.Speculator` over ``pair``; measures the steps/s table for scheduling.
 
-    ``kw`` are :class:`dspark.Speculator`'s options; with ``verify="scheduled"`` the target's
-    steps-per-second table is measured on ``prompt`` first
-    (:func:`dspark.measure.steps_per_second`).
+    ``kw`` are :class:`dspark.Speculator`'s options; with ``verify="scheduled"`` an HF
+    target's steps-per-second table is measured on ``prompt`` first
+    (:func:`dspark.measure.steps_per_second`; the native engine measures its own).
     """
     from dspark.measure import steps_per_second
+    from dspark.native_target import NativeTarget
     from dspark.speculator import Speculator
 
     table = None
-    if kw.get("verify") == "scheduled":
-        table = steps_per_second(pair.target, prompt, pair.drafter.block_size + 1)
+    target = pair.target
+    if kw.get("verify") == "scheduled" and not isinstance(target, NativeTarget):
+        # The native engine measures its own target; an HF one is measured here.
+        table = steps_per_second(target, prompt, pair.drafter.block_size + 1)
     return Speculator(pair.target, pair.drafter, steps_per_second=table, **kw)

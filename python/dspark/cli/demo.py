@@ -11,7 +11,10 @@ the same machine load). Then the aggregate is reported: acceptance length τ, pe
 acceptance, tokens/s of both, their ratio, whether the greedy outputs are identical, and how
 repetitive the continuations are (distinct 4-gram ratio; τ and the speedup without the looping
 continuations too).
-Needs ``torch``, ``transformers`` and ``tokenizers``; ``--plot`` needs ``matplotlib``.
+The target runs natively by default (dspark's Qwen3 target: needs only ``tokenizers``);
+``--target-backend hf`` runs it in transformers instead (needs ``torch`` and
+``transformers``). Both the speculative run and its target-only baseline use the same target.
+``--plot`` needs ``matplotlib``.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from dspark._args import as_float, as_int
 from dspark._errors import raise_error
@@ -55,6 +60,7 @@ from dspark.measure import speculative, steps_per_second, target_only
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
+    from transformers import PreTrainedModel
 
 __all__ = [
     "DEFAULT_NEW_TOKENS",
@@ -69,7 +75,7 @@ __all__ = [
     "run",
 ]
 
-HELP = "speculative decoding with the bundled tiny model pair (needs torch, transformers)"
+HELP = "speculative decoding with the bundled tiny model pair (native target; no torch needed)"
 DESCRIPTION = (
     "Continues held-out prompts (by default the first 8: code the bundled pair "
     "never trained on) with the bundled target + DSpark drafter, streaming each "
@@ -157,7 +163,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=thread_count,
         default=None,
         metavar="N",
-        help="torch threads (default: torch's; at most the CPUs this process may use)",
+        help="threads of the target (default: all the CPUs this process may use; torch's "
+        "default with --target-backend hf)",
+    )
+    p.add_argument(
+        "--target-backend",
+        choices=("native", "hf"),
+        default="native",
+        help="run the target natively (default: dspark's Qwen3 target, no torch) or in "
+        'transformers (hf: needs torch; pip install "dspark[torch]")',
     )
     p.add_argument(
         "--model-dir",
@@ -251,6 +265,43 @@ def _prompt_tail(text: str, lines: int = 3) -> str:
     return ("…" if len(parts) > lines else "") + tail
 
 
+def _need_torch() -> None:
+    """``missing-dependency`` (saying what to install) when the hf backend's torch is absent."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise_error(
+            InputError,
+            "missing-dependency",
+            f"--target-backend hf needs torch and transformers ({exc}): "
+            'pip install "dspark[torch]", or use the native target (the default)',
+        )
+
+
+def _position_limit(target: object) -> int | None:
+    """The target's ``max_position_embeddings`` (native or HF), if it has one."""
+    from dspark.native_target import NativeTarget
+
+    if isinstance(target, NativeTarget):
+        limit = target.config_dict().get("max_position_embeddings")
+    else:
+        limit = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    return limit if isinstance(limit, int) else None
+
+
+def _threads(native: bool) -> int:
+    """The target's thread count: the engine's (``RAYON_NUM_THREADS``) or torch's."""
+    if native:
+        import os
+
+        value = os.environ.get("RAYON_NUM_THREADS", "")
+        return int(value) if value.isdigit() and int(value) > 0 else available_cpus()
+    import torch
+
+    return int(torch.get_num_threads())
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``dspark demo`` on the standard streams; exit code 0."""
     run(args)
@@ -261,8 +312,6 @@ def run(
     args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
 ) -> dict[str, Any]:
     """Run the demo; returns the summary (also printed)."""
-    import torch
-
     from dspark.speculator import Speculator
 
     out = out if out is not None else sys.stdout
@@ -271,10 +320,13 @@ def run(
     _validate(args)
     check_plot(args.plot)
     sources = _prompt_sources(args)
-    pair = load_pair(args.model_dir, args.threads)
+    native = args.target_backend == "native"
+    if not native:
+        _need_torch()
+    pair = load_pair(args.model_dir, args.threads, args.target_backend)
     prompts = _encode_prompts(sources, pair.tokenizer, int(args.prompt_tokens))
     v_t = pair.drafter.target_vocab_size
-    limit = getattr(pair.target.config, "max_position_embeddings", None)
+    limit = _position_limit(pair.target)
     for pr in prompts:
         if any(not 0 <= i < v_t for i in pr.ids):
             raise_error(
@@ -289,7 +341,9 @@ def run(
             )
     k = pair.drafter.block_size
     verify: str | float = args.threshold if args.verify == "threshold" else args.verify
-    table = steps_per_second(pair.target, prompts[0].ids, k + 1) if verify == "scheduled" else None
+    table = None
+    if verify == "scheduled" and not native:  # the native engine measures its own target
+        table = steps_per_second(cast("PreTrainedModel", pair.target), prompts[0].ids, k + 1)
     sp = Speculator(
         pair.target,
         pair.drafter,
@@ -299,10 +353,32 @@ def run(
         verify=verify,
         steps_per_second=table,
     )
-    threads = torch.get_num_threads()
+    threads = _threads(native)
     stop = pair.eos_id if pair.eos_id >= 0 else None
+
+    def alone(
+        ids: list[int], n: int, seed: int, tick: Callable[[], None]
+    ) -> tuple[list[int], float]:
+        """The target alone on ``ids``: (tokens, seconds)."""
+        if not native:
+            model = cast("PreTrainedModel", pair.target)
+            return target_only(
+                model, ids, n, temperature=args.temperature, top_p=args.top_p, seed=seed,
+                stop=stop, on_token=tick,
+            )  # fmt: skip
+
+        def ticks(new: list[list[int]]) -> None:
+            for _ in new[0]:
+                tick()
+
+        t0 = time.perf_counter()
+        res = sp.generate_target_only(
+            [ids], n, [] if stop is None else [stop], seed=seed, on_round=ticks
+        )
+        return [int(t) for t in res.tokens[0]], time.perf_counter() - t0
+
     # Warm both paths up (first-call allocations, thread pools) before anything is timed.
-    target_only(pair.target, prompts[0].ids, 4)
+    alone(prompts[0].ids, 4, args.seed, lambda: None)
     speculative(sp, prompts[0].ids, 4, None, lambda _new: None)
 
     show = not args.quiet
@@ -325,7 +401,8 @@ def run(
         origin = f"prompts: the first {args.prompt_tokens} tokens of {src}\n"
     measured = (
         f"{what} x up to {args.max_new_tokens} new tokens; {mode}, verify {verify}, "
-        f"block {k}; {threads} torch thread{'s' * (threads != 1)}"
+        f"block {k}; {'native' if native else 'transformers'} target, "
+        f"{threads} thread{'s' * (threads != 1)}"
     )
     if show:
         out.write(f"dspark demo: {measured}\n{origin}{legend(style, out)}\n")
@@ -351,16 +428,7 @@ def run(
             out.flush()
         # The target alone on the same prompt, right after: both measured under the same load.
         bar = Progress(f"target-only baseline {i + 1}/{len(prompts)}", args.max_new_tokens, err)
-        ref, ref_s = target_only(
-            pair.target,
-            pr.ids,
-            args.max_new_tokens,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            seed=args.seed + i,
-            stop=stop,
-            on_token=bar.advance,
-        )
+        ref, ref_s = alone(pr.ids, args.max_new_tokens, args.seed + i, bar.advance)
         bar.finish()
         runs.append(PromptRun(pr.name, len(pr.ids), toks, st, secs, ref, ref_s))
 
@@ -372,6 +440,7 @@ def run(
         "temperature": args.temperature,
         "top_p": args.top_p,
         "seed": args.seed,
+        "target_backend": args.target_backend,
     }
     summary = totals.summary(settings, threads)
     lines = totals.lines(measured, summary["speedup_vs_target_only"])
