@@ -278,7 +278,16 @@ impl PyDrafter {
             let anchors = ids_u32(anchors, "anchors", inner.info().vocab.target)?;
             check_output(inner, anchors.len())?;
             #[cfg(feature = "cuda")]
-            if crate::dlpack::cuda::cuda_device_of(context, "context_hidden_states")?.is_some() {
+            if let Some(on) = crate::dlpack::cuda::cuda_device_of(context, "context_hidden_states")?
+            {
+                // Read in place only on the drafter's own device; never a silent copy.
+                if !on.same_device(inner.device()) {
+                    return Err(err(Error::DeviceMismatch {
+                        name: "context_hidden_states".into(),
+                        found: device_name(&on),
+                        expected: device_name(inner.device()),
+                    }));
+                }
                 return crate::drafter_args::propose_device(
                     py, inner, context, &anchors, &starts, &opts,
                 );
