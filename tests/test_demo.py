@@ -339,3 +339,22 @@ def test_non_utf8_prompt_is_a_usage_error() -> None:
     )
     assert res.returncode == 2
     _one_error_line(res.stderr.decode(), "usage")
+
+
+def test_a_speedup_below_one_is_explained() -> None:
+    """A run where speculation does not pay says why (a round's cost in target steps against
+    τ), and one where it pays says nothing more."""
+    from dspark.cli.demo_report import PromptRun, Totals
+
+    pair = load_pair(threads=1, backend="native")
+    ids = pair.tokenizer.encode(heldout_texts()[0][1]).ids[:48]
+    res = Speculator(pair.target, pair.drafter, seed=0).generate([ids], 16)
+    toks = list(res.tokens[0])
+    for seconds, target_seconds, said in ((2.0, 1.0, True), (1.0, 2.0, False)):
+        run_ = PromptRun("p", len(ids), toks, res.stats, seconds, toks, target_seconds)
+        totals = Totals([run_], pair.drafter.block_size, greedy=True)
+        lines = totals.lines("m", target_seconds / seconds)
+        why = [line for line in lines if line.startswith("why below 1x")]
+        assert bool(why) == said, lines
+        if said:
+            assert "target-only steps" in why[0] and "τ" in why[0]

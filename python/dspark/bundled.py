@@ -53,9 +53,9 @@ def load_pair(
     """Load the tokenizer, target and drafter from ``root`` (default: bundled).
 
     ``backend``: ``"hf"`` (default: transformers, f32, eval; needs torch) or ``"native"``
-    (dspark's Qwen3 target, no torch: what ``dspark demo`` runs by default). The same checks and loading path as
-    ``dspark generate`` (typed errors, nothing loaded before the pair passes
-    ``dspark inspect``).
+    (dspark's Qwen3 target, no torch: what ``dspark demo`` runs by default). The same checks
+    and loading path as ``dspark generate`` (typed errors, nothing loaded before the pair
+    passes ``dspark inspect``).
     """
     base = root or bundled_dir()
     if backend == "native":

@@ -235,6 +235,20 @@ class Totals:
             )
         elif loops:
             lines.append(f"every continuation loops (distinct 4-grams < {LOOP_RATIO:.2f})")
+        if speedup < 1.0 and self.request_rounds and self.target_new_tokens:
+            # Said, not hidden: what a round costs against what it commits.
+            step = self.target_seconds / self.target_new_tokens
+            cost = self.seconds / self.request_rounds / step
+            pad = " " * 22
+            lines += [
+                f"why below 1x          a round (drafting, then verifying up to {k + 1} tokens) "
+                f"costs {cost:.1f} target-only steps",
+                f"{pad}and commits τ {self.acceptance_length:.2f}: this target is too cheap per "
+                "token for speculation to pay here",
+                f"{pad}(a busy machine adds to it); --target-backend hf, or a memory-bound "
+                "target (dspark make-example",
+                f"{pad}--memory-bound), shows where it pays",
+            ]
         return lines
 
 
