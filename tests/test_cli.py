@@ -286,3 +286,21 @@ def test_the_project_pairs_ship_the_chat_template(tmp_path: Path) -> None:
         doc = json.loads((target / "tokenizer_config.json").read_text())
         assert doc["chat_template"] == CHAT_TEMPLATE, target
         assert doc["eos_token"] == "<|endoftext|>", target
+
+
+def test_a_busy_machine_is_said(tmp_path: Path) -> None:
+    """The demo's load check reads /proc/stat: a window where others kept the CPUs busy gives
+    a warning line; a quiet one, or an unreadable file, none."""
+    from dspark.cli.load import BUSY_SHARE, _cpu_times, busy_share, busy_warning
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    assert _cpu_times(stat) == (200, 1000)
+    assert busy_warning(0.9, 2) is not None and "90%" in str(busy_warning(0.9, 2))
+    assert busy_warning(BUSY_SHARE / 2, 2) is None
+    assert busy_warning(None, 2) is None
+    assert busy_share(0.0, tmp_path / "missing") is None
+    stat.write_text("not a stat file\n")
+    assert busy_share(0.0, stat) is None
+    share = busy_share(0.05)  # this machine's, whatever it is
+    assert share is None or 0.0 <= share <= 1.0

@@ -41,6 +41,7 @@ from dspark.cli.demo_report import (
     rounded_4gram_ratio,
 )
 from dspark.cli.errors import EXIT_OK
+from dspark.cli.load import busy_share, busy_warning
 from dspark.cli.options import (
     MAX_COUNT,
     MAX_TEMPERATURE,
@@ -377,6 +378,10 @@ def run(
         )
         return [int(t) for t in res.tokens[0]], time.perf_counter() - t0
 
+    # Checked once everything is valid and loaded, right before the timed runs.
+    busy = busy_warning(busy_share(), available_cpus())
+    if busy is not None:
+        err.write(busy + "\n")
     # Warm both paths up (first-call allocations, thread pools) before anything is timed.
     alone(prompts[0].ids, 4, args.seed, lambda: None)
     speculative(sp, prompts[0].ids, 4, None, lambda _new: None)
