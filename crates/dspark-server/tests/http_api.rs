@@ -123,9 +123,20 @@ async fn seeds_reproduce_and_differ() {
 
 #[tokio::test]
 async fn chat_needs_a_template_and_renders_it() {
-    let s = Server::start(Setup::default()).await;
     let msg =
         json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0});
+    // The bundled pair ships a chat template: chat works out of the box.
+    let s = Server::start(Setup::default()).await;
+    let (status, _, r) = s.post("/v1/chat/completions", &msg).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["choices"][0]["message"]["role"], "assistant");
+    // A target without one answers chat with a 400 that says so.
+    let bare = target_with_config(&json!({}));
+    let s = Server::start(Setup {
+        target: bare.path().to_path_buf(),
+        ..Setup::default()
+    })
+    .await;
     let (status, _, e) = s.post("/v1/chat/completions", &msg).await;
     assert_eq!(status, 400, "{e}");
     assert!(
