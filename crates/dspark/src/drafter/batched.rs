@@ -179,6 +179,17 @@ impl Qwen3Drafter {
             .contiguous()?)
     }
 
+    /// The block's input ids: `[anchor_b, M, …]` (`Q` per request) for each request.
+    pub(crate) fn block_ids(&self, anchors: &[u32]) -> Vec<u32> {
+        let (q_len, noise) = (self.q_len(), self.spec.noise_token.id);
+        let mut ids = Vec::with_capacity(2 * anchors.len() * q_len);
+        for &a in anchors {
+            ids.push(a);
+            ids.extend(std::iter::repeat_n(noise, q_len - 1));
+        }
+        ids
+    }
+
     /// The ids and positions of a block pass (and `extra` positions after them) as one upload:
     /// `[anchor_b, M, …]` for each request, then positions `ends[b] .. ends[b] + Q`, then
     /// `extra`. Returns the tensor and its positions on the host.
@@ -189,12 +200,7 @@ impl Qwen3Drafter {
         extra: impl Iterator<Item = usize>,
     ) -> Result<(Tensor, Vec<usize>)> {
         let q_len = self.q_len();
-        let noise = self.spec.noise_token.id;
-        let mut v: Vec<u32> = Vec::with_capacity(2 * anchors.len() * q_len);
-        for &a in anchors {
-            v.push(a);
-            v.extend(std::iter::repeat_n(noise, q_len - 1));
-        }
+        let mut v = self.block_ids(anchors);
         let positions: Vec<usize> = ends
             .iter()
             .flat_map(|&e| e..e + q_len)

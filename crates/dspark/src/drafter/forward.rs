@@ -132,34 +132,21 @@ impl Qwen3Drafter {
     pub fn block_hidden(&self, states: &[&DraftState], anchors: &[u32]) -> Result<Tensor> {
         let b_n = states.len();
         self.check_anchors(anchors, b_n)?;
-        let k_n = self.info().num_draft_tokens;
-        let q_len = if self.spec.sample_from_anchor {
-            k_n
-        } else {
-            k_n + 1
-        };
+        let (k_n, q_len) = (self.info().num_draft_tokens, self.q_len());
         let (heads, kvh, hd) = (
             self.spec.shape.num_attention_heads,
             self.spec.shape.num_key_value_heads,
             self.spec.shape.head_dim,
         );
-        let noise = self.spec.noise_token.id;
-        let mut ids = Vec::with_capacity(b_n * q_len);
-        let mut positions = Vec::with_capacity(b_n * q_len);
-        for (s, &a) in states.iter().zip(anchors) {
-            if s.num_layers() != self.layers.len() {
-                return Err(Error::invalid(
-                    "states",
-                    format!(
-                        "a state made for {} draft layers, this drafter has {}",
-                        s.num_layers(),
-                        self.layers.len()
-                    ),
-                ));
-            }
-            ids.push(a);
-            ids.extend(std::iter::repeat_n(noise, q_len - 1));
-            positions.extend(s.end()..s.end() + q_len);
+        if let Some(s) = states.iter().find(|s| s.num_layers() != self.layers.len()) {
+            return Err(Error::invalid(
+                "states",
+                format!(
+                    "a state made for {} draft layers, this drafter has {}",
+                    s.num_layers(),
+                    self.layers.len()
+                ),
+            ));
         }
         if !crate::device::fast_on(&self.device) {
             // The device-generic path: the whole batch through each op at once.
@@ -168,6 +155,11 @@ impl Qwen3Drafter {
             let (up, host) = self.upload_block(anchors, &ends, std::iter::empty())?;
             return self.block_hidden_batched(&ctx, &up, &host, b_n);
         }
+        let ids = self.block_ids(anchors);
+        let positions: Vec<usize> = states
+            .iter()
+            .flat_map(|s| s.end()..s.end() + q_len)
+            .collect();
         let n = b_n * q_len;
         let ids = Tensor::from_vec(ids, n, &self.device)?;
         let mut x = f32_of(&self.embed.index_select(&ids, 0)?)?;
