@@ -96,10 +96,11 @@ def test_default_demo_runs_the_first_heldout_prompts(capsys: pytest.CaptureFixtu
 
 
 def test_aggregate_matches_a_direct_speculator_run(capsys: pytest.CaptureFixture[str]) -> None:
-    """τ and per-position acceptance pool every prompt's rounds (as benches/bench_e2e.py)."""
-    s = _demo(capsys)
+    """τ and per-position acceptance pool every prompt's rounds (as benches/bench_e2e.py).
+    Full verification on both sides: the default policy's choices follow timings."""
+    s = _demo(capsys, "--verify", "full")
     pair = load_pair(threads=1, backend="native")
-    sp = Speculator(pair.target, pair.drafter, seed=0)
+    sp = Speculator(pair.target, pair.drafter, seed=0, verify="full")
     committed = rounds = 0
     att = [0] * pair.drafter.block_size
     acc = [0] * pair.drafter.block_size
@@ -359,3 +360,20 @@ def test_a_speedup_below_one_is_explained() -> None:
         if said:
             why = " ".join(lines[at[0] :])
             assert "target-only steps" in why and "commits τ" in why
+
+
+def test_the_default_policy_is_scheduled_and_says_what_it_chose(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The demo runs ``verify="scheduled"`` unless told otherwise, and its report says how many
+    rounds were plain target steps; greedy output still equals target-only."""
+    rc = cli_main(["demo", *SMALL])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    text = cap.out + cap.err
+    assert "verify scheduled" in text
+    assert "policy                scheduled:" in text
+    s = _demo(capsys)
+    assert s["verify"] == "scheduled"
+    assert 0 <= s["plain_rounds"] <= s["rounds"]
+    assert s["greedy_matches_target"] is True

@@ -280,13 +280,13 @@ OTHER_CASES = {
         "invalid-argument",
     ),
     "sps-interpolation": (
-        lambda: dspark.schedule_lengths(np.ones((B, K), F32), [(1, 1.0)], "cubic"),
+        lambda: dspark.schedule_lengths(np.ones((B, K), F32), [(1, 1.0), (2, 1.0)], "cubic"),
         dspark.InputError,
         "invalid-argument",
     ),
     "pipelined-shapes": (
         lambda: dspark.schedule_pipelined(
-            np.ones((B, K), F32), np.ones((B, K + 1), F32), [(1, 1.0)]
+            np.ones((B, K), F32), np.ones((B, K + 1), F32), [(1, 1.0), (2, 1.0)]
         ),
         dspark.InputError,
         "bad-shape",

@@ -47,12 +47,12 @@ def test_sample_block_huge_target_vocab_is_too_large():
         ),
         (lambda c: dspark.schedule_threshold(c, 0.5), np.empty((2**40, 0), F32), "confidence"),
         (
-            lambda c: dspark.schedule_lengths(c, [(1, 10.0)]),
+            lambda c: dspark.schedule_lengths(c, [(1, 10.0), (2, 10.0)]),
             np.empty((2**40, 0), F32),
             "confidence",
         ),
         (
-            lambda c: dspark.schedule_pipelined(c, c, [(1, 10.0)]),
+            lambda c: dspark.schedule_pipelined(c, c, [(1, 10.0), (2, 10.0)]),
             np.empty((2**40, 0), F32),
             "stale",
         ),
@@ -151,7 +151,9 @@ def test_num_draft_float_is_refused_not_truncated():
         (lambda: dspark.schedule_lengths(np.ones((B, K), F32), [("a", 5.0)]), "invalid-argument"),
         (lambda: dspark.schedule_lengths(np.ones((B, K), F32), 5), "invalid-argument"),
         (
-            lambda: dspark.schedule_lengths(np.ones((B, K), F32), [(1, 5.0)], interpolation=3),
+            lambda: dspark.schedule_lengths(
+                np.ones((B, K), F32), [(1, 5.0), (2, 5.0)], interpolation=3
+            ),
             "invalid-argument",
         ),
         (lambda: dspark.confidence(np.ones((B, K, 2), F32), None, np.ones(2, F32), "b"), None),

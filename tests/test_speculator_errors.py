@@ -223,3 +223,31 @@ def test_bad_speculator_options_are_typed(target, drafter, kwargs):
     with pytest.raises(dspark.DSparkError) as e:
         dspark.Speculator(target, drafter, **kwargs)
     assert e.value.code in ("invalid-argument", "too-large", "bad-config")
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        [(1, 5.0)],
+        [(4, 5.0), (1, 9.0)],
+        [(1, 5.0), (1, 4.0)],
+        [(1, 0.0), (2, 4.0)],
+        [(1, float("nan")), (2, 4.0)],
+        [(0, 5.0), (2, 4.0)],
+    ],
+)
+@pytest.mark.parametrize("verify", ["scheduled", "pipelined"])
+def test_bad_steps_per_second_tables_are_invalid_arguments(target, drafter, table, verify):
+    """A single entry, token counts that do not strictly increase, zeros or NaN: refused by
+    name, for either interpolation."""
+    for interpolation in ("step", "linear"):
+        with pytest.raises(dspark.DSparkError) as e:
+            dspark.Speculator(
+                target,
+                drafter,
+                verify=verify,
+                steps_per_second=table,
+                steps_interpolation=interpolation,
+            )
+        assert e.value.code == "invalid-argument", (table, interpolation)
+        assert "steps_per_second" in str(e.value)

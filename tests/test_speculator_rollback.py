@@ -84,7 +84,9 @@ def test_rollback_matches_fresh_prefix(target, checkpoint):
     real = load_drafter("TorchDrafter", checkpoint("own"), target)
     drafter = Tandem(OracleDrafter(target, PROMPTS, corrupt=0.4, seed=3), real)
     rec = Recording(HFTarget(target))
-    spec = dspark.Speculator(rec, drafter)
+    # Full verification: every round drafts and extends each drafter context (the default
+    # policy defers them in plain rounds).
+    spec = dspark.Speculator(rec, drafter, verify="full")
     out: list[list[int]] = [[] for _ in PROMPTS]
     calls = []
 
@@ -100,7 +102,8 @@ def test_rollback_matches_fresh_prefix(target, checkpoint):
         spec.generate([list(p) for p in PROMPTS], 40, on_round=hook)
     # The same oracle over a whole run: partial acceptance happens (rollback was exercised).
     oracle = OracleDrafter(target, PROMPTS, corrupt=0.4, seed=3)
-    st = dspark.Speculator(target, oracle).generate([list(p) for p in PROMPTS], 40).stats
+    spec = dspark.Speculator(target, oracle, verify="full")
+    st = spec.generate([list(p) for p in PROMPTS], 40).stats
     assert 0 < st.accepted_tokens < st.drafted_tokens
 
 

@@ -77,7 +77,8 @@ def test_batched_greedy_with_compaction_equals_target(target, monkeypatch) -> No
 
     monkeypatch.setattr(HFTarget, "compact", spy)
     oracle = OracleDrafter(target, prompts, 0.5, seed=4)
-    result = dspark.Speculator(target, oracle).generate(prompts, new)
+    # Full verification: every round verifies the oracle's half-rejected blocks.
+    result = dspark.Speculator(target, oracle, verify="full").generate(prompts, new)
     assert result.tokens == ref
     assert calls, "a half-rejecting batch must trigger compaction"
 

@@ -4,15 +4,15 @@ speculation limit.
 
 A step runs one round over every running request (a joining request's prefill rides the same
 target forward on a :class:`dspark.NativeTarget`) with the GIL released. A request's draws
-depend only on its own seed and positions: with ``verify="full"`` or a threshold (and greedy
-decoding under any policy) a seeded request gives the same tokens alone, in any batch, joining
-mid-run or resumed after a preemption. Targets must be able to add and drop cache rows (a
-``NativeTarget``, an HF model, or a :class:`dspark.protocols.TargetModel` with ``grow`` and
-``retain``).
+depend only on its own seed and positions: a seeded request gives the same tokens alone, in any
+batch, joining mid-run or resumed after a preemption, under every policy (under the default
+``verify="scheduled"`` a sampled request with a seed verifies whole blocks in drafted
+rounds). Targets must be able to add and drop cache rows (a ``NativeTarget``, an HF model, or
+a :class:`dspark.protocols.TargetModel` with ``grow`` and ``retain``).
 
 Example::
 
-    eng = dspark.Engine(target, drafter, verify="full")
+    eng = dspark.Engine(target, drafter)  # verify="scheduled", the default
     rid = eng.add_request(prompt_ids, max_new_tokens=64, temperature=0.7, seed=1)
     for u in eng.updates():          # steps until idle, one update per request per step
         print(u.request_id, u.new_tokens, u.finish_reason)
@@ -50,7 +50,7 @@ class Engine:
         drafter: Drafter | DrafterProtocol[Any],
         *,
         num_speculative_tokens: int | None = None,
-        verify: str | float = "full",
+        verify: str | float = "scheduled",
         steps_per_second: Sequence[tuple[int, float]] | None = None,
         steps_interpolation: str = "step",
         record_confidence: bool = False,
@@ -155,10 +155,10 @@ class Engine:
         return int(self._native.num_waiting)
 
     def warm_up(self, batch: int = 16) -> None:
-        """With ``verify="scheduled"`` and no ``steps_per_second``: measure the target's
-        steps-per-second profile now for ``batch`` concurrent requests (the GIL released), so
-        that the first requests do not wait for it (a larger batch later grows it). Nothing
-        under other policies."""
+        """With ``verify="scheduled"`` and no ``steps_per_second``: time the target's
+        steps-per-second profile now for ``batch`` concurrent requests (the GIL released), in
+        place of the prior from its shape. Optional: the prior and each round's timings need
+        no profile. Nothing under other policies."""
         self._native.warm_up(as_int(batch, "batch", lo=1))
 
     def last_step_timing(self) -> dict[str, float | bool]:

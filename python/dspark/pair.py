@@ -243,19 +243,13 @@ def load_native_pair(target: Path, drafter: Path, *, threads: int | None = None)
 
 
 def make_speculator(pair: ModelPair, prompt: list[int], **kw: Any) -> Speculator:
-    """A :class:`dspark.Speculator` over ``pair``; measures the steps/s table for scheduling.
+    """A :class:`dspark.Speculator` over ``pair`` with the options ``kw``.
 
-    ``kw`` are :class:`dspark.Speculator`'s options; with ``verify="scheduled"`` an HF
-    target's steps-per-second table is measured on ``prompt`` first
-    (:func:`dspark.measure.steps_per_second`; the native engine measures its own).
+    Nothing is measured first: under ``verify="scheduled"`` (the default) the scheduler starts
+    from a prior built from the target's shape and this machine's speed and refines it with
+    every round's timings. ``prompt`` is kept for callers that passed one.
     """
-    from dspark.measure import steps_per_second
-    from dspark.native_target import NativeTarget
     from dspark.speculator import Speculator
 
-    table = None
-    target = pair.target
-    if kw.get("verify") == "scheduled" and not isinstance(target, NativeTarget):
-        # The native engine measures its own target; an HF one is measured here.
-        table = steps_per_second(target, prompt, pair.drafter.block_size + 1)
-    return Speculator(pair.target, pair.drafter, steps_per_second=table, **kw)
+    del prompt
+    return Speculator(pair.target, pair.drafter, **kw)

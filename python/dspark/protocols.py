@@ -219,6 +219,12 @@ class TargetModel(Protocol[CacheT]):
     leave the other rows' contents alone); a ``ragged = True`` attribute says a forward costs
     its tokens rather than rows x its widest row (then a joining request's prefill rides the
     running requests' forward).
+
+    Optional, for the scheduler's cost model (``verify="scheduled"``, the default): a
+    ``forward_cost`` mapping with ``weight_bytes`` (bytes of weights one forward reads),
+    ``flops_per_token`` (floating-point operations per token through them) and ``dtype``
+    (``"float32"``, ``"bfloat16"`` or ``"float16"``). Without it the cost is estimated from the
+    layers, hidden size and vocabulary; either way each round's timings refine it.
     """
 
     @property

@@ -89,7 +89,7 @@ class Speculator:
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
-        verify: str | float = "full",
+        verify: str | float = "scheduled",
         steps_per_second: Sequence[tuple[int, float]] | None = None,
         steps_interpolation: str = "step",
         record_confidence: bool = False,
@@ -107,11 +107,14 @@ class Speculator:
                 of a call are independent samples that repeat with the seed. ``None``: such
                 requests draw fresh entropy (every call samples anew). A negative seed is
                 ``invalid-argument``, a larger one ``too-large``.
-            verify: ``"full"``, a confidence threshold in ``[0, 1]``, ``"scheduled"`` (the
-                paper's scheduler) or ``"pipelined"``.
+            verify: ``"scheduled"`` (the default: the paper's scheduler on a cost model that
+                needs no profile, which also takes plain target steps where drafting would not
+                pay; see ``docs/scheduling.md``), ``"full"``, a confidence threshold in
+                ``[0, 1]``, or ``"pipelined"``.
             steps_per_second: ``(verified tokens, steps/s)`` table of the target's forward for
-                ``"scheduled"`` (measured on the target at first use when not given, kept by
-                this speculator) and ``"pipelined"`` (required). The scheduler adds what each
+                ``"scheduled"`` (when not given: a prior from the target's shape and this
+                machine's speed, refined by every round's timings, kept by this speculator)
+                and ``"pipelined"`` (required). The scheduler adds what each
                 round costs outside that forward (drafting, kernels; the mean of the call's
                 earlier rounds) to every entry.
             steps_interpolation: how ``steps_per_second`` reads between its sizes: ``"step"``
@@ -193,9 +196,9 @@ class Speculator:
         one int for the call (request ``i`` then draws from (seed, i)); default: the
         speculator's. A request's draws depend only on its seed and positions, never on the
         batch: the same
-        prompt and seed give the same tokens alone, reversed or in any batch (sampling with
-        ``verify="full"`` or a threshold; the scheduling policies keep the distribution exact
-        but may pick other tokens for a seed, see ``docs/python-api.md``).
+        prompt and seed give the same tokens alone, reversed or in any batch, under every
+        policy (a sampled request with a seed verifies whole blocks in drafted rounds under the
+        scheduling policies; see ``docs/python-api.md``).
         """
         return self._run(
             self._native.generate, input_ids, max_new_tokens, stop_token_ids, on_round, seed
@@ -222,10 +225,10 @@ class Speculator:
         )
 
     def warm_up(self, batch: int = 16) -> None:
-        """With ``verify="scheduled"`` and no ``steps_per_second``: measure the target's
-        steps-per-second profile now for ``batch`` concurrent requests (the GIL released), so
-        that the first :meth:`generate` does not pay for it (a larger batch later grows it).
-        Nothing under other policies."""
+        """With ``verify="scheduled"`` and no ``steps_per_second``: time the target's
+        steps-per-second profile now for ``batch`` concurrent requests (the GIL released), in
+        place of the prior from its shape. Optional: the prior and each round's timings need
+        no profile. Nothing under other policies."""
         self._native.warm_up(as_int(batch, "batch", lo=1))
 
     def _run(

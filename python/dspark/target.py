@@ -143,6 +143,38 @@ class HFTarget:
         there, and the engine reads them in place when this build has CUDA."""
         return str(self._device())
 
+    @property
+    def forward_cost(self) -> dict[str, object]:
+        """What one forward costs by shape (see :class:`dspark.protocols.TargetModel`): the
+        bytes of every parameter a forward reads (the input embedding is looked up, not read,
+        unless the output head shares it), two operations per weight and token, and the
+        dtype that holds most of the bytes."""
+        embed = self.model.get_input_embeddings()
+        head = self.model.get_output_embeddings()
+        skip = set()
+        if embed is not None and (head is None or head.weight is not embed.weight):
+            skip.add(id(embed.weight))
+        total = 0
+        weights = 0
+        by_dtype: dict[str, int] = {}
+        for p in self.model.parameters():
+            if id(p) in skip:
+                continue
+            size = p.numel() * p.element_size()
+            total += size
+            if p.dim() >= 2:
+                weights += p.numel()
+            name = str(p.dtype).removeprefix("torch.")
+            by_dtype[name] = by_dtype.get(name, 0) + size
+        dtype = max(by_dtype, key=lambda k: by_dtype[k]) if by_dtype else "float32"
+        if dtype not in ("float32", "bfloat16", "float16"):
+            dtype = "float32"
+        return {
+            "weight_bytes": float(max(total, 1)),
+            "flops_per_token": float(2 * max(weights, 1)),
+            "dtype": dtype,
+        }
+
     def config_dict(self) -> dict[str, Any]:
         """The (text) config as a plain dict, for ``dspark.inspect``-style checks."""
         return dict(_text_config(self.model.config).to_dict())

@@ -17,7 +17,8 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use dspark::models::{TargetInput, TargetModel, TargetOutput};
+use dspark::models::{ForwardCost, TargetInput, TargetModel, TargetOutput};
+use dspark::nn::WeightDtype;
 use dspark::{Error, Result, limits};
 
 use crate::args;
@@ -188,6 +189,8 @@ pub struct PyTarget {
     resizable: bool,
     /// It says its forward costs its tokens, not rows × the widest row (`ragged = True`).
     ragged: bool,
+    /// What it says one forward costs (its `forward_cost` mapping), read once.
+    cost: Option<ForwardCost>,
 }
 
 /// The cache of a [`PyTarget`]: the Python cache object and the row lengths it holds.
@@ -217,6 +220,7 @@ impl PyTarget {
                 Some(v) => args::boolean(&v, "target.ragged")?,
                 None => false,
             },
+            cost: forward_cost_of(obj)?,
         })
     }
 
@@ -225,6 +229,37 @@ impl PyTarget {
     fn call<R>(&self, context: &str, f: impl FnOnce(Python<'_>) -> PyResult<R>) -> Result<R> {
         Python::attach(|py| f(py).map_err(|e| callback_error(context, e)))
     }
+}
+
+/// The optional `forward_cost` member of a Python target: a mapping with `weight_bytes` and
+/// `flops_per_token` (positive numbers) and `dtype` (`"float32"`, `"bfloat16"` or
+/// `"float16"`, the weights' kept dtype), the scheduler's prior (see
+/// [`dspark::models::ForwardCost`]). Anything else is `invalid-argument` naming the field.
+fn forward_cost_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<ForwardCost>> {
+    let Some(m) = user::optional(obj, "forward_cost")? else {
+        return Ok(None);
+    };
+    let field = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        m.get_item(key).map_err(|_| {
+            err(Error::invalid(
+                format!("target.forward_cost[{key:?}]"),
+                "missing: expected a mapping with weight_bytes, flops_per_token and dtype",
+            ))
+        })
+    };
+    let number = |key: &str| -> PyResult<f64> {
+        args::float(&field(key)?, &format!("target.forward_cost[{key:?}]"))
+    };
+    let layers = user::uint(obj, OWNER, "num_hidden_layers", 1, limits::MAX_LAYERS)?;
+    let dtype = args::string(&field("dtype")?, "target.forward_cost[\"dtype\"]")?;
+    let cost = ForwardCost {
+        weight_bytes: number("weight_bytes")?,
+        flops_per_token: number("flops_per_token")?,
+        layers,
+        dtype: WeightDtype::parse("target.forward_cost[\"dtype\"]", &dtype).map_err(err)?,
+    };
+    cost.validate().map_err(err)?;
+    Ok(Some(cost))
 }
 
 impl TargetModel for PyTarget {
@@ -359,5 +394,9 @@ impl TargetModel for PyTarget {
 
     fn ragged(&self) -> bool {
         self.ragged
+    }
+
+    fn forward_cost(&self) -> Result<Option<ForwardCost>> {
+        Ok(self.cost)
     }
 }

@@ -156,7 +156,7 @@ impl PyEngine {
     /// Build the engine (checks the pair, the options and that the target can add and drop
     /// cache rows).
     #[new]
-    #[pyo3(signature = (target, drafter, *, num_speculative_tokens = None, verify = "full",
+    #[pyo3(signature = (target, drafter, *, num_speculative_tokens = None, verify = "scheduled",
         threshold = None, steps_per_second = None, steps_interpolation = None,
         record_confidence = false, max_running = None, max_batched_tokens = None,
         kv_tokens = None))]
@@ -257,6 +257,7 @@ impl PyEngine {
                     None => dspark::engine::fresh_seed(),
                 },
                 max_drafts: args::opt_usize(max_drafts, "max_drafts", u64::MAX)?,
+                repeatable: seed.is_some_and(|s| !s.is_none()),
             };
             // The lock is taken with the GIL released (see `engine`).
             let id = prompt.py().detach(|| {
@@ -295,8 +296,9 @@ impl PyEngine {
         })
     }
 
-    /// Under `verify="scheduled"` with no table, profile the target now for `batch`
-    /// concurrent requests (the GIL released), so that the first requests do not wait for it.
+    /// Under `verify="scheduled"` with no table, time the target's profile now for `batch`
+    /// concurrent requests (the GIL released), in place of the prior from its shape
+    /// (optional: the prior and the rounds' timings need no profile).
     fn warm_up(&self, py: Python<'_>, batch: &Bound<'_, PyAny>) -> PyResult<()> {
         guard(|| {
             let batch = args::usize_at_most(batch, "batch", 1 << 16)?;

@@ -184,6 +184,13 @@ impl TargetModel for AnyTarget {
             AnyTarget::Py(t) => t.ragged(),
         }
     }
+
+    fn forward_cost(&self) -> Result<Option<dspark::models::ForwardCost>> {
+        match self {
+            AnyTarget::Native(t) => t.forward_cost(),
+            AnyTarget::Py(t) => t.forward_cost(),
+        }
+    }
 }
 
 /// The candle drafter or a Python one.

@@ -162,7 +162,7 @@ impl PySpeculator {
     /// Build the engine speculator (checks the pair and the options).
     #[new]
     #[pyo3(signature = (target, drafter, *, num_speculative_tokens = None, temperature = 0.0,
-        top_k = None, top_p = None, seed = None, verify = "full", threshold = None,
+        top_k = None, top_p = None, seed = None, verify = "scheduled", threshold = None,
         steps_per_second = None, steps_interpolation = None, record_confidence = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -198,6 +198,7 @@ impl PySpeculator {
                     None => None,
                 },
                 verify,
+                repeatable: true,
                 record_confidence,
             };
             let inner = py
@@ -251,9 +252,9 @@ impl PySpeculator {
         guard(|| self.run(py, call, Decode::TargetOnly))
     }
 
-    /// Under `verify="scheduled"` with no table, profile the target now for `batch`
-    /// concurrent requests (the GIL released), so that the first `generate` does not pay for
-    /// it.
+    /// Under `verify="scheduled"` with no table, time the target's profile now for `batch`
+    /// concurrent requests (the GIL released), in place of the prior from its shape
+    /// (optional: the prior and the rounds' timings need no profile).
     fn warm_up(&self, py: Python<'_>, batch: &Bound<'_, PyAny>) -> PyResult<()> {
         guard(|| {
             let batch = args::usize_at_most(batch, "batch", 1 << 16)?;

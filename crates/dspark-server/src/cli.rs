@@ -91,10 +91,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     pub served_model_name: Option<String>,
 
-    /// Drafts each round verifies: full (the whole block), scheduled (the paper's scheduler
-    /// over a steps-per-second table measured at first use), or a confidence threshold in
-    /// [0, 1]
-    #[arg(long, default_value = "full", value_parser = parse_verify, value_name = "full|scheduled|THRESHOLD")]
+    /// Drafts each round verifies: scheduled (the paper's scheduler on a cost model that
+    /// needs no profile, with plain target steps where drafting would not pay), full (the
+    /// whole block), or a confidence threshold in [0, 1]
+    #[arg(long, default_value = "scheduled", value_parser = parse_verify, value_name = "full|scheduled|THRESHOLD")]
     pub verify: Verify,
 
     /// Drafts verified per round at most (0: no drafting, plain decoding) [default: the

@@ -25,19 +25,13 @@ impl ServingEngine for Engine<Qwen3Target, Qwen3Drafter> {
     }
 }
 
-/// Concurrent requests the scheduler's profile covers at start (a larger batch later grows it).
-const WARM_UP_BATCH: usize = 16;
-
-/// The native engine over a loaded pair (profiled for the scheduler first when it schedules).
+/// The native engine over a loaded pair. Nothing is profiled before serving: under
+/// `--verify scheduled` (the default) the scheduler starts from a prior built from the
+/// target's shape and this machine's speed, and every round's timings refine it.
 pub fn native_engine(
     target: Qwen3Target,
     drafter: Qwen3Drafter,
     config: EngineConfig,
 ) -> Result<Box<dyn ServingEngine>, StartError> {
-    let batch = config.budget.max_running.min(WARM_UP_BATCH);
-    let mut engine = Engine::new(target, drafter, config)?;
-    // Under `--verify scheduled` the target's profile is measured now, before the first
-    // request, which would otherwise wait for it.
-    engine.warm_up(batch)?;
-    Ok(Box::new(engine))
+    Ok(Box::new(Engine::new(target, drafter, config)?))
 }

@@ -143,6 +143,7 @@ impl AppState {
             } else {
                 c.max_drafts
             },
+            repeatable: c.seed.is_some(),
         }
     }
 }

@@ -57,7 +57,7 @@ from dspark.cli.options import (
     verify_mode,
 )
 from dspark.cli.terminal import DIM, RESET, Progress, Style, TokenPrinter, is_tty, legend, markers
-from dspark.measure import speculative, steps_per_second, target_only
+from dspark.measure import speculative, target_only
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -148,10 +148,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--verify",
         type=_demo_verify,
-        default="full",
+        default="scheduled",
         metavar="{full,scheduled,threshold,THRESHOLD}",
-        help="verify the whole block (default), the paper's scheduler, or the prefix whose "
-        "confidence reaches a threshold (--threshold, or a number here)",
+        help="the paper's scheduler on a cost model that needs no profile, taking plain "
+        "target steps where drafting would not pay (default); the whole block; or the prefix "
+        "whose confidence reaches a threshold (--threshold, or a number here)",
     )
     p.add_argument(
         "--threshold",
@@ -342,9 +343,6 @@ def run(
             )
     k = pair.drafter.block_size
     verify: str | float = args.threshold if args.verify == "threshold" else args.verify
-    table = None
-    if verify == "scheduled" and not native:  # the native engine measures its own target
-        table = steps_per_second(cast("PreTrainedModel", pair.target), prompts[0].ids, k + 1)
     sp = Speculator(
         pair.target,
         pair.drafter,
@@ -352,7 +350,6 @@ def run(
         top_p=args.top_p,
         seed=args.seed,
         verify=verify,
-        steps_per_second=table,
     )
     threads = _threads(native)
     stop = pair.eos_id if pair.eos_id >= 0 else None
@@ -448,7 +445,7 @@ def run(
         "target_backend": args.target_backend,
     }
     summary = totals.summary(settings, threads)
-    lines = totals.lines(measured, summary["speedup_vs_target_only"])
+    lines = totals.lines(measured, summary["speedup_vs_target_only"], verify)
     if not args.json or show:
         out.write("\n" + "\n".join(lines) + "\n")
     if args.plot is not None:

@@ -108,6 +108,30 @@ class Totals:
         return sum(r.stats.request_rounds for r in self.runs)
 
     @property
+    def rounds(self) -> int:
+        return sum(r.stats.rounds for r in self.runs)
+
+    @property
+    def plain_rounds(self) -> int:
+        """Rounds the scheduling policy ran as plain target steps (no drafting)."""
+        return sum(r.stats.plain_rounds for r in self.runs)
+
+    def policy_line(self, verify: object) -> str:
+        """Which verify policy ran and what it chose."""
+        if verify != "scheduled":
+            return f"policy                {verify}: every round drafted"
+        plain, rounds = self.plain_rounds, self.rounds
+        if plain == 0:
+            return (
+                f"policy                scheduled: all {rounds} rounds drafted (drafting paid "
+                "every round)"
+            )
+        return (
+            f"policy                scheduled: {plain} of {rounds} rounds were plain target "
+            "steps (the cost model found drafting slower there than the target alone)"
+        )
+
+    @property
     def acceptance_length(self) -> float:
         """τ over every round of every prompt."""
         committed = sum(r.stats.committed_tokens for r in self.runs)
@@ -189,7 +213,8 @@ class Totals:
             "target_only_new_tokens": self.target_new_tokens,
             "prompt_tokens": sum(r.prompt_tokens for r in self.runs),
             "max_new_tokens": settings["max_new_tokens"],
-            "rounds": sum(r.stats.rounds for r in self.runs),
+            "rounds": self.rounds,
+            "plain_rounds": self.plain_rounds,
             "block_size": self.block_size,
             "verify": settings["verify"],
             "temperature": settings["temperature"],
@@ -199,8 +224,8 @@ class Totals:
             "per_prompt": [r.row(self.greedy) for r in self.runs],
         }
 
-    def lines(self, measured: str, speedup: float) -> list[str]:
-        """The closing lines printed after the continuations."""
+    def lines(self, measured: str, speedup: float, verify: object = "full") -> list[str]:
+        """The closing lines printed after the continuations (``verify``: the policy)."""
         k = self.block_size
         matches = self.matches
         distinct = self.distinct_4gram_ratio
@@ -215,6 +240,7 @@ class Totals:
             f"target only           {self.target_tokens_per_second:8.1f} tok/s "
             f"({self.target_new_tokens} tokens, {self.target_seconds:.2f} s)",
             f"speedup               {speedup:.2f}x",
+            self.policy_line(verify),
             "greedy == target-only "
             + (
                 f"{'yes' if all(matches) else 'NO'} ({sum(matches)}/{len(matches)} prompts)"

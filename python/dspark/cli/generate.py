@@ -62,10 +62,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--verify",
         type=verify_mode,
-        default="full",
+        default="scheduled",
         metavar="{full,scheduled,THRESHOLD}",
-        help="verify the whole block (default), the paper's scheduler, or the prefix whose "
-        "confidence is at least THRESHOLD in [0, 1]",
+        help="the paper's scheduler on a cost model that needs no profile, taking plain "
+        "target steps where drafting would not pay (default); the whole block; or the prefix "
+        "whose confidence is at least THRESHOLD in [0, 1]",
     )
     p.add_argument(
         "--threads",

@@ -43,10 +43,11 @@ pub struct EngineConfig {
 }
 
 impl Default for EngineConfig {
-    /// Full verification of the drafter's whole block, the default budget.
+    /// The scheduled policy ([`VerifyPolicy::ScheduledMeasured`]) over the drafter's whole
+    /// block, the default budget.
     fn default() -> Self {
         Self {
-            verify: VerifyPolicy::Full,
+            verify: VerifyPolicy::ScheduledMeasured,
             num_speculative_tokens: None,
             record_confidence: false,
             budget: Budget::default(),

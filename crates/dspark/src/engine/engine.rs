@@ -106,6 +106,9 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     format!("threshold {t}: must be in [0, 1]"),
                 ));
             }
+            // The default policy runs without confidences: it verifies whole blocks and
+            // chooses between drafted and plain rounds from the measured acceptance.
+            VerifyPolicy::ScheduledMeasured => {}
             policy if !drafter.info().has_confidence_head => {
                 return Err(Error::bad_config(
                     "<drafter>",
@@ -131,7 +134,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         };
         Ok(Self {
             sched: Scheduler::new(b, continuous, n),
-            planner: Planner::new(config.verify.clone(), n),
+            planner: Planner::new(config.verify.clone(), n, drafter.info().has_confidence_head),
             target,
             drafter,
             config,
@@ -299,14 +302,15 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         self.num_speculative
     }
 
-    /// Measure what [`VerifyPolicy::ScheduledMeasured`] needs before serving, so that the
-    /// first requests do not pay for it: the target's steps-per-second profile up to `batch`
-    /// rows of `K + 1` tokens (a larger batch later grows it). Nothing under other policies.
+    /// Under [`VerifyPolicy::ScheduledMeasured`], time the target's steps-per-second profile
+    /// up to `batch` rows of `K + 1` tokens, in place of the prior from its shape (read past
+    /// its end as tokens/s held constant). Optional: the prior and the rounds' own timings
+    /// need no profile. Nothing under other policies.
     pub fn warm_up(&mut self, batch: usize) -> Result<()> {
         self.planner.warm_up(&self.target, batch)
     }
 
-    /// The table [`VerifyPolicy::ScheduledMeasured`] uses, once measured: the profile refined
+    /// The table [`VerifyPolicy::ScheduledMeasured`] uses, once built: the prior (or profile) refined
     /// by the forwards observed so far.
     pub fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
         self.planner.measured_steps_per_second()

@@ -91,6 +91,13 @@ pub struct RequestSpec {
     /// Drafts verified per round at most for this request (`None`: the engine's limit; `0`:
     /// no drafting, the request decodes one token per round).
     pub max_drafts: Option<usize>,
+    /// The caller chose the seed and expects a sampled request's tokens to repeat with it.
+    /// The scheduling policies choose verify lengths and plain rounds from timings and the
+    /// batch, and a sampled token depends on whether its position was verified as a draft; so
+    /// under them the rounds such a request runs in draft, and it verifies its whole block (to
+    /// its own limits), as under [`VerifyPolicy::Full`](crate::policy::VerifyPolicy::Full).
+    /// Greedy requests repeat under every policy and ignore it.
+    pub repeatable: bool,
 }
 
 impl RequestSpec {
@@ -103,6 +110,7 @@ impl RequestSpec {
             sampling: SamplingParams::default(),
             seed: 0,
             max_drafts: None,
+            repeatable: false,
         }
     }
 }

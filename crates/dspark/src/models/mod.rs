@@ -7,8 +7,10 @@
 //! `0..num_hidden_layers` are pre-norm layer outputs a drafter may fuse.
 
 pub mod contract;
+mod cost;
 pub mod qwen3;
 
+pub use cost::ForwardCost;
 pub use qwen3::{Qwen3Cache, Qwen3Target};
 
 use candle_core::{Device, Tensor};
@@ -216,6 +218,13 @@ pub trait TargetModel {
             "this target cannot drop rows from a cache (continuous batching)",
         ))
     }
+    /// What one forward costs by its shape (weights read, multiplies per token): the
+    /// scheduler's prior before it has timed a forward. `None` (the default): the scheduler
+    /// estimates it from the layers, hidden size and vocabulary ([`ForwardCost::estimate`]).
+    fn forward_cost(&self) -> Result<Option<ForwardCost>> {
+        Ok(None)
+    }
+
     /// Whether a forward's cost follows its tokens (rows of very different lengths run
     /// without padding, as the native target's), rather than rows × its widest row: then a
     /// joining request's prefill rides the same forward as the running requests' rounds.
@@ -270,6 +279,9 @@ macro_rules! forward_target {
             }
             fn ragged(&self) -> bool {
                 (**self).ragged()
+            }
+            fn forward_cost(&self) -> Result<Option<ForwardCost>> {
+                (**self).forward_cost()
             }
         }
     )+};

@@ -14,8 +14,10 @@
 //! - the policies: `verify_policy.rs` ([`VerifyPolicy`]), `threshold.rs`, `early_stop.rs`
 //!   (Algorithm 1 and its look-ahead), `batch.rs` (the batch-wide look-ahead the engine runs),
 //!   `pipelined.rs`;
-//! - the cost model they maximise against: `table.rs` ([`StepsPerSecond`]) and `profile.rs`
-//!   ([`measure_steps_per_second`], the table measured on a target);
+//! - the cost model they maximise against: `table.rs` ([`StepsPerSecond`]); its prior,
+//!   `prior.rs` (the table from the target's [`ForwardCost`](crate::models::ForwardCost) and
+//!   this machine's speed, `machine.rs`: [`Machine`], measured once and cached); and
+//!   `profile.rs` ([`measure_steps_per_second`], the table timed on a target, when asked);
 //! - what a serving engine learns and decides with them: `acceptance.rs` (acceptance per
 //!   draft position), `learned.rs` (forward timings, round costs) and `planner.rs` (the
 //!   engine's policy state and its two choices per round).
@@ -27,8 +29,10 @@ mod acceptance;
 mod batch;
 mod early_stop;
 mod learned;
+mod machine;
 mod pipelined;
 mod planner;
+mod prior;
 mod profile;
 pub(crate) mod table;
 mod threshold;
@@ -36,6 +40,7 @@ mod verify_policy;
 
 pub use batch::{MAX_BATCH_SEARCH_SLOTS, schedule_lengths_batch};
 pub use early_stop::{schedule_lengths, schedule_lengths_ahead};
+pub use machine::{Machine, cache_dir};
 pub use pipelined::schedule_pipelined;
 pub(crate) use planner::Planner;
 pub use planner::{PLAIN_MARGIN, REFRESH_ROUNDS};
@@ -82,16 +87,27 @@ mod tests {
 
     #[test]
     fn sps_lookup_modes() {
-        let s = StepsPerSecond::step(vec![(4, 10.0), (1, 20.0), (8, 5.0)]).unwrap();
+        let s = StepsPerSecond::step(vec![(1, 20.0), (4, 10.0), (8, 5.0)]).unwrap();
         assert_eq!(s.sps(1), 20.0);
         assert_eq!(s.sps(2), 10.0);
         assert_eq!(s.sps(8), 5.0);
         assert_eq!(s.sps(16), 2.5);
         let l = StepsPerSecond::linear(vec![(1, 20.0), (5, 10.0)]).unwrap();
         assert_eq!(l.sps(3), 15.0);
-        assert!(StepsPerSecond::step(vec![]).is_err());
-        assert!(StepsPerSecond::step(vec![(1, 1.0), (1, 2.0)]).is_err());
-        assert!(StepsPerSecond::step(vec![(1, f64::NAN)]).is_err());
+        let code = |r: Result<StepsPerSecond>| r.unwrap_err().code();
+        for bad in [
+            vec![],
+            vec![(1, 1.0)],
+            vec![(1, 1.0), (1, 2.0)],
+            vec![(4, 10.0), (1, 20.0)],
+            vec![(1, f64::NAN), (2, 1.0)],
+            vec![(1, 1.0), (2, 0.0)],
+            vec![(0, 1.0), (2, 1.0)],
+            vec![(1, 1.0), (2, f64::INFINITY)],
+        ] {
+            assert_eq!(code(StepsPerSecond::step(bad.clone())), "invalid-argument");
+            assert_eq!(code(StepsPerSecond::linear(bad)), "invalid-argument");
+        }
     }
 
     #[test]
@@ -132,7 +148,7 @@ mod tests {
 
     #[test]
     fn shapes_are_exact_and_outputs_bounded() {
-        let sps = StepsPerSecond::step(vec![(1, 10.0)]).unwrap();
+        let sps = StepsPerSecond::step(vec![(1, 10.0), (2, 5.0)]).unwrap();
         let code = |r: Result<Vec<usize>>| r.unwrap_err().code();
         // A short slice is refused, never read as zeros.
         assert_eq!(code(threshold_lengths(&[0.9; 3], 2, 2, 0.5)), "bad-shape");

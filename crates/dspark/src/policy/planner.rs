@@ -31,12 +31,15 @@
 
 use super::acceptance::{Acceptance, unit};
 use super::learned::{Costs, ForwardTimes, RoundCosts};
+use super::machine::Machine;
+use super::prior::prior_table;
 use super::profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
 use super::{
     StepsPerSecond, VerifyPolicy, schedule_lengths_batch, schedule_pipelined, threshold_lengths,
 };
 use crate::error::Result;
-use crate::models::TargetModel;
+use crate::models::{ForwardCost, TargetModel};
+use crate::nn::WeightDtype;
 
 /// Most plain rounds in a row before a round drafts again, to refresh the confidences the
 /// choice is made from.
@@ -77,6 +80,30 @@ fn expected_tokens(c: &[f32], n: usize, lens: &[usize]) -> f64 {
     tau
 }
 
+/// An upper bound of `Θ` over every drafted round of `b` requests (survivals `c`, `[B·n]`) on
+/// the table `sps`: over each size `m` of `b + 1 ..= b·(n + 1)` verified tokens, the expected
+/// tokens of the `m - b` slots of highest survival product times `SPS(m)`. (Products fall
+/// along a request's slots, so the best `m - b` are a prefix of each request: a round the
+/// scheduler could pick.)
+fn drafted_bound(c: &[f32], b: usize, n: usize, sps: &StepsPerSecond) -> f64 {
+    let mut products: Vec<f64> = Vec::with_capacity(b * n);
+    for r in 0..b {
+        let mut a = 1.0;
+        for &x in &c[r * n..(r + 1) * n] {
+            a *= unit(x);
+            products.push(a);
+        }
+    }
+    products.sort_by(|x, y| y.total_cmp(x));
+    let mut tau = b as f64;
+    let mut best = 0.0f64;
+    for (i, a) in products.iter().enumerate() {
+        tau += a;
+        best = best.max(tau * sps.sps(b + i + 1));
+    }
+    best
+}
+
 /// Whether drafting beats a plain round for a batch of `b` requests whose latest confidences
 /// are `stale` (`[B·n]`), given the table `sps`, the per-request costs outside the forward and
 /// the scheduler's look-ahead `ahead` (`[B·n]`).
@@ -90,10 +117,16 @@ fn drafting_pays(
 ) -> Result<bool> {
     let bf = b as f64;
     let drafted = sps.with_overhead(bf * (costs.propose + costs.drafted_rest));
+    let theta_plain = bf * sps.with_overhead(bf * costs.plain_rest).sps(b);
+    // No drafted round of `m` verified tokens beats the `m - b` most likely slots at the table's
+    // price of `m`: when even the best such bound loses by the margin, the search
+    // (O((B·K)²)) is skipped. On a target too cheap to draft for, that is every round.
+    if theta_plain > (1.0 + PLAIN_MARGIN) * drafted_bound(stale, b, n, &drafted) {
+        return Ok(false);
+    }
     let lens = schedule_lengths_batch(stale, b, n, &drafted, ahead)?;
     let verified = b + lens.iter().sum::<usize>();
     let theta_drafted = expected_tokens(stale, n, &lens) * drafted.sps(verified);
-    let theta_plain = bf * sps.with_overhead(bf * costs.plain_rest).sps(b);
     // A drafted round that would verify nothing is a plain round that also proposed.
     Ok(verified > b && theta_plain <= (1.0 + PLAIN_MARGIN) * theta_drafted)
 }
@@ -103,16 +136,62 @@ fn stale_of<'a>(stale: &[Option<&'a [f32]>], r: usize, n: usize) -> Option<&'a [
     stale.get(r).copied().flatten().filter(|s| s.len() == n)
 }
 
+/// The table [`VerifyPolicy::ScheduledMeasured`] refines: the prior from the target's shape
+/// and the machine ([`prior_table`]), built up to the verified tokens the rounds need, or the
+/// one [`Planner::warm_up`] timed on the target (read past its end as tokens/s held
+/// constant).
+#[derive(Debug)]
+struct Base {
+    /// Tokens the table reaches.
+    max: usize,
+    table: StepsPerSecond,
+    /// Timed on the target rather than priced from its shape.
+    profiled: bool,
+}
+
+/// The prior table of `target` up to `tokens` verified tokens in rows of `row_tokens` (see
+/// `prior.rs`): its stated [`ForwardCost`], else the estimate from its shape (f32 weights on a
+/// CPU, 2-byte ones on a device).
+fn prior_of<T: TargetModel>(
+    target: &T,
+    tokens: usize,
+    row_tokens: usize,
+) -> Result<StepsPerSecond> {
+    let accelerator = !target.device().is_cpu();
+    let cost = match target.forward_cost()? {
+        Some(c) => c,
+        None => ForwardCost::estimate(
+            target.num_hidden_layers(),
+            target.hidden_size(),
+            target.vocab_size(),
+            if accelerator {
+                WeightDtype::BF16
+            } else {
+                WeightDtype::F32
+            },
+        ),
+    };
+    let machine = if accelerator {
+        Machine::accelerator()
+    } else {
+        Machine::current()
+    };
+    prior_table(&cost, &machine, accelerator, tokens, row_tokens)
+}
+
 /// The policy state of one engine and the choices made from it (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Planner {
     verify: VerifyPolicy,
     /// Drafts verified per round at most (the engine's limit).
     num_speculative: usize,
+    /// Whether the drafter gives confidences (without, a round verifies whole blocks and the
+    /// drafting choice reads the measured acceptance alone).
+    confidences: bool,
     acceptance: Acceptance,
-    /// The measured table: profiled up to `.0` tokens at first use.
-    profile: Option<(usize, StepsPerSecond)>,
-    /// Forward timings that refine the profile.
+    /// The table the forward timings refine: the prior, or a profile when one was asked for.
+    base: Option<Base>,
+    /// Forward timings that refine the base table.
     times: ForwardTimes,
     /// A round's costs outside the forward.
     costs: RoundCosts,
@@ -120,13 +199,15 @@ pub(crate) struct Planner {
 }
 
 impl Planner {
-    /// A planner for `verify` over blocks of at most `num_speculative` drafts.
-    pub(crate) fn new(verify: VerifyPolicy, num_speculative: usize) -> Self {
+    /// A planner for `verify` over blocks of at most `num_speculative` drafts from a drafter
+    /// that gives `confidences` or not.
+    pub(crate) fn new(verify: VerifyPolicy, num_speculative: usize, confidences: bool) -> Self {
         Self {
             verify,
             num_speculative,
+            confidences,
             acceptance: Acceptance::default(),
-            profile: None,
+            base: None,
             times: ForwardTimes::default(),
             costs: RoundCosts::default(),
             streak: Streak::default(),
@@ -144,9 +225,9 @@ impl Planner {
         )
     }
 
-    /// This round's measured table for `drafting` drafting requests, under
-    /// [`VerifyPolicy::ScheduledMeasured`] (profiled at first use, outside the round's
-    /// timings, which price the scheduler's table); `None` otherwise.
+    /// This round's table for `drafting` drafting requests, under
+    /// [`VerifyPolicy::ScheduledMeasured`] (the prior, or the profile [`Planner::warm_up`]
+    /// timed, refined by the forwards timed so far); `None` otherwise.
     pub(crate) fn round_table<T: TargetModel>(
         &mut self,
         target: &T,
@@ -178,6 +259,12 @@ impl Planner {
         Ok(drafts)
     }
 
+    /// A round drafts whatever the policy would choose (a request in it needs it): the
+    /// streak of plain rounds ends.
+    pub(crate) fn drafting_forced(&mut self) {
+        self.streak.since_draft = 0;
+    }
+
     fn drafting_pays_now(
         &mut self,
         stale: &[Option<&[f32]>],
@@ -203,8 +290,9 @@ impl Planner {
         // choice would be made on confidences it does not have. Fresh ones can only change it
         // if drafting pays at the best acceptance the record supports
         // (`Acceptance::optimistic`); where even that does not pay, a drafted round is waste (on
-        // a compute-bound batch it also appends every pending feature row).
-        let fresh = (0..b).any(|r| stale_of(stale, r, n).is_none());
+        // a compute-bound batch it also appends every pending feature row). A drafter without
+        // a confidence head never has any: its choice reads the measured acceptance alone.
+        let fresh = self.confidences && (0..b).any(|r| stale_of(stale, r, n).is_none());
         let due = self.streak.since_draft >= self.streak.refresh_after;
         if fresh || due {
             let best: Vec<f32> = (0..b)
@@ -312,51 +400,53 @@ impl Planner {
         Ok((lens, Some(firsts)))
     }
 
-    /// The steps-per-second table measured on `target`, at least up to `tokens` verified
-    /// tokens (profiled on first use, again when a larger batch needs more), refined by the
-    /// forwards observed since (module `learned`).
+    /// The table of [`VerifyPolicy::ScheduledMeasured`] for up to `tokens` verified tokens in
+    /// rows of `row_tokens`: the base table (the prior, rebuilt larger when a batch outgrows
+    /// it; a profile from [`Planner::warm_up`] as timed) refined by the forwards observed
+    /// since (module `learned`). Nothing is timed here: the prior costs microseconds.
     pub(crate) fn measured_table<T: TargetModel>(
         &mut self,
         target: &T,
         tokens: usize,
         row_tokens: usize,
     ) -> Result<StepsPerSecond> {
-        // Past MAX_PROFILE_TOKENS the table holds tokens/s constant: a huge batch's first
-        // round must not wait on a profile of its whole size.
+        // Past MAX_PROFILE_TOKENS the table holds tokens/s constant.
         let tokens = tokens.min(MAX_PROFILE_TOKENS.max(row_tokens));
-        let profile = match &self.profile {
-            Some((max, table)) if *max >= tokens => table.clone(),
-            _ => {
-                // A batch that outgrows the profile doubles it: under continuous batching the
-                // batch grows a request at a time, and profiling at every size it passes
-                // through would cost more than the rounds it prices.
-                let before = self.profile.as_ref().map_or(0, |s| s.0);
-                let want = tokens
-                    .max(before.saturating_mul(2))
-                    .min(MAX_PROFILE_TOKENS.max(row_tokens));
-                let table = measure_steps_per_second(target, want, row_tokens)?;
-                self.profile = Some((want, table.clone()));
-                table
-            }
+        let base = match self.base.take() {
+            Some(b) if b.profiled || b.max >= tokens => b,
+            _ => Base {
+                max: tokens,
+                table: prior_of(target, tokens, row_tokens)?,
+                profiled: false,
+            },
         };
-        self.times.refine(&profile)
+        let table = self.times.refine(&base.table);
+        self.base = Some(base);
+        table
     }
 
-    /// Measure what [`VerifyPolicy::ScheduledMeasured`] needs for up to `batch` requests
-    /// (nothing under other policies).
+    /// Time the target's table for up to `batch` requests, under
+    /// [`VerifyPolicy::ScheduledMeasured`] (nothing under other policies): a profile of its
+    /// forwards ([`measure_steps_per_second`]) replaces the prior. Only when asked: the prior
+    /// and the rounds' own timings need no profile.
     pub(crate) fn warm_up<T: TargetModel>(&mut self, target: &T, batch: usize) -> Result<()> {
         if !matches!(self.verify, VerifyPolicy::ScheduledMeasured) || batch == 0 {
             return Ok(());
         }
         let row = self.num_speculative + 1;
-        self.measured_table(target, batch.saturating_mul(row), row)
-            .map(|_| ())
+        let tokens = batch.saturating_mul(row).min(MAX_PROFILE_TOKENS.max(row));
+        self.base = Some(Base {
+            max: tokens,
+            table: measure_steps_per_second(target, tokens, row)?,
+            profiled: true,
+        });
+        Ok(())
     }
 
-    /// The measured table, once measured: the profile refined by the forwards observed so far.
+    /// The table in use, once built: the base table refined by the forwards observed so far.
     pub(crate) fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
-        let (_, profile) = self.profile.as_ref()?;
-        self.times.refine(profile).ok()
+        let base = self.base.as_ref()?;
+        self.times.refine(&base.table).ok()
     }
 
     /// Time one forward over `tokens` total tokens into the measured table (only under
@@ -463,6 +553,45 @@ mod tests {
         // Plain faster by 20% (proposal 0.8 ms): it goes plain.
         assert!(!pays(0.8e-3).unwrap());
         const { assert!(PLAIN_MARGIN > 0.05 && PLAIN_MARGIN < 0.2) };
+    }
+
+    #[test]
+    fn the_bound_is_above_every_drafted_round_and_decides_like_the_search() {
+        let table = StepsPerSecond::linear(vec![(1, 1000.0), (8, 900.0), (64, 200.0)]).unwrap();
+        let (b, n) = (3, 4);
+        let c = [
+            0.9f32, 0.8, 0.5, 0.1, 0.6, 0.6, 0.6, 0.6, 0.2, 0.9, 0.9, 0.9,
+        ];
+        let bound = drafted_bound(&c, b, n, &table);
+        // Every prefix-closed choice of lengths is below the bound.
+        for l0 in 0..=n {
+            for l1 in 0..=n {
+                for l2 in 0..=n {
+                    let lens = [l0, l1, l2];
+                    let m = b + lens.iter().sum::<usize>();
+                    if m > b {
+                        let theta = expected_tokens(&c, n, &lens) * table.sps(m);
+                        assert!(theta <= bound + 1e-9, "{lens:?}: {theta} > {bound}");
+                    }
+                }
+            }
+        }
+        // The skip changes no decision: with and without it, on tables from flat to steep.
+        for slope in [0.0, 0.5, 2.0, 8.0, 64.0] {
+            let t =
+                StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0 / (1.0 + slope))]).unwrap();
+            for propose in [0.0, 1e-4, 1e-3, 1e-2] {
+                let k = costs(propose, 1e-5);
+                let fast = drafting_pays(&c, b, n, &t, k, &c).unwrap();
+                let drafted = t.with_overhead(b as f64 * (k.propose + k.drafted_rest));
+                let lens = schedule_lengths_batch(&c, b, n, &drafted, &c).unwrap();
+                let verified = b + lens.iter().sum::<usize>();
+                let theta_plain = b as f64 * t.with_overhead(b as f64 * k.plain_rest).sps(b);
+                let theta = expected_tokens(&c, n, &lens) * drafted.sps(verified);
+                let slow = verified > b && theta_plain <= (1.0 + PLAIN_MARGIN) * theta;
+                assert_eq!(fast, slow, "slope {slope} propose {propose}");
+            }
+        }
     }
 
     #[test]

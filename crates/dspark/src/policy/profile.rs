@@ -70,6 +70,8 @@ pub fn measure_steps_per_second<T: TargetModel>(
     }
     at_most("max_tokens", max_tokens as u64, MAX_BATCH)?;
     at_most("row_tokens", row_tokens as u64, MAX_BLOCK + 1)?;
+    // A table needs two sizes: a profile of one token times two.
+    let max_tokens = max_tokens.max(2);
     let vocab = target.vocab_size().max(1);
     let token = |i: usize| ((i * 7919 + 13) % vocab) as u32;
     let sizes = profile_sizes(max_tokens, row_tokens);

@@ -7,45 +7,52 @@ use crate::error::{Error, Result};
 /// profiled once at engine start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepsPerSecond {
-    /// `(tokens, steps/s)`, tokens strictly increasing.
+    /// `(tokens, steps/s)`, tokens strictly increasing, at least two entries.
     points: Vec<(usize, f64)>,
     /// Step function (`true`) or linear interpolation.
     step: bool,
 }
 
 impl StepsPerSecond {
-    fn build(mut points: Vec<(usize, f64)>, step: bool) -> Result<Self> {
-        if points.is_empty() {
-            return Err(Error::invalid("steps_per_second", "the table is empty"));
+    fn build(points: Vec<(usize, f64)>, step: bool) -> Result<Self> {
+        let bad = |why: String| Error::invalid("steps_per_second", why);
+        if points.len() < 2 {
+            return Err(bad(format!(
+                "{} entries: a table needs at least two (tokens, steps/s) pairs",
+                points.len()
+            )));
         }
-        points.sort_by_key(|p| p.0);
         for w in points.windows(2) {
-            if w[0].0 == w[1].0 {
-                return Err(Error::invalid(
-                    "steps_per_second",
-                    format!("two entries for {} tokens", w[0].0),
-                ));
+            if w[0].0 >= w[1].0 {
+                return Err(bad(format!(
+                    "{} tokens after {}: token counts must strictly increase",
+                    w[1].0, w[0].0
+                )));
             }
         }
         if let Some(&(n, v)) = points
             .iter()
             .find(|p| !(p.1.is_finite() && p.1 > 0.0) || p.0 == 0)
         {
-            return Err(Error::invalid(
-                "steps_per_second",
-                format!("entry ({n} tokens, {v}): tokens must be >= 1, steps/s finite and > 0"),
-            ));
+            return Err(bad(format!(
+                "entry ({n} tokens, {v}): tokens must be >= 1, steps/s finite and > 0"
+            )));
         }
         Ok(StepsPerSecond { points, step })
     }
 
     /// A step function over profiled sizes (e.g. CUDA-graph capture sizes): `SPS(n)` is the value
     /// at the smallest profiled size `>= n`.
+    ///
+    /// Errors (`invalid-argument`): fewer than two entries, token counts that do not strictly
+    /// increase, a count of 0, or steps/s that are not finite and positive.
     pub fn step(points: Vec<(usize, f64)>) -> Result<Self> {
         Self::build(points, true)
     }
 
     /// Piecewise-linear interpolation between profiled sizes (constant below the first).
+    ///
+    /// Errors: as [`StepsPerSecond::step`].
     pub fn linear(points: Vec<(usize, f64)>) -> Result<Self> {
         Self::build(points, false)
     }

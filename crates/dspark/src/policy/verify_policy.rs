@@ -17,11 +17,15 @@ pub enum VerifyPolicy {
     /// the request's own continuation on the acceptance earlier rounds measured
     /// ([`schedule_lengths_batch`](super::schedule_lengths_batch)).
     Scheduled(StepsPerSecond),
-    /// `Scheduled` over a table measured on the target at first use
-    /// ([`measure_steps_per_second`](crate::policy::measure_steps_per_second)), kept by the
-    /// engine and refined online by the timings of the forwards its rounds run: per token
-    /// count the median of the latest, and their median ratio to the profile scaling the rest
+    /// `Scheduled` over a table the engine keeps and refines online, needing no profile: a
+    /// prior from the target's shape and this machine's speed
+    /// ([`ForwardCost`](crate::models::ForwardCost), [`Machine`](crate::policy::Machine)),
+    /// rescaled by the timings of the forwards its rounds run and, per token count, priced by
+    /// the median of the latest ones
     /// ([`Engine::measured_steps_per_second`](crate::engine::Engine::measured_steps_per_second)).
+    /// `warm_up` replaces the prior with a profile timed on the target
+    /// ([`measure_steps_per_second`](crate::policy::measure_steps_per_second)), only when
+    /// called. The default policy.
     ScheduledMeasured,
     /// The pipelined variant: the capacity from the previous round's (stale) confidences, then
     /// the top slots by current survival (the table priced as for `Scheduled`).

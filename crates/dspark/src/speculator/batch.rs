@@ -108,14 +108,15 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
     }
 
     /// The table [`VerifyPolicy::ScheduledMeasured`](crate::policy::VerifyPolicy) uses,
-    /// once measured: the profile refined by the forwards observed so far.
+    /// once built: the prior (or the profile [`Speculator::warm_up`] timed) refined by the
+    /// forwards observed so far.
     pub fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
         self.engine().ok()?.measured_steps_per_second()
     }
 
     /// Under [`VerifyPolicy::ScheduledMeasured`](crate::policy::VerifyPolicy) without a
-    /// table: profile the target now for `batch` concurrent requests ([`Engine::warm_up`]),
-    /// so that the first [`Speculator::generate`] call does not pay for it. Nothing under
+    /// table: time the target's profile now for `batch` concurrent requests
+    /// ([`Engine::warm_up`]) in place of the prior from its shape (optional). Nothing under
     /// other policies.
     pub fn warm_up(&self, batch: usize) -> Result<()> {
         self.engine()?.warm_up(batch)
@@ -180,6 +181,7 @@ pub(crate) fn run<T: TargetModel, D: Drafter>(
                 .or_else(|| options.seed.map(|s| call_seed(s, i)))
                 .unwrap_or_else(fresh_seed),
             max_drafts,
+            repeatable: options.repeatable && (r.seed.is_some() || options.seed.is_some()),
         })
         .collect();
     // Every request is checked before any runs.

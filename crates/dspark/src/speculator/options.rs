@@ -21,13 +21,19 @@ pub struct SpeculatorOptions {
     pub seed: Option<u64>,
     /// The verify-length policy.
     pub verify: VerifyPolicy,
+    /// With a seed (the call's or a request's), sampled tokens repeat with it: under the
+    /// scheduling policies such requests run drafted rounds and verify whole blocks
+    /// ([`RequestSpec::repeatable`](crate::engine::RequestSpec::repeatable)). `false` lets the
+    /// scheduler choose for them too: exact in distribution, but a seed's tokens may change
+    /// with timings and the batch. Default `true`.
+    pub repeatable: bool,
     /// Keep every verified slot's confidence and outcome in
     /// [`Stats::confidence_records`](super::Stats::confidence_records) (for calibration).
     pub record_confidence: bool,
 }
 
 impl Default for SpeculatorOptions {
-    /// Greedy, full verification, no call-level seed.
+    /// Greedy, the scheduled policy ([`VerifyPolicy::ScheduledMeasured`]), no call-level seed.
     fn default() -> Self {
         Self {
             num_speculative_tokens: None,
@@ -35,7 +41,8 @@ impl Default for SpeculatorOptions {
             top_k: None,
             top_p: 1.0,
             seed: None,
-            verify: VerifyPolicy::Full,
+            verify: VerifyPolicy::ScheduledMeasured,
+            repeatable: true,
             record_confidence: false,
         }
     }

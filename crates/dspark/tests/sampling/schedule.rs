@@ -131,7 +131,7 @@ fn look_ahead_of_zero_is_the_paper_scheduler() {
 #[test]
 fn the_paper_scheduler_admits_by_survival_and_stops_early() {
     // Constant SPS: every slot with positive survival strictly improves Θ.
-    let flat = StepsPerSecond::step(vec![(1, 1.0)]).unwrap();
+    let flat = StepsPerSecond::step(vec![(1, 1.0), (2, 0.5)]).unwrap();
     let c = [0.9, 0.9, 0.0, 0.5, 0.5, 0.5];
     // Past the table SPS falls as 1/tokens, so Θ = τ/B: admit while survival beats the mean.
     let lengths = schedule_lengths(&c, 2, 3, &flat).unwrap();

@@ -27,8 +27,16 @@ fn oracle(target: &ToyTarget, mode: Mode) -> OracleDrafter {
     OracleDrafter::new(target, K, &CAPTURE, mode)
 }
 
+/// Full verification (the figures these tests pin are the whole block's).
 fn greedy_oracle(corrupt_every: usize) -> Speculator<ToyTarget, OracleDrafter> {
-    speculator(Mode::Greedy { corrupt_every }, SpeculatorOptions::default())
+    speculator(Mode::Greedy { corrupt_every }, full_options())
+}
+
+fn full_options() -> SpeculatorOptions {
+    SpeculatorOptions {
+        verify: VerifyPolicy::Full,
+        ..SpeculatorOptions::default()
+    }
 }
 
 fn speculator(mode: Mode, options: SpeculatorOptions) -> Speculator<ToyTarget, OracleDrafter> {
@@ -346,38 +354,43 @@ fn warm_up_profiles_before_the_first_call_and_keeps_the_tokens() {
     let g = s.generate(&reqs, None).unwrap();
     assert_eq!(g.tokens, greedy_reference(&reqs));
     // Under full verification it measures nothing.
-    let full = speculator(
-        Mode::Greedy { corrupt_every: 3 },
-        SpeculatorOptions::default(),
-    );
+    let full = speculator(Mode::Greedy { corrupt_every: 3 }, full_options());
     full.warm_up(4).unwrap();
     assert!(full.measured_steps_per_second().is_none());
 }
 
 #[test]
-fn a_measured_table_is_profiled_once_and_refined_by_the_rounds() {
+fn the_default_table_is_a_prior_that_runs_no_forward_of_its_own() {
     let reqs = batch();
-    let options = SpeculatorOptions {
-        verify: VerifyPolicy::ScheduledMeasured,
-        ..SpeculatorOptions::default()
-    };
-    let s = speculator(Mode::Greedy { corrupt_every: 3 }, options);
-    assert!(
-        s.measured_steps_per_second().is_none(),
-        "nothing measured yet"
+    let options = SpeculatorOptions::default();
+    assert_eq!(
+        options.verify,
+        VerifyPolicy::ScheduledMeasured,
+        "the default policy"
     );
+    let s = speculator(Mode::Greedy { corrupt_every: 3 }, options);
+    assert!(s.measured_steps_per_second().is_none(), "nothing built yet");
     let g = s.generate(&reqs, None).unwrap();
     assert_eq!(g.tokens, greedy_reference(&reqs));
+    // Every forward the target ran is one of the call's own: its prefill and one per round
+    // (no profile, no throwaway cache).
+    let calls = s.target().log.borrow().calls.len();
+    assert_eq!(
+        calls,
+        1 + g.stats.rounds,
+        "{calls} forwards, {} rounds",
+        g.stats.rounds
+    );
     let table = s.measured_steps_per_second().unwrap();
     let sizes: Vec<usize> = table.points().iter().map(|p| p.0).collect();
-    // The profile: every size up to two rows of K + 1 tokens (the batch's rows here), then
-    // sizes at most 50% apart, up to the first round's B·(K + 1) (a budget of 1 ends at the
-    // prefill).
+    // The prior's sizes: every size up to two rows of K + 1 tokens (the batch's rows here),
+    // then sizes at most 50% apart, up to the first round's B·(K + 1) (a budget of 1 ends at
+    // the prefill), and every count a round timed.
     let first_round = reqs.iter().filter(|r| r.max_new_tokens > 1).count();
     let max = first_round * (K + 1);
     let dense = (2 * (K + 1)).min(max);
     for n in 1..=dense {
-        assert!(sizes.contains(&n), "{n} not profiled: {sizes:?}");
+        assert!(sizes.contains(&n), "{n} not priced: {sizes:?}");
     }
     assert!(sizes.contains(&max), "{sizes:?}");
     assert!(
@@ -391,8 +404,8 @@ fn a_measured_table_is_profiled_once_and_refined_by_the_rounds() {
     for n in &sizes {
         assert!(again.points().iter().any(|p| p.0 == *n));
     }
-    // A batch past MAX_PROFILE_TOKENS verified tokens profiles up to that size only (a
-    // budget of 3 leaves one draft to verify after the prefill: every request drafts once).
+    // A batch past MAX_PROFILE_TOKENS verified tokens prices up to that size only (a budget
+    // of 3 leaves one draft to verify after the prefill: every request drafts once).
     let many: Vec<Request> = (0..600)
         .map(|i| Request::new(prompt(i + 100, 1), 3))
         .collect();
@@ -839,7 +852,7 @@ fn lossless(mode: Mode, options: SpeculatorOptions, label: &str) -> Stats {
 #[test]
 fn sampled_output_has_the_target_distribution() {
     let t1 = sampled(0, VerifyPolicy::Full);
-    lossless(Mode::Sampling, t1.clone(), "T=1");
+    let full = lossless(Mode::Sampling, t1.clone(), "T=1");
     lossless(
         Mode::Greedy { corrupt_every: 2 },
         t1.clone(),
@@ -854,21 +867,53 @@ fn sampled_output_has_the_target_distribution() {
         sampled(0, VerifyPolicy::Threshold(0.6)),
         "T=1 threshold",
     ));
+    // The scheduler's own choices for seeded requests (not held to repeat their tokens).
+    let scheduled = |policy| SpeculatorOptions {
+        repeatable: false,
+        ..sampled(0, policy)
+    };
     // A steps-per-second table at this batch's scale (so that some slots are admitted).
     let big = StepsPerSecond::linear(vec![(1, 100.0), (20_000, 90.0), (60_000, 30.0)]).unwrap();
     partial(lossless(
         Mode::Sampling,
-        sampled(0, VerifyPolicy::Scheduled(big)),
+        scheduled(VerifyPolicy::Scheduled(big)),
         "T=1 scheduled",
     ));
     // A table no draft can pay for: after the first (drafted) round, plain target-only steps.
     let linear = StepsPerSecond::linear(vec![(1, 1000.0), (2, 500.0)]).unwrap();
     let st = lossless(
         Mode::Sampling,
-        sampled(0, VerifyPolicy::Scheduled(linear)),
+        scheduled(VerifyPolicy::Scheduled(linear.clone())),
         "T=1 scheduled, plain rounds",
     );
     assert!(st.plain_rounds > 0 && st.plain_rounds < st.rounds, "{st:?}");
+    // The default policy: exact too.
+    lossless(
+        Mode::Sampling,
+        scheduled(VerifyPolicy::ScheduledMeasured),
+        "T=1 default policy",
+    );
+    // Held to repeat with its seed (the default), a seeded request verifies its whole
+    // block in drafted rounds even on a table no draft pays for: the rounds of full
+    // verification, draw for draw.
+    let st = lossless(
+        Mode::Sampling,
+        sampled(0, VerifyPolicy::Scheduled(linear)),
+        "T=1 scheduled, repeatable",
+    );
+    assert_eq!(st.plain_rounds, 0, "{st:?}");
+    assert_eq!(
+        (
+            st.position_attempts,
+            st.position_accepts,
+            st.committed_tokens
+        ),
+        (
+            full.position_attempts,
+            full.position_accepts,
+            full.committed_tokens
+        )
+    );
 }
 
 #[test]

@@ -46,6 +46,7 @@ fn sampled(mut s: RequestSpec, seed: u64) -> RequestSpec {
         top_p: 1.0,
     };
     s.seed = seed;
+    s.repeatable = true;
     s
 }
 
@@ -421,7 +422,13 @@ fn warm_up_profiles_the_scheduler_before_any_request() {
     }
     assert_eq!(tokens.len(), 12);
     // Under a policy that does not schedule it measures nothing.
-    let mut full = engine(Mode::Greedy { corrupt_every: 3 }, EngineConfig::default());
+    let mut full = engine(
+        Mode::Greedy { corrupt_every: 3 },
+        EngineConfig {
+            verify: VerifyPolicy::Full,
+            ..EngineConfig::default()
+        },
+    );
     full.warm_up(4).unwrap();
     assert!(full.measured_steps_per_second().is_none());
 }

@@ -4,7 +4,9 @@
 //! there); this module gathers what it reads from the requests and applies what it decides.
 //!
 //! A request whose own limit (`max_drafts`, its budget) leaves no draft, or that never drafts,
-//! takes a target-only step inside a drafted round.
+//! takes a target-only step inside a drafted round. A sampled request whose tokens must repeat
+//! with its seed (`RequestSpec::repeatable`) makes its rounds draft and verifies its whole
+//! block under the scheduling policies, as under full verification.
 
 use std::time::Instant;
 
@@ -33,12 +35,27 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             })
             .collect();
         let drafting: Vec<usize> = (0..act.len()).filter(|&j| caps[j] > 0).collect();
+        // Sampled requests whose tokens must repeat with their seed: their rounds draft and
+        // they verify their whole block (see `RequestSpec::repeatable`).
+        let pinned: Vec<bool> = act
+            .iter()
+            .map(|&i| {
+                self.sched.rows[i].as_ref().is_some_and(|s| {
+                    s.spec.repeatable && !s.spec.sampling.is_greedy() && self.planner.schedules()
+                })
+            })
+            .collect();
         let measured = self.planner.round_table(&self.target, drafting.len())?;
         let rows: Vec<usize> = drafting.iter().map(|&j| act[j]).collect();
-        let plain = !drafting.is_empty()
-            && !self
-                .planner
-                .drafts(&stale(&self.sched, &rows), measured.as_ref())?;
+        let plain = if drafting.iter().any(|&j| pinned[j]) {
+            self.planner.drafting_forced();
+            false
+        } else {
+            !drafting.is_empty()
+                && !self
+                    .planner
+                    .drafts(&stale(&self.sched, &rows), measured.as_ref())?
+        };
         let mut plan = Plan {
             lens: vec![0; act.len()],
             drafts: vec![Vec::new(); act.len()],
@@ -64,7 +81,9 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             return Ok(plan);
         }
         let lens = self.verify_lengths(&plan, &drafting, k, measured.as_ref())?;
+        let whole = self.num_speculative.min(k);
         for (&j, len) in drafting.iter().zip(lens) {
+            let len = if pinned[j] { whole } else { len };
             plan.lens[j] = len.min(caps[j]);
         }
         self.planner.decay();

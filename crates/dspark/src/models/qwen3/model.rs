@@ -18,7 +18,7 @@ use crate::checkpoint::shapes::{EMBED, LM_HEAD};
 use crate::config::Qwen3Config;
 use crate::config::TargetSpec;
 use crate::error::{Error, Result};
-use crate::models::{TargetInput, TargetModel, TargetOutput};
+use crate::models::{ForwardCost, TargetInput, TargetModel, TargetOutput};
 use crate::nn::decoder::{Heads, Layer, Take};
 use crate::nn::weights::TensorReader;
 use crate::nn::{Linear, Rope, output_head};
@@ -326,5 +326,20 @@ impl TargetModel for Qwen3Target {
 
     fn ragged(&self) -> bool {
         true
+    }
+
+    fn forward_cost(&self) -> Result<Option<ForwardCost>> {
+        let c = &self.config.shape;
+        let (h, d) = (c.hidden_size, c.head_dim);
+        let q = c.num_attention_heads * d;
+        let kv = c.num_key_value_heads * d;
+        let layer = h * (2 * q + 2 * kv) + 3 * h * c.intermediate_size;
+        let weights = c.num_hidden_layers * layer + c.vocab_size * h;
+        Ok(Some(ForwardCost {
+            weight_bytes: self.weight_bytes_per_step() as f64,
+            flops_per_token: 2.0 * weights as f64,
+            layers: c.num_hidden_layers,
+            dtype: self.weight_dtype(),
+        }))
     }
 }

@@ -1,0 +1,74 @@
+//! [`ForwardCost`]: what one forward of a target costs by its shape, which a target states (or
+//! the scheduler estimates) so that its cost model has a prior before any forward is timed
+//! (the policy room's `prior`).
+
+use crate::error::{Error, Result};
+use crate::nn::WeightDtype;
+
+/// What one forward of a target costs, by its shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ForwardCost {
+    /// Bytes of weights one forward reads whatever its token count: every layer's matrices
+    /// and the output head, in their kept dtype.
+    pub weight_bytes: f64,
+    /// Floating-point operations per token through those matrices (a multiply-add counts 2).
+    pub flops_per_token: f64,
+    /// Decoder layers.
+    pub layers: usize,
+    /// The dtype the weights are kept in (it sets the kernels' multiply rate).
+    pub dtype: WeightDtype,
+}
+
+impl ForwardCost {
+    /// The cost of a forward by shape alone, for a target that does not state its own: a
+    /// decoder of `layers` layers of width `hidden` (attention `4·H²`, a gated MLP of width
+    /// `3·H`: `13·H²` weights a layer) and an output head of `vocab` rows, with weights of
+    /// `dtype`.
+    pub fn estimate(layers: usize, hidden: usize, vocab: usize, dtype: WeightDtype) -> Self {
+        let h = hidden as f64;
+        let weights = layers as f64 * 13.0 * h * h + vocab as f64 * h;
+        Self {
+            weight_bytes: weights * dtype.size() as f64,
+            flops_per_token: 2.0 * weights,
+            layers,
+            dtype,
+        }
+    }
+
+    /// `invalid-argument` unless the byte and operation counts are finite and positive.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("forward_cost.weight_bytes", self.weight_bytes),
+            ("forward_cost.flops_per_token", self.flops_per_token),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::invalid(name, format!("{v}: must be finite and > 0")));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_counts_layers_and_head() {
+        let c = ForwardCost::estimate(2, 64, 1000, WeightDtype::BF16);
+        let weights = 2.0 * 13.0 * 64.0 * 64.0 + 1000.0 * 64.0;
+        assert_eq!(c.weight_bytes, 2.0 * weights);
+        assert_eq!(c.flops_per_token, 2.0 * weights);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_counts_are_typed() {
+        let mut c = ForwardCost::estimate(2, 64, 1000, WeightDtype::F32);
+        c.weight_bytes = f64::NAN;
+        assert_eq!(c.validate().unwrap_err().code(), "invalid-argument");
+        c.weight_bytes = 1.0;
+        c.flops_per_token = 0.0;
+        assert_eq!(c.validate().unwrap_err().code(), "invalid-argument");
+    }
+}

@@ -1,0 +1,395 @@
+//! This machine's speed, for the cost model's prior ([`super::prior`]): how fast it reads memory
+//! and how fast the packed kernels multiply, measured once and cached.
+//!
+//! A decode or verify forward of a few rows reads every weight once and does little work per
+//! byte. A forward of many rows does the work of each row on the same bytes. Where one regime
+//! gives way to the other is set by the machine's ratio of multiply rate to read bandwidth, so
+//! the scheduler's table needs both before the first round. [`Machine::current`] gives them:
+//! - from the cache file of this CPU model, thread count and build (debug builds time
+//!   differently), in the user's cache directory ([`cache_dir`]);
+//! - otherwise measured (about a tenth of a second: a 64 MiB read over the pool and one packed
+//!   product per weight dtype, each the best of three) and written there.
+//!
+//! A cache file that is corrupt, truncated or written for another machine is ignored and
+//! rewritten, with a warning on stderr. A directory that cannot be written (read-only, a file
+//! in the way) caches nothing and fails nothing. Measured once per process.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use half::bf16;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::nn::WeightDtype;
+use crate::nn::packed::PackedMatrix;
+
+/// The cache file's format version (a file of another version is measured again).
+const FORMAT: u32 = 1;
+
+/// Bytes read by the bandwidth measurement: past every cache level of the machines served.
+const READ_BYTES: usize = 64 << 20;
+
+/// Timed repeats of each measurement; the fastest counts (noise only ever slows a run).
+const REPEATS: usize = 3;
+
+/// The shape of the multiply measurement: a verify-sized batch of rows against a weight that
+/// stays in cache, so the multiplies bound it.
+const GEMM_ROWS: usize = 32;
+const GEMM_DIM: usize = 512;
+
+/// Plausible speeds: a value outside is a corrupt cache file.
+const PLAUSIBLE: std::ops::RangeInclusive<f64> = 1e6..=1e17;
+
+/// How fast this machine reads memory and multiplies (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// Bytes per second read by every pool thread together.
+    pub read_bytes_per_s: f64,
+    /// Floating-point operations per second (a multiply-add counts 2) of the packed f32
+    /// kernel over the pool.
+    pub flops_f32: f64,
+    /// The same with 2-byte (bf16) weights.
+    pub flops_bf16: f64,
+}
+
+impl Machine {
+    /// This machine, from the cache or measured (once per process; see the module docs).
+    pub fn current() -> Machine {
+        static CURRENT: OnceLock<Machine> = OnceLock::new();
+        *CURRENT.get_or_init(|| cached_or_measured(cache_dir().as_deref(), &key(), measure))
+    }
+
+    /// A nominal accelerator (a current data-centre GPU): the cost model's prior for a target
+    /// on a device, which its online timings then rescale.
+    pub fn accelerator() -> Machine {
+        Machine {
+            read_bytes_per_s: 2.0e12,
+            flops_f32: 5.0e13,
+            flops_bf16: 2.0e14,
+        }
+    }
+
+    /// The multiply rate with weights of `dtype` (f16 panels convert as bf16 ones do).
+    pub fn flops(&self, dtype: WeightDtype) -> f64 {
+        match dtype {
+            WeightDtype::F32 => self.flops_f32,
+            WeightDtype::BF16 | WeightDtype::F16 => self.flops_bf16,
+        }
+    }
+
+    fn plausible(&self) -> bool {
+        [self.read_bytes_per_s, self.flops_f32, self.flops_bf16]
+            .iter()
+            .all(|v| PLAUSIBLE.contains(v))
+    }
+}
+
+/// Where dspark caches what it measures of the machine: `DSPARK_CACHE_DIR`, else the
+/// platform's user cache directory (`$XDG_CACHE_HOME/dspark` or `~/.cache/dspark` on Linux,
+/// `~/Library/Caches/dspark` on macOS, `%LOCALAPPDATA%\dspark\cache` on Windows); `None` when
+/// none is known.
+pub fn cache_dir() -> Option<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = var("DSPARK_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    if cfg!(windows) {
+        return var("LOCALAPPDATA").map(|d| PathBuf::from(d).join("dspark").join("cache"));
+    }
+    if cfg!(target_os = "macos") {
+        return var("HOME").map(|h| PathBuf::from(h).join("Library/Caches/dspark"));
+    }
+    match var("XDG_CACHE_HOME") {
+        Some(d) => Some(PathBuf::from(d).join("dspark")),
+        None => var("HOME").map(|h| PathBuf::from(h).join(".cache/dspark")),
+    }
+}
+
+/// What a cache file is valid for: the CPU model, the pool's threads and the build.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Key {
+    pub(crate) cpu: String,
+    pub(crate) threads: usize,
+    pub(crate) build: String,
+}
+
+/// This process's [`Key`].
+fn key() -> Key {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    Key {
+        cpu,
+        threads: rayon::current_num_threads(),
+        build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .into(),
+    }
+}
+
+/// The cache file's contents.
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    format: u32,
+    #[serde(flatten)]
+    key: Key,
+    #[serde(flatten)]
+    machine: Machine,
+}
+
+/// The cache file for `key` in `dir`: one per key (FNV-1a of it in the name; the key inside).
+fn file_of(dir: &Path, key: &Key) -> PathBuf {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let text = format!("{}\0{}\0{}", key.cpu, key.threads, key.build);
+    for b in text.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut name = String::from("machine-");
+    let _ = write!(name, "{h:016x}.json");
+    dir.join(name)
+}
+
+/// The machine cached for `key` in `path`: `Ok(None)` when there is no file, `Err(why)` when
+/// one is there but unusable.
+fn load(path: &Path, key: &Key) -> std::result::Result<Option<Machine>, String> {
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let entry: Entry =
+        serde_json::from_slice(&text).map_err(|e| format!("not a cache file ({e})"))?;
+    if entry.format != FORMAT {
+        return Err(format!(
+            "format {} (this build writes {FORMAT})",
+            entry.format
+        ));
+    }
+    if entry.key != *key {
+        return Err(format!(
+            "written for {:?} with {} threads ({} build)",
+            entry.key.cpu, entry.key.threads, entry.key.build
+        ));
+    }
+    if !entry.machine.plausible() {
+        return Err("implausible speeds".into());
+    }
+    Ok(Some(entry.machine))
+}
+
+/// Write `machine` for `key` to `path` (a temporary file renamed over it, so a reader never
+/// sees half a file); `false` when it could not be written.
+fn store(path: &Path, key: &Key, machine: Machine) -> bool {
+    let entry = Entry {
+        format: FORMAT,
+        key: key.clone(),
+        machine,
+    };
+    let Ok(text) = serde_json::to_vec_pretty(&entry) else {
+        return false;
+    };
+    let Some(dir) = path.parent() else {
+        return false;
+    };
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let ok = std::fs::create_dir_all(dir).is_ok()
+        && std::fs::write(&tmp, text).is_ok()
+        && std::fs::rename(&tmp, path).is_ok();
+    if !ok {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    ok
+}
+
+/// The machine for `key`: cached in `dir` when a valid file is there, otherwise `measure()`d
+/// and written (see the module docs for what is tolerated).
+pub(crate) fn cached_or_measured(
+    dir: Option<&Path>,
+    key: &Key,
+    measure: impl FnOnce() -> Machine,
+) -> Machine {
+    let Some(dir) = dir else {
+        return measure();
+    };
+    let path = file_of(dir, key);
+    match load(&path, key) {
+        Ok(Some(m)) => return m,
+        Ok(None) => {}
+        Err(why) => eprintln!(
+            "dspark: warning: ignoring the machine cache {}: {why}; measuring again",
+            path.display()
+        ),
+    }
+    let machine = measure();
+    store(&path, key, machine);
+    machine
+}
+
+/// Time `f` [`REPEATS`] times; the fastest, in seconds (at least a nanosecond).
+fn fastest(mut f: impl FnMut()) -> f64 {
+    (0..REPEATS)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+        .max(1e-9)
+}
+
+/// Measure this machine (see the module docs).
+pub fn measure() -> Machine {
+    let words = READ_BYTES / 8;
+    // Allocated as the packed weights are (huge pages where the kernel gives them): a fresh
+    // buffer's page faults would otherwise cost more than the reads.
+    let buf: Vec<u64> = crate::cpu::pages::streamed_vec(words);
+    let chunk = words
+        .div_ceil(rayon::current_num_threads().max(1) * 4)
+        .max(1);
+    let mut sink = 0u64;
+    let read = fastest(|| {
+        sink ^= buf
+            .par_chunks(chunk)
+            .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
+            .reduce(|| 0, u64::wrapping_add);
+    });
+    std::hint::black_box(sink);
+    let x: Vec<f32> = (0..GEMM_ROWS * GEMM_DIM)
+        .map(|i| (i % 7) as f32 * 0.125)
+        .collect();
+    let at = |o: usize, k: usize| ((o * 3 + k) % 11) as f32 * 0.0625;
+    let flops = 2.0 * (GEMM_ROWS * GEMM_DIM * GEMM_DIM) as f64;
+    let f32w = PackedMatrix::<f32>::pack_with(GEMM_DIM, GEMM_DIM, at);
+    let bf16w =
+        PackedMatrix::<bf16>::pack_with(GEMM_DIM, GEMM_DIM, |o, k| bf16::from_f32(at(o, k)));
+    let f32s = fastest(|| {
+        std::hint::black_box(f32w.matmul(&x, GEMM_ROWS, None));
+    });
+    let bf16s = fastest(|| {
+        std::hint::black_box(bf16w.matmul(&x, GEMM_ROWS, None));
+    });
+    Machine {
+        read_bytes_per_s: READ_BYTES as f64 / read,
+        flops_f32: flops / f32s,
+        flops_bf16: flops / bf16s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> Key {
+        Key {
+            cpu: "Test CPU".into(),
+            threads: 2,
+            build: "debug".into(),
+        }
+    }
+
+    const M: Machine = Machine {
+        read_bytes_per_s: 2e10,
+        flops_f32: 1e11,
+        flops_bf16: 8e10,
+    };
+
+    #[test]
+    fn a_valid_cache_file_is_read_and_nothing_is_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = cached_or_measured(Some(dir.path()), &key(), || M);
+        assert_eq!(first, M);
+        assert!(file_of(dir.path(), &key()).exists());
+        let again = cached_or_measured(Some(dir.path()), &key(), || panic!("measured again"));
+        assert_eq!(again, M);
+    }
+
+    #[test]
+    fn corrupt_truncated_and_foreign_files_are_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = file_of(dir.path(), &key());
+        let other = Key {
+            cpu: "Other CPU".into(),
+            ..key()
+        };
+        let mut foreign = serde_json::to_string(&Entry {
+            format: FORMAT,
+            key: other,
+            machine: M,
+        })
+        .unwrap();
+        let good = serde_json::to_string(&Entry {
+            format: FORMAT,
+            key: key(),
+            machine: M,
+        })
+        .unwrap();
+        let implausible = good.replace("20000000000", "0");
+        let future = good.replace("\"format\":1", "\"format\":99");
+        let truncated = good[..good.len() / 2].to_string();
+        foreign.push(' ');
+        for bad in [
+            "\u{0}\u{1}garbage".to_string(),
+            truncated,
+            foreign,
+            implausible,
+            future,
+        ] {
+            std::fs::write(&path, &bad).unwrap();
+            assert!(load(&path, &key()).is_err(), "{bad}");
+            let m = cached_or_measured(Some(dir.path()), &key(), || M);
+            assert_eq!(m, M);
+            assert_eq!(load(&path, &key()), Ok(Some(M)), "rewritten after {bad}");
+        }
+    }
+
+    #[test]
+    fn an_unwritable_directory_caches_nothing_and_fails_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the directory should be: nothing can be created under it (even as
+        // root, where permission bits would not stop a write).
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, "x").unwrap();
+        let under = blocker.join("cache");
+        let mut measured = 0;
+        for _ in 0..2 {
+            let m = cached_or_measured(Some(&under), &key(), || {
+                measured += 1;
+                M
+            });
+            assert_eq!(m, M);
+        }
+        assert_eq!(measured, 2, "nothing was cached, so each call measures");
+        assert_eq!(cached_or_measured(None, &key(), || M), M);
+    }
+
+    #[test]
+    fn files_are_per_key() {
+        let dir = Path::new("/x");
+        let threads = Key {
+            threads: 4,
+            ..key()
+        };
+        assert_ne!(file_of(dir, &key()), file_of(dir, &threads));
+        assert_eq!(file_of(dir, &key()), file_of(dir, &key()));
+    }
+
+    #[test]
+    fn a_measurement_is_plausible() {
+        let t = std::time::Instant::now();
+        let m = measure();
+        eprintln!("measured in {:?}: {m:?}", t.elapsed());
+        assert!(m.plausible(), "{m:?}");
+    }
+}

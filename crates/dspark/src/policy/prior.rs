@@ -1,0 +1,113 @@
+//! The cost model's prior: a steps-per-second table from what is known before the first round,
+//! the target's shape ([`ForwardCost`]) and this machine's speed ([`Machine`]), with nothing
+//! profiled.
+//!
+//! A forward of `n` tokens reads the target's weights once and multiplies them by every token:
+//!
+//! `t(n) = layers · LAYER_OVERHEAD + max(weight_bytes / read_rate, n · flops_per_token / flop_rate)`
+//!
+//! The first term is what a forward spends issuing its operations (a few microseconds per
+//! layer on a CPU, tens of them on a GPU whose every launch costs host time). The engine's
+//! round loop refines the table from each forward it times (module `learned`): the median
+//! ratio of the timings to this table rescales all of it from the first round on, and a
+//! token count timed three times or more is priced by its own timings.
+
+use crate::error::Result;
+use crate::models::ForwardCost;
+use crate::policy::StepsPerSecond;
+
+use super::machine::Machine;
+use super::profile::profile_sizes;
+
+/// Seconds one decoder layer spends outside its reads and multiplies on a CPU.
+const CPU_LAYER_OVERHEAD: f64 = 4e-6;
+
+/// The same on an accelerator (candle issues each operation from the host).
+const DEVICE_LAYER_OVERHEAD: f64 = 2e-4;
+
+/// Seconds of a forward of `tokens` tokens of `cost` on `machine` (see the module docs);
+/// `accelerator`: the target runs on a device.
+pub(crate) fn seconds(
+    cost: &ForwardCost,
+    tokens: usize,
+    machine: &Machine,
+    accelerator: bool,
+) -> f64 {
+    let overhead = if accelerator {
+        DEVICE_LAYER_OVERHEAD
+    } else {
+        CPU_LAYER_OVERHEAD
+    };
+    let read = cost.weight_bytes / machine.read_bytes_per_s;
+    let compute = tokens as f64 * cost.flops_per_token / machine.flops(cost.dtype);
+    cost.layers.max(1) as f64 * overhead + read.max(compute)
+}
+
+/// The prior table of `cost` up to `max_tokens` verified tokens, over the sizes the profile
+/// would time for rows of `row_tokens` (dense over two rows, then growing by half).
+///
+/// Errors: `invalid-argument` for counts that are not finite and positive.
+pub(crate) fn prior_table(
+    cost: &ForwardCost,
+    machine: &Machine,
+    accelerator: bool,
+    max_tokens: usize,
+    row_tokens: usize,
+) -> Result<StepsPerSecond> {
+    cost.validate()?;
+    let points = profile_sizes(max_tokens.max(2), row_tokens.max(1))
+        .into_iter()
+        .map(|n| (n, 1.0 / seconds(cost, n, machine, accelerator)))
+        .collect();
+    StepsPerSecond::linear(points)
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::WeightDtype;
+
+    const M: Machine = Machine {
+        read_bytes_per_s: 2e10,
+        flops_f32: 1e11,
+        flops_bf16: 5e10,
+    };
+
+    #[test]
+    fn a_small_forward_reads_and_a_large_one_multiplies() {
+        // 1 GB of f32 weights: 50 ms to read; 0.5 GFLOP a token: 5 ms each at 100 GFLOP/s.
+        let c = ForwardCost {
+            weight_bytes: 1e9,
+            flops_per_token: 5e8,
+            layers: 10,
+            dtype: WeightDtype::F32,
+        };
+        let t = |c: &ForwardCost, n| seconds(c, n, &M, false) - 10.0 * CPU_LAYER_OVERHEAD;
+        assert!((t(&c, 1) - 0.05).abs() < 1e-12 && (t(&c, 10) - 0.05).abs() < 1e-12);
+        assert!((t(&c, 20) - 0.1).abs() < 1e-12, "{}", t(&c, 20));
+        // bf16 halves the bytes, and here the multiply rate: the knee comes at a quarter of
+        // the tokens.
+        let b = ForwardCost {
+            dtype: WeightDtype::BF16,
+            weight_bytes: 5e8,
+            ..c
+        };
+        assert!((t(&b, 2) - 0.025).abs() < 1e-12 && (t(&b, 10) - 0.1).abs() < 1e-12);
+        // A device forward pays more per layer.
+        assert!(seconds(&c, 1, &M, true) > seconds(&c, 1, &M, false));
+        let table = prior_table(&c, &M, false, 64, 5).unwrap();
+        assert!(table.sps(1) > 0.0 && table.sps(1) >= table.sps(64));
+        assert_eq!(table.points().last().map(|p| p.0), Some(64));
+        let sizes: Vec<usize> = table.points().iter().map(|p| p.0).collect();
+        assert_eq!(sizes, profile_sizes(64, 5));
+    }
+
+    #[test]
+    fn bad_counts_are_typed() {
+        let mut c = ForwardCost::estimate(2, 64, 1000, WeightDtype::F32);
+        c.flops_per_token = 0.0;
+        assert_eq!(
+            prior_table(&c, &M, false, 8, 2).unwrap_err().code(),
+            "invalid-argument"
+        );
+    }
+}
