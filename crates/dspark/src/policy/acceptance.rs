@@ -88,6 +88,11 @@ impl Acceptance {
         ((accepts + PRIOR * c) / (attempts + PRIOR)) as f32
     }
 
+    /// Decayed slots verified at position 0: how much of the record there is.
+    pub(crate) fn evidence(&self) -> f64 {
+        self.attempts.first().copied().unwrap_or(0.0)
+    }
+
     /// The best acceptance at position `k` the record supports: its rate counted as at most
     /// [`OPTIMISM_EVIDENCE`] observations against a confidence of 1 counted as [`PRIOR`]. A
     /// long record of low acceptance keeps it low, yet it stays above the rate (the text can

@@ -24,6 +24,7 @@
 //! call (one request, a few rounds) must not be priced by it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeInclusive;
 
 use crate::error::Result;
 use crate::policy::StepsPerSecond;
@@ -33,7 +34,10 @@ use crate::policy::table::median;
 const WINDOW: usize = 16;
 
 /// Timings a token count needs before its own median prices it.
-const MIN_SAMPLES: usize = 3;
+pub(crate) const MIN_SAMPLES: usize = 3;
+
+/// Drafted rounds a batch size needs timed before its costs price the drafting choice.
+const MIN_DRAFTED: usize = 2;
 
 /// Observations the scaled profile counts as at a count that has its own timings.
 const PROFILE_WEIGHT: f64 = 2.0;
@@ -66,12 +70,17 @@ impl Keyed {
     /// The median timing of the key nearest `key` by ratio (ties: the larger key); `None`
     /// when nothing is kept.
     pub(crate) fn near(&self, key: usize) -> Option<f64> {
+        self.near_counted(key).map(|(m, _)| m)
+    }
+
+    /// [`Keyed::near`] and how many timings that key holds.
+    fn near_counted(&self, key: usize) -> Option<(f64, usize)> {
         let key = key.max(1) as f64;
         let (_, ring) = self.rings.iter().min_by(|a, b| {
             let d = |k: usize| (k as f64 / key).ln().abs();
             d(*a.0).total_cmp(&d(*b.0)).then(b.0.cmp(a.0))
         })?;
-        median(ring.0.clone())
+        Some((median(ring.0.clone())?, ring.0.len()))
     }
 }
 
@@ -88,9 +97,20 @@ impl ForwardTimes {
         }
     }
 
+    /// Timings kept at exactly `tokens`.
+    pub(crate) fn timed(&self, tokens: usize) -> usize {
+        self.0.get(tokens).len()
+    }
+
     /// `profiled` refined by the kept timings (see the module docs); the profile itself when
-    /// nothing is kept. Its sizes are the profile's and every timed count.
-    pub(crate) fn refine(&self, profiled: &StepsPerSecond) -> Result<StepsPerSecond> {
+    /// nothing is kept. Its sizes are the profile's and every timed count. `rounds`: the
+    /// counts a round can verify (a plain round's `B` to a drafted round's `B·(K + 1)`), over
+    /// which a line through the timings prices the table ([`ForwardTimes::line`]).
+    pub(crate) fn refine(
+        &self,
+        profiled: &StepsPerSecond,
+        rounds: RangeInclusive<usize>,
+    ) -> Result<StepsPerSecond> {
         let cost = |n: usize| 1.0 / profiled.sps(n);
         let ratios = self
             .0
@@ -101,16 +121,25 @@ impl ForwardTimes {
         let Some(scale) = median(ratios).filter(|s| s.is_finite() && *s > 0.0) else {
             return Ok(profiled.clone());
         };
+        let line = self.line(&rounds);
+        // Where the line prices, every size it covers is a point of the table (its linear
+        // interpolation of steps/s between far sizes would miss the line).
+        let covered = line.map_or(0..=0, |l| l.lo.ceil() as usize..=l.hi.floor() as usize);
         let sizes: BTreeSet<usize> = profiled
             .points()
             .iter()
             .map(|p| p.0)
             .chain(self.0.rings.keys().copied())
+            .chain(covered.filter(|&n| n > 0).take(MAX_LINE_POINTS))
             .collect();
         let points = sizes
             .into_iter()
             .map(|n| {
-                let prior = scale * cost(n);
+                let scaled = scale * cost(n);
+                let prior = match line {
+                    Some(l) if l.covers(n) => l.at(n).max(scaled / 4.0),
+                    _ => scaled,
+                };
                 let own = self.0.get(n);
                 let seconds = match median(own.to_vec()) {
                     Some(m) if own.len() >= MIN_SAMPLES => {
@@ -123,6 +152,71 @@ impl ForwardTimes {
             })
             .collect();
         profiled.with_points(points)
+    }
+
+    /// The least-squares line `t(n) = a + b·n` through the median timing of every count timed
+    /// in `rounds` (weighted by its timings), when those counts span a factor of [`LINE_SPAN`]
+    /// or more with [`MIN_SAMPLES`] timings at each end: between the sizes the rounds run (a plain round's `B` tokens, a drafted round's
+    /// more), it prices what the prior's shape misjudges (a small model's kernels run far below
+    /// the machine's multiply rate). Other counts (a prefill) stay out of it.
+    fn line(&self, rounds: &RangeInclusive<usize>) -> Option<Line> {
+        let pts: Vec<(f64, f64, f64)> = self
+            .0
+            .rings
+            .range(rounds.clone())
+            .filter_map(|(&n, r)| Some((n as f64, median(r.0.clone())?, r.0.len() as f64)))
+            .collect();
+        let lo = pts.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+        let hi = pts.iter().map(|p| p.0).fold(0.0, f64::max);
+        // Both ends need MIN_SAMPLES timings pooled (below and above the span's geometric
+        // middle): a preempted forward or two must not tilt it.
+        let mid = (lo * hi).sqrt();
+        let pooled =
+            |low: bool| -> f64 { pts.iter().filter(|p| (p.0 < mid) == low).map(|p| p.2).sum() };
+        let enough = MIN_SAMPLES as f64;
+        if !(hi >= LINE_SPAN * lo && pooled(true) >= enough && pooled(false) >= enough) {
+            return None;
+        }
+        let w: f64 = pts.iter().map(|p| p.2).sum();
+        let mx = pts.iter().map(|p| p.2 * p.0).sum::<f64>() / w;
+        let my = pts.iter().map(|p| p.2 * p.1).sum::<f64>() / w;
+        let sxx: f64 = pts.iter().map(|p| p.2 * (p.0 - mx).powi(2)).sum();
+        let sxy: f64 = pts.iter().map(|p| p.2 * (p.0 - mx) * (p.1 - my)).sum();
+        // A forward never costs less for more tokens: a falling fit is a flat one.
+        let b = (sxy / sxx).max(0.0);
+        let a = my - b * mx;
+        (a.is_finite() && b.is_finite() && a > 0.0).then_some(Line {
+            a,
+            b,
+            lo: (lo / 2.0).max(1.0),
+            hi: 2.0 * hi,
+        })
+    }
+}
+
+/// Counts a fitted line must span (largest over smallest) before it prices.
+const LINE_SPAN: f64 = 1.5;
+
+/// Sizes the line adds to the table at most.
+const MAX_LINE_POINTS: usize = 512;
+
+/// A fitted `t(n) = a + b·n`, used for `n` in `lo..=hi` (half the smallest count fitted to twice
+/// the largest).
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    a: f64,
+    b: f64,
+    lo: f64,
+    hi: f64,
+}
+
+impl Line {
+    fn covers(&self, n: usize) -> bool {
+        (self.lo..=self.hi).contains(&(n as f64))
+    }
+
+    fn at(&self, n: usize) -> f64 {
+        self.a + self.b * n as f64
     }
 }
 
@@ -171,9 +265,13 @@ impl RoundCosts {
     }
 
     /// The costs for a batch of `batch` requests, from the nearest batch size timed; `None`
-    /// before a drafted round has been timed.
+    /// until [`MIN_DRAFTED`] drafted rounds have been timed there (a first proposal also pays
+    /// one-time costs, and one timing alone would price it).
     pub(crate) fn get(&self, batch: usize) -> Option<Costs> {
-        let propose = self.propose.near(batch)?;
+        let (propose, timed) = self.propose.near_counted(batch)?;
+        if timed < MIN_DRAFTED {
+            return None;
+        }
         let drafted_rest = self.drafted_rest.near(batch)?;
         let plain_rest = match self.plain_rest.near(batch) {
             Some(s) => s,
@@ -198,37 +296,83 @@ mod tests {
     #[test]
     fn no_timings_leave_the_profile() {
         let p = StepsPerSecond::linear(vec![(1, 1000.0), (9, 400.0)]).unwrap();
-        assert_eq!(ForwardTimes::default().refine(&p).unwrap(), p);
+        assert_eq!(ForwardTimes::default().refine(&p, 1..=64).unwrap(), p);
         let mut t = ForwardTimes::default();
         t.record(0, 1.0);
         t.record(3, f64::NAN);
         t.record(3, -1.0);
         t.record(3, 0.0);
-        assert_eq!(t.refine(&p).unwrap(), p);
+        assert_eq!(t.refine(&p, 1..=64).unwrap(), p);
     }
 
     #[test]
     fn timings_scale_the_profile_and_price_the_counts_they_cover() {
-        // Profile: 1 ms per forward up to 8 tokens (flat).
-        let p = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
+        // Profile: 1 ms per forward up to 64 tokens (flat).
+        let p = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
         let mut t = ForwardTimes::default();
-        // Serving: every forward twice the profile, except 6 tokens, which costs 3 ms.
+        // Serving: 4 tokens cost twice the profile; 5 tokens (too close to 4 for a line)
+        // cost 3 ms.
         for _ in 0..WINDOW {
-            t.record(2, 2e-3);
             t.record(4, 2e-3);
-            t.record(6, 3e-3);
         }
-        let r = t.refine(&p).unwrap();
+        for _ in 0..WINDOW / 2 {
+            t.record(5, 3e-3);
+        }
+        let r = t.refine(&p, 1..=64).unwrap();
         // The median ratio is 2: untimed counts are the profile doubled.
         assert!(close(r.sps(1), 500.0), "{}", r.sps(1));
-        assert!(close(r.sps(8), 500.0), "{}", r.sps(8));
-        assert!(close(r.sps(2), 500.0), "{}", r.sps(2));
-        // 6 tokens: its timings (3 ms) against the scaled profile (2 ms) counted twice.
-        let k = WINDOW as f64;
-        let six = (PROFILE_WEIGHT * 2e-3 + k * 3e-3) / (PROFILE_WEIGHT + k);
-        assert!(close(r.sps(6), 1.0 / six), "{}", r.sps(6));
+        assert!(close(r.sps(64), 500.0), "{}", r.sps(64));
+        assert!(close(r.sps(4), 500.0), "{}", r.sps(4));
+        // 5 tokens: its timings (3 ms) against the scaled profile (2 ms) counted twice.
+        let k = (WINDOW / 2) as f64;
+        let five = (PROFILE_WEIGHT * 2e-3 + k * 3e-3) / (PROFILE_WEIGHT + k);
+        assert!(close(r.sps(5), 1.0 / five), "{}", r.sps(5));
         let sizes: Vec<usize> = r.points().iter().map(|p| p.0).collect();
-        assert_eq!(sizes, vec![1, 2, 4, 6, 8]);
+        assert_eq!(sizes, vec![1, 4, 5, 64]);
+    }
+
+    #[test]
+    fn a_line_through_the_round_sizes_corrects_the_prior_shape() {
+        // The prior says 1 ms up to 4 tokens then 0.25 ms a token (steep); the target runs
+        // 1 ms + 0.05 ms a token. Rounds time 4 (plain) and 20 (drafted) tokens, and a
+        // prefill of 400 once.
+        let p =
+            StepsPerSecond::linear(vec![(1, 1000.0), (4, 1000.0), (64, 1000.0 / 16.0)]).unwrap();
+        let truth = |n: usize| 1e-3 + 5e-5 * n as f64;
+        let mut t = ForwardTimes::default();
+        for _ in 0..8 {
+            t.record(4, truth(4));
+        }
+        t.record(20, truth(20));
+        t.record(21, truth(21));
+        t.record(24, truth(24));
+        t.record(400, 0.2);
+        let r = t.refine(&p, 1..=64).unwrap();
+        // Between and around the round sizes the line prices the target, not the prior.
+        for n in [4, 12, 20, 30] {
+            let got = 1.0 / r.sps(n);
+            assert!(
+                (got - truth(n)).abs() < 1e-3 * truth(n),
+                "{n}: {got} vs {}",
+                truth(n)
+            );
+        }
+        // Two drafted timings are not enough to tilt it: the scaled prior.
+        let mut few = ForwardTimes::default();
+        for _ in 0..8 {
+            few.record(4, 4e-3);
+        }
+        few.record(20, 5.0);
+        few.record(21, 5.0);
+        let r = few.refine(&p, 1..=64).unwrap();
+        assert!(close(r.sps(12), p.sps(12) / 4.0), "{}", r.sps(12));
+        // One count alone (no span): the old rule, the scaled prior.
+        let mut one = ForwardTimes::default();
+        for _ in 0..4 {
+            one.record(4, 2e-3);
+        }
+        let r = one.refine(&p, 1..=64).unwrap();
+        assert!(close(r.sps(20), p.sps(20) / 2.0), "{}", r.sps(20));
     }
 
     #[test]
@@ -242,14 +386,14 @@ mod tests {
         for _ in 0..MIN_SAMPLES - 1 {
             t.record(9, 50.0 / p.sps(9));
         }
-        let r = t.refine(&p).unwrap();
+        let r = t.refine(&p, 1..=64).unwrap();
         assert!(close(r.sps(9), p.sps(9)), "{} vs {}", r.sps(9), p.sps(9));
         // With normal timings after them the median is normal, and the ring keeps the latest
         // WINDOW: normal timings push the slow ones out.
         for _ in 0..WINDOW {
             t.record(9, 1.0 / p.sps(9));
         }
-        let r = t.refine(&p).unwrap();
+        let r = t.refine(&p, 1..=64).unwrap();
         assert!(close(r.sps(9), p.sps(9)), "{} vs {}", r.sps(9), p.sps(9));
     }
 
@@ -284,6 +428,8 @@ mod tests {
         // Before a plain round is timed, a plain round is priced as a drafted round's
         // kernels, without its drafter context extension.
         let mut d = RoundCosts::default();
+        d.record_drafted(2, 2e-3, 2.0 * 3e-5, 2.0 * 2e-5);
+        assert_eq!(d.get(2), None, "one drafted round is not enough");
         d.record_drafted(2, 2e-3, 2.0 * 3e-5, 2.0 * 2e-5);
         let two = d.get(2).unwrap();
         assert!(

@@ -17,7 +17,7 @@
 //! more than [`PLAIN_MARGIN`]: a plain round teaches nothing (no confidences, no acceptance),
 //! the switch has costs the model does not price (appending the pending rows, a refresh
 //! round), and near a tie the estimates' noise would decide. Confidences go stale in plain
-//! rounds: after a streak of them (1 plain round after drafting stopped paying, then 2, 4…
+//! rounds: after a streak of them (1 plain round after drafting stopped paying, then 4, 16…
 //! up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays again), and for a request
 //! without confidences yet, the round drafts to refresh them if drafting would pay at the
 //! best acceptance the record supports; where even that does not pay (a compute-bound batch),
@@ -26,11 +26,17 @@
 //! joining request's prefill features) wait for the request's next proposal, and extend its
 //! drafter context in one call then.
 //!
+//! Under the learned table ([`VerifyPolicy::ScheduledMeasured`]), a choice for drafting that is
+//! close (the plain round expected at [`EXPLORE_SHARE`] of the drafted one or more) while the
+//! plain round's size has fewer than `MIN_SAMPLES` timings rests on the prior's guess of that
+//! size: once the acceptance record holds 8 request-rounds, a plain round is taken to time
+//! it, up to `MIN_SAMPLES` per size.
+//!
 //! A request whose own limit (`max_drafts`, its budget) leaves no draft, or that never drafts,
 //! takes the same target-only step inside a drafted round.
 
 use super::acceptance::{Acceptance, unit};
-use super::learned::{Costs, ForwardTimes, RoundCosts};
+use super::learned::{Costs, ForwardTimes, MIN_SAMPLES, RoundCosts};
 use super::machine::Machine;
 use super::prior::prior_table;
 use super::profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
@@ -45,9 +51,22 @@ use crate::nn::WeightDtype;
 /// choice is made from.
 pub const REFRESH_ROUNDS: usize = 16;
 
+/// By how much the streak of plain rounds before the next refresh grows after a refresh that
+/// found drafting still not paying (a refresh is a drafted round: on a target too cheap to draft
+/// for, each costs several plain ones).
+const REFRESH_GROWTH: usize = 4;
+
 /// How much faster (relative) a plain round must be expected to run than the best drafted
 /// round before a round skips drafting.
 pub const PLAIN_MARGIN: f64 = 0.1;
+
+/// A plain round whose expected `Θ` is at least this share of the best drafted round's is close
+/// enough to be tried when its size has not been timed (the choice rests on the prior there).
+pub const EXPLORE_SHARE: f64 = 0.8;
+
+/// Request-rounds the acceptance record holds (at the first draft position) before a close
+/// choice is tested with a plain round: earlier, the drafted estimate is mostly the prior's.
+const EXPLORE_EVIDENCE: f64 = 8.0;
 
 /// The streak of plain rounds: rounds since the last drafted one, and after how many the next
 /// one drafts anyway.
@@ -115,6 +134,26 @@ fn drafting_pays(
     costs: Costs,
     ahead: &[f32],
 ) -> Result<bool> {
+    Ok(weigh(stale, b, n, sps, costs, ahead)?.pays)
+}
+
+/// [`drafting_pays`] and how close the choice was.
+#[derive(Debug, Clone, Copy)]
+struct Weighed {
+    pays: bool,
+    /// `Θ` of the plain round over `Θ` of the best drafted round (0 when the search was
+    /// skipped: the plain round wins by more than the margin).
+    plain_share: f64,
+}
+
+fn weigh(
+    stale: &[f32],
+    b: usize,
+    n: usize,
+    sps: &StepsPerSecond,
+    costs: Costs,
+    ahead: &[f32],
+) -> Result<Weighed> {
     let bf = b as f64;
     let drafted = sps.with_overhead(bf * (costs.propose + costs.drafted_rest));
     let theta_plain = bf * sps.with_overhead(bf * costs.plain_rest).sps(b);
@@ -122,13 +161,19 @@ fn drafting_pays(
     // price of `m`: when even the best such bound loses by the margin, the search
     // (O((B·K)²)) is skipped. On a target too cheap to draft for, that is every round.
     if theta_plain > (1.0 + PLAIN_MARGIN) * drafted_bound(stale, b, n, &drafted) {
-        return Ok(false);
+        return Ok(Weighed {
+            pays: false,
+            plain_share: 0.0,
+        });
     }
     let lens = schedule_lengths_batch(stale, b, n, &drafted, ahead)?;
     let verified = b + lens.iter().sum::<usize>();
     let theta_drafted = expected_tokens(stale, n, &lens) * drafted.sps(verified);
     // A drafted round that would verify nothing is a plain round that also proposed.
-    Ok(verified > b && theta_plain <= (1.0 + PLAIN_MARGIN) * theta_drafted)
+    Ok(Weighed {
+        pays: verified > b && theta_plain <= (1.0 + PLAIN_MARGIN) * theta_drafted,
+        plain_share: theta_plain / theta_drafted,
+    })
 }
 
 /// A request's previous-round confidences when they cover `n` positions.
@@ -301,12 +346,21 @@ impl Planner {
             let could = drafting_pays(&best, b, n, &table, costs, &best)?;
             if could && due {
                 // If drafting still does not pay after it, the next streak is longer.
-                self.streak.refresh_after = (self.streak.refresh_after * 2).min(REFRESH_ROUNDS);
+                self.streak.refresh_after =
+                    (self.streak.refresh_after * REFRESH_GROWTH).min(REFRESH_ROUNDS);
             }
             return Ok(could);
         }
         let survival = self.expected_acceptance(stale, n);
-        let pays = drafting_pays(&survival, b, n, &table, costs, &survival)?;
+        let w = weigh(&survival, b, n, &table, costs, &survival)?;
+        // A close choice on a learned table whose plain size was never timed: the plain price
+        // is the prior's guess, so a plain round is taken to time it (at most MIN_SAMPLES per
+        // size; the ring keeps them), once the acceptance record is not just its prior.
+        let explore = matches!(self.verify, VerifyPolicy::ScheduledMeasured)
+            && w.plain_share >= EXPLORE_SHARE
+            && self.acceptance.evidence() >= EXPLORE_EVIDENCE
+            && self.times.timed(b) < MIN_SAMPLES;
+        let pays = w.pays && !explore;
         if pays {
             self.streak.refresh_after = 1;
         }
@@ -420,7 +474,9 @@ impl Planner {
                 profiled: false,
             },
         };
-        let table = self.times.refine(&base.table);
+        let table = self
+            .times
+            .refine(&base.table, (tokens / row_tokens).max(1)..=tokens);
         self.base = Some(base);
         table
     }
@@ -446,7 +502,7 @@ impl Planner {
     /// The table in use, once built: the base table refined by the forwards observed so far.
     pub(crate) fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
         let base = self.base.as_ref()?;
-        self.times.refine(&base.table).ok()
+        self.times.refine(&base.table, 1..=base.max).ok()
     }
 
     /// Time one forward over `tokens` total tokens into the measured table (only under
@@ -592,6 +648,47 @@ mod tests {
                 assert_eq!(fast, slow, "slope {slope} propose {propose}");
             }
         }
+    }
+
+    #[test]
+    fn a_close_choice_times_the_plain_size_before_trusting_the_prior() {
+        // A flat table (1 ms a forward); one request, one draft at 0.5: drafted 1.5 tokens in
+        // 1 ms + 0.3 ms of drafting against plain 1 token in 1 ms: drafting wins, closely
+        // (plain at 0.87 of it).
+        let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
+        let mut p = Planner::new(VerifyPolicy::ScheduledMeasured, 1, true);
+        for _ in 0..2 {
+            p.observe_round(1, false, true, 3e-4, 0.0, 0.0);
+        }
+        for _ in 0..64 {
+            p.observe_acceptance(1, 0, Some(&[0.5]));
+            p.observe_acceptance(1, 1, Some(&[0.5]));
+        }
+        let conf = [0.5f32];
+        let stale = [Some(&conf[..])];
+        // The plain size (1 token) has no timing: plain rounds time it, three of them, each
+        // followed by the refresh the streak asks for.
+        let mut plain = 0;
+        for _ in 0..12 {
+            if p.drafts(&stale, Some(&flat)).unwrap() {
+                p.observe_forward(2, 1e-3);
+            } else {
+                plain += 1;
+                p.observe_forward(1, 1e-3);
+            }
+        }
+        assert_eq!(
+            plain, MIN_SAMPLES,
+            "plain rounds taken to time the plain size"
+        );
+        // Timed as the prior said: drafting from then on.
+        assert!(p.drafts(&stale, Some(&flat)).unwrap());
+        // A user's table is never second-guessed.
+        let mut given = Planner::new(VerifyPolicy::Scheduled(flat.clone()), 1, true);
+        for _ in 0..2 {
+            given.observe_round(1, false, true, 3e-4, 0.0, 0.0);
+        }
+        assert!(given.drafts(&stale, None).unwrap());
     }
 
     #[test]
