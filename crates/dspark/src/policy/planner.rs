@@ -123,30 +123,19 @@ fn drafted_bound(c: &[f32], b: usize, n: usize, sps: &StepsPerSecond) -> f64 {
     best
 }
 
-/// Whether drafting beats a plain round for a batch of `b` requests whose latest confidences
-/// are `stale` (`[B·n]`), given the table `sps`, the per-request costs outside the forward and
+/// How a drafted round of `b` requests whose latest confidences are `stale` (`[B·n]`) weighs
+/// against a plain round, given the table `sps`, the per-request costs outside the forward and
 /// the scheduler's look-ahead `ahead` (`[B·n]`).
-fn drafting_pays(
-    stale: &[f32],
-    b: usize,
-    n: usize,
-    sps: &StepsPerSecond,
-    costs: Costs,
-    ahead: &[f32],
-) -> Result<bool> {
-    Ok(weigh(stale, b, n, sps, costs, ahead)?.pays)
-}
-
-/// [`drafting_pays`] and how close the choice was.
 #[derive(Debug, Clone, Copy)]
 struct Weighed {
+    /// Drafting beats the plain round (or loses by less than [`PLAIN_MARGIN`]).
     pays: bool,
     /// `Θ` of the plain round over `Θ` of the best drafted round (0 when the search was
     /// skipped: the plain round wins by more than the margin).
     plain_share: f64,
 }
 
-fn weigh(
+fn drafting_pays(
     stale: &[f32],
     b: usize,
     n: usize,
@@ -343,7 +332,7 @@ impl Planner {
             let best: Vec<f32> = (0..b)
                 .flat_map(|_| (0..n).map(|k| self.acceptance.optimistic(k)))
                 .collect();
-            let could = drafting_pays(&best, b, n, &table, costs, &best)?;
+            let could = drafting_pays(&best, b, n, &table, costs, &best)?.pays;
             if could && due {
                 // If drafting still does not pay after it, the next streak is longer.
                 self.streak.refresh_after =
@@ -352,7 +341,7 @@ impl Planner {
             return Ok(could);
         }
         let survival = self.expected_acceptance(stale, n);
-        let w = weigh(&survival, b, n, &table, costs, &survival)?;
+        let w = drafting_pays(&survival, b, n, &table, costs, &survival)?;
         // A close choice on a learned table whose plain size was never timed: the plain price
         // is the prior's guess, so a plain round is taken to time it (at most MIN_SAMPLES per
         // size; the ring keeps them), once the acceptance record is not just its prior.
@@ -576,12 +565,18 @@ mod tests {
         let conf = vec![0.7f32; b * n];
         // Drafting costs 0.5 ms per request: verifying more tokens cannot pay for it.
         assert!(
-            !drafting_pays(&conf, b, n, &linear, costs(5e-4, 1e-5), &vec![0.0; b * n]).unwrap()
+            !drafting_pays(&conf, b, n, &linear, costs(5e-4, 1e-5), &vec![0.0; b * n])
+                .unwrap()
+                .pays
         );
         // A flat table (memory-bound: a forward costs the same for 1 or 64 tokens) with cheap
         // drafting: speculation pays.
         let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
-        assert!(drafting_pays(&conf[..n], 1, n, &flat, costs(1e-4, 1e-5), &[0.0; 4]).unwrap());
+        assert!(
+            drafting_pays(&conf[..n], 1, n, &flat, costs(1e-4, 1e-5), &[0.0; 4])
+                .unwrap()
+                .pays
+        );
         // The same confidences on a table whose cost grows slower than the tokens verified
         // (a forward of 512 tokens costs 128 of one): drafting pays again.
         let sublinear = StepsPerSecond::linear(vec![(1, 1000.0), (512, 1000.0 / 128.0)]).unwrap();
@@ -595,6 +590,7 @@ mod tests {
                 &vec![0.0; b * n]
             )
             .unwrap()
+            .pays
         );
     }
 
@@ -603,7 +599,9 @@ mod tests {
         // 1 ms per forward whatever it verifies; one draft at 0.5: a drafted round commits
         // 1.5 tokens in 1 ms + the proposal, a plain one 1 token in 1 ms.
         let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
-        let pays = |propose: f64| drafting_pays(&[0.5], 1, 1, &flat, costs(propose, 0.0), &[0.0]);
+        let pays = |propose: f64| {
+            drafting_pays(&[0.5], 1, 1, &flat, costs(propose, 0.0), &[0.0]).map(|w| w.pays)
+        };
         // Plain faster by 5% (proposal 0.575 ms): within the margin, it drafts.
         assert!(pays(0.575e-3).unwrap());
         // Plain faster by 20% (proposal 0.8 ms): it goes plain.
@@ -638,7 +636,7 @@ mod tests {
                 StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0 / (1.0 + slope))]).unwrap();
             for propose in [0.0, 1e-4, 1e-3, 1e-2] {
                 let k = costs(propose, 1e-5);
-                let fast = drafting_pays(&c, b, n, &t, k, &c).unwrap();
+                let fast = drafting_pays(&c, b, n, &t, k, &c).unwrap().pays;
                 let drafted = t.with_overhead(b as f64 * (k.propose + k.drafted_rest));
                 let lens = schedule_lengths_batch(&c, b, n, &drafted, &c).unwrap();
                 let verified = b + lens.iter().sum::<usize>();
