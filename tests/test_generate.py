@@ -184,9 +184,13 @@ def test_broken_target_weights_are_one_line(
 ) -> None:
     root = write_example(tmp_path / "p")
     (root / "target" / "model.safetensors").write_bytes(b"\x00garbage")
-    rc, _, err = _gen(capsys, root / "target", root / "drafter", "--prompt", "x")
-    assert rc == 1
-    _one_error_line(err, "backend")
+    # Natively the file is named with what is wrong in it; transformers' loader says less.
+    for backend, code in (("native", "bad-safetensors"), ("hf", "backend")):
+        rc, _, err = _gen(
+            capsys, root / "target", root / "drafter", "--prompt", "x", "--target-backend", backend
+        )
+        assert rc == 1
+        _one_error_line(err, code)
 
 
 @pytest.mark.parametrize(
@@ -269,3 +273,46 @@ def test_copied_pair_loads_from_anywhere(
     )
     assert rc == 0, err
     assert _json(out)["new_tokens"] >= 1
+
+
+def test_a_qwen3_target_runs_natively_by_default_and_in_transformers_on_request(
+    capsys: pytest.CaptureFixture[str], example: Path
+) -> None:
+    """``auto`` picks dspark's native engine for a Qwen3 target; ``hf`` runs transformers; both
+    give the target's own greedy tokens."""
+    text = "def add(a, b):\n    return"
+    want = _reference(example / "target", text, 10)
+    runs = {}
+    for extra in ((), ("--target-backend", "hf"), ("--target-backend", "native")):
+        rc, out, err = _gen(
+            capsys,
+            example / "target",
+            example / "drafter",
+            "--prompt",
+            text,
+            "--max-new-tokens",
+            "10",
+            "--json",
+            *extra,
+        )
+        assert rc == 0, err
+        s = _json(out)
+        assert s["tokens"] == want, extra
+        runs[extra] = s["target_backend"]
+        assert ("native target" if s["target_backend"] == "native" else "transformers") in err
+    assert list(runs.values()) == ["native", "hf", "native"]
+
+
+def test_auto_picks_transformers_for_other_architectures(tmp_path: Path) -> None:
+    from dspark.cli.backend import choose_backend
+
+    for model_type, want in (("qwen3", "native"), ("llama", "hf"), ("qwen2", "hf"), (None, "hf")):
+        d = tmp_path / str(model_type)
+        d.mkdir()
+        config = {} if model_type is None else {"model_type": model_type}
+        (d / "config.json").write_text(json.dumps(config))
+        assert choose_backend("auto", d) == want, model_type
+        assert choose_backend("hf", d) == "hf"
+        assert choose_backend("native", d) == "native"
+    # No readable config: the pair checks that follow name the problem.
+    assert choose_backend("auto", tmp_path / "missing") == "native"

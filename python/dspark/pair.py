@@ -213,9 +213,11 @@ def _tokenizer(target: Path) -> Tokenizer:
         raise_error(ConfigError, "bad-config", f"{tok_path}: {str(exc).splitlines()[0]}")
 
 
-def load_native_pair(target: Path, drafter: Path, *, threads: int | None = None) -> ModelPair:
+def load_native_pair(
+    target: Path, drafter: Path, *, dtype: str | None = None, threads: int | None = None
+) -> ModelPair:
     """Check (:func:`check_pair_dirs`), then load tokenizer, dspark's native Qwen3 target (in
-    the checkpoint's dtype) and the candle drafter: no torch, no transformers.
+    ``dtype``, by default the checkpoint's) and the candle drafter: no torch, no transformers.
 
     ``threads`` sets the engine's thread count (``RAYON_NUM_THREADS``); it takes effect when
     nothing in this process has run a parallel engine op yet (as in a fresh ``dspark``
@@ -231,7 +233,9 @@ def load_native_pair(target: Path, drafter: Path, *, threads: int | None = None)
         os.environ["RAYON_NUM_THREADS"] = str(threads)
     config = check_pair_dirs(target, drafter)
     tokenizer = _tokenizer(target)
-    model = NativeTarget.from_pretrained(target)
+    if dtype is not None and dtype not in DTYPES:
+        raise_error(InputError, "invalid-argument", f"dtype {dtype!r}: one of {DTYPES}")
+    model = NativeTarget.from_pretrained(target, dtype=dtype)
     pair = ModelPair(tokenizer, model, Drafter.from_pretrained(drafter, model))
     gen_path = target / "generation_config.json"
     gen = read_json(gen_path, "generation config") if gen_path.is_file() else {}

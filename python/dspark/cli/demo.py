@@ -33,6 +33,7 @@ from dspark._errors import raise_error
 from dspark._native import InputError
 from dspark._threads import available_cpus
 from dspark.bundled import heldout_texts, load_pair
+from dspark.cli.backend import engine_threads, need_torch
 from dspark.cli.demo_report import (
     PromptRun,
     Totals,
@@ -267,20 +268,6 @@ def _prompt_tail(text: str, lines: int = 3) -> str:
     return ("…" if len(parts) > lines else "") + tail
 
 
-def _need_torch() -> None:
-    """``missing-dependency`` (saying what to install) when the hf backend's torch is absent."""
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        raise_error(
-            InputError,
-            "missing-dependency",
-            f"--target-backend hf needs torch and transformers ({exc}): "
-            'pip install "dspark[torch]", or use the native target (the default)',
-        )
-
-
 def _position_limit(target: object) -> int | None:
     """The target's ``max_position_embeddings`` (native or HF), if it has one."""
     from dspark.native_target import NativeTarget
@@ -290,18 +277,6 @@ def _position_limit(target: object) -> int | None:
     else:
         limit = getattr(getattr(target, "config", None), "max_position_embeddings", None)
     return limit if isinstance(limit, int) else None
-
-
-def _threads(native: bool) -> int:
-    """The target's thread count: the engine's (``RAYON_NUM_THREADS``) or torch's."""
-    if native:
-        import os
-
-        value = os.environ.get("RAYON_NUM_THREADS", "")
-        return int(value) if value.isdigit() and int(value) > 0 else available_cpus()
-    import torch
-
-    return int(torch.get_num_threads())
 
 
 def main(args: argparse.Namespace) -> int:
@@ -324,7 +299,7 @@ def run(
     sources = _prompt_sources(args)
     native = args.target_backend == "native"
     if not native:
-        _need_torch()
+        need_torch()
     pair = load_pair(args.model_dir, args.threads, args.target_backend)
     prompts = _encode_prompts(sources, pair.tokenizer, int(args.prompt_tokens))
     v_t = pair.drafter.target_vocab_size
@@ -351,7 +326,7 @@ def run(
         seed=args.seed,
         verify=verify,
     )
-    threads = _threads(native)
+    threads = engine_threads(native)
     stop = pair.eos_id if pair.eos_id >= 0 else None
 
     def alone(

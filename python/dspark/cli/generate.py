@@ -1,11 +1,13 @@
 """``dspark generate``: speculative decoding with your own target + DSpark drafter pair.
 
-``--target DIR`` is any HF transformers causal-LM directory (``config.json``, weights and a
-fast-tokenizer ``tokenizer.json``); ``--drafter DIR`` is a DSpark drafter checkpoint for it. The
-pair is checked first, before anything is loaded, with the same rules as ``dspark inspect``
-(problems are reported with their codes), then loaded through the Python API
-(``AutoModelForCausalLM.from_pretrained`` → :meth:`dspark.Drafter.from_pretrained` →
-:class:`dspark.Speculator`). The continuation streams to stdout (on a terminal the accepted
+``--target DIR`` is an HF causal-LM directory (``config.json``, weights and a fast-tokenizer
+``tokenizer.json``); ``--drafter DIR`` is a DSpark drafter checkpoint for it. The pair is checked
+first, before anything is loaded, with the same rules as ``dspark inspect`` (problems are
+reported with their codes), then loaded through the Python API: a Qwen3 target by dspark's
+native engine (:class:`dspark.NativeTarget`, no torch; the engine ``dspark demo`` and
+``dspark serve`` run), any other through transformers (``AutoModelForCausalLM``; needs torch),
+or as ``--target-backend`` says; then :meth:`dspark.Drafter.from_pretrained` →
+:class:`dspark.Speculator`. The continuation streams to stdout (on a terminal the accepted
 drafts are coloured); acceptance length τ and tokens/s go to stderr, and ``--json`` adds one JSON
 object as the last line of stdout.
 """
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from dspark.cli.backend import BACKENDS, choose_backend, engine_threads, need_torch
 from dspark.cli.errors import EXIT_OK
 from dspark.cli.options import (
     add_sampling_arguments,
@@ -30,15 +33,15 @@ from dspark.cli.options import (
     verify_mode,
 )
 from dspark.cli.terminal import Style, TokenPrinter, is_tty
-from dspark.pair import DTYPES, load_model_pair, make_speculator
+from dspark.pair import DTYPES, load_model_pair, load_native_pair, make_speculator
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main", "run"]
 
-HELP = "speculative decoding with your own HF target + DSpark drafter (needs torch)"
+HELP = "speculative decoding with your own target + DSpark drafter"
 DESCRIPTION = (
-    "Checks the pair as dspark inspect does, loads it through the Python API "
-    "(transformers target, dspark.Drafter, dspark.Speculator), streams the continuation to "
-    "stdout and reports acceptance length and tokens/s on stderr."
+    "Checks the pair as dspark inspect does, loads it through the Python API (a Qwen3 "
+    "target natively, any other through transformers; dspark.Drafter, dspark.Speculator), "
+    "streams the continuation to stdout and reports acceptance length and tokens/s on stderr."
 )
 
 
@@ -73,9 +76,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=thread_count,
         default=None,
         metavar="N",
-        help="torch threads (at most the CPUs this process may use)",
+        help="threads of the target (at most the CPUs this process may use; default: all of "
+        "them natively, torch's default through transformers)",
     )
-    p.add_argument("--dtype", choices=DTYPES, default="float32", help="target dtype")
+    p.add_argument(
+        "--target-backend",
+        choices=BACKENDS,
+        default="auto",
+        help="auto (default): dspark's native engine for a Qwen3 target (no torch), "
+        "transformers for any other; native; or hf (transformers: needs torch)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=None,
+        help="target weight dtype (default: the checkpoint's natively, float32 through "
+        "transformers)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object as the last stdout line")
     p.add_argument("--quiet", action="store_true", help="do not stream the text")
     p.add_argument("--no-color", action="store_true", help="never colour the accepted drafts")
@@ -91,12 +108,17 @@ def run(
     args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
 ) -> dict[str, Any]:
     """Run ``dspark generate``; returns the summary (also printed)."""
-    import torch
-
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
     text = args.prompt if args.prompt is not None else read_prompt(args.prompt_file)
-    pair = load_model_pair(args.target, args.drafter, dtype=args.dtype, threads=args.threads)
+    backend = choose_backend(getattr(args, "target_backend", "auto"), args.target)
+    native = backend == "native"
+    if native:
+        pair = load_native_pair(args.target, args.drafter, dtype=args.dtype, threads=args.threads)
+    else:
+        need_torch("a transformers target")
+        dtype = args.dtype or "float32"
+        pair = load_model_pair(args.target, args.drafter, dtype=dtype, threads=args.threads)
     prompt = pair.encode(text)
     pair.check_budget(prompt, args.max_new_tokens)
     sp = make_speculator(
@@ -146,7 +168,8 @@ def run(
         "temperature": args.temperature,
         "top_p": args.top_p,
         "seed": args.seed,
-        "threads": torch.get_num_threads(),
+        "threads": engine_threads(native),
+        "target_backend": backend,
     }
     err.write(
         f"acceptance length τ   {stats.acceptance_length:.2f} tokens/round "
@@ -155,7 +178,8 @@ def run(
         + " ".join("-" if math.isnan(a) else f"{a:.2f}" for a in stats.per_position_acceptance)
         + "\n"
         f"speculative           {tps:.1f} tok/s ({len(tokens)} new tokens in {secs:.2f} s, "
-        f"prefill included; stopped at {stopped}; {summary['threads']} torch threads)\n"
+        f"prefill included; stopped at {stopped}; {'native' if native else 'transformers'} "
+        f"target, {summary['threads']} threads)\n"
     )
     err.flush()
     if args.json:
