@@ -1,7 +1,8 @@
 """Never slower: the default policy against target-only and full verification, as a new user
 runs it (issue 47).
 
-    python benches/bench_never_slower.py [--pair DIR] [--batches 1 4 16] [--prompt-tokens 96] \\
+    python benches/bench_never_slower.py [--pair DIR] [--backend native|hf] [--batches 1 4 16] \\
+        [--prompt-tokens 96] \\
         [--tokens 64] [--repeats 3] [--busy 0] [--out benches/results/never_slower.json]
 
 Each run builds a new :class:`dspark.Speculator` over the loaded pair and times its first
@@ -20,7 +21,8 @@ median), plain rounds, and whether greedy output equals target-only's.
 
 ``--busy K`` starts K processes that spin on a core each for the whole run (the issue's "two
 busy processes" case) and stops them at the end. ``--pair DIR`` runs another pair (its
-``target/`` and ``drafter/``, e.g. ``dspark make-example DIR --memory-bound``).
+``target/`` and ``drafter/``, e.g. ``dspark make-example DIR --memory-bound``); ``--backend hf``
+runs the target through transformers (needs torch).
 """
 
 from __future__ import annotations
@@ -103,13 +105,14 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--busy", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--backend", choices=("native", "hf"), default="native")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
     os.environ["DSPARK_CACHE_DIR"] = tempfile.mkdtemp(prefix="dspark-cache-")
     from dspark.bundled import heldout_texts, load_pair
 
-    pair = load_pair(args.pair, threads=args.threads, backend="native")
+    pair = load_pair(args.pair, threads=args.threads, backend=args.backend)
     texts = heldout_texts(args.pair)
     prompts = [pair.tokenizer.encode(t).ids[: args.prompt_tokens] for _, t in texts]
     prompts = [p for p in prompts if len(p) == args.prompt_tokens]
@@ -182,6 +185,7 @@ def main() -> int:
     result = {
         "bench": "never_slower",
         "pair": str(args.pair) if args.pair else "bundled",
+        "target_backend": args.backend,
         "cpu": cpu_name(),
         "isa": isa(),
         "threads": args.threads or os.cpu_count(),

@@ -223,8 +223,10 @@ class TargetModel(Protocol[CacheT]):
     Optional, for the scheduler's cost model (``verify="scheduled"``, the default): a
     ``forward_cost`` mapping with ``weight_bytes`` (bytes of weights one forward reads),
     ``flops_per_token`` (floating-point operations per token through them) and ``dtype``
-    (``"float32"``, ``"bfloat16"`` or ``"float16"``). Without it the cost is estimated from the
-    layers, hidden size and vocabulary; either way each round's timings refine it.
+    (``"float32"``, ``"bfloat16"`` or ``"float16"``), and optionally ``layer_seconds`` (what a
+    layer costs whatever its tokens; default 1e-4, a torch eager layer). Without it the cost is
+    estimated from the layers, hidden size and vocabulary; either way each round's timings
+    refine it.
     """
 
     @property

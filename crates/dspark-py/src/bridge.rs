@@ -189,8 +189,8 @@ pub struct PyTarget {
     resizable: bool,
     /// It says its forward costs its tokens, not rows × the widest row (`ragged = True`).
     ragged: bool,
-    /// What it says one forward costs (its `forward_cost` mapping), read once.
-    cost: Option<ForwardCost>,
+    /// What one forward costs (its `forward_cost` mapping, or the estimate), read once.
+    cost: ForwardCost,
 }
 
 /// The cache of a [`PyTarget`]: the Python cache object and the row lengths it holds.
@@ -208,19 +208,22 @@ impl PyTarget {
             .and_then(|t| t.getattr("from_numpy"))
             .ok()
             .map(Bound::unbind);
+        let vocab = user::uint(obj, OWNER, "vocab_size", 1, limits::MAX_VOCAB)?;
+        let layers = user::uint(obj, OWNER, "num_hidden_layers", 1, limits::MAX_LAYERS)?;
+        let hidden = user::uint(obj, OWNER, "hidden_size", 1, limits::MAX_HIDDEN)?;
         Ok(Self {
             obj: obj.clone().unbind(),
             from_numpy,
-            vocab: user::uint(obj, OWNER, "vocab_size", 1, limits::MAX_VOCAB)?,
-            layers: user::uint(obj, OWNER, "num_hidden_layers", 1, limits::MAX_LAYERS)?,
-            hidden: user::uint(obj, OWNER, "hidden_size", 1, limits::MAX_HIDDEN)?,
+            vocab,
+            layers,
+            hidden,
             device: declared_device(obj)?,
             resizable: obj.hasattr("grow")? && obj.hasattr("retain")?,
             ragged: match user::optional(obj, "ragged")? {
                 Some(v) => args::boolean(&v, "target.ragged")?,
                 None => false,
             },
-            cost: forward_cost_of(obj)?,
+            cost: forward_cost_of(obj, layers, hidden, vocab)?,
         })
     }
 
@@ -231,35 +234,52 @@ impl PyTarget {
     }
 }
 
-/// The optional `forward_cost` member of a Python target: a mapping with `weight_bytes` and
-/// `flops_per_token` (positive numbers) and `dtype` (`"float32"`, `"bfloat16"` or
-/// `"float16"`, the weights' kept dtype), the scheduler's prior (see
-/// [`dspark::models::ForwardCost`]). Anything else is `invalid-argument` naming the field.
-fn forward_cost_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<ForwardCost>> {
+/// Seconds a layer of a target driven from Python spends issuing its operations (torch's
+/// eager dispatch: about ten operations of ~10 µs), whatever its tokens.
+const PY_LAYER_SECONDS: f64 = 1e-4;
+
+/// What one forward of a Python target costs (see [`dspark::models::ForwardCost`]): its
+/// optional `forward_cost` mapping, with `weight_bytes` and `flops_per_token` (positive
+/// numbers), `dtype` (`"float32"`, `"bfloat16"` or `"float16"`, the weights' kept dtype) and
+/// optionally `layer_seconds`; without one, the estimate from its layers, hidden size and
+/// vocabulary. Either way a layer costs [`PY_LAYER_SECONDS`] unless the mapping says. A
+/// malformed mapping is `invalid-argument` naming the field.
+fn forward_cost_of(
+    obj: &Bound<'_, PyAny>,
+    layers: usize,
+    hidden: usize,
+    vocab: usize,
+) -> PyResult<ForwardCost> {
     let Some(m) = user::optional(obj, "forward_cost")? else {
-        return Ok(None);
+        return Ok(ForwardCost {
+            layer_seconds: Some(PY_LAYER_SECONDS),
+            ..ForwardCost::estimate(layers, hidden, vocab, WeightDtype::F32)
+        });
     };
+    let name = |key: &str| format!("target.forward_cost[{key:?}]");
     let field = |key: &str| -> PyResult<Bound<'_, PyAny>> {
         m.get_item(key).map_err(|_| {
             err(Error::invalid(
-                format!("target.forward_cost[{key:?}]"),
+                name(key),
                 "missing: expected a mapping with weight_bytes, flops_per_token and dtype",
             ))
         })
     };
-    let number = |key: &str| -> PyResult<f64> {
-        args::float(&field(key)?, &format!("target.forward_cost[{key:?}]"))
+    let number = |key: &str| -> PyResult<f64> { args::float(&field(key)?, &name(key)) };
+    let dtype = args::string(&field("dtype")?, &name("dtype"))?;
+    let layer_seconds = match m.get_item("layer_seconds") {
+        Ok(v) if !v.is_none() => args::float(&v, &name("layer_seconds"))?,
+        _ => PY_LAYER_SECONDS,
     };
-    let layers = user::uint(obj, OWNER, "num_hidden_layers", 1, limits::MAX_LAYERS)?;
-    let dtype = args::string(&field("dtype")?, "target.forward_cost[\"dtype\"]")?;
     let cost = ForwardCost {
         weight_bytes: number("weight_bytes")?,
         flops_per_token: number("flops_per_token")?,
         layers,
-        dtype: WeightDtype::parse("target.forward_cost[\"dtype\"]", &dtype).map_err(err)?,
+        dtype: WeightDtype::parse(&name("dtype"), &dtype).map_err(err)?,
+        layer_seconds: Some(layer_seconds),
     };
     cost.validate().map_err(err)?;
-    Ok(Some(cost))
+    Ok(cost)
 }
 
 impl TargetModel for PyTarget {
@@ -397,6 +417,6 @@ impl TargetModel for PyTarget {
     }
 
     fn forward_cost(&self) -> Result<Option<ForwardCost>> {
-        Ok(self.cost)
+        Ok(Some(self.cost))
     }
 }

@@ -33,11 +33,11 @@ pub(crate) fn seconds(
     machine: &Machine,
     accelerator: bool,
 ) -> f64 {
-    let overhead = if accelerator {
+    let overhead = cost.layer_seconds.unwrap_or(if accelerator {
         DEVICE_LAYER_OVERHEAD
     } else {
         CPU_LAYER_OVERHEAD
-    };
+    });
     let read = cost.weight_bytes / machine.read_bytes_per_s;
     let compute = tokens as f64 * cost.flops_per_token / machine.flops(cost.dtype);
     cost.layers.max(1) as f64 * overhead + read.max(compute)
@@ -80,6 +80,7 @@ mod tests {
             flops_per_token: 5e8,
             layers: 10,
             dtype: WeightDtype::F32,
+            layer_seconds: None,
         };
         let t = |c: &ForwardCost, n| seconds(c, n, &M, false) - 10.0 * CPU_LAYER_OVERHEAD;
         assert!((t(&c, 1) - 0.05).abs() < 1e-12 && (t(&c, 10) - 0.05).abs() < 1e-12);
@@ -92,8 +93,13 @@ mod tests {
             ..c
         };
         assert!((t(&b, 2) - 0.025).abs() < 1e-12 && (t(&b, 10) - 0.1).abs() < 1e-12);
-        // A device forward pays more per layer.
+        // A device forward pays more per layer, and a target may say what it pays.
         assert!(seconds(&c, 1, &M, true) > seconds(&c, 1, &M, false));
+        let py = ForwardCost {
+            layer_seconds: Some(1e-4),
+            ..c
+        };
+        assert!((seconds(&py, 1, &M, false) - 1e-3 - 0.05).abs() < 1e-12);
         let table = prior_table(&c, &M, false, 64, 5).unwrap();
         assert!(table.sps(1) > 0.0 && table.sps(1) >= table.sps(64));
         assert_eq!(table.points().last().map(|p| p.0), Some(64));
