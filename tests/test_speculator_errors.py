@@ -251,3 +251,49 @@ def test_bad_steps_per_second_tables_are_invalid_arguments(target, drafter, tabl
             )
         assert e.value.code == "invalid-argument", (table, interpolation)
         assert "steps_per_second" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("cost", "field"),
+    [
+        ({"flops_per_token": 1.0, "dtype": "float32"}, "weight_bytes"),
+        ({"weight_bytes": -5.0, "flops_per_token": 1.0, "dtype": "float32"}, "weight_bytes"),
+        ({"weight_bytes": 1.0, "flops_per_token": float("nan"), "dtype": "float32"}, "flops"),
+        ({"weight_bytes": 1.0, "flops_per_token": 1.0, "dtype": "int4"}, "dtype"),
+        ({"weight_bytes": 1.0, "flops_per_token": 1.0}, "dtype"),
+        (
+            {"weight_bytes": 1.0, "flops_per_token": 1.0, "dtype": "bf16", "layer_seconds": 0},
+            "layer_seconds",
+        ),
+    ],
+)
+def test_a_bad_forward_cost_is_named(target, drafter, cost, field):
+    """A protocol target's ``forward_cost`` (the scheduler's prior) is checked when the
+    speculator is built: a missing or bad field is ``invalid-argument`` naming it."""
+
+    class Costed(HFTarget):
+        forward_cost = cost  # type: ignore[assignment]
+
+    with pytest.raises(dspark.DSparkError) as e:
+        dspark.Speculator(Costed(target), drafter)
+    assert e.value.code == "invalid-argument", str(e.value)
+    assert "forward_cost" in str(e.value) and field in str(e.value), str(e.value)
+
+
+def test_a_stated_forward_cost_is_used(target, drafter):
+    """A well-formed ``forward_cost`` is accepted and greedy output stays the target's."""
+
+    stated = {
+        "weight_bytes": 1e6,
+        "flops_per_token": 2e6,
+        "dtype": "float32",
+        "layer_seconds": 1e-4,
+    }
+
+    class Costed(HFTarget):
+        forward_cost = stated  # type: ignore[assignment]
+
+    prompts = [[1, 2, 3], [4, 5]]
+    want = dspark.Speculator(target, drafter, verify="full").generate(prompts, 8).tokens
+    got = dspark.Speculator(Costed(target), drafter).generate(prompts, 8).tokens
+    assert got == want

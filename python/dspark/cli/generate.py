@@ -111,7 +111,7 @@ def run(
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
     text = args.prompt if args.prompt is not None else read_prompt(args.prompt_file)
-    backend = choose_backend(getattr(args, "target_backend", "auto"), args.target)
+    backend = choose_backend(args.target_backend, args.target)
     native = backend == "native"
     if native:
         pair = load_native_pair(args.target, args.drafter, dtype=args.dtype, threads=args.threads)

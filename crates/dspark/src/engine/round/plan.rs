@@ -37,12 +37,14 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let drafting: Vec<usize> = (0..act.len()).filter(|&j| caps[j] > 0).collect();
         // Sampled requests whose tokens must repeat with their seed: their rounds draft and
         // they verify their whole block (see `RequestSpec::repeatable`).
+        let schedules = self.planner.schedules();
         let pinned: Vec<bool> = act
             .iter()
             .map(|&i| {
-                self.sched.rows[i].as_ref().is_some_and(|s| {
-                    s.spec.repeatable && !s.spec.sampling.is_greedy() && self.planner.schedules()
-                })
+                schedules
+                    && self.sched.rows[i]
+                        .as_ref()
+                        .is_some_and(|s| s.spec.repeatable && !s.spec.sampling.is_greedy())
             })
             .collect();
         let measured = self.planner.round_table(&self.target, drafting.len())?;
