@@ -6,7 +6,7 @@ Rows, each against peers measured in the same run on the same device:
   T = 1, with draft logits) against the torch-ops reference of the same algorithm
   (``tests/torch_reference.py``) and against the HBM read floor (the logits' bytes over the
   device's measured read bandwidth). ``path`` says which kernels ran: ``fused`` (the default
-  for CUDA tensors, ``crates/dspark/kernels/fused_verify.cu``) or ``tensor`` (candle tensor
+  for CUDA tensors, ``crates/dspark-kernels/kernels/fused_verify.cu``) or ``tensor`` (candle tensor
   ops, measured in a child process run with ``DSPARK_KERNEL_PATH=tensor``: the variable is
   read once per process); fused rows carry ``speedup_vs_tensor_path``.
 - ``sample_block``: ``dspark.sample_block`` (T = 1, rank 64) at the same shapes against the

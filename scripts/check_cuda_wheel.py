@@ -38,7 +38,7 @@ SYSTEM_LIBS = {
 # NVIDIA's PyPI wheels (nvidia/cu13/lib, nvidia/*/lib), found by dspark's loader.
 NVIDIA_WHEEL_LIB = re.compile(r"lib(cudart|cublas|cublasLt|curand|nvrtc|nvJitLink)\.so\.\d+$")
 DT_NEEDED, DT_RPATH, DT_RUNPATH = 1, 15, 29
-# The fused kernels' entry points (crates/dspark/kernels/fused_*.cu).
+# The fused kernels' entry points (crates/dspark-kernels/kernels/fused_*.cu).
 FUSED_ENTRIES = (
     "dspark_vf_stats",
     "dspark_vf_rows",

@@ -53,7 +53,7 @@ def test_every_engine_error_code_is_documented():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    source = (root / "crates/dspark/src/error.rs").read_text()
+    source = (root / "crates/dspark-contracts/src/error.rs").read_text()
     body = source[source.index("pub fn code(&self)") :]
     body = body[: body.index("\n    }\n")]
     codes = set(re.findall(r'=> "([a-z0-9-]+)"', body))

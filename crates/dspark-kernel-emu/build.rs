@@ -1,9 +1,10 @@
-//! Compile `crates/dspark/kernels/emu/launch.cpp`: the fused kernels' CUDA source as host C++
+//! Compile `crates/dspark-kernels/kernels/emu/launch.cpp`: the fused kernels' CUDA source as host C++
 //! under the emulator header, with the compiler kept from contracting or reassociating float
 //! operations (the arithmetic the device performs without fast math).
 
 fn main() {
-    let kernels = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dspark/kernels");
+    let kernels =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../dspark-kernels/kernels");
     println!("cargo:rerun-if-changed={}", kernels.display());
     for entry in std::fs::read_dir(&kernels).into_iter().flatten().flatten() {
         println!("cargo:rerun-if-changed={}", entry.path().display());

@@ -1,4 +1,4 @@
-//! dspark's fused CUDA kernels run on the CPU: their source (`crates/dspark/kernels/*.cu`)
+//! dspark's fused CUDA kernels run on the CPU: their source (`crates/dspark-kernels/kernels/*.cu`)
 //! compiled as host C++ under a small emulator of the CUDA subset they use
 //! (`kernels/emu/emu.h`: a block's threads as fibers, barriers and warp shuffles as
 //! rendezvous), behind the same [`Backend`] the CUDA device implements. The tests run each

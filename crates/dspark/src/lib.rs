@@ -1,37 +1,33 @@
 //! # dspark
 //!
-//! The engine of dspark, a DSpark speculative-decoding core. It owns every contract a DSpark
-//! drafter has with its target model — config normalization ([`config`]), checkpoint weight
-//! rules ([`checkpoint`]), vocabulary layout ([`vocab`]) and the draft-to-target id map
-//! ([`idmap`]) — and the drafting and verification kernels ([`sampling`]) on candle tensors.
+//! The engine of dspark, a DSpark speculative-decoding core: the drafter ([`drafter`]), the
+//! native targets ([`models`]), the serving engine ([`engine`]), the verify-length policies
+//! ([`policy`]) and the speculative loop ([`speculator`]).
+//!
+//! It stands on two crates, re-exported here under the paths users name:
+//! - `dspark-contracts`, with no tensor library: config normalization ([`config`]), checkpoint
+//!   weight rules ([`checkpoint`]), vocabulary layout ([`vocab`]), the draft-to-target id map
+//!   ([`idmap`]), [`inspect`], [`limits`] and the one [`error`] type;
+//! - `dspark-kernels`, on candle tensors: the shared layers ([`nn`]), the drafting and
+//!   verification kernels ([`sampling`]), [`device`] selection, host [`view`]s, the [`threads`]
+//!   policy and [`trace`].
 //!
 //! This crate has no Python dependency; the `dspark-py` crate is thin glue over it.
 
-pub mod checkpoint;
-pub mod config;
-pub(crate) mod cpu;
+pub use dspark_contracts::{checkpoint, config, error, files, idmap, inspect, limits, vocab};
+pub(crate) use dspark_kernels::cpu;
 #[cfg(feature = "cuda")]
-pub mod cuda_interop;
-pub mod device;
+pub use dspark_kernels::cuda_interop;
+#[cfg(test)]
+pub(crate) use dspark_kernels::test_values;
+pub use dspark_kernels::{device, nn, sampling, threads, trace, view};
+
 pub mod drafter;
 pub mod engine;
-pub mod error;
-pub mod files;
-pub mod idmap;
-pub mod inspect;
-pub mod limits;
 pub mod models;
-pub mod nn;
 pub mod policy;
-pub mod sampling;
 pub mod speculator;
 pub mod sync;
-#[cfg(test)]
-mod test_values;
-pub mod threads;
-pub mod trace;
-pub mod view;
-pub mod vocab;
 
 pub use checkpoint::{Inventory, LoadPlan, TensorInfo, WeightSource};
 pub use config::{
@@ -42,7 +38,7 @@ pub use drafter::{
 };
 pub use error::{Error, ErrorKind, Result, Warning};
 pub use idmap::IdMap;
-pub use inspect::{InspectOptions, Report, inspect, inspect_with};
+pub use inspect::{InspectOptions, Report, inspect_with};
 pub use models::Qwen3Target;
 pub use nn::{LoadOptions, WeightDtype};
 pub use speculator::{Speculator, TargetModel};

@@ -4,7 +4,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::fields::{Common, StreamOptions};
+use super::fields::Common;
+use super::shared::request_body;
 
 /// Messages per request at most.
 pub const MAX_MESSAGES: usize = 4096;
@@ -31,62 +32,28 @@ pub struct RawMessage {
     pub name: Option<String>,
 }
 
-/// The body of a chat completion request.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChatRequest {
-    /// The model (when given, must be the served one).
-    pub model: Option<String>,
-    /// The conversation.
-    pub messages: Vec<RawMessage>,
-    /// Tokens to generate at most (default: the room left in the context).
-    pub max_tokens: Option<i64>,
-    /// The newer name of `max_tokens` (wins when both are given).
-    pub max_completion_tokens: Option<i64>,
-    /// Sampling temperature (default 1; 0: greedy).
-    pub temperature: Option<f64>,
-    /// Nucleus sampling mass in (0, 1].
-    pub top_p: Option<f64>,
-    /// Keep the k most likely tokens (-1 or 0: off).
-    pub top_k: Option<i64>,
-    /// Seed of every random draw of the request.
-    pub seed: Option<i64>,
-    /// Stop strings (a string or a list).
-    pub stop: Option<Value>,
-    /// Stop token ids.
-    pub stop_token_ids: Option<Vec<i64>>,
-    /// Do not stop at the model's end-of-sequence ids.
-    pub ignore_eos: Option<bool>,
-    /// dspark: drafts verified per round at most (0: no drafting).
-    pub max_drafts: Option<i64>,
-    /// Stream server-sent events.
-    pub stream: Option<bool>,
-    /// Streaming options.
-    pub stream_options: Option<StreamOptions>,
-    /// End the rendered prompt with the template's assistant header (default true).
-    pub add_generation_prompt: Option<bool>,
-    /// Must be 1.
-    pub n: Option<i64>,
-    /// Must be false.
-    pub logprobs: Option<bool>,
-    /// Must be null or 0.
-    pub top_logprobs: Option<i64>,
-    /// Must be 0.
-    pub presence_penalty: Option<f64>,
-    /// Must be 0.
-    pub frequency_penalty: Option<f64>,
-    /// Must be empty.
-    pub logit_bias: Option<serde_json::Map<String, Value>>,
-    /// Only `{"type": "text"}`.
-    pub response_format: Option<Value>,
-    /// Must be empty: no tool calling.
-    pub tools: Option<Vec<Value>>,
-    /// Only `"none"` or `"auto"` (without tools).
-    pub tool_choice: Option<Value>,
-    /// Ignored without tools.
-    pub parallel_tool_calls: Option<bool>,
-    /// Ignored.
-    pub user: Option<String>,
+request_body! {
+    /// The body of a chat completion request.
+    pub struct ChatRequest {
+        /// The conversation.
+        pub messages: Vec<RawMessage>,
+        /// The newer name of `max_tokens` (wins when both are given).
+        pub max_completion_tokens: Option<i64>,
+        /// End the rendered prompt with the template's assistant header (default true).
+        pub add_generation_prompt: Option<bool>,
+        /// Must be false.
+        pub logprobs: Option<bool>,
+        /// Must be null or 0.
+        pub top_logprobs: Option<i64>,
+        /// Only `{"type": "text"}`.
+        pub response_format: Option<Value>,
+        /// Must be empty: no tool calling.
+        pub tools: Option<Vec<Value>>,
+        /// Only `"none"` or `"auto"` (without tools).
+        pub tool_choice: Option<Value>,
+        /// Ignored without tools.
+        pub parallel_tool_calls: Option<bool>,
+    }
 }
 
 fn content_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
@@ -119,24 +86,12 @@ fn content_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
 }
 
 impl ChatRequest {
-    /// The shared fields, for [`super::fields::check`].
+    /// The shared fields, for [`super::fields::check`]: `max_completion_tokens`, the newer name
+    /// of `max_tokens`, wins when both are given (default: the room left in the context).
     pub fn common(&self) -> Common<'_> {
         Common {
             max_tokens: self.max_completion_tokens.or(self.max_tokens),
-            temperature: self.temperature,
-            top_p: self.top_p,
-            top_k: self.top_k,
-            seed: self.seed,
-            stop: self.stop.as_ref(),
-            stop_token_ids: self.stop_token_ids.as_deref(),
-            ignore_eos: self.ignore_eos,
-            max_drafts: self.max_drafts,
-            stream: self.stream,
-            stream_options: self.stream_options.as_ref(),
-            n: self.n,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            logit_bias: self.logit_bias.as_ref(),
+            ..self.shared()
         }
     }
 

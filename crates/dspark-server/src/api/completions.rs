@@ -1,60 +1,26 @@
 //! `POST /v1/completions`: the request body and its prompt (text or token ids).
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::fields::{Common, StreamOptions};
+use super::fields::Common;
+use super::shared::request_body;
 
-/// The body of a completion request. Unknown fields are refused (422); OpenAI fields this
-/// server does not implement are accepted only at their defaults.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CompletionRequest {
-    /// The model (when given, must be the served one).
-    pub model: Option<String>,
-    /// A string, a list of token ids, or a one-element list of either.
-    pub prompt: Value,
-    /// Tokens to generate at most (default 16, as OpenAI's).
-    pub max_tokens: Option<i64>,
-    /// Sampling temperature (default 1; 0: greedy).
-    pub temperature: Option<f64>,
-    /// Nucleus sampling mass in (0, 1].
-    pub top_p: Option<f64>,
-    /// Keep the k most likely tokens (-1 or 0: off).
-    pub top_k: Option<i64>,
-    /// Seed of every random draw of the request.
-    pub seed: Option<i64>,
-    /// Stop strings (a string or a list).
-    pub stop: Option<Value>,
-    /// Stop token ids.
-    pub stop_token_ids: Option<Vec<i64>>,
-    /// Do not stop at the model's end-of-sequence ids.
-    pub ignore_eos: Option<bool>,
-    /// dspark: drafts verified per round at most (0: no drafting).
-    pub max_drafts: Option<i64>,
-    /// Stream server-sent events.
-    pub stream: Option<bool>,
-    /// Streaming options.
-    pub stream_options: Option<StreamOptions>,
-    /// Must be 1.
-    pub n: Option<i64>,
-    /// Must be 1.
-    pub best_of: Option<i64>,
-    /// Must be false.
-    pub echo: Option<bool>,
-    /// Must be null.
-    pub logprobs: Option<Value>,
-    /// Must be null or empty.
-    pub suffix: Option<String>,
-    /// Must be 0.
-    pub presence_penalty: Option<f64>,
-    /// Must be 0.
-    pub frequency_penalty: Option<f64>,
-    /// Must be empty.
-    pub logit_bias: Option<serde_json::Map<String, Value>>,
-    /// Ignored.
-    pub user: Option<String>,
+request_body! {
+    /// The body of a completion request. Unknown fields are refused (422); OpenAI fields this
+    /// server does not implement are accepted only at their defaults.
+    pub struct CompletionRequest {
+        /// A string, a list of token ids, or a one-element list of either.
+        pub prompt: Value,
+        /// Must be 1.
+        pub best_of: Option<i64>,
+        /// Must be false.
+        pub echo: Option<bool>,
+        /// Must be null.
+        pub logprobs: Option<Value>,
+        /// Must be null or empty.
+        pub suffix: Option<String>,
+    }
 }
 
 /// A completion prompt: text to tokenize, or token ids as given.
@@ -80,25 +46,10 @@ fn ids(items: &[Value], vocab_size: usize) -> Result<Vec<u32>, ApiError> {
 }
 
 impl CompletionRequest {
-    /// The shared fields, for [`super::fields::check`].
+    /// The shared fields, for [`super::fields::check`] (the route gives `max_tokens` OpenAI's
+    /// default of 16).
     pub fn common(&self) -> Common<'_> {
-        Common {
-            max_tokens: self.max_tokens,
-            temperature: self.temperature,
-            top_p: self.top_p,
-            top_k: self.top_k,
-            seed: self.seed,
-            stop: self.stop.as_ref(),
-            stop_token_ids: self.stop_token_ids.as_deref(),
-            ignore_eos: self.ignore_eos,
-            max_drafts: self.max_drafts,
-            stream: self.stream,
-            stream_options: self.stream_options.as_ref(),
-            n: self.n,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            logit_bias: self.logit_bias.as_ref(),
-        }
+        self.shared()
     }
 
     /// Check the completion-only fields and read the prompt.

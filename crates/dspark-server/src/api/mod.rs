@@ -6,5 +6,6 @@ pub mod completions;
 pub mod error;
 pub mod fields;
 pub mod response;
+mod shared;
 
 pub use error::ApiError;

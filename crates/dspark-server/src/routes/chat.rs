@@ -10,13 +10,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::ApiError;
-use crate::api::body::parse;
 use crate::api::chat::ChatRequest;
 use crate::api::fields::{check, max_new_tokens};
 use crate::api::response::{ChatChoice, ChatChunkChoice, ChatDelta, ChatMessage, Envelope, Usage};
-use crate::session::{Finish, Session};
+use crate::session::Finish;
 use crate::state::AppState;
-use crate::stream::{Chunks, sse};
+use crate::stream::Chunks;
 
 /// Writes `chat.completion.chunk`s.
 struct ChatChunks {
@@ -92,10 +91,7 @@ pub(super) async fn handle(
 
 async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    let body = super::body(body, state.max_body_bytes)?;
-    let request: ChatRequest = parse(&body)?;
-    drop(body);
-    state.check_model(request.model.as_deref())?;
+    let request: ChatRequest = super::read(&state, body, |r: &ChatRequest| r.model.as_deref())?;
     let model = &state.model;
     let checked = check(&request.common(), model.vocab_size)?;
     let messages = request.messages()?;
@@ -108,35 +104,32 @@ async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Res
     let slot = state.engine.reserve()?;
     let prompt = state.tokenize(text, false, "messages").await?;
     let max_new = max_new_tokens(checked.max_tokens, None, prompt.len(), model.max_model_len)?;
-    let spec = state.request_spec(prompt, max_new, &checked);
-    let mut session =
-        Session::start(&state, slot, spec, checked.stop_strings.clone(), arrived).await?;
     let chunks = ChatChunks {
         id: state.new_id("chatcmpl"),
         created: model.created,
         model: model.name.clone(),
         include_usage: checked.include_usage,
     };
-    if checked.stream {
-        return Ok(sse(session, chunks, checked.include_usage));
-    }
-    let (text, finish) = session.collect().await?;
-    let body = Envelope {
-        id: chunks.id,
-        object: "chat.completion",
-        created: chunks.created,
-        model: chunks.model,
-        choices: vec![ChatChoice {
-            index: 0,
-            message: ChatMessage {
-                role: "assistant",
-                content: text,
-            },
-            finish_reason: Some(finish.reason),
-            logprobs: None,
-            dspark: finish.stats,
-        }],
-        usage: Some(Some(finish.usage)),
+    let whole = |chunks: ChatChunks, text: String, finish: Finish| {
+        Json(Envelope {
+            id: chunks.id,
+            object: "chat.completion",
+            created: chunks.created,
+            model: chunks.model,
+            choices: vec![ChatChoice {
+                index: 0,
+                message: ChatMessage {
+                    role: "assistant",
+                    content: text,
+                },
+                finish_reason: Some(finish.reason),
+                logprobs: None,
+                dspark: finish.stats,
+            }],
+            usage: Some(Some(finish.usage)),
+        })
+        .into_response()
     };
-    Ok(Json(body).into_response())
+    let spec = state.request_spec(prompt, max_new, &checked);
+    super::answer(&state, slot, spec, &checked, arrived, chunks, whole).await
 }

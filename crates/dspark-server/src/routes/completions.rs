@@ -9,13 +9,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::ApiError;
-use crate::api::body::parse;
 use crate::api::completions::{CompletionRequest, Prompt};
 use crate::api::fields::{check, max_new_tokens};
 use crate::api::response::{CompletionChoice, Envelope, Usage};
-use crate::session::{Finish, Session};
+use crate::session::Finish;
 use crate::state::AppState;
-use crate::stream::{Chunks, sse};
+use crate::stream::Chunks;
 
 /// OpenAI's default `max_tokens` for completions.
 const DEFAULT_MAX_TOKENS: usize = 16;
@@ -76,10 +75,8 @@ pub(super) async fn handle(
 
 async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    let body = super::body(body, state.max_body_bytes)?;
-    let request: CompletionRequest = parse(&body)?;
-    drop(body);
-    state.check_model(request.model.as_deref())?;
+    let request: CompletionRequest =
+        super::read(&state, body, |r: &CompletionRequest| r.model.as_deref())?;
     let model = &state.model;
     let checked = check(&request.common(), model.vocab_size)?;
     // A slot first: tokenizing is bounded by the same limit as the queue.
@@ -94,26 +91,23 @@ async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Res
         prompt.len(),
         model.max_model_len,
     )?;
-    let spec = state.request_spec(prompt, max_new, &checked);
-    let mut session =
-        Session::start(&state, slot, spec, checked.stop_strings.clone(), arrived).await?;
     let chunks = CompletionChunks {
         id: state.new_id("cmpl"),
         created: model.created,
         model: model.name.clone(),
         include_usage: checked.include_usage,
     };
-    if checked.stream {
-        return Ok(sse(session, chunks, checked.include_usage));
-    }
-    let (text, finish) = session.collect().await?;
-    let body = Envelope {
-        id: chunks.id,
-        object: "text_completion",
-        created: chunks.created,
-        model: chunks.model,
-        choices: vec![choice(text, Some(&finish))],
-        usage: Some(Some(finish.usage)),
+    let whole = |chunks: CompletionChunks, text: String, finish: Finish| {
+        Json(Envelope {
+            id: chunks.id,
+            object: "text_completion",
+            created: chunks.created,
+            model: chunks.model,
+            choices: vec![choice(text, Some(&finish))],
+            usage: Some(Some(finish.usage)),
+        })
+        .into_response()
     };
-    Ok(Json(body).into_response())
+    let spec = state.request_spec(prompt, max_new, &checked);
+    super::answer(&state, slot, spec, &checked, arrived, chunks, whole).await
 }

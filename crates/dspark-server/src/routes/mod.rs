@@ -15,9 +15,16 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
 
 use crate::api::ApiError;
+use crate::api::body::parse;
+use crate::api::fields::Checked;
+use crate::engine_thread::Reservation;
+use crate::session::{Finish, Session};
 use crate::state::AppState;
+use crate::stream::{Chunks, sse};
+use dspark::engine::RequestSpec;
 
 /// The server's router over `state`.
 pub fn router(state: AppState) -> Router {
@@ -55,6 +62,38 @@ fn body(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiE
             ))
         }
     })
+}
+
+/// A generation request's body, read (413 over the limit) and parsed (400 / 422), its model
+/// checked (404 when it is not the served one).
+fn read<T: DeserializeOwned>(
+    state: &AppState,
+    sent: Result<Bytes, BytesRejection>,
+    model: impl FnOnce(&T) -> Option<&str>,
+) -> Result<T, ApiError> {
+    let request: T = parse(&body(sent, state.max_body_bytes)?)?;
+    state.check_model(model(&request))?;
+    Ok(request)
+}
+
+/// The answer to a checked generation request: its session started in `slot`, then streamed
+/// as `chunks` writes it, or collected and written whole by `whole`.
+async fn answer<C: Chunks>(
+    state: &AppState,
+    slot: Reservation,
+    spec: RequestSpec,
+    checked: &Checked,
+    arrived: std::time::Instant,
+    chunks: C,
+    whole: impl FnOnce(C, String, Finish) -> Response,
+) -> Result<Response, ApiError> {
+    let mut session =
+        Session::start(state, slot, spec, checked.stop_strings.clone(), arrived).await?;
+    if checked.stream {
+        return Ok(sse(session, chunks, checked.include_usage));
+    }
+    let (text, finish) = session.collect().await?;
+    Ok(whole(chunks, text, finish))
 }
 
 /// The response of a handler's result.

@@ -46,8 +46,7 @@ pub(crate) struct DeviceHeads {
     pub(crate) confidence: Option<(Tensor, Tensor)>,
 }
 
-/// The calibration file read from a drafter directory when present.
-pub const STS_FILE: &str = "sts.json";
+pub use crate::config::STS_FILE;
 
 /// A loaded Qwen3-shaped DSpark (or DFlash) drafter.
 #[derive(Debug, Clone)]

@@ -37,6 +37,7 @@ mod profile;
 pub(crate) mod table;
 mod threshold;
 mod verify_policy;
+mod weigh;
 
 pub use batch::{MAX_BATCH_SEARCH_SLOTS, schedule_lengths_batch};
 pub use early_stop::{schedule_lengths, schedule_lengths_ahead};

@@ -114,7 +114,7 @@ pub(crate) fn has_avx512() -> bool {
 
 pub(crate) mod dots;
 mod exp;
-pub(crate) mod pages;
+pub mod pages;
 pub(crate) mod par;
 mod reduce;
 #[cfg(target_arch = "x86_64")]

@@ -4,7 +4,7 @@
 
 mod batched;
 mod host;
-pub(crate) mod kernel;
+pub mod kernel;
 
 pub use batched::{IotaCache, Keys, batched_attention, causal_mask, padding_mask};
 

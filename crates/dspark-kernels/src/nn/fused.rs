@@ -18,7 +18,7 @@ use crate::device::host_fast;
 use crate::error::Result;
 
 /// Run `f` on the contiguous f32 values of CPU tensor `t`, or `None`.
-pub(crate) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
+pub fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
     if !t.device().is_cpu() || t.dtype() != DType::F32 {
         return None;
     }

@@ -20,7 +20,7 @@ const HUGE_PAGE: usize = 2 << 20;
 
 /// `len` copies of `T::default()`, in memory advised for huge pages when it is at least
 /// [`STREAMED_MIN_BYTES`] (see the module docs). Same values as `vec![T::default(); len]`.
-pub(crate) fn streamed_vec<T: Copy + Default>(len: usize) -> Vec<T> {
+pub fn streamed_vec<T: Copy + Default>(len: usize) -> Vec<T> {
     let mut v: Vec<T> = Vec::with_capacity(len);
     let bytes = len.saturating_mul(std::mem::size_of::<T>());
     if bytes >= STREAMED_MIN_BYTES && enabled() {

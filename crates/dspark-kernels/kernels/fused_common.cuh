@@ -7,7 +7,7 @@
 //   warps' results), and the radix selection of a value-ordered prefix.
 //
 // Every floating-point operation is written out: the kernels are compiled with --fmad=false
-// (no contraction) and without fast math, and crates/dspark/src/sampling/fused/ models each one
+// (no contraction) and without fast math, and crates/dspark-kernels/src/sampling/fused/ models each one
 // in Rust in the same order, so the GPU agrees with its model bit for bit. The same source also
 // compiles as host C++ under kernels/emu/emu.h, where the tests run it against the model.
 #pragma once

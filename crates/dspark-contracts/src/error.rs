@@ -286,11 +286,13 @@ pub enum Error {
         /// The backend's message.
         message: String,
     },
-    /// An error from candle.
+    /// An error from candle (with the `candle` feature, which the kernels crate turns on).
+    #[cfg(feature = "candle")]
     #[error("tensor backend: {0}")]
     Candle(candle_core::Error),
 }
 
+#[cfg(feature = "candle")]
 impl From<candle_core::Error> for Error {
     /// A candle error, as [`Error::OutOfMemory`] when it is a failed device allocation.
     fn from(e: candle_core::Error) -> Self {
@@ -354,6 +356,7 @@ impl Error {
             Error::Internal { .. } => "internal",
             Error::Callback { .. } => "callback",
             Error::OutOfMemory { .. } => "out-of-memory",
+            #[cfg(feature = "candle")]
             Error::Candle(_) => "backend",
         }
     }
@@ -388,7 +391,9 @@ impl Error {
             | Error::DeviceMismatch { .. }
             | Error::Callback { .. } => ErrorKind::Input,
             Error::Internal { .. } => ErrorKind::Internal,
-            Error::OutOfMemory { .. } | Error::Candle(_) => ErrorKind::Backend,
+            Error::OutOfMemory { .. } => ErrorKind::Backend,
+            #[cfg(feature = "candle")]
+            Error::Candle(_) => ErrorKind::Backend,
         }
     }
 
@@ -476,8 +481,8 @@ impl Error {
 /// `panic = "abort"` cannot catch anything and abort as before.
 ///
 /// ```
-/// use dspark::error::{Error, catch_panic};
-/// let ok: dspark::Result<u32> = catch_panic(|| Ok(7));
+/// use dspark_contracts::error::{Error, catch_panic};
+/// let ok: dspark_contracts::Result<u32> = catch_panic(|| Ok(7));
 /// assert_eq!(ok.unwrap(), 7);
 /// let v: Vec<u32> = Vec::new();
 /// let e = catch_panic(|| Ok(v[3])).unwrap_err();
@@ -534,6 +539,7 @@ mod tests {
         assert!(two.to_string().contains("[missing-lm-head]"));
     }
 
+    #[cfg(feature = "candle")]
     #[test]
     fn a_failed_device_allocation_is_out_of_memory() {
         let cuda = |m: &str| candle_core::Error::Cuda(m.to_string().into());

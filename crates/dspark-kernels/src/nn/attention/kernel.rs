@@ -16,18 +16,18 @@ const SCORES_PER_CHUNK: usize = 1 << 20;
 
 /// One key/value head's cache, read as `[S, hd]` rows at a stride.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HeadView<'a> {
+pub struct HeadView<'a> {
     /// Storage holding the rows (`row j` starts at `j · stride`).
-    pub(crate) data: &'a [f32],
+    pub data: &'a [f32],
     /// Values between consecutive rows.
-    pub(crate) stride: usize,
+    pub stride: usize,
     /// Rows (keys).
-    pub(crate) rows: usize,
+    pub rows: usize,
 }
 
 impl<'a> HeadView<'a> {
     /// Rows `j` at `data[offset + j · stride ..]`.
-    pub(crate) fn new(data: &'a [f32], offset: usize, stride: usize, rows: usize) -> Self {
+    pub fn new(data: &'a [f32], offset: usize, stride: usize, rows: usize) -> Self {
         Self {
             data: &data[offset.min(data.len())..],
             stride,
@@ -39,7 +39,7 @@ impl<'a> HeadView<'a> {
 /// One key/value head as [`attend_head`] reads it. Values are rows at a stride either way:
 /// read where they lie when their rows fit whole panels (`hd` a multiple of 16), else packed.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum HeadKv<'a> {
+pub enum HeadKv<'a> {
     /// Keys as rows at a stride, packed per call.
     Rows(HeadView<'a>, HeadView<'a>),
     /// Keys already in panel layout `K: [S, hd]` (a cache that keeps its keys transposed):
@@ -64,7 +64,7 @@ impl HeadKv<'_> {
 /// one head; row `i` sees the first `visible(i)` keys (at least one, at most `S`). Returns
 /// `[m, hd]`. `kv` must hold `S` keys and values of `hd` values (callers check shapes). Every
 /// layout gives the same bits.
-pub(crate) fn attend_head(
+pub fn attend_head(
     q: &[f32],
     m: usize,
     hd: usize,
@@ -133,7 +133,7 @@ fn attend_panels(
 /// thousand tokens of context that is a fifth of the memory-bound pair's weight bytes, and one
 /// core alone reads at about half the machine's bandwidth.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn grouped<'a>(
+pub fn grouped<'a>(
     q: &[f32],
     q_len: usize,
     heads: usize,
@@ -184,7 +184,7 @@ pub(crate) fn grouped<'a>(
 /// read where they lie as panels of 16 keys. Returns `[Q, heads · hd]`, or `None` when the last
 /// key panel does not fit `kt` (`cap` must be a multiple of 16, `s <= cap`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn causal_transposed(
+pub fn causal_transposed(
     q: &[f32],
     q_len: usize,
     heads: usize,
@@ -211,7 +211,7 @@ pub(crate) fn causal_transposed(
 /// tokens are live (query `i` sees keys `0 ..= s − Q + i`). Returns `[Q, heads · hd]`, or `None`
 /// when a panel does not fit its buffer or `Q > s`. Same bits as [`causal_transposed`] on the
 /// same keys and values.
-pub(crate) fn causal_panels(
+pub fn causal_panels(
     q: &[f32],
     (q_len, heads, kv_heads, hd): (usize, usize, usize, usize),
     (k, v): (&[f32], &[f32]),

@@ -25,9 +25,11 @@ pub mod qwen3;
 pub(crate) mod rope;
 pub mod shape;
 pub mod spec;
+pub mod sts;
 pub mod target;
 
 pub use qwen3::Qwen3Config;
 pub use shape::{ModelShape, RopeSpec};
 pub use spec::{ConfigFormat, DraftSpec, MarkovHeadType, NoiseToken, NoiseTokenSource};
+pub use sts::{STS_FILE, StsCalibration};
 pub use target::TargetSpec;

@@ -1,7 +1,8 @@
-//! Deterministic test data shared by the unit tests (compiled only for tests).
+//! Deterministic test data shared by the unit tests of this crate and the engine's (hidden from
+//! the docs; nothing outside tests calls it).
 
 /// `n` values in `[-0.5, 0.5)` from a multiplicative hash of the index and `seed`.
-pub(crate) fn values(n: usize, seed: u32) -> Vec<f32> {
+pub fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
         .map(|i| {
             let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;

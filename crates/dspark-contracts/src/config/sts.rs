@@ -7,6 +7,9 @@ use crate::error::{Error, Result};
 use crate::files::ReadError;
 use std::path::Path;
 
+/// The calibration file read from a drafter directory when present.
+pub const STS_FILE: &str = "sts.json";
+
 /// Per-position confidence temperatures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StsCalibration {

@@ -1,4 +1,4 @@
-//! dspark's own CUDA kernels: PTX built by `build.rs` from `crates/dspark/kernels/*.cu`.
+//! dspark's own CUDA kernels: PTX built by `build.rs` from `crates/dspark-kernels/kernels/*.cu`.
 //!
 //! Each `kernels/NAME.cu` is compiled (`nvcc --ptx`, `compute_$CUDA_COMPUTE_CAP`) into
 //! `$OUT_DIR/NAME.ptx` and embedded here as one [`PtxModule`]. A custom op's `cuda_fwd` loads

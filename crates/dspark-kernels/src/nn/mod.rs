@@ -19,9 +19,9 @@
 //! (what a CUDA device runs, and the CPU under `DSPARK_KERNEL_PATH=tensor`).
 
 pub mod attention;
-pub(crate) mod decoder;
+pub mod decoder;
 pub mod dtype;
-pub(crate) mod fused;
+pub mod fused;
 pub mod linear;
 pub mod mlp;
 pub mod norm;

@@ -2,13 +2,13 @@
 //! per position with STS (`sigmoid(z_k / T_k)`).
 //!
 //! `mod.rs` holds the validation every path shares and the entry points; `cpu.rs` is the host
-//! scoring loop (the reference), `device.rs` the tensor path, `sts.rs` the calibration table.
+//! scoring loop (the reference), `device.rs` the tensor path. The STS table is a file format,
+//! read in `config::sts`.
 
 mod cpu;
 mod device;
-mod sts;
 
-pub use sts::StsCalibration;
+pub use crate::config::StsCalibration;
 
 use candle_core::{DType, Device, Tensor};
 

@@ -21,7 +21,7 @@
 //
 // The parameter block carries every request's stream and anchor by value. Results: tokens and
 // status words per (b, k), a witness hash per request of every merge it made. The Rust model is
-// crates/dspark/src/sampling/fused/block.rs.
+// crates/dspark-kernels/src/sampling/fused/block.rs.
 #include "fused_common.cuh"
 
 #define SB_MAXB 256

@@ -37,7 +37,7 @@ pub(crate) fn borrow_floats<R>(t: &Tensor, f: impl FnOnce(Floats<'_>) -> R) -> O
 /// Run `f` on the values of `t` (named `name` in errors) as host floats: borrowed where they
 /// lie (see [`borrow_floats`]), else copied to the host once, contiguous (f32, bf16 and f16 in
 /// their dtype, f64 narrowed to f32). Integer tensors are `unsupported-dtype`.
-pub(crate) fn with_floats<R>(
+pub fn with_floats<R>(
     t: &Tensor,
     name: &str,
     f: impl FnOnce(Floats<'_>) -> Result<R>,

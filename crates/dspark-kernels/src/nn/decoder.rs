@@ -1,5 +1,5 @@
 //! One Qwen3 decoder layer — weights, loading and the pre-norm forward — shared by the
-//! drafter ([`super::Qwen3Drafter`]) and the native target ([`crate::models::qwen3::Qwen3Target`]).
+//! drafter (`dspark::Qwen3Drafter`) and the native target (`dspark::models::qwen3::Qwen3Target`).
 //!
 //! The layer is written once; each model supplies only its attention (the drafter: the block
 //! against its fused context, non-causal; the target: new tokens against their KV cache,
@@ -16,11 +16,11 @@ use super::rope::Rope;
 use crate::error::{Error, Result};
 
 /// Takes loaded tensors by canonical name (`model.layers.0.self_attn.q_proj.weight`, ...).
-pub(crate) struct Take(pub(crate) BTreeMap<String, Tensor>);
+pub struct Take(pub BTreeMap<String, Tensor>);
 
 impl Take {
     /// The tensor `name`, removed from the set (`missing-tensor` naming it without `model.`).
-    pub(crate) fn get(&mut self, name: &str) -> Result<Tensor> {
+    pub fn get(&mut self, name: &str) -> Result<Tensor> {
         self.0.remove(name).ok_or_else(|| Error::MissingTensor {
             tensor: name.strip_prefix("model.").unwrap_or(name).to_string(),
             reason: "not in the load plan".into(),
@@ -28,7 +28,7 @@ impl Take {
     }
 
     /// `{prefix}.weight` (and `{prefix}.bias` when `bias`) as a [`Linear`].
-    pub(crate) fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
+    pub fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
         let weight = self.get(&format!("{prefix}.weight"))?;
         let bias = if bias {
             Some(self.get(&format!("{prefix}.bias"))?)
@@ -41,49 +41,60 @@ impl Take {
 
 /// The attention shape of a layer and its RMSNorm epsilon.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Heads {
+pub struct Heads {
     /// Query heads.
-    pub(crate) heads: usize,
+    pub heads: usize,
     /// Key/value heads.
-    pub(crate) kv_heads: usize,
+    pub kv_heads: usize,
     /// Per-head dimension.
-    pub(crate) head_dim: usize,
+    pub head_dim: usize,
     /// RMSNorm epsilon (layer norms and the per-head q/k norms).
-    pub(crate) eps: f64,
+    pub eps: f64,
 }
 
 /// One Qwen3 decoder layer.
 #[derive(Debug, Clone)]
-pub(crate) struct Layer {
-    pub(crate) q_proj: Linear,
-    pub(crate) k_proj: Linear,
-    pub(crate) v_proj: Linear,
-    pub(crate) o_proj: Linear,
-    pub(crate) q_norm: Tensor,
-    pub(crate) k_norm: Tensor,
-    pub(crate) gate_proj: Linear,
-    pub(crate) up_proj: Linear,
-    pub(crate) down_proj: Linear,
-    pub(crate) input_layernorm: Tensor,
-    pub(crate) post_attention_layernorm: Tensor,
+pub struct Layer {
+    /// Query projection `[heads·head_dim, H]`.
+    pub q_proj: Linear,
+    /// Key projection `[kv_heads·head_dim, H]`.
+    pub k_proj: Linear,
+    /// Value projection `[kv_heads·head_dim, H]`.
+    pub v_proj: Linear,
+    /// Output projection `[H, heads·head_dim]`.
+    pub o_proj: Linear,
+    /// Per-head RMSNorm weight on queries `[head_dim]`.
+    pub q_norm: Tensor,
+    /// Per-head RMSNorm weight on keys `[head_dim]`.
+    pub k_norm: Tensor,
+    /// SwiGLU gate `[I, H]`.
+    pub gate_proj: Linear,
+    /// SwiGLU up projection `[I, H]`.
+    pub up_proj: Linear,
+    /// SwiGLU down projection `[H, I]`.
+    pub down_proj: Linear,
+    /// RMSNorm weight before attention `[H]`.
+    pub input_layernorm: Tensor,
+    /// RMSNorm weight before the MLP `[H]`.
+    pub post_attention_layernorm: Tensor,
     /// On the device-generic path: q, k and v stacked into one map (the three above are row
     /// views of it), and k and v alone (a view too), and gate and up stacked likewise.
-    pub(crate) stacked: Option<Stacked>,
+    pub stacked: Option<Stacked>,
 }
 
 /// A layer's products stacked for the device-generic path (see [`Linear::stack`]).
 #[derive(Debug, Clone)]
-pub(crate) struct Stacked {
+pub struct Stacked {
     /// `[q; k; v]`.
-    pub(crate) qkv: Linear,
+    pub qkv: Linear,
     /// `[k; v]`.
-    pub(crate) kv: Linear,
+    pub kv: Linear,
     /// `[gate; up]`.
-    pub(crate) gate_up: Linear,
+    pub gate_up: Linear,
 }
 
 /// `x: [N, heads, hd]` → RMS-normed per head with `norm`, then rotated with `(cos, sin)`.
-pub(crate) fn norm_rope(
+pub fn norm_rope(
     rope: &Rope,
     x: &Tensor,
     norm: &Tensor,
@@ -97,7 +108,7 @@ pub(crate) fn norm_rope(
 impl Layer {
     /// The layer under `prefix` (`model.layers.{i}`): attention projections with a bias when
     /// `bias` (`attention_bias`), q/k norms, SwiGLU MLP, the two layer norms.
-    pub(crate) fn load(t: &mut Take, prefix: &str, bias: bool) -> Result<Self> {
+    pub fn load(t: &mut Take, prefix: &str, bias: bool) -> Result<Self> {
         let p = prefix;
         let mut layer = Self {
             q_proj: t.linear(&format!("{p}.self_attn.q_proj"), bias)?,
@@ -136,7 +147,7 @@ impl Layer {
     }
 
     /// `k` and `v` of `x` (`[N, H]` → two `[N, kv·hd]`), in one product where stacked.
-    pub(crate) fn kv(&self, x: &Tensor) -> Result<[Tensor; 2]> {
+    pub fn kv(&self, x: &Tensor) -> Result<[Tensor; 2]> {
         match &self.stacked {
             Some(s) => {
                 let y = s.kv.forward(x)?;
@@ -152,12 +163,12 @@ impl Layer {
 
     /// The dtype the layer's matrices are kept in (its query projection's: a checkpoint
     /// stores a layer's matrices in one dtype).
-    pub(crate) fn weight_dtype(&self) -> crate::nn::WeightDtype {
+    pub fn weight_dtype(&self) -> crate::nn::WeightDtype {
         self.q_proj.weight_dtype()
     }
 
     /// Bytes of the layer's matrices (what one forward reads of it, norms aside).
-    pub(crate) fn weight_bytes(&self) -> usize {
+    pub fn weight_bytes(&self) -> usize {
         [
             &self.q_proj,
             &self.k_proj,
@@ -177,7 +188,7 @@ impl Layer {
     /// `x + o(attend(q, k, v))`, then `+ mlp(post_norm(·))`. `attend` receives
     /// `q: [N, heads, hd]`, `k, v: [N, kv_heads, hd]` (q and k normed per head and rotated)
     /// and returns `[N, heads·hd]`.
-    pub(crate) fn forward(
+    pub fn forward(
         &self,
         x: &Tensor,
         g: Heads,

@@ -16,7 +16,7 @@
 // are, and checked here. Output: per request K+1 tokens (-1 padded), the accepted count, a
 // status word (kind << 32 | position), its detail, and a witness: a hash of every record the
 // request's launches produced (row verdicts, residual sums), so that a comparison of words is
-// a comparison of the intermediate floats too. crates/dspark/src/sampling/fused/verify.rs
+// a comparison of the intermediate floats too. crates/dspark-kernels/src/sampling/fused/verify.rs
 // is this file's Rust model (the same operations in the same order).
 #include "fused_common.cuh"
 

@@ -6,14 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::sampling::StsCalibration;
 use serde_json::{Value, json};
 
-use crate::VocabLayout;
 use crate::checkpoint::{Inventory, LoadPlan, WeightSource};
-use crate::config::{ConfigFormat, DraftSpec, TargetSpec};
+use crate::config::{ConfigFormat, DraftSpec, STS_FILE, StsCalibration, TargetSpec};
 use crate::error::Error;
 use crate::error::Warning;
+use crate::vocab::VocabLayout;
 
 /// The outcome of inspecting a drafter against a target.
 #[derive(Debug)]
@@ -77,7 +76,7 @@ impl Report {
                 "lm_head": p.lm_head == WeightSource::SharedTarget,
             })),
             "calibration": self.calibration.as_ref().map(|c| json!({
-                "file": crate::drafter::qwen3::STS_FILE,
+                "file": STS_FILE,
                 "method": "sts",
                 "temperatures": c.temperatures,
             })),
@@ -164,7 +163,7 @@ pub fn inspect_with(draft: &Path, target: Option<&Path>, options: &InspectOption
     };
     report.warnings.extend(spec.warnings.iter().cloned());
     report.errors.extend(spec.check_target(target_spec));
-    let sts = checkpoint_dir(draft).join(crate::drafter::qwen3::STS_FILE);
+    let sts = checkpoint_dir(draft).join(STS_FILE);
     if options.calibration && sts.is_file() {
         match StsCalibration::from_json_path(&sts) {
             Ok(c) if c.temperatures.len() < spec.block_size => {

@@ -32,7 +32,7 @@ pub struct SharedWeights {
 }
 
 /// Memory maps of the checkpoint files, opened on first use.
-pub(crate) struct TensorReader {
+pub struct TensorReader {
     maps: BTreeMap<PathBuf, (Mmap, usize)>,
     device: Device,
     options: LoadOptions,
@@ -53,7 +53,8 @@ fn bad(path: &Path, message: impl Into<String>) -> Error {
 }
 
 impl TensorReader {
-    pub(crate) fn new(device: &Device, options: LoadOptions) -> Self {
+    /// A reader that places tensors on `device` as `options` say; it maps no file yet.
+    pub fn new(device: &Device, options: LoadOptions) -> Self {
         Self {
             maps: BTreeMap::new(),
             device: device.clone(),
@@ -90,7 +91,7 @@ impl TensorReader {
 
     /// Read one tensor onto the reader's device: a matrix (2-D) in the options' dtype for it
     /// ([`LoadOptions::matrix_dtype`]), anything else in `f32`.
-    pub(crate) fn read(&mut self, info: &TensorInfo) -> Result<Tensor> {
+    pub fn read(&mut self, info: &TensorInfo) -> Result<Tensor> {
         let device = self.device.clone();
         let dtype = if info.shape.len() == 2 {
             self.options.matrix_dtype(&info.dtype)
@@ -211,7 +212,7 @@ fn decode<T: PanelElem>(bytes: &[u8], stored: &str) -> std::result::Result<Vec<T
 
 /// Every planned tensor of a checkpoint, by canonical name, on `device` (dtypes as
 /// [`TensorReader::read`]).
-pub(crate) fn load_planned(
+pub fn load_planned(
     plan: &LoadPlan,
     inventory: &Inventory,
     device: &Device,
@@ -240,7 +241,7 @@ pub(crate) fn load_planned(
 /// (padded vocabularies) are zero-filled. Returned on `device` in the options' dtype, else
 /// its own (f32, bf16 or f16; anything else becomes f32): no copy when that is the given
 /// tensor's dtype and device and its rows match.
-pub(crate) fn shared_weight(
+pub fn shared_weight(
     what: &'static str,
     given: Option<&Tensor>,
     source: WeightSource,
