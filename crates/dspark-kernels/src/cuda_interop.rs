@@ -1,8 +1,9 @@
 //! Sharing CUDA memory with other frameworks (torch through DLPack) without copies.
 //!
-//! - [`cuda_device`]: one candle [`Device`] per ordinal for the whole process, on the device's
-//!   primary context (the one torch uses) with its own stream. Candle compares devices by an id
-//!   minted per `Device::new_cuda` call, so every tensor of a call must come from this cache.
+//! - `cuda_device` (in [`crate::open`]): one candle [`Device`] per ordinal for the whole
+//!   process, on the device's primary context (the one torch uses) with its own stream. Candle
+//!   compares devices by an id minted per `Device::new_cuda` call, so every tensor of a call must
+//!   come from that cache.
 //! - [`BorrowedTensor`]: a candle tensor over memory another framework owns. Candle would free
 //!   a wrapped allocation when the tensor drops; the guard swaps it out of the storage first and
 //!   leaks the borrowed pointer, so the owner frees it (through its DLPack deleter), not us.
@@ -11,8 +12,7 @@
 //!   producer handing out a tensor makes the consumer's stream wait on its own.
 //! - [`device_ptr`]: the address of a contiguous tensor, for exporting it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, sys};
@@ -24,24 +24,6 @@ use crate::error::{Error, Result};
 
 fn cuda_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Candle(candle_core::Error::Cuda(format!("{what}: {e}").into()))
-}
-
-/// The process-wide candle device of CUDA ordinal `ordinal` (created on first use).
-///
-/// Errors: `device-unavailable` when the driver has no such device, or a piece it needs is
-/// missing (see [`crate::device::open_cuda`]).
-pub fn cuda_device(ordinal: usize) -> Result<Device> {
-    static DEVICES: Mutex<Option<HashMap<usize, Device>>> = Mutex::new(None);
-    let mut guard = DEVICES
-        .lock()
-        .map_err(|_| Error::invalid("device", "the CUDA device cache was poisoned by a panic"))?;
-    let map = guard.get_or_insert_with(HashMap::new);
-    if let Some(d) = map.get(&ordinal) {
-        return Ok(d.clone());
-    }
-    let device = crate::device::open_cuda("device", ordinal, Device::new_cuda_with_stream)?;
-    map.insert(ordinal, device.clone());
-    Ok(device)
 }
 
 fn stream_of(device: &Device) -> Result<Arc<CudaStream>> {

@@ -191,92 +191,9 @@ pub fn cuda_runtime_libraries() -> Vec<String> {
     }
 }
 
-/// The candle device of CUDA ordinal `ordinal`, made by `make` (`Device::new_cuda` or
-/// `Device::new_cuda_with_stream`) once everything it needs is known to be there, so that a
-/// missing piece is a typed error instead of a panic deep in the CUDA bindings.
-///
-/// Errors (`device-unavailable`, naming `name` and `cuda:N`): a build without the `cuda`
-/// feature (the message says which build this is); no usable driver or device (the reason of
-/// [`cuda_error`]); an ordinal past the devices the driver reports; cuBLAS or cuRAND not found;
-/// the driver failing to create the device; the driver refusing this build's PTX (for example
-/// a driver older than the PTX: its message, with the PTX and driver versions), or the fused
-/// kernels' fatbins (a GPU older than sm_90: both named).
-///
-/// dspark's devices run everything on their one stream, so cudarc's multi-stream event
-/// tracking (an event recorded and waited on for every allocation and kernel argument: about
-/// 20 µs of host time per operation) is switched off; the only cross-stream orderings are the
-/// explicit DLPack joins of [`crate::cuda_interop`].
-pub fn open_cuda(
-    name: &str,
-    ordinal: usize,
-    make: impl FnOnce(usize) -> candle_core::Result<Device>,
-) -> Result<Device> {
-    let unavailable = |message: String| Error::DeviceUnavailable {
-        name: name.to_string(),
-        device: format!("cuda:{ordinal}"),
-        message,
-    };
-    if !cuda_compiled() {
-        return Err(unavailable(format!(
-            "this is {}: install the CUDA wheel (README \"GPU build\")",
-            build_description()
-        )));
-    }
-    let count = cuda_status().map_err(|why| {
-        unavailable(format!(
-            "this is {}, but no CUDA device can be used here: {why}",
-            build_description()
-        ))
-    })?;
-    if ordinal >= count {
-        return Err(unavailable(format!(
-            "the driver reports {count} CUDA device(s)"
-        )));
-    }
-    #[cfg(feature = "cuda")]
-    cuda::runtime_libraries_present().map_err(&unavailable)?;
-    let device = make(ordinal).map_err(|e| unavailable(e.to_string()))?;
-    #[cfg(feature = "cuda")]
-    {
-        let dev = device.as_cuda_device()?;
-        // SAFETY: every tensor of this device is used on its stream alone: work queued on the
-        // stream runs in order, frees are stream-ordered, and memory shared with another
-        // framework's stream is joined explicitly (`cuda_interop::wait_for_stream` /
-        // `signal_stream`) before either side uses it.
-        unsafe { dev.disable_event_tracking() };
-        // f32 products in TF32 only when asked, as torch's `allow_tf32` (bf16 / f16 products
-        // accumulate in f32 either way).
-        candle_core::cuda_backend::set_gemm_reduced_precision_f32(allow_tf32());
-        cuda::check_ptx(&device).map_err(&unavailable)?;
-        crate::sampling::fused::check_device(&device).map_err(|e| unavailable(e.to_string()))?;
-    }
-    Ok(device)
-}
-
-/// The device named `spec`: `cpu`, `cuda` (device 0) or `cuda:N`. Errors: `invalid-argument`
-/// for any other name; `device-unavailable` for a CUDA device this build or machine cannot give
-/// (see [`open_cuda`]; `name` is the argument that asked for it).
-pub fn parse_device(name: &str, spec: &str) -> Result<Device> {
-    let s = spec.trim().to_ascii_lowercase();
-    let ordinal = match s.as_str() {
-        "cpu" => return Ok(Device::Cpu),
-        "cuda" => 0,
-        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(n)) => n,
-            _ => {
-                return Err(Error::invalid(
-                    name,
-                    format!("{spec:?}: expected \"cpu\", \"cuda\" or \"cuda:N\""),
-                ));
-            }
-        },
-    };
-    open_cuda(name, ordinal, Device::new_cuda)
-}
-
 /// The driver side of a CUDA build: everything is opened at run time and probed before use.
 #[cfg(feature = "cuda")]
-mod cuda {
+pub(crate) mod cuda {
     use std::sync::OnceLock;
 
     use candle_core::Device;
@@ -395,7 +312,7 @@ mod cuda {
 
     /// cuBLAS and cuRAND, which a candle device opens when it is made (the bindings would
     /// panic on a missing one). Once both are found they stay open.
-    pub(super) fn runtime_libraries_present() -> std::result::Result<(), String> {
+    pub(crate) fn runtime_libraries_present() -> std::result::Result<(), String> {
         static OPEN: OnceLock<Vec<libloading::Library>> = OnceLock::new();
         if OPEN.get().is_some() {
             return Ok(());
@@ -423,7 +340,7 @@ mod cuda {
 
     /// Load this build's PTX on `device`: a driver that refuses it (older than the PTX, or a
     /// GPU the PTX target cannot run on) is reported with its own message and both versions.
-    pub(super) fn check_ptx(device: &Device) -> std::result::Result<(), String> {
+    pub(crate) fn check_ptx(device: &Device) -> std::result::Result<(), String> {
         let dev = device.as_cuda_device().map_err(|e| e.to_string())?;
         let context = dev.cuda_stream().context().clone();
         match context.load_module(Ptx::from_src(PTX)) {
@@ -529,23 +446,5 @@ mod tests {
             assert!(description.contains("CPU build"));
             assert!(libraries.is_empty());
         }
-    }
-
-    #[test]
-    fn device_names_parse_or_fail_typed() -> Result<()> {
-        assert!(parse_device("device", "cpu")?.is_cpu());
-        assert!(parse_device("device", " CPU ")?.is_cpu());
-        for bad in ["", "gpu", "cuda:", "cuda:-1", "cuda:x", "cpu:0", "metal"] {
-            let e = parse_device("device", bad).err().map(|e| e.code());
-            assert_eq!(e, Some("invalid-argument"), "{bad:?}");
-        }
-        // Without the feature (or past the driver's devices) CUDA is a typed refusal.
-        let far = parse_device("device", "cuda:4096").err().map(|e| e.code());
-        assert_eq!(far, Some("device-unavailable"));
-        if !cuda_compiled() {
-            let e = parse_device("device", "cuda").err().map(|e| e.to_string());
-            assert!(e.is_some_and(|m| m.contains("no `cuda` feature")));
-        }
-        Ok(())
     }
 }

@@ -18,6 +18,7 @@ pub mod cpu;
 pub mod cuda_interop;
 pub mod device;
 pub mod nn;
+pub mod open;
 pub mod sampling;
 #[doc(hidden)]
 pub mod test_values;

@@ -16,11 +16,26 @@
 
 pub use dspark_contracts::{checkpoint, config, error, files, idmap, inspect, limits, vocab};
 pub(crate) use dspark_kernels::cpu;
-#[cfg(feature = "cuda")]
-pub use dspark_kernels::cuda_interop;
 #[cfg(test)]
 pub(crate) use dspark_kernels::test_values;
-pub use dspark_kernels::{device, nn, sampling, threads, trace, view};
+pub use dspark_kernels::{nn, sampling, threads, trace, view};
+
+pub mod device {
+    //! Where kernels run and how a device is opened: the kernel path switch and what this build
+    //! knows about devices (`dspark_kernels::device`), and device names parsed and CUDA devices
+    //! opened with their probes (`dspark_kernels::open`).
+    pub use dspark_kernels::device::*;
+    pub use dspark_kernels::open::{open_cuda, parse_device};
+}
+
+#[cfg(feature = "cuda")]
+pub mod cuda_interop {
+    //! Sharing CUDA memory with other frameworks (torch through DLPack) without copies
+    //! (`dspark_kernels::cuda_interop`), and the process-wide device per ordinal those
+    //! exchanges use (`cuda_device`).
+    pub use dspark_kernels::cuda_interop::*;
+    pub use dspark_kernels::open::cuda_device;
+}
 
 pub mod drafter;
 pub mod engine;

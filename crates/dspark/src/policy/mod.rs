@@ -44,11 +44,12 @@ pub use early_stop::{schedule_lengths, schedule_lengths_ahead};
 pub use machine::{Machine, cache_dir};
 pub use pipelined::schedule_pipelined;
 pub(crate) use planner::Planner;
-pub use planner::{EXPLORE_SHARE, PLAIN_MARGIN, REFRESH_ROUNDS};
+pub use planner::{EXPLORE_SHARE, REFRESH_ROUNDS};
 pub use profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
 pub use table::StepsPerSecond;
 pub use threshold::threshold_lengths;
 pub use verify_policy::VerifyPolicy;
+pub use weigh::PLAIN_MARGIN;
 
 use crate::error::{Error, Result};
 use crate::limits::{MAX_BATCH, at_most};

@@ -14,17 +14,17 @@
 //! - plain: one token per request, the table priced with the rest of a plain round.
 //!
 //! It drafts unless the best drafted round verifies nothing or the plain round is faster by
-//! more than [`PLAIN_MARGIN`]: a plain round teaches nothing (no confidences, no acceptance),
-//! the switch has costs the model does not price (appending the pending rows, a refresh
-//! round), and near a tie the estimates' noise would decide. Confidences go stale in plain
-//! rounds: after a streak of them (1 plain round after drafting stopped paying, then 4, 16…
-//! up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays again), and for a request
-//! without confidences yet, the round drafts to refresh them if drafting would pay at the
-//! best acceptance the record supports; where even that does not pay (a compute-bound batch),
-//! no refresh is taken and the rounds stay plain. A plain round is exactly a target-only step
-//! (same seeds: greedy output is unchanged and sampling stays exact); its features (and a
-//! joining request's prefill features) wait for the request's next proposal, and extend its
-//! drafter context in one call then.
+//! more than [`PLAIN_MARGIN`](super::PLAIN_MARGIN): a plain round teaches nothing (no
+//! confidences, no acceptance), the switch has costs the model does not price (appending the
+//! pending rows, a refresh round), and near a tie the estimates' noise would decide.
+//! Confidences go stale in plain rounds: after a streak of them (1 plain round after drafting
+//! stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
+//! again), and for a request without confidences yet, the round drafts to refresh them if
+//! drafting would pay at the best acceptance the record supports; where even that does not pay
+//! (a compute-bound batch), no refresh is taken and the rounds stay plain. A plain round is
+//! exactly a target-only step (same seeds: greedy output is unchanged and sampling stays
+//! exact); its features (and a joining request's prefill features) wait for the request's next
+//! proposal, and extend its drafter context in one call then.
 //!
 //! Under the learned table ([`VerifyPolicy::ScheduledMeasured`]), a choice for drafting that is
 //! close (the plain round expected at [`EXPLORE_SHARE`] of the drafted one or more) while the
@@ -56,10 +56,6 @@ pub const REFRESH_ROUNDS: usize = 16;
 /// found drafting still not paying (a refresh is a drafted round: on a target too cheap to draft
 /// for, each costs several plain ones).
 const REFRESH_GROWTH: usize = 4;
-
-/// How much faster (relative) a plain round must be expected to run than the best drafted
-/// round before a round skips drafting.
-pub const PLAIN_MARGIN: f64 = 0.1;
 
 /// A plain round whose expected `Θ` is at least this share of the best drafted round's is close
 /// enough to be tried when its size has not been timed (the choice rests on the prior there).

@@ -1,13 +1,16 @@
 //! Weighing a drafted round against a plain one: the expected tokens of a drafted round, the
 //! upper bound over every drafted round that lets most rounds skip the scheduler's search, and
-//! the choice itself with its [`PLAIN_MARGIN`]. The [`Planner`](super::planner) calls it before
+//! the choice itself with its [`PLAIN_MARGIN`]. The planner calls it before
 //! each round with the requests' latest confidences.
 
 use super::acceptance::unit;
 use super::learned::Costs;
-use super::planner::PLAIN_MARGIN;
 use super::{StepsPerSecond, schedule_lengths_batch};
 use crate::error::Result;
+
+/// How much faster (relative) a plain round must be expected to run than the best drafted
+/// round before a round skips drafting.
+pub const PLAIN_MARGIN: f64 = 0.1;
 
 /// Expected tokens a round commits when request `r` verifies `lens[r]` of its `n` drafts
 /// with confidences `c` (`[B·n]`): one each, plus the survival of every verified slot.

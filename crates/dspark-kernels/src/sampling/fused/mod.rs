@@ -33,7 +33,7 @@ pub mod plan;
 mod verify;
 
 use crate::error::Result;
-use crate::sampling::verify::{Plan as Validated, Verification};
+use crate::sampling::verify::request::{Plan as Validated, Verification};
 use crate::view::Rows3;
 
 pub use exec::{
@@ -43,7 +43,7 @@ pub use exec::{
 pub use plan::{BlockPlan, BlockShape, Launch, VerifyPlan, VerifyShape, block_plan, verify_plan};
 
 use crate::idmap::IdMap;
-use crate::sampling::markov::{BlockOptions, DraftBlock, Geometry};
+use crate::sampling::markov::options::{BlockOptions, DraftBlock, Geometry};
 use crate::sampling::rng::Stream;
 use crate::view::Mat;
 
@@ -246,7 +246,7 @@ pub mod testing {
         opts: &VerifyOptions,
     ) -> Result<VerifyCase> {
         // The settings are checked here; the draft ids by the kernels (and their model).
-        let plan = crate::sampling::verify::prepare_params(
+        let plan = crate::sampling::verify::request::prepare_params(
             target.dims,
             tokens.dims,
             draft.map(|d| d.dims),

@@ -15,7 +15,7 @@ use crate::cpu::par::{map_range, worth_parallel};
 use crate::error::{Error, Result};
 use crate::sampling::dist::non_finite;
 use crate::sampling::rng::{Stream, Tag, combine};
-use crate::sampling::verify::{Request, Verification};
+use crate::sampling::verify::request::{Request, Verification};
 use crate::view::{Floats, Rows3};
 
 const NONE: u32 = u32::MAX;
