@@ -2,8 +2,9 @@
 
 By default the weight matrices keep the checkpoint's dtype (the bundled pair is float32);
 ``dtype="bfloat16"`` / ``"float16"`` keeps them as 2 bytes a weight (widened in registers, the
-arithmetic float32), halving the bytes a step reads. Bad values are typed ``invalid-argument``
-errors. Greedy speculative output equals target-only output in every dtype.
+arithmetic float32), halving the bytes a step reads; ``dtype="q8_0"`` quantizes the layers'
+maps into 8-bit blocks (about a quarter of float32's bytes). Bad values are typed
+``invalid-argument`` errors. Greedy speculative output equals target-only output in every dtype.
 """
 
 from __future__ import annotations
@@ -50,6 +51,29 @@ def test_greedy_speculative_equals_target_only(dtype: str) -> None:
     d = dspark.Drafter.from_pretrained(ROOT / "drafter", t, dtype=dtype)
     s = dspark.Speculator(t, d)
     assert s.generate(PROMPT, 16).tokens == s.generate_target_only(PROMPT, 16).tokens
+
+
+def test_q8_0_quantizes_the_layers_and_keeps_greedy_output_exact() -> None:
+    wide = dspark.NativeTarget.from_pretrained(ROOT / "target")
+    t = dspark.NativeTarget.from_pretrained(ROOT / "target", dtype="Q8_0")
+    assert t.weight_dtype == "q8_0"
+    if not TENSOR_PATH:
+        assert t.weight_bytes_per_step < 0.6 * wide.weight_bytes_per_step
+    # The drafter's own layers stay float; it borrows the target's embedding and head.
+    d = dspark.Drafter.from_pretrained(ROOT / "drafter", t)
+    s = dspark.Speculator(t, d, verify="full")
+    spec = s.generate(PROMPT, 24)
+    assert spec.tokens == s.generate_target_only(PROMPT, 24).tokens
+    assert spec.stats.acceptance_length > 1.5
+    # Close to the float32 model: 8-bit weights and activations move the logits a little.
+    import numpy as np
+
+    a = np.asarray(wide.logits(PROMPT[0]))
+    b = np.asarray(t.logits(PROMPT[0]))
+    assert 0 < np.abs(a - b).max() <= 0.08 * max(1.0, np.abs(a).max())
+    with pytest.raises(dspark.InputError) as e:
+        dspark.Drafter.from_pretrained(ROOT / "drafter", t, dtype="q8_0")
+    assert e.value.code == "invalid-argument" and "q8_0" in str(e.value)
 
 
 @pytest.mark.parametrize("bad", ["int8", "float64", "", "bf-16"])

@@ -6,7 +6,8 @@
 //! `[1024, 5120]`) through [`PackedWeight::matmul`] with 1 and 9 rows, and reports bytes of
 //! weights per second, the figure to read against `matvec_bandwidth/sum` (a plain parallel read
 //! with as many threads as the pool). bf16 / f16 panels read half the bytes of f32 ones, so at
-//! the floor they multiply twice the weights per second.
+//! the floor they multiply twice the weights per second; Q8_0 blocks (`q8_0`) read 34 bytes per
+//! 32 weights.
 //!
 //! The ring and the plain read each span [`stream_bytes`]: 4 times the last-level cache (at
 //! least 256 MiB), so both come from DRAM. A fixed 168 MB ring was a DRAM figure on a 32 MiB
@@ -20,6 +21,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dspark::nn::WeightDtype;
 use dspark::nn::packed::PackedWeight;
+use dspark::nn::quant::Quant;
 use dspark::view::Floats;
 use std::hint::black_box;
 
@@ -95,9 +97,16 @@ fn bench_matvec(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("decode_matvec");
     g.sample_size(20);
-    for dtype in WeightDtype::ALL {
+    // The float dtypes' panels, then Q8_0 blocks (34 bytes per 32 weights).
+    let kinds = WeightDtype::ALL
+        .map(Some)
+        .into_iter()
+        .chain([None])
+        .collect::<Vec<_>>();
+    for dtype in kinds {
+        let name = dtype.map_or(Quant::Q8_0.as_str(), WeightDtype::as_str);
         // Matrices in the ring (alternating `[MLP, HIDDEN]` and `[HIDDEN, MLP]`), an even count.
-        let each = MLP * HIDDEN * dtype.size();
+        let each = MLP * HIDDEN * dtype.map_or(2, WeightDtype::size);
         let ring_len = span.div_ceil(each).next_multiple_of(2);
         let ring: Vec<PackedWeight> = (0..ring_len)
             .map(|s| {
@@ -107,7 +116,11 @@ fn bench_matvec(c: &mut Criterion) {
                     (HIDDEN, MLP)
                 };
                 let w = values(rows * cols, s);
-                PackedWeight::pack(Floats::F32(&w), rows, cols, dtype).unwrap()
+                match dtype {
+                    Some(d) => PackedWeight::pack(Floats::F32(&w), rows, cols, d),
+                    None => PackedWeight::quantize(Floats::F32(&w), rows, cols, Quant::Q8_0),
+                }
+                .unwrap()
             })
             .collect();
         let bytes = ring[0].bytes();
@@ -115,7 +128,7 @@ fn bench_matvec(c: &mut Criterion) {
             let xs = [values(n * HIDDEN, 7), values(n * MLP, 8)];
             g.throughput(Throughput::Bytes(bytes as u64));
             let mut next = 0;
-            g.bench_with_input(BenchmarkId::new(dtype.as_str(), n), &n, |b, &n| {
+            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
                 b.iter(|| {
                     next = (next + 1) % ring_len;
                     let w = &ring[next];

@@ -354,7 +354,7 @@ class NativeTarget:
         checkpoint's)."""
     @property
     def weight_dtype(self) -> str:
-        """``float32``, ``bfloat16`` or ``float16``."""
+        """``float32``, ``bfloat16``, ``float16``, or ``q8_0`` when quantized at load."""
     @property
     def weight_bytes_per_step(self) -> int:
         """Bytes of weights one forward step reads."""

@@ -7,7 +7,10 @@ Python in the loop.
 
 Weight matrices keep the checkpoint's dtype by default (f32, bf16 or f16 on disk; single file or
 sharded): a bf16 checkpoint is read as 2 bytes a weight and widened in registers, arithmetic is
-float32. ``dtype=`` chooses another (``"float32"``, ``"bfloat16"``, ``"float16"``).
+float32. ``dtype=`` chooses another (``"float32"``, ``"bfloat16"``, ``"float16"``), or ``"q8_0"``:
+the decoder layers' linear maps quantized at load into 8-bit blocks (32 weights and one f16 scale,
+about half a bf16 weight's bytes), with activations quantized per row, so that speculative greedy
+decoding still equals target-only greedy decoding token for token.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ class NativeTarget:
         ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, ``docs/gpu.md``).
 
         ``dtype``: the dtype the weight matrices are kept in, ``"float32"``, ``"bfloat16"`` or
-        ``"float16"`` (also ``"f32"``, ``"bf16"``, ``"f16"`` or a ``torch.dtype``); ``None``
+        ``"float16"`` (also ``"f32"``, ``"bf16"``, ``"f16"`` or a ``torch.dtype``), or ``"q8_0"``
+        (the layers' maps in 8-bit blocks, the embedding and head as stored); ``None``
         (default) keeps the checkpoint's. Anything else raises ``InputError``
         (``invalid-argument``)."""
         if not isinstance(device, str):
@@ -74,8 +78,8 @@ class NativeTarget:
 
     @property
     def weight_dtype(self) -> str:
-        """The dtype the weight matrices are kept in: ``"float32"``, ``"bfloat16"`` or
-        ``"float16"``."""
+        """The dtype the layers' weight matrices are kept in: ``"float32"``, ``"bfloat16"``,
+        ``"float16"``, or ``"q8_0"`` when quantized at load."""
         return str(self._native_target.weight_dtype)
 
     @property

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DTYPES",
+    "NATIVE_DTYPES",
     "ModelPair",
     "check_pair_dirs",
     "load_model_pair",
@@ -46,6 +47,8 @@ __all__ = [
 
 #: The target dtypes a pair loads in.
 DTYPES = ("float32", "bfloat16", "float16")
+#: What the native target also takes: ``q8_0``, its layers' maps in 8-bit blocks.
+NATIVE_DTYPES = (*DTYPES, "q8_0")
 
 
 def check_pair_dirs(target: Path, drafter: Path, *, sts: bool = True) -> dict[str, Any]:
@@ -233,8 +236,8 @@ def load_native_pair(
         os.environ["RAYON_NUM_THREADS"] = str(threads)
     config = check_pair_dirs(target, drafter)
     tokenizer = _tokenizer(target)
-    if dtype is not None and dtype not in DTYPES:
-        raise_error(InputError, "invalid-argument", f"dtype {dtype!r}: one of {DTYPES}")
+    if dtype is not None and dtype not in NATIVE_DTYPES:
+        raise_error(InputError, "invalid-argument", f"dtype {dtype!r}: one of {NATIVE_DTYPES}")
     model = NativeTarget.from_pretrained(target, dtype=dtype)
     pair = ModelPair(tokenizer, model, Drafter.from_pretrained(drafter, model))
     gen_path = target / "generation_config.json"

@@ -24,7 +24,8 @@ pub struct PyNativeTarget {
 impl PyNativeTarget {
     /// Load an HF `Qwen3ForCausalLM` directory (`config.json` + safetensors) onto `device`
     /// (`cpu`, `cuda` or `cuda:N`), its weight matrices kept in `dtype` (`float32`,
-    /// `bfloat16`, `float16`; `None`: the checkpoint's).
+    /// `bfloat16`, `float16`; `q8_0`: the layers' maps in 8-bit blocks; `None`: the
+    /// checkpoint's).
     #[staticmethod]
     #[pyo3(signature = (path, device = "cpu", dtype = None))]
     fn load(
@@ -58,10 +59,16 @@ impl PyNativeTarget {
         guard(|| Ok(device_name(&self.inner.device())))
     }
 
-    /// The dtype the weight matrices are kept in (`float32`, `bfloat16` or `float16`).
+    /// The dtype the layers' weight matrices are kept in (`float32`, `bfloat16`, `float16`, or
+    /// `q8_0` when quantized at load).
     #[getter]
     fn weight_dtype(&self) -> PyResult<&'static str> {
-        guard(|| Ok(self.inner.weight_dtype().as_str()))
+        guard(|| {
+            Ok(match self.inner.quant() {
+                Some(q) => q.as_str(),
+                None => self.inner.weight_dtype().as_str(),
+            })
+        })
     }
 
     /// Bytes of weights one forward step reads (the decode floor's numerator).

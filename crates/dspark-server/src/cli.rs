@@ -49,6 +49,22 @@ pub enum Dtype {
     /// IEEE half.
     #[value(alias = "f16")]
     Float16,
+    /// Q8_0: the layers' linear maps in 8-bit blocks (32 weights, one f16 scale), the
+    /// embedding and output head as stored.
+    #[value(name = "q8_0", alias = "q8")]
+    Q8_0,
+}
+
+impl Dtype {
+    /// The name the engine's load options take (`float32`, `bfloat16`, `float16`, `q8_0`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Float32 => "float32",
+            Self::Bfloat16 => "bfloat16",
+            Self::Float16 => "float16",
+            Self::Q8_0 => "q8_0",
+        }
+    }
 }
 
 /// dspark serve: an OpenAI-compatible HTTP server on the dspark engine.
@@ -128,7 +144,7 @@ pub struct ServeArgs {
     #[arg(long, value_parser = positive, value_name = "N")]
     pub threads: Option<usize>,
 
-    /// Weight dtype of the target
+    /// Weight dtype of the target: float32, bfloat16, float16, or q8_0 (8-bit layers)
     #[arg(long, value_enum, default_value = "float32")]
     pub dtype: Dtype,
 
@@ -179,6 +195,8 @@ mod tests {
         }
         let a = ServeArgs::try_parse_from(["x", "--dtype", "bf16"]).unwrap();
         assert_eq!(a.dtype, Dtype::Bfloat16);
+        let a = ServeArgs::try_parse_from(["x", "--dtype", "q8_0"]).unwrap();
+        assert_eq!((a.dtype, a.dtype.name()), (Dtype::Q8_0, "q8_0"));
     }
 
     #[test]

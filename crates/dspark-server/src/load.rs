@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use dspark::device::parse_device;
 use dspark::engine::{Budget, EngineConfig};
 use dspark::speculator::VerifyPolicy;
-use dspark::{Qwen3Drafter, Qwen3Target, TargetModel};
+use dspark::{LoadOptions, Qwen3Drafter, Qwen3Target, TargetModel};
 
 use crate::cli::{Dtype, ServeArgs, Verify};
 use crate::error::StartError;
@@ -96,17 +96,9 @@ pub fn load_pair(
     device: &str,
     dtype: Dtype,
 ) -> Result<(Qwen3Target, Qwen3Drafter), StartError> {
-    if dtype != Dtype::Float32 {
-        return Err(StartError::new(
-            "unsupported-dtype",
-            format!(
-                "--dtype {dtype:?}: the native target computes in float32 in this build \
-                 (weights stored as f16 or bf16 are converted on load)"
-            ),
-        ));
-    }
     let device = parse_device("--device", device)?;
-    let target = Qwen3Target::load(target, &device)?;
+    let options = LoadOptions::with_dtype_name(Some(dtype.name()))?;
+    let target = Qwen3Target::load_with(target, &device, options)?;
     let drafter = Qwen3Drafter::builder(&target.target_spec())
         .shared(target.shared_weights())
         .device(&target.device())
@@ -127,8 +119,10 @@ mod tests {
         let (target, drafter) = load_pair(&t, &d, "cpu", Dtype::Float32).unwrap();
         assert_eq!(target.vocab_size(), 3000);
         assert!(drafter.info().block_size > 1);
-        let e = load_pair(&t, &d, "cpu", Dtype::Bfloat16).unwrap_err();
-        assert_eq!(e.code, "unsupported-dtype");
+        let (bf16, _) = load_pair(&t, &d, "cpu", Dtype::Bfloat16).unwrap();
+        assert_eq!(bf16.weight_dtype(), dspark::WeightDtype::BF16);
+        let (q8, _) = load_pair(&t, &d, "cpu", Dtype::Q8_0).unwrap();
+        assert_eq!(q8.quant(), Some(dspark::nn::quant::Quant::Q8_0));
         let e = load_pair(&t, &d, "tpu", Dtype::Float32).unwrap_err();
         assert_eq!(e.code, "invalid-argument");
     }

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from dspark._errors import raise_error
+from dspark._native import InputError
 from dspark.cli.backend import BACKENDS, choose_backend, engine_threads, need_torch
 from dspark.cli.errors import EXIT_OK
 from dspark.cli.options import (
@@ -33,7 +35,7 @@ from dspark.cli.options import (
     verify_mode,
 )
 from dspark.cli.terminal import Style, TokenPrinter, is_tty
-from dspark.pair import DTYPES, load_model_pair, load_native_pair, make_speculator
+from dspark.pair import NATIVE_DTYPES, load_model_pair, load_native_pair, make_speculator
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main", "run"]
 
@@ -88,10 +90,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dtype",
-        choices=DTYPES,
+        choices=NATIVE_DTYPES,
         default=None,
         help="target weight dtype (default: the checkpoint's natively, float32 through "
-        "transformers)",
+        "transformers); q8_0 (native only): the layers in 8-bit blocks",
     )
     p.add_argument("--json", action="store_true", help="one JSON object as the last stdout line")
     p.add_argument("--quiet", action="store_true", help="do not stream the text")
@@ -116,6 +118,13 @@ def run(
     if native:
         pair = load_native_pair(args.target, args.drafter, dtype=args.dtype, threads=args.threads)
     else:
+        if args.dtype == "q8_0":
+            raise_error(
+                InputError,
+                "invalid-argument",
+                "--dtype q8_0 runs on the native target (--target-backend native, or auto "
+                "for a Qwen3 target)",
+            )
         need_torch("a transformers target")
         dtype = args.dtype or "float32"
         pair = load_model_pair(args.target, args.drafter, dtype=dtype, threads=args.threads)

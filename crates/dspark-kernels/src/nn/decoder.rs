@@ -12,22 +12,46 @@ use candle_core::Tensor;
 use super::linear::Linear;
 use super::mlp::swiglu;
 use super::norm::rms_norm;
+use super::quant::Quant;
 use super::rope::Rope;
 use crate::error::{Error, Result};
 
-/// Takes loaded tensors by canonical name (`model.layers.0.self_attn.q_proj.weight`, ...).
-pub struct Take(pub BTreeMap<String, Tensor>);
+/// Takes loaded tensors by canonical name (`model.layers.0.self_attn.q_proj.weight`, ...), and
+/// builds linear maps from them, quantized when the model's load asks for it.
+pub struct Take {
+    tensors: BTreeMap<String, Tensor>,
+    quant: Option<Quant>,
+}
 
 impl Take {
+    /// The loaded `tensors`; linear maps keep their weights' dtype.
+    pub fn new(tensors: BTreeMap<String, Tensor>) -> Self {
+        Self {
+            tensors,
+            quant: None,
+        }
+    }
+
+    /// Linear maps built from here on are quantized as `quant` (`None`: as loaded).
+    pub fn quantized(self, quant: Option<Quant>) -> Self {
+        Self { quant, ..self }
+    }
+
+    /// The tensor `name`, removed from the set, if it was loaded.
+    pub fn take(&mut self, name: &str) -> Option<Tensor> {
+        self.tensors.remove(name)
+    }
+
     /// The tensor `name`, removed from the set (`missing-tensor` naming it without `model.`).
     pub fn get(&mut self, name: &str) -> Result<Tensor> {
-        self.0.remove(name).ok_or_else(|| Error::MissingTensor {
+        self.take(name).ok_or_else(|| Error::MissingTensor {
             tensor: name.strip_prefix("model.").unwrap_or(name).to_string(),
             reason: "not in the load plan".into(),
         })
     }
 
-    /// `{prefix}.weight` (and `{prefix}.bias` when `bias`) as a [`Linear`].
+    /// `{prefix}.weight` (and `{prefix}.bias` when `bias`) as a [`Linear`], quantized when
+    /// [`Self::quantized`] asked.
     pub fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
         let weight = self.get(&format!("{prefix}.weight"))?;
         let bias = if bias {
@@ -35,7 +59,10 @@ impl Take {
         } else {
             None
         };
-        Linear::new(weight, bias)
+        match self.quant {
+            Some(quant) => Linear::quantized(weight, bias, quant),
+            None => Linear::new(weight, bias),
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 
 use candle_core::DType;
 
+use super::quant::Quant;
 use crate::error::{Error, Result};
 
 /// The dtype weight matrices are stored in (see the module docs).
@@ -115,14 +116,38 @@ pub struct LoadOptions {
     /// are kept as `f32` tensors holding these values (rounded to the chosen dtype first), so
     /// both paths compute the same model.
     pub dtype: Option<WeightDtype>,
+    /// Quantize the decoder layers' linear maps at load (a native target's `q8_0`); the
+    /// embedding, the output head and the norms keep [`Self::dtype`]. `None`: no quantization.
+    /// On the device-generic path the maps hold the quantized values as f32 tensors.
+    pub quant: Option<Quant>,
 }
 
 impl LoadOptions {
-    /// Options with `dtype` parsed from a name ([`WeightDtype::parse`], errors naming
-    /// `dtype`); `None` keeps the checkpoint's dtypes.
+    /// Options with `dtype` parsed from a name: a weight dtype ([`WeightDtype::parse`]), or a
+    /// quantized format (`q8_0`, [`Quant::parse`]: the layers' maps quantized, the rest as
+    /// stored). Errors naming `dtype` list both kinds; `None` keeps the checkpoint's dtypes.
     pub fn with_dtype_name(dtype: Option<&str>) -> Result<Self> {
+        let Some(name) = dtype else {
+            return Ok(Self::default());
+        };
+        if let Some(quant) = Quant::parse(name) {
+            return Ok(Self {
+                dtype: None,
+                quant: Some(quant),
+            });
+        }
+        let dtype = WeightDtype::parse("dtype", name).map_err(|_| {
+            Error::invalid(
+                "dtype",
+                format!(
+                    "`{name}` is not a weight dtype: expected one of {}, or q8_0",
+                    WeightDtype::NAMES.join(", ")
+                ),
+            )
+        })?;
         Ok(Self {
-            dtype: dtype.map(|d| WeightDtype::parse("dtype", d)).transpose()?,
+            dtype: Some(dtype),
+            quant: None,
         })
     }
 
@@ -159,7 +184,10 @@ mod tests {
             text.contains("dtype") && text.contains("bfloat16"),
             "{text}"
         );
-        assert!(LoadOptions::with_dtype_name(Some("float64")).is_err());
+        let e = LoadOptions::with_dtype_name(Some("float64")).unwrap_err();
+        assert!(e.to_string().contains("q8_0"), "{e}");
+        let q = LoadOptions::with_dtype_name(Some("Q8_0")).unwrap();
+        assert_eq!((q.dtype, q.quant), (None, Some(Quant::Q8_0)));
         assert_eq!(
             LoadOptions::with_dtype_name(None).unwrap(),
             LoadOptions::default()
@@ -174,6 +202,7 @@ mod tests {
         assert_eq!(keep.matrix_dtype("F64"), WeightDtype::F32);
         let wide = LoadOptions {
             dtype: Some(WeightDtype::F32),
+            quant: None,
         };
         assert_eq!(wide.matrix_dtype("BF16"), WeightDtype::F32);
     }

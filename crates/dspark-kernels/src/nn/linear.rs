@@ -28,11 +28,12 @@ use std::sync::Arc;
 use super::WeightDtype;
 use super::fused;
 use super::packed::{PackedWeight, WeightPart};
+use super::quant::Quant;
 use crate::cpu::bias_block;
 use crate::cpu::par::PAR_MIN_MACS;
 use crate::device::{fast_on, host_fast};
 use crate::error::{Error, Result};
-use crate::view::{Mat, borrow_floats};
+use crate::view::{Floats, Mat, borrow_floats};
 
 /// Input rows up to which [`matmul_t`] uses the dot kernel instead of GEMM.
 pub const SMALL_ROWS: usize = 32;
@@ -58,6 +59,17 @@ pub fn output_head(head: &Tensor) -> Result<Option<Linear>> {
         return Ok(None);
     }
     Linear::new(head.clone(), None).map(Some)
+}
+
+/// `bias` as a map of `out` outputs keeps it: `[out]` (else `bad-shape`), in f32.
+fn checked_bias(bias: Option<Tensor>, out: usize) -> Result<Option<Tensor>> {
+    if let Some(b) = bias.as_ref().filter(|b| b.dims() != [out]) {
+        return Err(Error::bad_shape(
+            "bias",
+            format!("{:?} for a weight of {out} outputs", b.dims()),
+        ));
+    }
+    bias.map(|b| super::f32_of(&b)).transpose()
 }
 
 /// A linear map `y = x · Wᵀ (+ b)` with `W` given `[out, in]` (PyTorch layout).
@@ -92,13 +104,7 @@ impl Linear {
                 format!("{:?}: a linear weight is [out, in]", weight.dims()),
             ));
         };
-        if let Some(b) = bias.as_ref().filter(|b| b.dims() != [out]) {
-            return Err(Error::bad_shape(
-                "bias",
-                format!("{:?} for a weight of {out} outputs", b.dims()),
-            ));
-        }
-        let bias = bias.map(|b| super::f32_of(&b)).transpose()?;
+        let bias = checked_bias(bias, out)?;
         let dtype = WeightDtype::of_candle(weight.dtype());
         let host = host_weight(&weight) && bias.as_ref().is_none_or(host_fast);
         let (Some(dtype), true) = (dtype, host) else {
@@ -125,6 +131,62 @@ impl Linear {
             weight: Weight::Packed(Arc::new(packed), b),
             bias,
         })
+    }
+
+    /// `weight: [out, in]` quantized as `quant` blocks (from any float dtype), `bias: [out]`
+    /// kept in f32. On the host fast path the blocks replace the weight and every product runs
+    /// the quantized kernel ([`crate::nn::quant`]); elsewhere (the device-generic path) the
+    /// weight becomes an f32 tensor of the values the blocks hold, so both paths compute with
+    /// the same weights. Errors: as [`Self::new`]; `invalid-argument` naming `weight` when a
+    /// value is not finite or too large for the format's f16 scales.
+    pub fn quantized(weight: Tensor, bias: Option<Tensor>, quant: Quant) -> Result<Self> {
+        let &[out, d_in] = weight.dims() else {
+            return Err(Error::bad_shape(
+                "weight",
+                format!("{:?}: a linear weight is [out, in]", weight.dims()),
+            ));
+        };
+        let host = host_weight(&weight) && bias.as_ref().is_none_or(host_fast);
+        let weight = weight.contiguous()?;
+        let packed = match WeightDtype::of_candle(weight.dtype()) {
+            Some(_) => borrow_floats(&weight, |w| PackedWeight::quantize(w, out, d_in, quant)),
+            None => {
+                let w = super::f32_of(&weight)?.flatten_all()?.to_vec1::<f32>()?;
+                Some(PackedWeight::quantize(Floats::F32(&w), out, d_in, quant))
+            }
+        }
+        .flatten()
+        .ok_or_else(|| {
+            Error::invalid(
+                "weight",
+                format!(
+                    "a [{out}, {d_in}] weight cannot be quantized as {}: a value is not \
+                     finite or too large for its f16 scales",
+                    quant.as_str()
+                ),
+            )
+        })?;
+        if !host {
+            let values = Tensor::from_vec(packed.unpack(), (out, d_in), weight.device())?;
+            return Self::new(values, bias);
+        }
+        let bias = checked_bias(bias, out)?;
+        let b = bias
+            .as_ref()
+            .map(|b| b.to_vec1::<f32>().map(Arc::new))
+            .transpose()?;
+        Ok(Self {
+            weight: Weight::Packed(Arc::new(packed), b),
+            bias,
+        })
+    }
+
+    /// The quantized format of the weight, when it is quantized.
+    pub fn quant(&self) -> Option<Quant> {
+        match &self.weight {
+            Weight::Packed(w, _) => w.quant(),
+            Weight::Tensor(_) => None,
+        }
     }
 
     /// One map whose outputs are `parts`' outputs side by side, for the device-generic path:

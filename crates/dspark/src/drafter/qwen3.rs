@@ -262,12 +262,23 @@ impl Qwen3Drafter {
         options: LoadOptions,
     ) -> Result<Self> {
         check_supported(&spec)?;
+        if let Some(q) = options.quant {
+            return Err(Error::invalid(
+                "dtype",
+                format!(
+                    "{}: a drafter's own layers stay float32, bfloat16 or float16 (quantize \
+                     its target instead; the drafter borrows the target's embedding and head \
+                     as they are)",
+                    q.as_str()
+                ),
+            ));
+        }
         Error::collect(spec.check_target(target))?;
         let plan = LoadPlan::build(&spec, target, inventory)?;
         let rope = Rope::new(&spec.shape.rope, spec.shape.head_dim, &spec.source)?;
         let vocab = plan.vocab;
         let h = spec.shape.hidden_size;
-        let mut t = Take(load_planned(&plan, inventory, device, options)?);
+        let mut t = Take::new(load_planned(&plan, inventory, device, options)?);
         let embed = match shared_weight(
             shapes::EMBED,
             shared.embed.as_ref(),
@@ -306,7 +317,7 @@ impl Qwen3Drafter {
         };
         let confidence = if plan.confidence_head {
             let weight = host(t.get(shapes::CONFIDENCE_WEIGHT)?)?;
-            let bias = match t.0.remove(shapes::CONFIDENCE_BIAS) {
+            let bias = match t.take(shapes::CONFIDENCE_BIAS) {
                 Some(b) => host(b)?.first().copied().unwrap_or(0.0),
                 None => 0.0,
             };

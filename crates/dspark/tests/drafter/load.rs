@@ -267,7 +267,10 @@ fn bf16_and_f16_checkpoints_equal_f32_ones_of_their_values() {
         });
         let ctx = context(8, 2, 5);
         for keep in [WeightDtype::F32, kept] {
-            let options = LoadOptions { dtype: Some(keep) };
+            let options = LoadOptions {
+                dtype: Some(keep),
+                quant: None,
+            };
             let load = |dir: &std::path::Path| {
                 let (target, shared) = (low.target(), SharedWeights::default());
                 Qwen3Drafter::builder(&target)

@@ -17,7 +17,10 @@ fn bundled_dir() -> PathBuf {
 }
 
 fn options(dtype: WeightDtype) -> LoadOptions {
-    LoadOptions { dtype: Some(dtype) }
+    LoadOptions {
+        dtype: Some(dtype),
+        quant: None,
+    }
 }
 
 /// The last-position logits of `tokens` from an empty cache, and of one more cached step.

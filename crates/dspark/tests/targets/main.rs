@@ -11,4 +11,5 @@ mod targets_common;
 
 mod counts;
 mod dtype;
+mod quant;
 mod qwen3;

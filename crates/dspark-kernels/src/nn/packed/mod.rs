@@ -36,6 +36,7 @@ use half::{bf16, f16};
 
 use crate::cpu::pages::streamed_vec;
 use crate::nn::WeightDtype;
+use crate::nn::quant::{Quant, QuantKernel, QuantMatrix};
 use crate::view::Floats;
 
 mod dst;
@@ -288,7 +289,8 @@ fn convert<S: PanelElem, T: PanelElem>(src: &[S], dst: &mut [T]) {
     }
 }
 
-/// A [`PackedMatrix`] in whichever dtype its weight is kept in.
+/// A weight packed for the host products: a [`PackedMatrix`] in whichever float dtype it is
+/// kept in, or Q8_0 blocks ([`QuantMatrix`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PackedWeight {
     /// `f32` panels.
@@ -297,18 +299,34 @@ pub enum PackedWeight {
     BF16(PackedMatrix<bf16>),
     /// `f16` panels.
     F16(PackedMatrix<f16>),
+    /// Q8_0 blocks (see [`crate::nn::quant`]).
+    Q8(QuantMatrix),
 }
 
 /// One product of a [`PackedWeight::matmul_group`]: the weight and its bias, if any.
 pub type WeightPart<'a> = (&'a PackedWeight, Option<&'a [f32]>);
 
-/// `$body` with `$m` bound to the [`PackedMatrix`] of any [`PackedWeight`] variant.
+/// `$body` with `$m` bound to the matrix of any [`PackedWeight`] variant (the methods it calls
+/// exist on [`PackedMatrix`] and [`QuantMatrix`] alike).
 macro_rules! each {
     ($w:expr, $m:ident => $body:expr) => {
         match $w {
             PackedWeight::F32($m) => $body,
             PackedWeight::BF16($m) => $body,
             PackedWeight::F16($m) => $body,
+            PackedWeight::Q8($m) => $body,
+        }
+    };
+}
+
+/// `$body` with `$m` bound to the [`PackedMatrix`] of a float variant; `$q` for Q8_0.
+macro_rules! each_float {
+    ($w:expr, $m:ident => $body:expr, $q:ident => $qbody:expr) => {
+        match $w {
+            PackedWeight::F32($m) => $body,
+            PackedWeight::BF16($m) => $body,
+            PackedWeight::F16($m) => $body,
+            PackedWeight::Q8($q) => $qbody,
         }
     };
 }
@@ -324,12 +342,28 @@ impl PackedWeight {
         })
     }
 
-    /// The panels' dtype.
+    /// Quantize row-major `w: [rows, cols]` (any float dtype) as `quant` blocks; `None` as
+    /// [`QuantMatrix::quantize`].
+    pub fn quantize(w: Floats<'_>, rows: usize, cols: usize, quant: Quant) -> Option<Self> {
+        match quant {
+            Quant::Q8_0 => QuantMatrix::quantize(w, rows, cols).map(Self::Q8),
+        }
+    }
+
+    /// The panels' dtype (a quantized weight: `f32`, the values its blocks dequantize to).
     pub fn dtype(&self) -> WeightDtype {
         match self {
-            Self::F32(_) => WeightDtype::F32,
+            Self::F32(_) | Self::Q8(_) => WeightDtype::F32,
             Self::BF16(_) => WeightDtype::BF16,
             Self::F16(_) => WeightDtype::F16,
+        }
+    }
+
+    /// The quantized format, when the weight is quantized.
+    pub fn quant(&self) -> Option<Quant> {
+        match self {
+            Self::Q8(_) => Some(Quant::Q8_0),
+            _ => None,
         }
     }
 
@@ -343,14 +377,14 @@ impl PackedWeight {
         each!(self, m => m.cols())
     }
 
-    /// Bytes of the packed panels.
+    /// Bytes of the packed panels (or blocks).
     pub fn bytes(&self) -> usize {
         each!(self, m => m.bytes())
     }
 
-    /// The row-major matrix back as `f32` (exact).
+    /// The row-major matrix back as `f32` (exact; a quantized one's dequantized values).
     pub fn unpack(&self) -> Vec<f32> {
-        each!(self, m => m.unpack())
+        each_float!(self, m => m.unpack(), q => q.dequantize())
     }
 
     /// [`PackedMatrix::matmul`].
@@ -360,8 +394,9 @@ impl PackedWeight {
 
     /// [`matmul_group`] over packed weights with the fastest kernel: one pool dispatch for
     /// the products of `x` with every weight of `parts`, each the bits of its own
-    /// [`Self::matmul`]. `None` when the weights are not all of one dtype, or as
-    /// [`matmul_group`].
+    /// [`Self::matmul`] (Q8_0 weights: one product after another, each split as
+    /// [`QuantMatrix::matmul`] splits). `None` when the weights are not all of one dtype, or
+    /// as [`matmul_group`].
     pub fn matmul_group(parts: &[WeightPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
         fn views<'a, T: PanelElem>(
             parts: &[WeightPart<'a>],
@@ -374,6 +409,13 @@ impl PackedWeight {
         }
         let kernel = Kernel::best();
         match parts.first()?.0 {
+            Self::Q8(_) => parts
+                .iter()
+                .map(|&(w, b)| match w {
+                    Self::Q8(q) => q.matmul(x, n, b),
+                    _ => None,
+                })
+                .collect(),
             Self::F32(_) => {
                 let v = views(parts, |w| if let Self::F32(m) = w { Some(m) } else { None })?;
                 matmul_group(kernel, &v, x, n)
@@ -400,7 +442,14 @@ impl PackedWeight {
         n: usize,
         bias: Option<&[f32]>,
     ) -> Option<Vec<f32>> {
-        each!(self, m => m.matmul_with(kernel, x, n, bias))
+        each_float!(self, m => m.matmul_with(kernel, x, n, bias), q => {
+            let body = if kernel == Kernel::Portable {
+                QuantKernel::Portable
+            } else {
+                QuantKernel::best()
+            };
+            q.matmul_with(body, x, n, bias)
+        })
     }
 }
 

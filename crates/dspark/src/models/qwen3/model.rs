@@ -20,6 +20,7 @@ use crate::config::TargetSpec;
 use crate::error::{Error, Result};
 use crate::models::{ForwardCost, TargetInput, TargetModel, TargetOutput};
 use crate::nn::decoder::{Heads, Layer, Take};
+use crate::nn::quant::Quant;
 use crate::nn::weights::TensorReader;
 use crate::nn::{Linear, Rope, output_head};
 use crate::nn::{LoadOptions, SharedWeights};
@@ -29,6 +30,8 @@ use crate::nn::{LoadOptions, SharedWeights};
 pub struct Qwen3Target {
     pub(crate) config: Qwen3Config,
     pub(crate) device: Device,
+    /// The layers' maps' quantized format (on the device-generic path, the values they hold).
+    pub(crate) quant: Option<Quant>,
     /// `[rows >= V_t, H]` as stored.
     pub(crate) embed: Tensor,
     pub(crate) layers: Vec<Layer>,
@@ -181,7 +184,7 @@ impl Qwen3Target {
                 tensors.insert(w.name.clone(), reader.read(info)?);
             }
         }
-        let mut t = Take(tensors);
+        let mut t = Take::new(tensors).quantized(options.quant);
         let embed = t.get(EMBED)?;
         let lm_head = if config.shape.tie_word_embeddings {
             embed.clone()
@@ -208,6 +211,7 @@ impl Qwen3Target {
             rope_cache: Default::default(),
             key_index: Default::default(),
             device: device.clone(),
+            quant: options.quant,
             config,
         })
     }
@@ -229,6 +233,11 @@ impl Qwen3Target {
         self.layers
             .first()
             .map_or(crate::nn::WeightDtype::F32, Layer::weight_dtype)
+    }
+
+    /// The quantized format of the layers' linear maps (`dtype="q8_0"` at load), if any.
+    pub fn quant(&self) -> Option<Quant> {
+        self.quant
     }
 
     /// Bytes of weights one forward step reads whatever its rows (what bounds a decode step

@@ -1,0 +1,218 @@
+"""Quantized targets: dspark's native target at bf16 and at ``q8_0`` on the same checkpoint, and
+llama.cpp on the same weights (bf16 and Q8_0 GGUF files), at B = 1, greedy.
+
+    python benches/bench_quant.py /var/tmp/mb-bf16 [--gguf-dir DIR] [--tokens 64]
+        [--prompts 2] [--prompt-tokens 96] [--repeats 3] [--threads 2]
+        [--out benches/results/quant_<machine>.json]
+
+``PAIR`` holds ``target`` and ``drafter`` (``dspark make-example PAIR --memory-bound --dtype
+bfloat16``). ``--gguf-dir`` holds ``target-bf16.gguf`` and ``target-q8_0.gguf`` (llama.cpp's own
+converter and ``llama-quantize`` on that target: ``benches/peers/convert.py``); without it, or
+without the peers (``benches/peers/setup.sh``), llama.cpp is skipped with a line saying so.
+
+Rows, each interleaved with the others in every repeat (the order reversed on odd repeats):
+
+* ``dspark target-only`` / ``dspark speculative`` (default policy) / ``dspark full`` (every
+  round verifies its whole block), per dtype (``bfloat16``, ``q8_0``), end to end (prefill
+  included) and decode only; ``greedy_equal`` says whether the speculative tokens equal the
+  same dtype's target-only tokens;
+* ``llama-bench``: llama.cpp target-only on the GGUF of that dtype, decode only (``-n``) and
+  end to end (``-pg PROMPT,TOKENS``).
+
+The JSON keeps every run, the medians, and the ratios: q8_0 against bf16 (same engine, same
+mode), and dspark against llama.cpp (same dtype, target-only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_memory_bound import _run, cpu_isa, llama_bench_rates
+
+DTYPES = ("bfloat16", "q8_0")
+GGUF = {"bfloat16": "target-bf16.gguf", "q8_0": "target-q8_0.gguf"}
+
+
+def prompts(pair: Path, n: int, length: int) -> list[list[int]]:
+    """The first ``n`` held-out prompts, each cycled to ``length`` tokens."""
+    from tokenizers import Tokenizer
+
+    from dspark.bundled import bundled_dir
+
+    texts = json.loads((bundled_dir() / "heldout_prompts.json").read_text())["texts"]
+    tok = Tokenizer.from_file(str(pair / "target" / "tokenizer.json"))
+    out = []
+    for text in texts[:n]:
+        ids = list(tok.encode(text).ids)
+        out.append([ids[i % len(ids)] for i in range(length)])
+    return out
+
+
+class Native:
+    """dspark's native target in one dtype, alone and behind the bundled drafter."""
+
+    def __init__(self, pair: Path, dtype: str, tokens: int) -> None:
+        from dspark.drafter import Drafter
+        from dspark.native_target import NativeTarget
+        from dspark.speculator import Speculator
+
+        self.target = NativeTarget.from_pretrained(pair / "target", dtype=dtype)
+        drafter = Drafter.from_pretrained(pair / "drafter", self.target)
+        self.modes = {
+            "speculative": Speculator(self.target, drafter, seed=0),
+            "full": Speculator(self.target, drafter, seed=0, verify="full"),
+        }
+        self.tokens = tokens
+        self.reference: list[list[int]] = []
+
+    def run(self, mode: str, ps: list[list[int]]) -> dict[str, Any]:
+        spec = self.modes["full" if mode == "target-only" else mode]
+        call = spec.generate_target_only if mode == "target-only" else spec.generate
+        got: list[list[int]] = []
+        committed, wall, decode, rounds = 0, 0.0, 0.0, 0.0
+        for p in ps:
+            t0 = time.perf_counter()
+            res = call([p], self.tokens)
+            wall += time.perf_counter() - t0
+            st = res.stats
+            committed += st.committed_tokens
+            decode += st.total_seconds - st.prefill_seconds
+            rounds += st.committed_tokens / max(st.acceptance_length, 1e-9)
+            got += [list(t) for t in res.tokens]
+        out: dict[str, Any] = {
+            "tokens_per_s": committed / wall,
+            "decode_tokens_per_s": committed / max(decode, 1e-9),
+        }
+        if mode == "target-only":
+            self.reference = got
+        else:
+            out["tau"] = committed / max(rounds, 1e-9)
+            out["greedy_equal"] = got == self.reference
+        return out
+
+
+def llama_bench(peers: dict[str, Any], gguf: Path, threads: int, ptoks: int, tokens: int):
+    """llama-bench's decode-only and end-to-end rates on ``gguf``, or ``None``."""
+    exe = Path(peers.get("llama_cpp_bin", "")) / "llama-bench"
+    if not exe.is_file() or not gguf.is_file():
+        return None
+    out = _run(
+        [
+            str(exe),
+            "-m",
+            str(gguf),
+            "-t",
+            str(threads),
+            "-n",
+            str(tokens),
+            "-p",
+            "0",
+            "-pg",
+            f"{ptoks},{tokens}",
+            "-r",
+            "1",
+            "-o",
+            "json",
+        ],
+        timeout=600,
+    )
+    if out is None:
+        return None
+    return llama_bench_rates(json.loads(out))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("pair", type=Path)
+    ap.add_argument("--gguf-dir", type=Path)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--prompt-tokens", type=int, default=96)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--peers", type=Path, default=Path("/var/tmp/dspark-peers/peers.json"))
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+
+    import os
+
+    os.environ["RAYON_NUM_THREADS"] = str(args.threads)
+    ps = prompts(args.pair, args.prompts, args.prompt_tokens)
+    natives = {d: Native(args.pair, d, args.tokens) for d in DTYPES}
+    peers = json.loads(args.peers.read_text()) if args.peers.is_file() else {}
+    if not peers or args.gguf_dir is None:
+        print("llama.cpp: skipped (no peers.json or no --gguf-dir)")
+    engines = [(d, m) for d in DTYPES for m in ("target-only", "speculative", "full")]
+    engines += [(d, "llama-bench") for d in DTYPES]
+    runs: list[dict[str, Any]] = []
+    for rep in range(args.repeats):
+        order = engines if rep % 2 == 0 else engines[::-1]
+        # Target-only first within a dtype, so the speculative rows compare with this repeat.
+        order = sorted(order, key=lambda e: e[1] != "target-only")
+        for dtype, mode in order:
+            if mode == "llama-bench":
+                if not peers or args.gguf_dir is None:
+                    continue
+                got = llama_bench(
+                    peers,
+                    args.gguf_dir / GGUF[dtype],
+                    args.threads,
+                    args.prompt_tokens,
+                    args.tokens,
+                )
+                if got is None:
+                    continue
+                row = dict(got)
+            else:
+                row = natives[dtype].run(mode, ps)
+            row.update(repeat=rep, dtype=dtype, engine=mode)
+            runs.append(row)
+            print(json.dumps(row), flush=True)
+
+    def med(dtype: str, engine: str, key: str) -> float | None:
+        vals = [r[key] for r in runs if (r["dtype"], r["engine"]) == (dtype, engine) and key in r]
+        return statistics.median(vals) if vals else None
+
+    medians = {
+        f"{d} {e}": {k: med(d, e, k) for k in ("tokens_per_s", "decode_tokens_per_s", "tau")}
+        for d, e in engines
+    }
+    ratios: dict[str, Any] = {}
+    for e in ("target-only", "speculative", "full", "llama-bench"):
+        for k in ("tokens_per_s", "decode_tokens_per_s"):
+            a, b = med("q8_0", e, k), med("bfloat16", e, k)
+            if a and b:
+                ratios[f"q8_0/bf16 {e} {k}"] = a / b
+    for d in DTYPES:
+        for e in ("target-only", "speculative"):
+            for k in ("tokens_per_s", "decode_tokens_per_s"):
+                a, b = med(d, e, k), med(d, "llama-bench", k)
+                if a and b:
+                    ratios[f"{d} dspark {e} / llama-bench {k}"] = a / b
+    result = {
+        "machine": {"cpu": platform.processor() or platform.machine(), "isa": cpu_isa()},
+        "pair": str(args.pair),
+        "threads": args.threads,
+        "tokens": args.tokens,
+        "prompt_tokens": args.prompt_tokens,
+        "weight_bytes_per_step": {d: n.target.weight_bytes_per_step for d, n in natives.items()},
+        "greedy_equal": all(r.get("greedy_equal", True) for r in runs),
+        "medians": medians,
+        "ratios": ratios,
+        "runs": runs,
+    }
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(json.dumps({"medians": medians, "ratios": ratios}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,225 @@
+//! 8-bit weights: [`QuantMatrix`] keeps `W: [out, in]` as Q8_0 blocks (32 weights, one f16
+//! scale: 34 bytes, 1.0625 bytes a weight, as GGUF stores them; groups of 8 rows interleaved
+//! block by block), and multiplies f32 activations by it with the activations quantized per row
+//! and block. The rule every kernel follows (and why a
+//! row's result does not depend on the other rows) is in `rule.rs`; the AVX2 body in `x86.rs`.
+//!
+//! A decode step on a CPU is bound by the bytes it reads: a Q8_0 weight reads about half a bf16
+//! one's. A product reads each weight block once for all its rows (a verification's 9 rows
+//! included) and splits the outputs over the pool for large weights, as the panel kernel does
+//! ([`crate::threads::split_stream`]).
+
+use rayon::prelude::*;
+
+use crate::view::Floats;
+
+pub mod rule;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use rule::{BLOCK, GROUP, GroupQ8, QuantRows};
+
+/// A quantized format for weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quant {
+    /// Blocks of 32 weights with one f16 scale (8.5 bits a weight).
+    Q8_0,
+}
+
+impl Quant {
+    /// Its name (`q8_0`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Q8_0 => "q8_0",
+        }
+    }
+
+    /// The format named `value` (`q8_0`, any case), if it is one.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "q8_0" | "q8" => Some(Self::Q8_0),
+            _ => None,
+        }
+    }
+}
+
+/// Which body runs a product (both give the same bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantKernel {
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// Plain Rust.
+    Portable,
+}
+
+impl QuantKernel {
+    /// The fastest body this CPU runs.
+    pub fn best() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if crate::cpu::has_avx2() && std::arch::is_x86_feature_detected!("f16c") {
+            return Self::Avx2;
+        }
+        Self::Portable
+    }
+}
+
+/// `dst[i] = f32(src[i])` (exact for bf16 and f16).
+fn widen<T: Copy + Into<f32>>(src: &[T], dst: &mut [f32]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = s.into();
+    }
+}
+
+/// Output rows per pool task of a split product (a multiple of [`GROUP`]).
+const TASK_ROWS: usize = 64;
+
+/// `W: [rows, cols]` as Q8_0 blocks in groups of 8 rows (see `rule.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantMatrix {
+    rows: usize,
+    cols: usize,
+    /// Blocks per row (`⌈cols / 32⌉`).
+    blocks: usize,
+    /// `[⌈rows / 8⌉, blocks]` group-blocks.
+    data: Vec<GroupQ8>,
+}
+
+impl QuantMatrix {
+    /// Quantize row-major `w: [rows, cols]` (any float dtype). `None` when `w.len() != rows ·
+    /// cols`, a weight is not finite, or a block's scale does not fit an f16 (a weight above
+    /// 65504 · 127 in size).
+    pub fn quantize(w: Floats<'_>, rows: usize, cols: usize) -> Option<Self> {
+        if rows.checked_mul(cols) != Some(w.len()) {
+            return None;
+        }
+        let blocks = cols.div_ceil(BLOCK);
+        let mut data = crate::cpu::pages::streamed_vec(rows.div_ceil(GROUP) * blocks);
+        let mut row = vec![0.0f32; cols];
+        for o in 0..rows {
+            let at = o * cols;
+            match w {
+                Floats::F32(s) => row.copy_from_slice(&s[at..at + cols]),
+                Floats::BF16(s) => widen(&s[at..at + cols], &mut row),
+                Floats::F16(s) => widen(&s[at..at + cols], &mut row),
+            }
+            if !row.iter().all(|v| v.is_finite()) {
+                return None;
+            }
+            let g = o / GROUP;
+            rule::quantize_weight_row(&row, o % GROUP, &mut data[g * blocks..(g + 1) * blocks]);
+        }
+        data.iter()
+            .all(|b: &GroupQ8| b.d.iter().all(|d| d.is_finite()))
+            .then_some(Self {
+                rows,
+                cols,
+                blocks,
+                data,
+            })
+    }
+
+    /// Output rows (`out`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input columns (`in`).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes of the blocks (34 per 32 weights; a last group of fewer than 8 rows is padded).
+    pub fn bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<GroupQ8>()
+    }
+
+    /// The row-major matrix the blocks hold, as `f32` (`d · q`).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.rows * self.cols);
+        for o in 0..self.rows {
+            let (g, j) = (o / GROUP, o % GROUP);
+            for (b, block) in self.data[g * self.blocks..(g + 1) * self.blocks]
+                .iter()
+                .enumerate()
+            {
+                let d = block.d[j].to_f32();
+                let take = BLOCK.min(self.cols - b * BLOCK);
+                out.extend(block.qs[j][..take].iter().map(|&q| d * f32::from(q)));
+            }
+        }
+        out
+    }
+
+    /// `y = x · Wᵀ (+ bias)` for row-major `x: [n, cols]`, with the fastest body: row-major
+    /// `[n, rows]`. `None` when `x.len() != n · cols` or a bias is not `rows` long.
+    pub fn matmul(&self, x: &[f32], n: usize, bias: Option<&[f32]>) -> Option<Vec<f32>> {
+        self.matmul_with(QuantKernel::best(), x, n, bias)
+    }
+
+    /// [`Self::matmul`] with `kernel` (the portable one where AVX2 is missing).
+    pub fn matmul_with(
+        &self,
+        kernel: QuantKernel,
+        x: &[f32],
+        n: usize,
+        bias: Option<&[f32]>,
+    ) -> Option<Vec<f32>> {
+        if n.checked_mul(self.cols) != Some(x.len()) || bias.is_some_and(|b| b.len() != self.rows) {
+            return None;
+        }
+        let kernel = match kernel {
+            QuantKernel::Avx2 if QuantKernel::best() == QuantKernel::Avx2 => QuantKernel::Avx2,
+            _ => QuantKernel::Portable,
+        };
+        let q = QuantRows::new(x, n, self.cols);
+        let mut y = vec![0.0f32; n * self.rows];
+        if n > 0 && self.rows > 0 {
+            if crate::threads::split_stream(self.bytes()) {
+                let chunks: Vec<(usize, Vec<f32>)> = (0..self.rows.div_ceil(TASK_ROWS))
+                    .into_par_iter()
+                    .map(|t| {
+                        let o0 = t * TASK_ROWS;
+                        let width = TASK_ROWS.min(self.rows - o0);
+                        let mut part = vec![0.0f32; n * width];
+                        self.run(kernel, &q, n, o0, &mut part);
+                        (o0, part)
+                    })
+                    .collect();
+                for (o0, part) in chunks {
+                    let width = part.len() / n;
+                    for r in 0..n {
+                        y[r * self.rows + o0..][..width]
+                            .copy_from_slice(&part[r * width..(r + 1) * width]);
+                    }
+                }
+            } else {
+                self.run(kernel, &q, n, 0, &mut y);
+            }
+        }
+        if let Some(b) = bias.filter(|_| self.rows > 0) {
+            for row in y.chunks_exact_mut(self.rows) {
+                for (v, bi) in row.iter_mut().zip(b) {
+                    *v += bi;
+                }
+            }
+        }
+        Some(y)
+    }
+
+    /// Outputs `o0 .. o0 + out.len() / n` of every row into `out` (`[n, width]`).
+    fn run(&self, kernel: QuantKernel, q: &QuantRows, n: usize, o0: usize, out: &mut [f32]) {
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX2, FMA and F16C were detected (`QuantKernel::best`); `o0` is a multiple
+            // of 8 (a task's first row), the weight holds every group of `rows` and `q` `n` rows
+            // of `blocks` blocks (same `cols`).
+            QuantKernel::Avx2 => unsafe {
+                x86::matmul_rows(&self.data, self.blocks, q, n, o0, out)
+            },
+            _ => rule::matmul_rows(&self.data, self.blocks, q, n, o0, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

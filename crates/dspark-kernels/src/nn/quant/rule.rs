@@ -1,0 +1,153 @@
+//! The Q8_0 rule: how a block is quantized, and the arithmetic of a product, which every kernel
+//! follows to the bit (this file is the portable kernel and the reference the x86 one is tested
+//! against).
+//!
+//! **Blocks.** 32 consecutive values of a row become one scale and 32 signed bytes:
+//! `d = max|x| / 127` (f32), `q_i = round(x_i / d)` (half away from zero), each in
+//! `[-127, 127]`; an all-zero block has `d = 0` and zero bytes. A weight block stores `d` as f16
+//! (34 bytes a block, the layout GGUF's Q8_0 uses); an activation block keeps it as f32.
+//!
+//! **Products.** `y[r][o] = Σ_b s_b · Σ_i qw_i · qx_i` over the blocks `b` of row `o` of `W`
+//! and row `r` of `x`, with `s_b = f32(d_w) · d_x` rounded once. The integer sum of a block is
+//! exact (in any order); the float sum runs over the blocks in order, one fused multiply-add
+//! each: `acc = fma(f32(isum_b), s_b, acc)` from `0.0`, then `+ bias`. Each row's activations
+//! are quantized on their own, so a row's result never depends on the other rows of the call:
+//! a 9-row verification gives each row the bits of a 1-row decode step.
+//!
+//! **Layout.** Rows are stored in groups of [`GROUP`] (the last one zero-padded): for each group
+//! and block, the group's 8 scales side by side, then its 8 rows' 32 bytes ([`GroupQ8`], 272
+//! bytes: 34 per row-block, as in GGUF). A kernel reads one group-block per step and widens its
+//! 8 scales in one instruction; its 8 sums land in one vector, one lane per output.
+
+use half::f16;
+
+/// Values per block.
+pub const BLOCK: usize = 32;
+
+/// Output rows per group.
+pub const GROUP: usize = 8;
+
+/// One block of a group of [`GROUP`] rows: their scales (`max|x| / 127` in f16), then their
+/// bytes (`round(x_i / d)`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct GroupQ8 {
+    /// Row `j`'s scale.
+    pub d: [f16; GROUP],
+    /// Row `j`'s 32 bytes.
+    pub qs: [[i8; BLOCK]; GROUP],
+}
+
+impl Default for GroupQ8 {
+    fn default() -> Self {
+        Self {
+            d: [f16::ZERO; GROUP],
+            qs: [[0; BLOCK]; GROUP],
+        }
+    }
+}
+
+/// The scale of `x` (at most [`BLOCK`] values; missing ones count as 0) and its bytes, into `q`.
+pub fn quantize_block(x: &[f32], q: &mut [i8; BLOCK]) -> f32 {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    for (i, slot) in q.iter_mut().enumerate() {
+        let v = x.get(i).copied().unwrap_or(0.0) * id;
+        *slot = v.round().clamp(-127.0, 127.0) as i8;
+    }
+    d
+}
+
+/// Weight row `row` into slot `j` of its group's blocks (`out`: the group's blocks; the last
+/// block zero-padded).
+pub fn quantize_weight_row(row: &[f32], j: usize, out: &mut [GroupQ8]) {
+    for (b, block) in out.iter_mut().enumerate() {
+        let lo = (b * BLOCK).min(row.len());
+        let hi = ((b + 1) * BLOCK).min(row.len());
+        let d = quantize_block(&row[lo..hi], &mut block.qs[j]);
+        block.d[j] = f16::from_f32(d);
+    }
+}
+
+/// Activations quantized per row and block: `blocks` scales and `blocks · 32` bytes per row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantRows {
+    /// Blocks per row.
+    pub blocks: usize,
+    /// `[n, blocks]` scales.
+    pub d: Vec<f32>,
+    /// `[n, blocks · 32]` bytes.
+    pub qs: Vec<i8>,
+}
+
+impl QuantRows {
+    /// Quantize row-major `x: [n, cols]` (each row's last block zero-padded).
+    pub fn new(x: &[f32], n: usize, cols: usize) -> Self {
+        let blocks = cols.div_ceil(BLOCK);
+        let mut d = vec![0.0f32; n * blocks];
+        let mut qs = vec![0i8; n * blocks * BLOCK];
+        for r in 0..n {
+            let row = &x[r * cols..(r + 1) * cols];
+            for b in 0..blocks {
+                let lo = (b * BLOCK).min(cols);
+                let hi = ((b + 1) * BLOCK).min(cols);
+                let at = (r * blocks + b) * BLOCK;
+                let q: &mut [i8; BLOCK] = (&mut qs[at..at + BLOCK])
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!("a block is {BLOCK} bytes"));
+                d[r * blocks + b] = quantize_block(&row[lo..hi], q);
+            }
+        }
+        Self { blocks, d, qs }
+    }
+
+    /// Row `r`'s scales and bytes.
+    pub fn row(&self, r: usize) -> (&[f32], &[i8]) {
+        let b = self.blocks;
+        (
+            &self.d[r * b..(r + 1) * b],
+            &self.qs[r * b * BLOCK..(r + 1) * b * BLOCK],
+        )
+    }
+}
+
+/// One output of the rule: slot `j` of a group's blocks `w` against one activation row (`xd`,
+/// `xq`).
+pub fn dot_row(w: &[GroupQ8], j: usize, xd: &[f32], xq: &[i8]) -> f32 {
+    let mut acc = 0.0f32;
+    for (b, block) in w.iter().enumerate() {
+        let x = &xq[b * BLOCK..(b + 1) * BLOCK];
+        let isum: i32 = block.qs[j]
+            .iter()
+            .zip(x)
+            .map(|(&a, &c)| i32::from(a) * i32::from(c))
+            .sum();
+        let s = block.d[j].to_f32() * xd[b];
+        acc = (isum as f32).mul_add(s, acc);
+    }
+    acc
+}
+
+/// The portable kernel: outputs `o0 .. o0 + out.len() / n` (`o0` a multiple of [`GROUP`];
+/// `out` row-major `[n, width]`) of every row of `x`; `weight` holds `blocks` group-blocks per
+/// group.
+pub fn matmul_rows(
+    weight: &[GroupQ8],
+    blocks: usize,
+    x: &QuantRows,
+    n: usize,
+    o0: usize,
+    out: &mut [f32],
+) {
+    let width = out.len() / n.max(1);
+    for r in 0..n {
+        let (xd, xq) = x.row(r);
+        for j in 0..width {
+            let o = o0 + j;
+            let g = o / GROUP;
+            let w = &weight[g * blocks..(g + 1) * blocks];
+            out[r * width + j] = dot_row(w, o % GROUP, xd, xq);
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Q8_0 targets (`dtype="q8_0"`): the layers' linear maps in 8-bit blocks, read as such (about
+//! a quarter of their f32 bytes), logits within 8-bit precision of the f32 model, the target
+//! contract, and greedy speculative decoding equal to target-only greedy decoding token for
+//! token: every row of a verification quantizes its own activations, so its logits are the
+//! bits of a one-row decode step. On the device-generic path (`DSPARK_KERNEL_PATH=tensor`) the
+//! maps hold the blocks' values as f32 tensors, and the same holds.
+use std::path::{Path, PathBuf};
+
+use crate::targets_common::Tiny;
+use candle_core::{DType, Device};
+use dspark::models::qwen3::Qwen3Target;
+use dspark::nn::quant::Quant;
+use dspark::speculator::contract::check_target;
+use dspark::speculator::{
+    LogitRows, Request, Speculator, SpeculatorOptions, TargetInput, VerifyPolicy,
+};
+use dspark::{LoadOptions, Qwen3Drafter, TargetModel};
+
+fn bundled_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny")
+}
+
+fn q8() -> LoadOptions {
+    LoadOptions::with_dtype_name(Some("q8_0")).unwrap()
+}
+
+/// Every position's logits of `tokens` from an empty cache.
+fn logits(t: &Qwen3Target, tokens: &[u32]) -> Vec<f32> {
+    let mut cache = t.new_cache(1).unwrap();
+    let input = TargetInput {
+        tokens,
+        width: tokens.len(),
+        num_tokens: &[tokens.len()],
+        logits: LogitRows::All,
+    };
+    let o = t.forward(&mut cache, &input, &[]).unwrap();
+    o.logits
+        .to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+}
+
+#[test]
+fn q8_0_layers_read_a_quarter_of_f32_and_stay_within_8_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = Tiny {
+        hidden: 64,
+        inter: 96,
+        ..Tiny::default()
+    };
+    tiny.write_with(dir.path(), |_| {}, |_| {});
+    let wide = Qwen3Target::load(dir.path(), &Device::Cpu).unwrap();
+    let q = Qwen3Target::load_with(dir.path(), &Device::Cpu, q8()).unwrap();
+    assert_eq!((wide.quant(), q.quant()), (None, Some(Quant::Q8_0)));
+    let tokens = [1u32, 2, 3, 44, 10, 7];
+    let want = logits(&wide, &tokens);
+    let got = logits(&q, &tokens);
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    let d = want
+        .iter()
+        .zip(&got)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    // Two 8-bit roundings per product (weights and activations), over a few layers.
+    assert!(d <= 0.08 * scale, "logits differ by {d} (scale {scale})");
+    assert!(d > 0.0, "quantization should move the logits");
+    if dspark::device::fast_on(&Device::Cpu) {
+        // The layers' maps read 34 bytes per 32 weights, against 128 in f32 (each side a
+        // little more with its padding: panels of 16 rows, blocks of 32 columns); the head
+        // stays f32.
+        let head = wide.vocab_size() * wide.hidden_size() * 4;
+        let layers_f32 = (wide.weight_bytes_per_step() - head) as f64;
+        let layers_q8 = (q.weight_bytes_per_step() - head) as f64;
+        let ratio = layers_q8 / layers_f32;
+        assert!((0.24..=0.3).contains(&ratio), "{layers_q8} vs {layers_f32}");
+    }
+    check_target(&q, &[0, 1]).unwrap();
+}
+
+#[test]
+fn greedy_speculative_equals_target_only_on_a_q8_0_target() {
+    let prompts: [&[u32]; 3] = [&[5, 88, 301, 17, 1200, 42], &[900, 14, 2, 77], &[3]];
+    let requests: Vec<Request> = prompts
+        .iter()
+        .map(|p| Request::new(p.to_vec(), 32))
+        .collect();
+    let target = Qwen3Target::load_with(&bundled_dir().join("target"), &Device::Cpu, q8()).unwrap();
+    let drafter = Qwen3Drafter::builder(&target.target_spec())
+        .shared(target.shared_weights())
+        .load(&bundled_dir().join("drafter"))
+        .unwrap();
+    // Every round drafts and verifies its whole block (the default policy may choose plain
+    // rounds on a target this small): the verification's rows are what is under test.
+    let options = SpeculatorOptions {
+        verify: VerifyPolicy::Full,
+        ..SpeculatorOptions::default()
+    };
+    let s = Speculator::new(target, drafter, options).unwrap();
+    let spec = s.generate(&requests, None).unwrap();
+    let base = s.generate_target_only(&requests, None).unwrap();
+    assert_eq!(spec.tokens, base.tokens);
+    assert!(spec.tokens.iter().all(|t| t.len() == 32));
+    // The drafter still drafts for its quantized target: drafts are accepted.
+    let tau = spec.stats.acceptance_length();
+    assert!(tau > 1.5, "acceptance length {tau}");
+}
+
+#[test]
+fn a_drafter_refuses_quantized_layers() {
+    let target = Qwen3Target::load(&bundled_dir().join("target"), &Device::Cpu).unwrap();
+    let e = Qwen3Drafter::builder(&target.target_spec())
+        .shared(target.shared_weights())
+        .options(q8())
+        .load(&bundled_dir().join("drafter"))
+        .unwrap_err();
+    assert_eq!(e.code(), "invalid-argument");
+    assert!(e.to_string().contains("q8_0"), "{e}");
+}
