@@ -57,7 +57,7 @@ class NativeTarget:
 
         ``dtype``: the dtype the weight matrices are kept in, ``"float32"``, ``"bfloat16"`` or
         ``"float16"`` (also ``"f32"``, ``"bf16"``, ``"f16"`` or a ``torch.dtype``), or ``"q8_0"``
-        (the layers' maps in 8-bit blocks, the embedding and head as stored); ``None``
+        (the layers' maps and the output head in 8-bit blocks, the embedding as stored); ``None``
         (default) keeps the checkpoint's. Anything else raises ``InputError``
         (``invalid-argument``)."""
         if not isinstance(device, str):

@@ -49,8 +49,8 @@ pub enum Dtype {
     /// IEEE half.
     #[value(alias = "f16")]
     Float16,
-    /// Q8_0: the layers' linear maps in 8-bit blocks (32 weights, one f16 scale), the
-    /// embedding and output head as stored.
+    /// Q8_0: the layers' linear maps and the output head in 8-bit blocks (32 weights, one f16
+    /// scale), the embedding as stored.
     #[value(name = "q8_0", alias = "q8")]
     Q8_0,
 }

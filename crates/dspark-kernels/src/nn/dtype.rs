@@ -116,9 +116,10 @@ pub struct LoadOptions {
     /// are kept as `f32` tensors holding these values (rounded to the chosen dtype first), so
     /// both paths compute the same model.
     pub dtype: Option<WeightDtype>,
-    /// Quantize the decoder layers' linear maps at load (a native target's `q8_0`); the
-    /// embedding, the output head and the norms keep [`Self::dtype`]. `None`: no quantization.
-    /// On the device-generic path the maps hold the quantized values as f32 tensors.
+    /// Quantize the decoder layers' linear maps at load (a native target's `q8_0`; its output
+    /// head gets a quantized copy on the host path); the embedding and the norms keep
+    /// [`Self::dtype`]. `None`: no quantization. On the device-generic path the maps hold the
+    /// quantized values as f32 tensors.
     pub quant: Option<Quant>,
 }
 

@@ -123,14 +123,7 @@ impl Linear {
         let packed = borrow_floats(&weight, |w| PackedWeight::pack(w, out, d_in, dtype))
             .flatten()
             .ok_or_else(|| Error::bad_shape("weight", "data does not fill [out, in]"))?;
-        let b = bias
-            .as_ref()
-            .map(|b| b.to_vec1::<f32>().map(Arc::new))
-            .transpose()?;
-        Ok(Self {
-            weight: Weight::Packed(Arc::new(packed), b),
-            bias,
-        })
+        Self::packed(packed, bias)
     }
 
     /// `weight: [out, in]` quantized as `quant` blocks (from any float dtype), `bias: [out]`
@@ -171,6 +164,12 @@ impl Linear {
             return Self::new(values, bias);
         }
         let bias = checked_bias(bias, out)?;
+        Self::packed(packed, bias)
+    }
+
+    /// A map over a host-packed weight, its bias (checked, f32) kept beside it as a host copy
+    /// for the kernels.
+    fn packed(packed: PackedWeight, bias: Option<Tensor>) -> Result<Self> {
         let b = bias
             .as_ref()
             .map(|b| b.to_vec1::<f32>().map(Arc::new))

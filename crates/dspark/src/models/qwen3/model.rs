@@ -17,6 +17,7 @@ use crate::checkpoint::Inventory;
 use crate::checkpoint::shapes::{EMBED, LM_HEAD};
 use crate::config::Qwen3Config;
 use crate::config::TargetSpec;
+use crate::device::fast_on;
 use crate::error::{Error, Result};
 use crate::models::{ForwardCost, TargetInput, TargetModel, TargetOutput};
 use crate::nn::decoder::{Heads, Layer, Take};
@@ -40,7 +41,8 @@ pub struct Qwen3Target {
     pub(crate) lm_head: Tensor,
     /// The first `V_t` rows of `lm_head` (a view).
     pub(crate) lm_head_logical: Tensor,
-    /// `lm_head_logical` packed for the CPU kernel (see [`output_head`]).
+    /// `lm_head_logical` packed for the CPU kernel (see [`output_head`]), or quantized with the
+    /// layers.
     pub(crate) head: Option<Linear>,
     pub(crate) rope: Rope,
     /// Rope tables on the device, for the device-generic path.
@@ -202,7 +204,14 @@ impl Qwen3Target {
         let lm_head_logical = lm_head.narrow(0, 0, config.shape.vocab_size)?;
         Ok(Self {
             norm: t.get("model.norm.weight")?,
-            head: output_head(&lm_head_logical)?,
+            head: match options.quant {
+                // The head quantized too (a copy beside the stored one, which embedding lookups
+                // and a drafter read), where the host kernels run.
+                Some(q) if fast_on(device) => {
+                    Some(Linear::quantized(lm_head_logical.clone(), None, q)?)
+                }
+                _ => output_head(&lm_head_logical)?,
+            },
             lm_head_logical,
             lm_head,
             embed,
