@@ -246,6 +246,34 @@ def test_progress_bar_tty_and_pipe() -> None:
     assert pipe.getvalue().startswith("baseline: 2/2 done in ") and "\r" not in pipe.getvalue()
 
 
+def test_a_slow_stage_is_said_on_a_terminal_and_silent_in_a_pipe() -> None:
+    import io
+
+    from dspark.cli.terminal import Stage
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Tty()
+    with Stage("loading the pair", tty):
+        pass
+    text = tty.getvalue()
+    assert text.startswith("loading the pair ...") and " done (" in text and text.endswith(" s)\n")
+    # A failure clears its line: the error line that follows stands alone.
+    tty = Tty()
+    try:
+        with Stage("loading the pair", tty):
+            raise ValueError("boom")
+    except ValueError:
+        pass
+    assert tty.getvalue() == "loading the pair ...\r\x1b[K"
+    pipe = io.StringIO()
+    with Stage("loading the pair", pipe):
+        pass
+    assert pipe.getvalue() == ""
+
+
 def test_version_says_the_version_and_the_build() -> None:
     for flag in ("--version", "-V"):
         res = run(flag)

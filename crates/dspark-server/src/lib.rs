@@ -30,6 +30,7 @@ pub mod state;
 pub mod stream;
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -138,7 +139,25 @@ fn start_engine(
     let (device, dtype, config) = (args.device.clone(), args.dtype, load::engine_config(args));
     EngineHandle::spawn(
         move || -> Result<Box<dyn ServingEngine>, StartError> {
-            let (t, d) = load::load_pair(&target, &drafter, &device, dtype)?;
+            // Said on a terminal while it runs (a large pair takes seconds); a log file or a
+            // pipe gets only the lines scripts read.
+            let tty = std::io::stderr().is_terminal();
+            if tty {
+                eprint!(
+                    "dspark serve: loading {} ({}) ...",
+                    target.display(),
+                    dtype.name()
+                );
+            }
+            let t0 = std::time::Instant::now();
+            let loaded = load::load_pair(&target, &drafter, &device, dtype);
+            if tty {
+                match &loaded {
+                    Ok(_) => eprintln!(" done ({:.1} s)", t0.elapsed().as_secs_f64()),
+                    Err(_) => eprint!("\r\x1b[K"),
+                }
+            }
+            let (t, d) = loaded?;
             engine_adapter::native_engine(t, d, config)
         },
         limit,

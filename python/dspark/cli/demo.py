@@ -57,7 +57,17 @@ from dspark.cli.options import (
     token_count,
     verify_mode,
 )
-from dspark.cli.terminal import DIM, RESET, Progress, Style, TokenPrinter, is_tty, legend, markers
+from dspark.cli.terminal import (
+    DIM,
+    RESET,
+    Progress,
+    Stage,
+    Style,
+    TokenPrinter,
+    is_tty,
+    legend,
+    markers,
+)
 from dspark.measure import speculative, target_only
 
 if TYPE_CHECKING:
@@ -300,7 +310,8 @@ def run(
     native = args.target_backend == "native"
     if not native:
         need_torch()
-    pair = load_pair(args.model_dir, args.threads, args.target_backend)
+    with Stage("loading the target and the drafter", err):
+        pair = load_pair(args.model_dir, args.threads, args.target_backend)
     prompts = _encode_prompts(sources, pair.tokenizer, int(args.prompt_tokens))
     v_t = pair.drafter.target_vocab_size
     limit = _position_limit(pair.target)

@@ -34,7 +34,7 @@ from dspark.cli.options import (
     token_count,
     verify_mode,
 )
-from dspark.cli.terminal import Style, TokenPrinter, is_tty
+from dspark.cli.terminal import Stage, Style, TokenPrinter, is_tty
 from dspark.pair import NATIVE_DTYPES, load_model_pair, load_native_pair, make_speculator
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main", "run"]
@@ -116,7 +116,10 @@ def run(
     backend = choose_backend(args.target_backend, args.target)
     native = backend == "native"
     if native:
-        pair = load_native_pair(args.target, args.drafter, dtype=args.dtype, threads=args.threads)
+        with Stage(f"loading {args.target} and {args.drafter}", err):
+            pair = load_native_pair(
+                args.target, args.drafter, dtype=args.dtype, threads=args.threads
+            )
     else:
         if args.dtype == "q8_0":
             raise_error(
@@ -127,7 +130,8 @@ def run(
             )
         need_torch("a transformers target")
         dtype = args.dtype or "float32"
-        pair = load_model_pair(args.target, args.drafter, dtype=dtype, threads=args.threads)
+        with Stage(f"loading {args.target} (transformers) and {args.drafter}", err):
+            pair = load_model_pair(args.target, args.drafter, dtype=dtype, threads=args.threads)
     prompt = pair.encode(text)
     pair.check_budget(prompt, args.max_new_tokens)
     sp = make_speculator(

@@ -13,10 +13,12 @@ To add an option: declare it in :func:`add_arguments` and act on it in :func:`ma
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from dspark.cli.errors import EXIT_OK, EXIT_USAGE, fail
 from dspark.cli.options import seed_int
+from dspark.cli.terminal import Stage
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main"]
 
@@ -71,9 +73,10 @@ def main(args: argparse.Namespace) -> int:
         if args.layout is not None or args.seed is not None:
             return fail("usage", "--layout and --seed do not apply to --memory-bound", EXIT_USAGE)
         memory_bound.check_output_dir(args.dir)
-        pair = memory_bound.write_memory_bound(
-            args.dir, dtype=args.dtype or "float32", jitter=args.jitter
-        )
+        with Stage(f"writing the memory-bound pair to {args.dir}", sys.stderr):
+            pair = memory_bound.write_memory_bound(
+                args.dir, dtype=args.dtype or "float32", jitter=args.jitter
+            )
         print(memory_bound.describe(pair))
         return EXIT_OK
     from dspark.example import write_example

@@ -23,6 +23,7 @@ from typing import Literal, TextIO
 
 __all__ = [
     "Progress",
+    "Stage",
     "TokenPrinter",
     "distinct_ngram_ratio",
     "distinct_ngrams",
@@ -149,6 +150,39 @@ class TokenPrinter:
                 self.out.write(f"{self.open}{draft_text}{self.close}")
         self.out.write(own_text)
         self.out.flush()
+
+
+class Stage:
+    """One slow step said on ``stream`` (stderr) while it runs, when that is a terminal:
+    ``label ...``, then its time when it ends, so a long load or write is never silent::
+
+        with Stage("loading the pair", err):
+            pair = load_pair(...)
+
+    A step that fails clears its line, so the error line stands alone. Off a terminal (a log
+    file, a pipe) it writes nothing: the output stays what scripts parse.
+    """
+
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = is_tty(self.stream)
+        self._t0 = 0.0
+
+    def __enter__(self) -> None:
+        self._t0 = time.perf_counter()
+        if self.tty:
+            self.stream.write(f"{self.label} ...")
+            self.stream.flush()
+
+    def __exit__(self, kind: object, value: object, trace: object) -> None:
+        if not self.tty:
+            return
+        if kind is None:
+            self.stream.write(f" done ({time.perf_counter() - self._t0:.1f} s)\n")
+        else:
+            self.stream.write("\r\x1b[K")
+        self.stream.flush()
 
 
 class Progress:
