@@ -3,26 +3,20 @@
 Rows, each against peers measured in the same run on the same device:
 
 - ``verify``: ``dspark.verify`` at B in {1, 8, 64}, K = 7, V = 151936, f32 and bf16 (sampled,
-  T = 1, with draft logits) against the torch-ops reference of the same algorithm
-  (``tests/torch_reference.py``) and against the HBM read floor (the logits' bytes over the
-  device's measured read bandwidth). ``path`` says which kernels ran: ``fused`` (the default
-  for CUDA tensors, ``crates/dspark-kernels/kernels/fused_verify.cu``) or ``tensor`` (candle tensor
-  ops, measured in a child process run with ``DSPARK_KERNEL_PATH=tensor``: the variable is
-  read once per process); fused rows carry ``speedup_vs_tensor_path``.
-- ``sample_block``: ``dspark.sample_block`` (T = 1, rank 64) at the same shapes against the
-  torch-ops reference, fused and tensor path likewise.
+  T = 1, with draft logits) against the torch-ops reference (``tests/torch_reference.py``)
+  and the HBM read floor (the logits' bytes over the measured read bandwidth). ``path``:
+  ``fused`` (the default for CUDA tensors, ``kernels/fused_verify.cu``) or ``tensor`` (candle
+  ops, in a child process with ``DSPARK_KERNEL_PATH=tensor``); fused rows carry
+  ``speedup_vs_tensor_path``.
+- ``sample_block``: ``dspark.sample_block`` (T = 1, rank 64) likewise, fused and tensor path.
 - ``drafter_propose``: ``dspark.Drafter.propose`` of a Qwen3-4B-shaped drafter (5 layers, hidden
-  2560, V = 151936; random weights, embed / lm_head shared with the target) on the device
-  against ``dspark.TorchDrafter`` of the same checkpoint on the same device, at B in
-  {1, 8, 64}, with the checkpoint in float32 and in bfloat16 (kept 2 bytes on both sides).
-- ``speculator``: the bundled native pair (``NativeTarget`` + ``Drafter``, greedy, full
-  verification) with weights on the device against the same pair on the CPU fast path, at
-  B = 1 and B = 8: tokens/s and the greedy tokens' agreement (they must be equal).
+  2560, V = 151936; random weights, embed / lm_head shared) against ``dspark.TorchDrafter``
+  on the same device, at B in {1, 8, 64}, in float32 and bfloat16 (2 bytes on both sides).
+- ``speculator``: the bundled native pair (greedy, full verification) on the device against
+  the same pair on the CPU fast path, at B = 1 and 8: tokens/s and greedy agreement.
 - ``profile_verify`` / ``profile_sample_block`` (GPU only): one B = 1 f32 call under the CUDA
   profiler, per path: wall time, kernel launches and their summed time, copies each way, the
-  longest kernels (a call far above its kernels' sum is bound by launches and host round
-  trips). The draft ids are on the device, so a fused call's steady state has no
-  host-to-device copy.
+  longest kernels. The draft ids are on the device, so a fused call has no host-to-device copy.
 - ``memory_bound_pair``: the memory-bound pair (``make-example --memory-bound``) in bf16 on
   the device at B = 1: the native target alone and speculative, and transformers' model of
   the same target alone and behind ``dspark.Speculator`` with the dspark drafter; tokens/s,
@@ -36,8 +30,6 @@ Rows, each against peers measured in the same run on the same device:
 
 Each section's rows are written to ``--out`` as it ends; a section that raises is reported
 (``errors`` in the JSON, exit status 1) and the others still run.
-
-Targets (issues 42 and 43): as listed under ``targets``.
 
     python benches/bench_cuda.py --out results.json          # on a GPU
     python benches/bench_cuda.py --device cpu --quick        # a smoke run of the script
