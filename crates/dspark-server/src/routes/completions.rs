@@ -66,14 +66,12 @@ impl Chunks for CompletionChunks {
     }
 }
 
+/// The route: the body read and checked, the request queued, its answer streamed or whole
+/// (an [`ApiError`] answers as an OpenAI error).
 pub(super) async fn handle(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    super::respond(run(state, body).await)
-}
-
-async fn run(state: AppState, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let request: CompletionRequest =
         super::read(&state, body, |r: &CompletionRequest| r.model.as_deref())?;

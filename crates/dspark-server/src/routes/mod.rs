@@ -95,8 +95,3 @@ async fn answer<C: Chunks>(
     let (text, finish) = session.collect().await?;
     Ok(whole(chunks, text, finish))
 }
-
-/// The response of a handler's result.
-fn respond(result: Result<Response, ApiError>) -> Response {
-    result.unwrap_or_else(IntoResponse::into_response)
-}
