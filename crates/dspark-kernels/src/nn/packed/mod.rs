@@ -394,9 +394,8 @@ impl PackedWeight {
 
     /// [`matmul_group`] over packed weights with the fastest kernel: one pool dispatch for
     /// the products of `x` with every weight of `parts`, each the bits of its own
-    /// [`Self::matmul`] (Q8_0 weights: one product after another, each split as
-    /// [`QuantMatrix::matmul`] splits). `None` when the weights are not all of one dtype, or
-    /// as [`matmul_group`].
+    /// [`Self::matmul`] (Q8_0 weights: [`crate::nn::quant::matmul_group`]). `None` when the
+    /// weights are not all of one dtype, or as [`matmul_group`].
     pub fn matmul_group(parts: &[WeightPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
         fn views<'a, T: PanelElem>(
             parts: &[WeightPart<'a>],
@@ -409,13 +408,16 @@ impl PackedWeight {
         }
         let kernel = Kernel::best();
         match parts.first()?.0 {
-            Self::Q8(_) => parts
-                .iter()
-                .map(|&(w, b)| match w {
-                    Self::Q8(q) => q.matmul(x, n, b),
-                    _ => None,
-                })
-                .collect(),
+            Self::Q8(_) => {
+                let q: Option<Vec<_>> = parts
+                    .iter()
+                    .map(|&(w, b)| match w {
+                        Self::Q8(q) => Some((q, b)),
+                        _ => None,
+                    })
+                    .collect();
+                crate::nn::quant::matmul_group(&q?, x, n)
+            }
             Self::F32(_) => {
                 let v = views(parts, |w| if let Self::F32(m) = w { Some(m) } else { None })?;
                 matmul_group(kernel, &v, x, n)

@@ -164,46 +164,7 @@ impl QuantMatrix {
         n: usize,
         bias: Option<&[f32]>,
     ) -> Option<Vec<f32>> {
-        if n.checked_mul(self.cols) != Some(x.len()) || bias.is_some_and(|b| b.len() != self.rows) {
-            return None;
-        }
-        let kernel = match kernel {
-            QuantKernel::Avx2 if QuantKernel::best() == QuantKernel::Avx2 => QuantKernel::Avx2,
-            _ => QuantKernel::Portable,
-        };
-        let q = QuantRows::new(x, n, self.cols);
-        let mut y = vec![0.0f32; n * self.rows];
-        if n > 0 && self.rows > 0 {
-            if crate::threads::split_stream(self.bytes()) {
-                let chunks: Vec<(usize, Vec<f32>)> = (0..self.rows.div_ceil(TASK_ROWS))
-                    .into_par_iter()
-                    .map(|t| {
-                        let o0 = t * TASK_ROWS;
-                        let width = TASK_ROWS.min(self.rows - o0);
-                        let mut part = vec![0.0f32; n * width];
-                        self.run(kernel, &q, n, o0, &mut part);
-                        (o0, part)
-                    })
-                    .collect();
-                for (o0, part) in chunks {
-                    let width = part.len() / n;
-                    for r in 0..n {
-                        y[r * self.rows + o0..][..width]
-                            .copy_from_slice(&part[r * width..(r + 1) * width]);
-                    }
-                }
-            } else {
-                self.run(kernel, &q, n, 0, &mut y);
-            }
-        }
-        if let Some(b) = bias.filter(|_| self.rows > 0) {
-            for row in y.chunks_exact_mut(self.rows) {
-                for (v, bi) in row.iter_mut().zip(b) {
-                    *v += bi;
-                }
-            }
-        }
-        Some(y)
+        group_with(kernel, &[(self, bias)], x, n)?.pop()
     }
 
     /// Outputs `o0 .. o0 + out.len() / n` of every row into `out` (`[n, width]`).
@@ -219,6 +180,75 @@ impl QuantMatrix {
             _ => rule::matmul_rows(&self.data, self.blocks, q, n, o0, out),
         }
     }
+}
+
+/// One product of a group: the weight and its bias (`rows` values), if any.
+pub type QuantPart<'a> = (&'a QuantMatrix, Option<&'a [f32]>);
+
+/// `y_i = x · W_iᵀ (+ bias_i)` for each part, with the fastest body: the activations quantized
+/// once and every part's outputs in one pool dispatch (a layer's q, k and v projections, its
+/// gate and up), each the bits of its own [`QuantMatrix::matmul`]. `None` when a part's width
+/// is not `x`'s (`x.len() != n · cols`) or a bias is not its `rows` long.
+pub fn matmul_group(parts: &[QuantPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
+    group_with(QuantKernel::best(), parts, x, n)
+}
+
+fn group_with(
+    kernel: QuantKernel,
+    parts: &[QuantPart<'_>],
+    x: &[f32],
+    n: usize,
+) -> Option<Vec<Vec<f32>>> {
+    let cols = parts.first()?.0.cols;
+    let fits = |(m, b): &QuantPart<'_>| m.cols == cols && b.is_none_or(|b| b.len() == m.rows);
+    if n.checked_mul(cols) != Some(x.len()) || !parts.iter().all(fits) {
+        return None;
+    }
+    let kernel = match kernel {
+        QuantKernel::Avx2 if QuantKernel::best() == QuantKernel::Avx2 => QuantKernel::Avx2,
+        _ => QuantKernel::Portable,
+    };
+    let q = QuantRows::new(x, n, cols);
+    let mut ys: Vec<Vec<f32>> = parts.iter().map(|(m, _)| vec![0.0; n * m.rows]).collect();
+    let bytes: usize = parts.iter().map(|(m, _)| m.bytes()).sum();
+    if n > 0 && crate::threads::split_stream(bytes) {
+        let tasks: Vec<(usize, usize)> = parts
+            .iter()
+            .enumerate()
+            .flat_map(|(p, (m, _))| (0..m.rows.div_ceil(TASK_ROWS)).map(move |t| (p, t)))
+            .collect();
+        let done: Vec<(usize, usize, Vec<f32>)> = tasks
+            .into_par_iter()
+            .map(|(p, t)| {
+                let m = parts[p].0;
+                let o0 = t * TASK_ROWS;
+                let mut out = vec![0.0f32; n * TASK_ROWS.min(m.rows - o0)];
+                m.run(kernel, &q, n, o0, &mut out);
+                (p, o0, out)
+            })
+            .collect();
+        for (p, o0, out) in done {
+            let rows = parts[p].0.rows;
+            let width = out.len() / n;
+            for r in 0..n {
+                ys[p][r * rows + o0..][..width].copy_from_slice(&out[r * width..(r + 1) * width]);
+            }
+        }
+    } else if n > 0 {
+        for (y, (m, _)) in ys.iter_mut().zip(parts) {
+            m.run(kernel, &q, n, 0, y);
+        }
+    }
+    for (y, (m, b)) in ys.iter_mut().zip(parts) {
+        if let Some(b) = b.filter(|_| m.rows > 0) {
+            for row in y.chunks_exact_mut(m.rows) {
+                for (v, bi) in row.iter_mut().zip(b) {
+                    *v += bi;
+                }
+            }
+        }
+    }
+    Some(ys)
 }
 
 #[cfg(test)]

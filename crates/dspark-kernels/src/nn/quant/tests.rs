@@ -131,3 +131,32 @@ fn bad_shapes_and_unrepresentable_scales_are_refused() {
     assert_eq!(Quant::parse(" Q8_0"), Some(Quant::Q8_0));
     assert_eq!(Quant::parse("q4_k"), None);
 }
+
+#[test]
+fn a_group_gives_each_part_its_own_bits() {
+    // A q/k/v-like group (one part over 1 MiB: split over the pool), with and without biases.
+    let cols = 512;
+    let parts: Vec<QuantMatrix> = [(2200, 3), (40, 4), (17, 5)]
+        .iter()
+        .map(|&(rows, seed)| quantized(rows, cols, seed).1)
+        .collect();
+    let biases: Vec<Vec<f32>> = parts.iter().map(|m| values(m.rows(), 9)).collect();
+    for n in [1, 9] {
+        let x = values(n * cols, 31);
+        let group: Vec<QuantPart<'_>> = parts
+            .iter()
+            .zip(&biases)
+            .enumerate()
+            .map(|(i, (m, b))| (m, (i != 1).then_some(b.as_slice())))
+            .collect();
+        let ys = matmul_group(&group, &x, n).unwrap();
+        for ((m, b), y) in group.iter().zip(&ys) {
+            let alone = m.matmul(&x, n, *b).unwrap();
+            assert!(alone.iter().zip(y).all(|(a, c)| a.to_bits() == c.to_bits()));
+        }
+    }
+    let narrow = quantized(4, 64, 1).1;
+    let mixed: [QuantPart<'_>; 2] = [(&parts[0], None), (&narrow, None)];
+    assert!(matmul_group(&mixed, &values(cols, 1), 1).is_none());
+    assert!(matmul_group(&[], &[], 0).is_none());
+}
