@@ -54,6 +54,18 @@ MAX_TOKENIZER_BYTES = 256 * 2**20
 MAX_WEIGHTS_BYTES = 2**30
 
 
+def _check_regular(path: Path, what: str, info: os.stat_result, limit: int) -> None:
+    """``invalid-argument`` unless ``info`` is a regular file's; ``too-large`` over ``limit``."""
+    if not stat.S_ISREG(info.st_mode):
+        raise_error(InputError, "invalid-argument", f"{path}: the {what} is not a regular file")
+    if info.st_size > limit:
+        raise_error(
+            InputError,
+            "too-large",
+            f"{path}: the {what} is {info.st_size} bytes, over the limit of {limit}",
+        )
+
+
 def _missing(path: Path, what: str) -> NoReturn:
     raise_error(CheckpointError, "missing-file", f"{path}: no such file ({what})")
 
@@ -70,15 +82,7 @@ def read_bytes(path: Path, limit: int, what: str) -> bytes:
         raise_error(InputError, "invalid-argument", f"{path}: cannot read the {what}: {exc}")
     try:
         # Checked on the descriptor before any read: a directory, FIFO or device never is.
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise_error(InputError, "invalid-argument", f"{path}: the {what} is not a regular file")
-        if info.st_size > limit:
-            raise_error(
-                InputError,
-                "too-large",
-                f"{path}: the {what} is {info.st_size} bytes, over the limit of {limit}",
-            )
+        _check_regular(path, what, os.fstat(fd), limit)
         f = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -128,14 +132,7 @@ def check_input_file(path: Path, limit: int, what: str) -> Path:
         _missing(path, what)
     except OSError as exc:
         raise_error(InputError, "invalid-argument", f"{path}: cannot read the {what}: {exc}")
-    if not stat.S_ISREG(info.st_mode):
-        raise_error(InputError, "invalid-argument", f"{path}: the {what} is not a regular file")
-    if info.st_size > limit:
-        raise_error(
-            InputError,
-            "too-large",
-            f"{path}: the {what} is {info.st_size} bytes, over the limit of {limit}",
-        )
+    _check_regular(path, what, info, limit)
     return path
 
 
