@@ -218,6 +218,33 @@ def test_usage_errors_exit_2_in_one_line(
     _one_error_line(err, "usage")
 
 
+def test_q8_0_runs_the_native_target_and_refuses_transformers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = "import os\n\n\ndef walk(top):\n"
+    args = ("--prompt", text, "--max-new-tokens", "12", "--verify", "full", "--json")
+    rc, out, err = _gen(capsys, BUNDLE / "target", BUNDLE / "drafter", "--dtype", "q8_0", *args)
+    assert rc == 0, err
+    s = _json(out)
+    # Greedy speculative output is the q8_0 target's own greedy output.
+    from tokenizers import Tokenizer
+
+    import dspark
+
+    ids = Tokenizer.from_file(str(BUNDLE / "target" / "tokenizer.json")).encode(text).ids
+    target = dspark.NativeTarget.from_pretrained(BUNDLE / "target", dtype="q8_0")
+    d = dspark.Drafter.from_pretrained(BUNDLE / "drafter", target)
+    alone = dspark.Speculator(target, d).generate_target_only([ids], 12)
+    assert s["tokens"] == alone.tokens[0][: len(s["tokens"])]
+    rc, _, err = _gen(
+        capsys, BUNDLE / "target", BUNDLE / "drafter", "--dtype", "q8_0",
+        "--target-backend", "hf", *args,
+    )  # fmt: skip
+    assert rc == 1
+    _one_error_line(err, "invalid-argument")
+    assert "native" in err
+
+
 def test_prompt_longer_than_the_target_allows(
     capsys: pytest.CaptureFixture[str], example: Path
 ) -> None:
