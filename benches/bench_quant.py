@@ -99,7 +99,7 @@ class Native:
 
 def llama_bench(peers: dict[str, Any], gguf: Path, threads: int, ptoks: int, tokens: int):
     """llama-bench's decode-only and end-to-end rates on ``gguf``, or ``None``."""
-    exe = Path(peers.get("llama_cpp_bin", "")) / "llama-bench"
+    exe = Path(peers.get("tools", {}).get("llama-bench", "/nonexistent"))
     if not exe.is_file() or not gguf.is_file():
         return None
     out = _run(

@@ -1,7 +1,7 @@
 """Convert a target (and its DSpark drafter) to GGUF with llama.cpp's own converter.
 
     python benches/peers/convert.py TARGET_DIR [--drafter DRAFTER_DIR] --outdir OUT \\
-        [--outtype f32] [--outtype bf16]
+        [--outtype f32] [--outtype bf16] [--outtype q8_0]
 
 runs ``convert_hf_to_gguf.py`` of the llama.cpp that ``benches/peers/setup.sh`` installed (the
 one llama-cpp-python vendors), in the peers venv, unchanged:
@@ -83,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafter", type=Path, default=None, help="DSpark drafter directory")
     parser.add_argument("--outdir", type=Path, required=True, help="where the GGUF files go")
     parser.add_argument(
-        "--outtype", action="append", choices=["f32", "bf16"], help="default: f32 and bf16"
+        "--outtype",
+        action="append",
+        choices=["f32", "bf16", "q8_0"],
+        help="default: f32 and bf16 (q8_0: the converter's own 8-bit blocks)",
     )
     args = parser.parse_args(argv)
     doc = peers()
