@@ -7,7 +7,7 @@
 //! It stands on two crates, re-exported here under the paths users name:
 //! - `dspark-contracts`, with no tensor library: config normalization ([`config`]), checkpoint
 //!   weight rules ([`checkpoint`]), vocabulary layout ([`vocab`]), the draft-to-target id map
-//!   ([`idmap`]), [`inspect`], [`limits`] and the one [`error`] type;
+//!   ([`idmap`]), [`inspect`](mod@inspect), [`limits`] and the one [`error`] type;
 //! - `dspark-kernels`, on candle tensors: the shared layers ([`nn`]), the drafting and
 //!   verification kernels ([`sampling`]), [`device`] selection, host [`view`]s, the [`threads`]
 //!   policy and [`trace`].

@@ -104,8 +104,8 @@ impl std::fmt::Display for WeightDtype {
     }
 }
 
-/// How a model's weights are loaded ([`crate::Qwen3Target::load_with`],
-/// [`crate::Qwen3Drafter::builder`]).
+/// How a model's weights are loaded (`dspark::Qwen3Target::load_with`,
+/// `dspark::Qwen3Drafter::builder`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// The dtype of the weight matrices. `None` (the default): each matrix keeps the dtype it

@@ -1,11 +1,11 @@
 //! Drafting and verification kernels.
 //!
-//! Each kernel has one home: [`verify`] (lossless rejection sampling), [`markov`] (the
-//! sequential Markov block sampler) and [`confidence`] (the confidence head, with optional
-//! [`StsCalibration`]). In each, `mod.rs` holds the options, the validation every path shares
-//! and the entry points; `cpu.rs` is the host slice kernel (the reference, SIMD through
-//! [`crate::cpu`]); `device.rs` the device-generic path written with candle tensor ops (what a
-//! CUDA device runs, and the CPU under `DSPARK_KERNEL_PATH=tensor`).
+//! Each kernel has one home: [`verify`](mod@verify) (lossless rejection sampling), [`markov`] (the
+//! sequential Markov block sampler) and [`confidence`](mod@confidence) (the confidence head, with
+//! optional [`StsCalibration`]). In each, `mod.rs` holds the options, the validation every path
+//! shares and the entry points; `cpu.rs` is the host slice kernel (the reference, SIMD through
+//! [`crate::cpu`]); `device.rs` the device-generic path written with candle tensor ops (what a CUDA
+//! device runs, and the CPU under `DSPARK_KERNEL_PATH=tensor`).
 //!
 //! Every kernel has a slice entry that works on borrowed memory ([`Floats`], [`Rows3`],
 //! [`Mat`]; the Python glue calls these directly on DLPack/numpy memory) and a thin
@@ -18,7 +18,7 @@
 //! `ops` and `transfer` (the device path's tensor helpers and host transfers), `args` (the
 //! tensor fronts' argument readers), `cuda_ptx` (the PTX kernels of the custom ops), and
 //! [`fused`]: the kernels as a few fused CUDA launches each, with their Rust models.
-//! The verify-length policies live in [`crate::policy`].
+//! The verify-length policies live in `dspark::policy`.
 
 mod args;
 mod categorical;

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 /// How [`batched_attention`] receives its keys.
 #[derive(Debug, Clone, Copy)]
 pub enum Keys<'a> {
-    /// `[B, kv_heads, S, hd]`, head-major, as a [`crate::drafter::DraftState`] keeps them.
+    /// `[B, kv_heads, S, hd]`, head-major, as a `dspark::DraftState` keeps them.
     Rows(&'a Tensor),
     /// `[B, kv_heads, hd, S]`, transposed, as the native target's cache keeps them.
     Transposed(&'a Tensor),

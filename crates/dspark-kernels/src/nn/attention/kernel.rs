@@ -3,7 +3,7 @@
 //! For one key/value head, every query row that reads it (all query heads of its group, all
 //! new tokens) is one row of `Q: [M, hd]`. The keys are packed once per call into
 //! [`PackedMatrix`] panels of 16 keys and the values into panels of 16 head dimensions, so
-//! both products run the register-tiled kernel of [`super::packed`]: each key and value is read
+//! both products run the register-tiled kernel of [`crate::nn::packed`]: each key and value is read
 //! once for up to 12 query rows, with no horizontal sums (a verification's `K + 1` queries ×
 //! the group's heads share one pass over the cache). Rows are processed in chunks so the score
 //! matrix stays small for long prefills.

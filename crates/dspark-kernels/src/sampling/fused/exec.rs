@@ -1,4 +1,4 @@
-//! Running a fused call's plan on a backend: the CUDA device ([`super::cuda`]) or the host
+//! Running a fused call's plan on a backend: the CUDA device (`fused/cuda.rs`) or the host
 //! emulation of the kernels' source the tests use (`crates/dspark-kernel-emu`). Both get the
 //! same parameter blocks and the same launches, in the plan's order.
 
