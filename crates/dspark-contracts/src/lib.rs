@@ -2,8 +2,8 @@
 //!
 //! Every contract a DSpark drafter has with its target model, with no tensor library: config
 //! normalization ([`config`]), checkpoint weight rules ([`checkpoint`]), vocabulary layout
-//! ([`vocab`]), the draft-to-target id map ([`idmap`]), the load report ([`inspect`]), the input
-//! limits ([`limits`]) and the one error type ([`error`]).
+//! ([`vocab`]), the draft-to-target id map ([`idmap`]), the load report
+//! ([`inspect`](mod@inspect)), the input limits ([`limits`]) and the one error type ([`error`]).
 //!
 //! Another engine can depend on this crate alone to load DSpark checkpoints the way dspark does.
 //! The `candle` feature adds `Error::Candle` and the conversion from candle's error, for the
