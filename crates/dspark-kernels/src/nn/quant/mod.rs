@@ -1,8 +1,8 @@
 //! 8-bit weights: [`QuantMatrix`] keeps `W: [out, in]` as Q8_0 blocks (32 weights, one f16
 //! scale: 34 bytes, 1.0625 bytes a weight, as GGUF stores them; groups of 8 rows interleaved
 //! block by block), and multiplies f32 activations by it with the activations quantized per row
-//! and block. The rule every kernel follows (and why a
-//! row's result does not depend on the other rows) is in `rule.rs`; the AVX2 body in `x86.rs`.
+//! and block. The rule every kernel follows (and why a row's result does not depend on the
+//! other rows) is in `rule.rs`; the AVX2 body in `x86.rs`.
 //!
 //! A decode step on a CPU is bound by the bytes it reads: a Q8_0 weight reads about half a bf16
 //! one's. A product reads each weight block once for all its rows (a verification's 9 rows
