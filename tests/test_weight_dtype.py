@@ -119,3 +119,24 @@ def test_a_narrowing_that_overflows_is_a_typed_error(tmp_path) -> None:
     for ok in ("float32", "bfloat16"):
         t = dspark.NativeTarget.from_pretrained(target, dtype=ok)
         assert np.isfinite(np.asarray(t.logits([5, 17, 99]))).all()
+
+
+def test_a_weight_q8_0_cannot_hold_is_a_typed_error_naming_it(tmp_path) -> None:
+    """An infinite weight cannot be quantized: ``invalid-argument`` naming the tensor, at load."""
+    import shutil
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    target = tmp_path / "target"
+    shutil.copytree(ROOT / "target", target)
+    tensors = load_file(target / "model.safetensors")
+    name = next(n for n in sorted(tensors) if n.endswith("self_attn.o_proj.weight"))
+    bad = tensors[name].copy()
+    bad.flat[3] = np.float32(np.inf)
+    tensors[name] = bad
+    save_file(tensors, target / "model.safetensors")
+    with pytest.raises(dspark.InputError) as e:
+        dspark.NativeTarget.from_pretrained(target, dtype="q8_0")
+    assert e.value.code == "invalid-argument", e.value
+    assert name in str(e.value) and "q8_0" in str(e.value)

@@ -60,7 +60,13 @@ impl Take {
             None
         };
         match self.quant {
-            Some(quant) => Linear::quantized(weight, bias, quant),
+            // A weight the format cannot hold is named as the checkpoint names it.
+            Some(quant) => Linear::quantized(weight, bias, quant).map_err(|e| match e {
+                Error::InvalidArgument { message, .. } => {
+                    Error::invalid(format!("{prefix}.weight"), message)
+                }
+                other => other,
+            }),
             None => Linear::new(weight, bias),
         }
     }
