@@ -59,13 +59,16 @@ pub fn quantize_block(x: &[f32], q: &mut [i8; BLOCK]) -> f32 {
     d
 }
 
+/// Block `b` of `row`: its values `32b .. 32b + 32` (fewer, or none, past the row's end).
+fn block_of(row: &[f32], b: usize) -> &[f32] {
+    &row[(b * BLOCK).min(row.len())..((b + 1) * BLOCK).min(row.len())]
+}
+
 /// Weight row `row` into slot `j` of its group's blocks (`out`: the group's blocks; the last
 /// block zero-padded).
 pub fn quantize_weight_row(row: &[f32], j: usize, out: &mut [GroupQ8]) {
     for (b, block) in out.iter_mut().enumerate() {
-        let lo = (b * BLOCK).min(row.len());
-        let hi = ((b + 1) * BLOCK).min(row.len());
-        let d = quantize_block(&row[lo..hi], &mut block.qs[j]);
+        let d = quantize_block(block_of(row, b), &mut block.qs[j]);
         block.d[j] = f16::from_f32(d);
     }
 }
@@ -87,17 +90,10 @@ impl QuantRows {
         let blocks = cols.div_ceil(BLOCK);
         let mut d = vec![0.0f32; n * blocks];
         let mut qs = vec![0i8; n * blocks * BLOCK];
-        for r in 0..n {
-            let row = &x[r * cols..(r + 1) * cols];
-            for b in 0..blocks {
-                let lo = (b * BLOCK).min(cols);
-                let hi = ((b + 1) * BLOCK).min(cols);
-                let at = (r * blocks + b) * BLOCK;
-                let q: &mut [i8; BLOCK] = (&mut qs[at..at + BLOCK])
-                    .try_into()
-                    .unwrap_or_else(|_| unreachable!("a block is {BLOCK} bytes"));
-                d[r * blocks + b] = quantize_block(&row[lo..hi], q);
-            }
+        let (qblocks, _) = qs.as_chunks_mut::<BLOCK>();
+        for (i, (q, scale)) in qblocks.iter_mut().zip(d.iter_mut()).enumerate() {
+            let (r, b) = (i / blocks, i % blocks);
+            *scale = quantize_block(block_of(&x[r * cols..(r + 1) * cols], b), q);
         }
         Self { blocks, d, qs }
     }
