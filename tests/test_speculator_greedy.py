@@ -78,6 +78,18 @@ def test_stop_tokens_end_requests(spec_target, target, checkpoint, reference):
         assert got == want
 
 
+def test_oracle_rounds_mix_plain_and_drafted(spec_target, target, reference):
+    """A table where a drafted round costs far more than a plain one: the scheduled policy takes
+    plain rounds (no drafter call) between drafted ones, and the output is still the target's.
+    The oracle checks each anchor against greedy decoding, across the plain rounds."""
+    oracle = OracleDrafter(target, PROMPTS, 0.2, seed=5, confidence=0.8)
+    sps = [(1, 100.0), (8, 100.0), (16, 2.0), (64, 1.0)]
+    spec = dspark.Speculator(spec_target, oracle, verify="scheduled", steps_per_second=sps)
+    result = spec.generate(PROMPTS, NEW)
+    assert result.tokens == reference
+    assert result.stats.plain_rounds > 0
+
+
 def test_on_round_streams_every_committed_token_once(spec_target, target, reference):
     oracle = OracleDrafter(target, PROMPTS, 0.3, seed=3)
     calls: list[list[list[int]]] = []

@@ -219,19 +219,30 @@ class OracleDrafter:
     """Proposes the target's true greedy continuation of ``prefix + anchor``, with each slot
     replaced by a wrong token with probability ``corrupt`` (seeded). Greedy only.
 
-    It needs the committed prefix, which the contract does not pass: it starts from the
-    prompts (one state per prompt, in order) and infers each round's accepted drafts from how
-    far the state's length advanced.
+    It needs the committed prefix, which the contract does not pass. Greedy verification is
+    lossless, so a request's committed tokens are its prompt's greedy continuation: the oracle
+    starts from the prompts (one state per prompt, in order), reads the prefix off that
+    continuation at the state's length, and checks that the anchor the engine passes is the
+    continuation's next token. That holds across plain rounds (the engine verifies one token
+    and calls no drafter), which a bookkeeping of accepted drafts would miss.
     """
 
     def __init__(
-        self, target: Any, prompts: Sequence[Sequence[int]], corrupt: float, seed: int = 0
+        self,
+        target: Any,
+        prompts: Sequence[Sequence[int]],
+        corrupt: float,
+        seed: int = 0,
+        confidence: float | None = None,
     ):
         self.target = target
         self.corrupt = corrupt
+        # a constant confidence per slot, for the policies that need a confidence head
+        self.confidence = confidence
+        self.has_confidence_head = confidence is not None
         self.rng = np.random.default_rng(seed)
         self.prompts = [list(p) for p in prompts]
-        self.history: list[list[int]] = [list(p) for p in prompts]
+        self._continuations: list[list[int]] = [[] for _ in prompts]
         self._states: list[_OracleState] = []
 
     block_size = BLOCK
@@ -245,7 +256,6 @@ class OracleDrafter:
     target_layer_ids: ClassVar[list[int]] = list(TARGET_LAYER_IDS)
     capture_layer_ids: ClassVar[list[int]] = [i + 1 for i in TARGET_LAYER_IDS]
     sample_from_anchor = True
-    has_confidence_head = False
 
     def new_state(self) -> _OracleState:
         state = _OracleState()
@@ -255,6 +265,15 @@ class OracleDrafter:
 
     def propose(self, *args: Any, **kwargs: Any) -> DraftProposal:
         raise NotImplementedError("the oracle drafter is stateful only")
+
+    def continuation(self, request: int, count: int) -> list[int]:
+        """At least ``count`` greedy tokens after the request's prompt (computed once, grown
+        by doubling)."""
+        got = self._continuations[request]
+        if len(got) < count:
+            got = greedy_reference(self.target, self.prompts[request], max(count, 2 * len(got)))
+            self._continuations[request] = got
+        return got
 
     def propose_states(
         self,
@@ -266,18 +285,20 @@ class OracleDrafter:
     ) -> DraftProposal:
         tokens = torch.zeros(len(states), BLOCK, dtype=torch.long)
         for j, (s, a) in enumerate(zip(states, torch.as_tensor(anchors).tolist(), strict=True)):
-            hist = self.history[s.request]  # type: ignore[attr-defined]
-            last = getattr(s, "last", None)
-            if last is not None:  # the previous round accepted (new length - old length - 1) drafts
-                old_len, drafted = last
-                hist.extend(drafted[: s.length - old_len - 1])
-            assert len(hist) == s.length
-            hist.append(int(a))
-            truth = greedy_reference(self.target, hist, BLOCK)
-            for k, t in enumerate(truth):
+            request: int = s.request  # type: ignore[attr-defined]
+            done = s.length - len(self.prompts[request])  # generated tokens in the state
+            assert done >= 0, "a state shorter than its prompt"
+            cont = self.continuation(request, done + 1 + BLOCK)
+            assert int(a) == cont[done], (
+                f"request {request}: anchor {int(a)} at generated position {done}, "
+                f"greedy decoding gives {cont[done]}"
+            )
+            for k, t in enumerate(cont[done + 1 : done + 1 + BLOCK]):
                 wrong = self.rng.random() < self.corrupt
                 tokens[j, k] = (t + 1 + int(self.rng.integers(VOCAB - 1))) % VOCAB if wrong else t
-            s.last = (s.length, tokens[j].tolist())  # type: ignore[attr-defined]
         q = torch.full((len(states), BLOCK, VOCAB), float("-inf"))
         q.scatter_(2, tokens[..., None], 0.0)
-        return DraftProposal(tokens=tokens, draft_logits=q, confidence=None)
+        conf = None
+        if self.confidence is not None:
+            conf = torch.full((len(states), BLOCK), self.confidence)
+        return DraftProposal(tokens=tokens, draft_logits=q, confidence=conf)
