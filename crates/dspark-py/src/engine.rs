@@ -258,6 +258,7 @@ impl PyEngine {
                 },
                 max_drafts: args::opt_usize(max_drafts, "max_drafts", u64::MAX)?,
                 repeatable: seed.is_some_and(|s| !s.is_none()),
+                logprobs: None,
             };
             // The lock is taken with the GIL released (see `engine`).
             let id = prompt.py().detach(|| {

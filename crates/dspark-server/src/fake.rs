@@ -8,6 +8,10 @@
 //! token). At most `max_running` requests run; others wait. Each step with running requests
 //! sleeps `step_delay`, so tests can catch requests mid-flight. With `poison`, a request whose
 //! prompt holds that id fails alone at its first round.
+//!
+//! Log-probabilities (when asked for) are those of a fixed distribution around each emitted
+//! token `t`: `t` itself at `-ln 2`, then ids `t + 1, t + 2, ...` (mod the vocabulary) at
+//! `-2 ln 2, -3 ln 2, ...`; `top` alternatives list the first `top` of that order.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -129,6 +133,7 @@ impl FakeEngine {
                 }),
                 id: r.id,
                 new_tokens: Vec::new(),
+                logprobs: Vec::new(),
                 drafted: 0,
                 accepted: 0,
                 finish: Some(FinishReason::Error),
@@ -182,15 +187,36 @@ impl FakeEngine {
             Some(FinishReason::Length) => m.requests_length += 1,
             _ => {}
         }
+        let vocab = self.config.vocab_size as u32;
+        let logprobs = match r.spec.logprobs {
+            None => Vec::new(),
+            Some(top) => new_tokens
+                .iter()
+                .map(|&t| fake_logprob(t, top, vocab))
+                .collect(),
+        };
         RequestOutput {
             error: None,
             id: r.id,
+            logprobs,
             new_tokens,
             drafted,
             accepted,
             finish,
             usage: r.usage,
         }
+    }
+}
+
+/// The fake distribution's entry for emitted token `t` (see the module docs).
+fn fake_logprob(t: u32, top: usize, vocab: u32) -> dspark::sampling::TokenLogprob {
+    let ln2 = std::f32::consts::LN_2;
+    dspark::sampling::TokenLogprob {
+        token: t,
+        logprob: -ln2,
+        top: (0..top as u32)
+            .map(|k| ((t + k) % vocab, -ln2 * (k + 1) as f32))
+            .collect(),
     }
 }
 
@@ -257,6 +283,7 @@ impl ServingEngine for FakeEngine {
                 error: None,
                 id,
                 new_tokens: Vec::new(),
+                logprobs: Vec::new(),
                 drafted: 0,
                 accepted: 0,
                 finish: Some(FinishReason::Aborted),

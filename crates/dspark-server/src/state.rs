@@ -144,6 +144,7 @@ impl AppState {
                 c.max_drafts
             },
             repeatable: c.seed.is_some(),
+            logprobs: None,
         }
     }
 }

@@ -28,6 +28,7 @@ mod cuda_ptx;
 mod dist;
 mod filter;
 pub mod fused;
+pub mod logprobs;
 pub mod markov;
 mod mask;
 mod ops;
@@ -48,6 +49,7 @@ pub fn is_greedy_temperature(t: f32) -> bool {
     t < GREEDY_BELOW
 }
 pub use confidence::{StsCalibration, confidence, confidence_slices};
+pub use logprobs::{LogprobSampling, MAX_TOP_LOGPROBS, TokenLogprob, token_logprobs};
 pub use markov::{
     BlockOptions, DeviceBlock, DraftBlock, MarkovBias, markov_bias, sample_block,
     sample_block_on_device, sample_block_slices, sample_block_slices_fused, sample_block_slices_on,

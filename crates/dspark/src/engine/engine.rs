@@ -181,6 +181,18 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             }
         }
         spec.sampling.check(what)?;
+        if let Some(n) = spec
+            .logprobs
+            .filter(|&n| n > crate::sampling::MAX_TOP_LOGPROBS)
+        {
+            return Err(Error::invalid(
+                format!("{what}.logprobs"),
+                format!(
+                    "{n}: at most {} alternatives",
+                    crate::sampling::MAX_TOP_LOGPROBS
+                ),
+            ));
+        }
         let block = self.drafter.info().num_draft_tokens;
         if let Some(m) = spec.max_drafts.filter(|&m| m > block) {
             return Err(Error::invalid(

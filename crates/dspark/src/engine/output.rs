@@ -92,12 +92,15 @@ impl RequestUsage {
 }
 
 /// One request's part of a step.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RequestOutput {
     /// Which request.
     pub id: RequestId,
     /// Tokens it committed in this step (empty when it only waited, or was aborted).
     pub new_tokens: Vec<u32>,
+    /// With [`RequestSpec::logprobs`](super::RequestSpec): one entry per token of
+    /// `new_tokens`, in order (empty otherwise).
+    pub logprobs: Vec<crate::sampling::TokenLogprob>,
     /// Drafts verified for it in this step.
     pub drafted: usize,
     /// Of those, accepted.

@@ -98,6 +98,12 @@ pub struct RequestSpec {
     /// its own limits), as under [`VerifyPolicy::Full`](crate::policy::VerifyPolicy::Full).
     /// Greedy requests repeat under every policy and ignore it.
     pub repeatable: bool,
+    /// Report each generated token's log-probability with this many most likely alternatives
+    /// (at most [`MAX_TOP_LOGPROBS`](crate::sampling::MAX_TOP_LOGPROBS); `None`: no
+    /// log-probabilities). They come from the verification forward's rows (no extra forward),
+    /// under the distribution the token was drawn from (see
+    /// [`token_logprobs`](crate::sampling::token_logprobs)).
+    pub logprobs: Option<usize>,
 }
 
 impl RequestSpec {
@@ -111,6 +117,7 @@ impl RequestSpec {
             seed: 0,
             max_drafts: None,
             repeatable: false,
+            logprobs: None,
         }
     }
 }

@@ -182,6 +182,7 @@ pub(crate) fn run<T: TargetModel, D: Drafter>(
                 .unwrap_or_else(fresh_seed),
             max_drafts,
             repeatable: options.repeatable && (r.seed.is_some() || options.seed.is_some()),
+            logprobs: None,
         })
         .collect();
     // Every request is checked before any runs.

@@ -9,5 +9,6 @@ mod sampling_support;
 #[path = "../speculator_common/mod.rs"]
 mod speculator_common;
 
+mod logprobs;
 mod rounds;
 mod serving;

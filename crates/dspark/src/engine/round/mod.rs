@@ -3,6 +3,7 @@
 //! committed, caches roll back to what was kept and drafter contexts take the new features.
 
 mod commit;
+mod logprobs;
 mod plan;
 mod propose;
 mod verify;
@@ -20,6 +21,7 @@ use crate::engine::seeds::{Use, request_seed};
 use crate::error::Result;
 use crate::models::{LogitRows, TargetInput, TargetModel, TargetOutput};
 use crate::sampling::{PerRequest, Seeds, Verification, VerifyOptions};
+use logprobs::row_logprobs;
 use verify::{select_rows, verify_isolating};
 
 /// What a round does for its running requests (module `plan` builds it).
@@ -98,6 +100,24 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             }
         }
         s
+    }
+
+    /// Row `i`'s log-probabilities of `tokens` at positions `from..` of `logits`, when its
+    /// request asked for them (none otherwise).
+    fn logprobs_of(
+        &self,
+        i: usize,
+        logits: &Tensor,
+        from: usize,
+        tokens: &[u32],
+    ) -> Result<Vec<crate::sampling::TokenLogprob>> {
+        match &self.sched.rows[i] {
+            Some(s) if s.error.is_none() => match s.spec.logprobs {
+                Some(top) => row_logprobs(logits, i, from, tokens, s.spec.sampling, top),
+                None => Ok(Vec::new()),
+            },
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// One target forward (checked like every target's output), timed into `out`.
@@ -204,6 +224,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let mut new_tokens: Vec<Vec<u32>> = vec![Vec::new(); b];
         let mut kept = vec![0usize; b];
         let mut accepted = vec![0usize; b];
+        let mut logprobs: Vec<Vec<crate::sampling::TokenLogprob>> = vec![Vec::new(); b];
         if let (Some(p), Some(o)) = (&plan, &round_out) {
             let (verification, faults) = self.verify_round(p, o, b)?;
             for (j, &i) in p.act.iter().enumerate() {
@@ -219,6 +240,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     continue; // it failed proposing: nothing of this round is kept
                 }
                 let c = self.commit(j, p, &verification, out);
+                logprobs[i] = self.logprobs_of(i, &o.logits, 0, &c.tokens)?;
                 new_tokens[i] = c.tokens;
                 kept[i] = c.kept;
                 accepted[i] = c.accepted;
@@ -243,7 +265,11 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 )?;
                 for (j, &i) in rows.iter().enumerate() {
                     match &faults[j] {
-                        None => first[i] = Some(v.emitted(j).first().copied().unwrap_or(0) as u32),
+                        None => {
+                            let t = v.emitted(j).first().copied().unwrap_or(0) as u32;
+                            first[i] = Some(t);
+                            logprobs[i] = self.logprobs_of(i, &o.logits, 0, &[t])?;
+                        }
                         Some(e) => self.fail_row(i, e),
                     }
                 }
@@ -306,6 +332,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             out.outputs.push(RequestOutput {
                 id: slot.id,
                 new_tokens: std::mem::take(&mut new_tokens[i]),
+                logprobs: std::mem::take(&mut logprobs[i]),
                 drafted: j
                     .and_then(|j| plan.as_ref().map(|p| p.lens[j]))
                     .unwrap_or(0),

@@ -302,6 +302,7 @@ fn ended(
     RequestOutput {
         id,
         new_tokens: Vec::new(),
+        logprobs: Vec::new(),
         drafted: 0,
         accepted: 0,
         finish: Some(finish),
