@@ -58,6 +58,11 @@ impl Detokenizer {
         }
     }
 
+    /// The tokenizer it decodes with.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
     fn decode(&self, ids: &[u32]) -> Result<String, DetokError> {
         self.tokenizer
             .decode(ids, true)

@@ -47,6 +47,8 @@ pub enum Event {
     Tokens {
         /// The new token ids.
         ids: Vec<u32>,
+        /// Their log-probabilities, when the request asked for them (else empty).
+        logprobs: Vec<dspark::sampling::TokenLogprob>,
         /// Usage so far.
         usage: RequestUsage,
         /// When the step produced them.
@@ -494,6 +496,7 @@ impl<E: ServingEngine> Loop<E> {
                             .events
                             .send(Event::Tokens {
                                 ids: o.new_tokens,
+                                logprobs: o.logprobs,
                                 usage: o.usage,
                                 at,
                             })

@@ -20,6 +20,7 @@ pub mod error;
 #[cfg(feature = "test-engine")]
 pub mod fake;
 pub mod load;
+pub mod logprobs;
 pub mod metrics;
 pub mod model;
 pub mod routes;

@@ -38,6 +38,8 @@ pub struct ModelInfo {
     /// prompt longer than `max_model_len` times this cannot fit, whatever it says, and is
     /// refused before it is tokenized.
     pub max_token_bytes: usize,
+    /// The tokenizer's tokens as log-probability entries show them.
+    pub pieces: Arc<crate::logprobs::Pieces>,
 }
 
 /// The longest vocabulary entry of `t` in bytes (at least 1).
@@ -160,6 +162,7 @@ impl ModelInfo {
             name,
             created: unix_now(),
             max_token_bytes,
+            pieces: Arc::new(crate::logprobs::Pieces::new(&tokenizer)),
             tokenizer: Arc::new(tokenizer),
             chat,
             eos_ids: eos_ids(generation.as_ref(), &config),

@@ -14,6 +14,7 @@ use crate::api::ApiError;
 use crate::api::response::{SpecStats, Usage};
 use crate::detok::Detokenizer;
 use crate::engine_thread::{AbortGuard, Event, Reservation, Submitted};
+use crate::logprobs::{LogprobEntry, Pieces};
 use crate::metrics::{AbortCause, Outcome, ServerMetrics};
 use crate::state::AppState;
 
@@ -28,13 +29,34 @@ pub struct Finish {
     pub stats: SpecStats,
 }
 
+/// A piece of the answer: final text and, when the request asked for them, the entries of
+/// the tokens taken into the answer since the last piece (their text may still be held back,
+/// waiting on a stop string or a split character).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Out {
+    /// New final text.
+    pub text: String,
+    /// `None` without `logprobs`.
+    pub logprobs: Option<Vec<LogprobEntry>>,
+}
+
+impl Out {
+    /// Append `more` (a later piece).
+    pub fn append(&mut self, more: Out) {
+        self.text.push_str(&more.text);
+        if let Some(new) = more.logprobs {
+            self.logprobs.get_or_insert_with(Vec::new).extend(new);
+        }
+    }
+}
+
 /// What a session yields.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delta {
-    /// New final text.
-    Text(String),
-    /// The last text and how the request ended.
-    Done(String, Finish),
+    /// New final text (and log-probabilities).
+    Text(Out),
+    /// The last piece and how the request ended.
+    Done(Out, Finish),
 }
 
 /// A request in flight; see the module docs.
@@ -42,6 +64,8 @@ pub struct Session {
     events: UnboundedReceiver<Event>,
     guard: AbortGuard,
     detok: Detokenizer,
+    /// With `logprobs`: the tokenizer's pieces and the entries not yet handed out.
+    logprobs: Option<(Arc<Pieces>, Vec<LogprobEntry>)>,
     metrics: Arc<ServerMetrics>,
     arrived: Instant,
     prompt_tokens: usize,
@@ -64,6 +88,9 @@ impl Session {
         arrived: Instant,
     ) -> Result<Self, ApiError> {
         let prompt_tokens = spec.prompt.len();
+        let logprobs = spec
+            .logprobs
+            .map(|_| (Arc::clone(&state.model.pieces), Vec::new()));
         let detok = Detokenizer::new(Arc::clone(&state.model.tokenizer), &spec.prompt, stops);
         let Submitted {
             mut events,
@@ -87,6 +114,7 @@ impl Session {
             events,
             guard,
             detok,
+            logprobs,
             metrics: Arc::clone(&state.metrics),
             arrived,
             prompt_tokens,
@@ -145,6 +173,17 @@ impl Session {
         ApiError::internal(format!("detokenizing failed: {e}"))
     }
 
+    /// `text` with the log-probability entries gathered since the last piece.
+    fn out(&mut self, text: String) -> Out {
+        Out {
+            text,
+            logprobs: self
+                .logprobs
+                .as_mut()
+                .map(|(_, pending)| std::mem::take(pending)),
+        }
+    }
+
     /// The next piece of the answer; `Ok(None)` after [`Delta::Done`].
     pub async fn next(&mut self) -> Result<Option<Delta>, ApiError> {
         while !self.done {
@@ -157,19 +196,30 @@ impl Session {
                 ));
             };
             match event {
-                Event::Tokens { ids, usage, at } => {
+                Event::Tokens {
+                    ids,
+                    logprobs,
+                    usage,
+                    at,
+                } => {
                     self.usage = usage;
                     self.first.get_or_insert(at);
                     self.last = Some(at);
-                    for id in ids {
+                    for (n, id) in ids.into_iter().enumerate() {
                         self.tokens += 1;
+                        if let (Some((pieces, pending)), Some(lp)) =
+                            (self.logprobs.as_mut(), logprobs.get(n))
+                        {
+                            pending.push(pieces.entry(self.detok.tokenizer(), lp));
+                        }
                         match self.detok.push(id) {
                             Ok(false) => {}
                             Ok(true) => {
                                 self.guard.release();
                                 let text = self.detok.ready();
+                                let out = self.out(text);
                                 return Ok(Some(Delta::Done(
-                                    text,
+                                    out,
                                     self.finish(FinishReason::Stop, at),
                                 )));
                             }
@@ -178,7 +228,7 @@ impl Session {
                     }
                     let text = self.detok.ready();
                     if !text.is_empty() {
-                        return Ok(Some(Delta::Text(text)));
+                        return Ok(Some(Delta::Text(self.out(text))));
                     }
                 }
                 Event::Finished { reason, usage, at } => {
@@ -191,7 +241,8 @@ impl Session {
                         Err(e) => return Err(self.detok_error(e)),
                     };
                     let reason = if hit { FinishReason::Stop } else { reason };
-                    return Ok(Some(Delta::Done(text, self.finish(reason, at))));
+                    let out = self.out(text);
+                    return Ok(Some(Delta::Done(out, self.finish(reason, at))));
                 }
                 Event::Failed(e) => {
                     self.done = true;
@@ -204,15 +255,15 @@ impl Session {
         Ok(None)
     }
 
-    /// The whole answer: all text and how it ended.
-    pub async fn collect(&mut self) -> Result<(String, Finish), ApiError> {
-        let mut text = String::new();
+    /// The whole answer: all text (and log-probabilities) and how it ended.
+    pub async fn collect(&mut self) -> Result<(Out, Finish), ApiError> {
+        let mut all = Out::default();
         loop {
             match self.next().await? {
-                Some(Delta::Text(t)) => text.push_str(&t),
+                Some(Delta::Text(t)) => all.append(t),
                 Some(Delta::Done(t, finish)) => {
-                    text.push_str(&t);
-                    return Ok((text, finish));
+                    all.append(t);
+                    return Ok((all, finish));
                 }
                 None => {
                     return Err(ApiError::internal("the request ended without a finish"));

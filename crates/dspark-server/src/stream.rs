@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 
 use crate::api::response::Usage;
-use crate::session::{Delta, Finish, Session};
+use crate::session::{Delta, Finish, Out, Session};
 
 /// Keep-alive comment interval.
 const KEEP_ALIVE: Duration = Duration::from_secs(5);
@@ -21,10 +21,10 @@ const KEEP_ALIVE: Duration = Duration::from_secs(5);
 pub trait Chunks: Send + 'static {
     /// A chunk before any text (chat: the assistant role), if the endpoint has one.
     fn opening(&self) -> Option<String>;
-    /// New text.
-    fn text(&self, text: String) -> String;
-    /// The last text, with the finish reason and dspark's figures.
-    fn finish(&self, text: String, finish: &Finish) -> String;
+    /// New text (and log-probabilities).
+    fn text(&self, out: Out) -> String;
+    /// The last piece, with the finish reason and dspark's figures.
+    fn finish(&self, out: Out, finish: &Finish) -> String;
     /// The usage chunk (empty `choices`).
     fn usage(&self, usage: Usage) -> String;
 }

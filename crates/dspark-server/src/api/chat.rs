@@ -95,14 +95,23 @@ impl ChatRequest {
         }
     }
 
+    /// The log-probabilities asked for: `None` without `logprobs: true`, else the number of
+    /// alternatives (`top_logprobs`, 0 to 20; sent without `logprobs: true` it is a 400, as
+    /// OpenAI answers).
+    pub fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let top = super::logprobs::top_count("top_logprobs", self.top_logprobs)?;
+        match (self.logprobs.unwrap_or(false), top) {
+            (true, top) => Ok(Some(top.unwrap_or(0))),
+            (false, Some(n)) if n > 0 => Err(ApiError::invalid(
+                "top_logprobs",
+                "top_logprobs needs logprobs: true",
+            )),
+            (false, _) => Ok(None),
+        }
+    }
+
     /// Check the chat-only fields and read the messages.
     pub fn messages(&self) -> Result<Vec<Message>, ApiError> {
-        if self.logprobs == Some(true) || self.top_logprobs.is_some_and(|n| n != 0) {
-            return Err(ApiError::unsupported(
-                "logprobs",
-                "logprobs are not supported",
-            ));
-        }
         if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
             return Err(ApiError::unsupported(
                 "tools",
@@ -173,7 +182,6 @@ mod tests {
             r#"{"messages": [{"role": "user", "content": 3}]}"#,
             r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
             r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{}]}"#,
-            r#"{"messages": [{"role": "user", "content": "x"}], "logprobs": true}"#,
             r#"{"messages": [{"role": "user", "content": "x"}],
                 "response_format": {"type": "json_object"}}"#,
         ] {

@@ -52,6 +52,19 @@ impl CompletionRequest {
         self.shared()
     }
 
+    /// The log-probabilities asked for: `logprobs` (null: none; an integer from 0 to 20, the
+    /// alternatives listed per token).
+    pub fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        match &self.logprobs {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => match n.as_i64() {
+                Some(n) => super::logprobs::top_count("logprobs", Some(n)),
+                None => Err(super::logprobs::bad_count("logprobs")),
+            },
+            Some(_) => Err(super::logprobs::bad_count("logprobs")),
+        }
+    }
+
     /// Check the completion-only fields and read the prompt.
     pub fn prompt(&self, vocab_size: usize) -> Result<Prompt, ApiError> {
         if self.best_of.is_some_and(|b| b != 1) {
@@ -59,12 +72,6 @@ impl CompletionRequest {
         }
         if self.echo == Some(true) {
             return Err(ApiError::unsupported("echo", "echo is not supported"));
-        }
-        if self.logprobs.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::unsupported(
-                "logprobs",
-                "logprobs are not supported",
-            ));
         }
         if self.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
             return Err(ApiError::unsupported("suffix", "suffix is not supported"));
@@ -144,7 +151,6 @@ mod tests {
             r#"{"prompt": 3}"#,
             r#"{"prompt": "x", "echo": true}"#,
             r#"{"prompt": "x", "best_of": 2}"#,
-            r#"{"prompt": "x", "logprobs": 2}"#,
         ] {
             assert_eq!(prompt(bad).unwrap_err().status.as_u16(), 400, "{bad}");
         }

@@ -49,8 +49,8 @@ pub struct CompletionChoice {
     pub text: String,
     /// `stop`, `length` or `abort`; null while streaming.
     pub finish_reason: Option<&'static str>,
-    /// Always null.
-    pub logprobs: Option<()>,
+    /// The tokens' log-probabilities (null unless asked for).
+    pub logprobs: Option<super::logprobs::CompletionLogprobs>,
     /// dspark's figures (on the last chunk when streaming).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dspark: Option<SpecStats>,
@@ -85,8 +85,8 @@ pub struct ChatChoice {
     pub message: ChatMessage,
     /// `stop`, `length` or `abort`.
     pub finish_reason: Option<&'static str>,
-    /// Always null.
-    pub logprobs: Option<()>,
+    /// The tokens' log-probabilities (null unless asked for).
+    pub logprobs: Option<super::logprobs::ChatLogprobs>,
     /// dspark's figures.
     pub dspark: SpecStats,
 }
@@ -100,8 +100,8 @@ pub struct ChatChunkChoice {
     pub delta: ChatDelta,
     /// Set on the last chunk.
     pub finish_reason: Option<&'static str>,
-    /// Always null.
-    pub logprobs: Option<()>,
+    /// The new tokens' log-probabilities (null unless asked for).
+    pub logprobs: Option<super::logprobs::ChatLogprobs>,
     /// dspark's figures, on the last chunk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dspark: Option<SpecStats>,

@@ -12,8 +12,9 @@ use axum::response::{IntoResponse, Response};
 use crate::api::ApiError;
 use crate::api::chat::ChatRequest;
 use crate::api::fields::{check, max_new_tokens};
+use crate::api::logprobs::ChatLogprobs;
 use crate::api::response::{ChatChoice, ChatChunkChoice, ChatDelta, ChatMessage, Envelope, Usage};
-use crate::session::Finish;
+use crate::session::{Finish, Out};
 use crate::state::AppState;
 use crate::stream::Chunks;
 
@@ -38,12 +39,17 @@ impl ChatChunks {
         serde_json::to_string(&e).unwrap_or_default()
     }
 
-    fn chunk(&self, delta: ChatDelta, finish: Option<&Finish>) -> String {
+    fn chunk(
+        &self,
+        delta: ChatDelta,
+        logprobs: Option<ChatLogprobs>,
+        finish: Option<&Finish>,
+    ) -> String {
         let choice = ChatChunkChoice {
             index: 0,
             delta,
             finish_reason: finish.map(|f| f.reason),
-            logprobs: None,
+            logprobs,
             dspark: finish.map(|f| f.stats),
         };
         self.envelope(vec![choice], None)
@@ -56,24 +62,26 @@ impl Chunks for ChatChunks {
             role: Some("assistant"),
             content: Some(String::new()),
         };
-        Some(self.chunk(delta, None))
+        Some(self.chunk(delta, None, None))
     }
-    fn text(&self, text: String) -> String {
+    fn text(&self, out: Out) -> String {
         self.chunk(
             ChatDelta {
                 role: None,
-                content: Some(text),
+                content: Some(out.text),
             },
+            out.logprobs.as_deref().map(ChatLogprobs::of),
             None,
         )
     }
-    fn finish(&self, text: String, finish: &Finish) -> String {
-        let content = (!text.is_empty()).then_some(text);
+    fn finish(&self, out: Out, finish: &Finish) -> String {
+        let content = (!out.text.is_empty()).then_some(out.text);
         self.chunk(
             ChatDelta {
                 role: None,
                 content,
             },
+            out.logprobs.as_deref().map(ChatLogprobs::of),
             Some(finish),
         )
     }
@@ -93,6 +101,7 @@ pub(super) async fn handle(
     let model = &state.model;
     let checked = check(&request.common(), model.vocab_size)?;
     let messages = request.messages()?;
+    let logprobs = request.logprobs()?;
     let template = model
         .chat
         .as_ref()
@@ -108,7 +117,7 @@ pub(super) async fn handle(
         model: model.name.clone(),
         include_usage: checked.include_usage,
     };
-    let whole = |chunks: ChatChunks, text: String, finish: Finish| {
+    let whole = |chunks: ChatChunks, out: Out, finish: Finish| {
         Json(Envelope {
             id: chunks.id,
             object: "chat.completion",
@@ -118,16 +127,17 @@ pub(super) async fn handle(
                 index: 0,
                 message: ChatMessage {
                     role: "assistant",
-                    content: text,
+                    content: out.text,
                 },
                 finish_reason: Some(finish.reason),
-                logprobs: None,
+                logprobs: out.logprobs.as_deref().map(ChatLogprobs::of),
                 dspark: finish.stats,
             }],
             usage: Some(Some(finish.usage)),
         })
         .into_response()
     };
-    let spec = state.request_spec(prompt, max_new, &checked);
+    let mut spec = state.request_spec(prompt, max_new, &checked);
+    spec.logprobs = logprobs;
     super::answer(&state, slot, spec, &checked, arrived, chunks, whole).await
 }

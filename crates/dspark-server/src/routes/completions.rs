@@ -1,5 +1,6 @@
 //! `POST /v1/completions`.
 
+use std::cell::Cell;
 use std::time::Instant;
 
 use axum::Json;
@@ -11,8 +12,9 @@ use axum::response::{IntoResponse, Response};
 use crate::api::ApiError;
 use crate::api::completions::{CompletionRequest, Prompt};
 use crate::api::fields::{check, max_new_tokens};
+use crate::api::logprobs::CompletionLogprobs;
 use crate::api::response::{CompletionChoice, Envelope, Usage};
-use crate::session::Finish;
+use crate::session::{Finish, Out};
 use crate::state::AppState;
 use crate::stream::Chunks;
 
@@ -25,6 +27,8 @@ struct CompletionChunks {
     created: u64,
     model: String,
     include_usage: bool,
+    /// Characters of generated text the chunks so far carried (log-probability offsets).
+    offset: Cell<usize>,
 }
 
 impl CompletionChunks {
@@ -41,13 +45,21 @@ impl CompletionChunks {
     }
 }
 
-fn choice(text: String, finish: Option<&Finish>) -> CompletionChoice {
-    CompletionChoice {
-        index: 0,
-        text,
-        finish_reason: finish.map(|f| f.reason),
-        logprobs: None,
-        dspark: finish.map(|f| f.stats),
+impl CompletionChunks {
+    /// The choice of `out`, its log-probabilities' offsets running on from the last chunk's.
+    fn choice(&self, out: Out, finish: Option<&Finish>) -> CompletionChoice {
+        let logprobs = out.logprobs.as_deref().map(|entries| {
+            let (lp, next) = CompletionLogprobs::of(entries, self.offset.get());
+            self.offset.set(next);
+            lp
+        });
+        CompletionChoice {
+            index: 0,
+            text: out.text,
+            finish_reason: finish.map(|f| f.reason),
+            logprobs,
+            dspark: finish.map(|f| f.stats),
+        }
     }
 }
 
@@ -55,11 +67,11 @@ impl Chunks for CompletionChunks {
     fn opening(&self) -> Option<String> {
         None
     }
-    fn text(&self, text: String) -> String {
-        self.envelope(vec![choice(text, None)], None)
+    fn text(&self, out: Out) -> String {
+        self.envelope(vec![self.choice(out, None)], None)
     }
-    fn finish(&self, text: String, finish: &Finish) -> String {
-        self.envelope(vec![choice(text, Some(finish))], None)
+    fn finish(&self, out: Out, finish: &Finish) -> String {
+        self.envelope(vec![self.choice(out, Some(finish))], None)
     }
     fn usage(&self, usage: Usage) -> String {
         self.envelope(Vec::new(), Some(usage))
@@ -79,6 +91,7 @@ pub(super) async fn handle(
     let checked = check(&request.common(), model.vocab_size)?;
     // A slot first: tokenizing is bounded by the same limit as the queue.
     let slot = state.engine.reserve()?;
+    let logprobs = request.logprobs()?;
     let prompt = match request.prompt(model.vocab_size)? {
         Prompt::Text(text) => state.tokenize(text, true, "prompt").await?,
         Prompt::Ids(ids) => ids,
@@ -94,18 +107,21 @@ pub(super) async fn handle(
         created: model.created,
         model: model.name.clone(),
         include_usage: checked.include_usage,
+        offset: Cell::new(0),
     };
-    let whole = |chunks: CompletionChunks, text: String, finish: Finish| {
+    let whole = |chunks: CompletionChunks, out: Out, finish: Finish| {
+        let choice = chunks.choice(out, Some(&finish));
         Json(Envelope {
             id: chunks.id,
             object: "text_completion",
             created: chunks.created,
             model: chunks.model,
-            choices: vec![choice(text, Some(&finish))],
+            choices: vec![choice],
             usage: Some(Some(finish.usage)),
         })
         .into_response()
     };
-    let spec = state.request_spec(prompt, max_new, &checked);
+    let mut spec = state.request_spec(prompt, max_new, &checked);
+    spec.logprobs = logprobs;
     super::answer(&state, slot, spec, &checked, arrived, chunks, whole).await
 }

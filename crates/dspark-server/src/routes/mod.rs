@@ -21,7 +21,7 @@ use crate::api::ApiError;
 use crate::api::body::parse;
 use crate::api::fields::Checked;
 use crate::engine_thread::Reservation;
-use crate::session::{Finish, Session};
+use crate::session::{Finish, Out, Session};
 use crate::state::AppState;
 use crate::stream::{Chunks, sse};
 use dspark::engine::RequestSpec;
@@ -85,13 +85,13 @@ async fn answer<C: Chunks>(
     checked: &Checked,
     arrived: std::time::Instant,
     chunks: C,
-    whole: impl FnOnce(C, String, Finish) -> Response,
+    whole: impl FnOnce(C, Out, Finish) -> Response,
 ) -> Result<Response, ApiError> {
     let mut session =
         Session::start(state, slot, spec, checked.stop_strings.clone(), arrived).await?;
     if checked.stream {
         return Ok(sse(session, chunks, checked.include_usage));
     }
-    let (text, finish) = session.collect().await?;
-    Ok(whole(chunks, text, finish))
+    let (out, finish) = session.collect().await?;
+    Ok(whole(chunks, out, finish))
 }

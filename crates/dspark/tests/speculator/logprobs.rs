@@ -31,8 +31,8 @@ fn request(i: u64, sampled: bool) -> RequestSpec {
     if sampled {
         s.sampling = SamplingParams {
             temperature: 0.8,
-            top_k: (i % 2 == 0).then_some(9),
-            top_p: if i % 3 == 0 { 0.9 } else { 1.0 },
+            top_k: i.is_multiple_of(2).then_some(9),
+            top_p: if i.is_multiple_of(3) { 0.9 } else { 1.0 },
         };
         s.seed = i;
     }
