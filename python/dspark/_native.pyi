@@ -471,6 +471,10 @@ class RequestUpdate:
     def new_tokens(self) -> list[int]:
         """Tokens it committed in this step."""
     @property
+    def logprobs(self) -> list[tuple[int, float, list[tuple[int, float]]]]:
+        """With ``logprobs`` asked for: per new token ``(token, logprob, [(id, logprob), ...])``,
+        the alternatives most likely first (else empty)."""
+    @property
     def drafted(self) -> int:
         """Drafts verified for it in this step."""
     @property
@@ -520,6 +524,7 @@ class Engine:
         seed: object = None,
         stop_token_ids: object = None,
         max_drafts: object = None,
+        logprobs: object = None,
     ) -> int:
         """Queue a request; returns its id."""
     def step(self) -> list[RequestUpdate]:

@@ -108,12 +108,16 @@ class Engine:
         seed: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
         max_drafts: int | None = None,
+        logprobs: int | None = None,
     ) -> int:
         """Queue a request; returns its id. ``seed``: the request's own seed (the unit of
         reproducibility); ``None`` draws fresh entropy, so unseeded requests are independent
         samples. ``max_drafts``: drafts verified per round at most for this request (``0``: no
-        drafting; ``None``: the engine's limit). Values out of range are typed errors naming
-        the field."""
+        drafting; ``None``: the engine's limit). ``logprobs``: report each new token's
+        log-probability with that many likeliest alternatives (0 to 20) in
+        :attr:`RequestUpdate.logprobs`: the target's, from the verification rows, under the
+        distribution the token was drawn from (the model's own softmax for a greedy request).
+        Values out of range are typed errors naming the field."""
         return int(
             self._native.add_request(
                 prompt_ids,
@@ -124,6 +128,7 @@ class Engine:
                 seed=None if seed is None else as_seed(seed),
                 stop_token_ids=stop_token_ids,
                 max_drafts=None if max_drafts is None else as_int(max_drafts, "max_drafts"),
+                logprobs=None if logprobs is None else as_int(logprobs, "logprobs", lo=0),
             )
         )
 

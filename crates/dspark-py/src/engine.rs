@@ -61,6 +61,17 @@ impl PyRequestUpdate {
         self.0.new_tokens.clone()
     }
 
+    /// With `logprobs` asked for: per new token `(token, logprob, [(id, logprob), ...])`, the
+    /// alternatives most likely first (else empty).
+    #[getter]
+    fn logprobs(&self) -> Vec<(u32, f32, Vec<(u32, f32)>)> {
+        self.0
+            .logprobs
+            .iter()
+            .map(|l| (l.token, l.logprob, l.top.clone()))
+            .collect()
+    }
+
     /// Drafts verified for it in this step.
     #[getter]
     fn drafted(&self) -> usize {
@@ -218,7 +229,7 @@ impl PyEngine {
     /// Queue a request; returns its id. Every value is checked here (typed errors naming the
     /// request and the field).
     #[pyo3(signature = (prompt, max_new_tokens, *, temperature = None, top_k = None,
-        top_p = None, seed = None, stop_token_ids = None, max_drafts = None))]
+        top_p = None, seed = None, stop_token_ids = None, max_drafts = None, logprobs = None))]
     #[allow(clippy::too_many_arguments)]
     fn add_request(
         &self,
@@ -230,6 +241,7 @@ impl PyEngine {
         seed: Option<&Bound<'_, PyAny>>,
         stop_token_ids: Option<&Bound<'_, PyAny>>,
         max_drafts: Option<&Bound<'_, PyAny>>,
+        logprobs: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         guard(|| {
             let prompt_ids = args::ids_1d(prompt, "prompt")?;
@@ -258,7 +270,7 @@ impl PyEngine {
                 },
                 max_drafts: args::opt_usize(max_drafts, "max_drafts", u64::MAX)?,
                 repeatable: seed.is_some_and(|s| !s.is_none()),
-                logprobs: None,
+                logprobs: args::opt_usize(logprobs, "logprobs", u64::MAX)?,
             };
             // The lock is taken with the GIL released (see `engine`).
             let id = prompt.py().detach(|| {
