@@ -47,6 +47,9 @@ fn usage_dict<'py>(py: Python<'py>, u: &RequestUsage) -> PyResult<Bound<'py, PyD
     Ok(d)
 }
 
+/// One token's log-probability entry as Python sees it: `(token, logprob, [(id, logprob)])`.
+type TokenEntry = (u32, f32, Vec<(u32, f32)>);
+
 #[pymethods]
 impl PyRequestUpdate {
     /// The request's id (from `add_request`).
@@ -64,7 +67,7 @@ impl PyRequestUpdate {
     /// With `logprobs` asked for: per new token `(token, logprob, [(id, logprob), ...])`, the
     /// alternatives most likely first (else empty).
     #[getter]
-    fn logprobs(&self) -> Vec<(u32, f32, Vec<(u32, f32)>)> {
+    fn logprobs(&self) -> Vec<TokenEntry> {
         self.0
             .logprobs
             .iter()
@@ -271,6 +274,7 @@ impl PyEngine {
                 max_drafts: args::opt_usize(max_drafts, "max_drafts", u64::MAX)?,
                 repeatable: seed.is_some_and(|s| !s.is_none()),
                 logprobs: args::opt_usize(logprobs, "logprobs", u64::MAX)?,
+                penalties: Default::default(),
             };
             // The lock is taken with the GIL released (see `engine`).
             let id = prompt.py().detach(|| {

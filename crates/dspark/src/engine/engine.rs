@@ -154,6 +154,8 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     pub fn add_request(&mut self, spec: RequestSpec) -> Result<RequestId> {
         let what = format!("request {}", self.sched.next_id());
         self.check_request(&spec, &what)?;
+        let mut spec = spec;
+        spec.penalties = std::mem::take(&mut spec.penalties).sorted();
         let id = self.sched.add(spec)?;
         self.metrics.requests_added += 1;
         Ok(id)
@@ -181,6 +183,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             }
         }
         spec.sampling.check(what)?;
+        spec.penalties.check(what, vocab)?;
         if let Some(n) = spec
             .logprobs
             .filter(|&n| n > crate::sampling::MAX_TOP_LOGPROBS)

@@ -35,6 +35,7 @@ mod config;
 mod engine;
 mod metrics;
 mod output;
+mod penalties;
 mod request;
 mod round;
 mod scheduler;
@@ -48,6 +49,7 @@ pub use output::{
     ConfidenceRecord, FinishReason, RequestError, RequestOutput, RequestUsage, StepOutput,
     StepTiming,
 };
+pub use penalties::{MAX_LOGIT_BIAS, Penalties};
 pub use request::{RequestId, RequestSpec, SamplingParams};
 pub use round::{PENDING_BYTES, PENDING_CAP};
 pub use scheduler::AbortHandle;

@@ -104,6 +104,10 @@ pub struct RequestSpec {
     /// under the distribution the token was drawn from (see
     /// [`token_logprobs`](crate::sampling::token_logprobs)).
     pub logprobs: Option<usize>,
+    /// Presence, frequency and repetition penalties and a logit bias: the target distribution
+    /// the request's tokens follow, changed at each position from the tokens before it
+    /// (default: unchanged).
+    pub penalties: super::Penalties,
 }
 
 impl RequestSpec {
@@ -118,6 +122,7 @@ impl RequestSpec {
             max_drafts: None,
             repeatable: false,
             logprobs: None,
+            penalties: super::Penalties::default(),
         }
     }
 }

@@ -183,6 +183,7 @@ pub(crate) fn run<T: TargetModel, D: Drafter>(
             max_drafts,
             repeatable: options.repeatable && (r.seed.is_some() || options.seed.is_some()),
             logprobs: None,
+            penalties: Default::default(),
         })
         .collect();
     // Every request is checked before any runs.

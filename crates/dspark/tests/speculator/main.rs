@@ -10,5 +10,6 @@ mod sampling_support;
 mod speculator_common;
 
 mod logprobs;
+mod penalties;
 mod rounds;
 mod serving;

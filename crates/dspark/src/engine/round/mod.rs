@@ -4,6 +4,7 @@
 
 mod commit;
 mod logprobs;
+mod penalize;
 mod plan;
 mod propose;
 mod verify;
@@ -22,6 +23,7 @@ use crate::error::Result;
 use crate::models::{LogitRows, TargetInput, TargetModel, TargetOutput};
 use crate::sampling::{PerRequest, Seeds, Verification, VerifyOptions};
 use logprobs::row_logprobs;
+use penalize::Positions;
 use verify::{select_rows, verify_isolating};
 
 /// What a round does for its running requests (module `plan` builds it).
@@ -226,7 +228,18 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let mut accepted = vec![0usize; b];
         let mut logprobs: Vec<Vec<crate::sampling::TokenLogprob>> = vec![Vec::new(); b];
         if let (Some(p), Some(o)) = (&plan, &round_out) {
-            let (verification, faults) = self.verify_round(p, o, b)?;
+            let positions: Vec<Positions<'_>> = p
+                .act
+                .iter()
+                .enumerate()
+                .map(|(j, &i)| Positions {
+                    row: i,
+                    n: p.lens[j] + 1,
+                    before: &p.drafts[j][..p.lens[j]],
+                })
+                .collect();
+            let logits = self.penalized(&o.logits, &positions)?;
+            let (verification, faults) = self.verify_round(p, &logits, b)?;
             for (j, &i) in p.act.iter().enumerate() {
                 if let Some(e) = &faults[j] {
                     // Its own rows failed: it ends alone, keeping nothing of this round.
@@ -240,7 +253,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     continue; // it failed proposing: nothing of this round is kept
                 }
                 let c = self.commit(j, p, &verification, out);
-                logprobs[i] = self.logprobs_of(i, &o.logits, 0, &c.tokens)?;
+                logprobs[i] = self.logprobs_of(i, &logits, 0, &c.tokens)?;
                 new_tokens[i] = c.tokens;
                 kept[i] = c.kept;
                 accepted[i] = c.accepted;
@@ -250,7 +263,16 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         if let Some(o) = &join_out {
             let rows: Vec<usize> = join.iter().copied().filter(|&i| sample_first[i]).collect();
             if !rows.is_empty() {
-                let logits = select_rows(&o.logits, &rows, b)?;
+                let positions: Vec<Positions<'_>> = rows
+                    .iter()
+                    .map(|&i| Positions {
+                        row: i,
+                        n: 1,
+                        before: &[],
+                    })
+                    .collect();
+                let all = self.penalized(&o.logits, &positions)?;
+                let logits = select_rows(&all, &rows, b)?;
                 let last = logits.narrow(1, 0, 1)?;
                 let options = self
                     .sampling(&rows, Use::Prefill, |i| row_tokens[i].len())
@@ -268,7 +290,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                         None => {
                             let t = v.emitted(j).first().copied().unwrap_or(0) as u32;
                             first[i] = Some(t);
-                            logprobs[i] = self.logprobs_of(i, &o.logits, 0, &[t])?;
+                            logprobs[i] = self.logprobs_of(i, &all, 0, &[t])?;
                         }
                         Some(e) => self.fail_row(i, e),
                     }
@@ -387,11 +409,11 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     fn verify_round(
         &self,
         p: &Plan,
-        o: &TargetOutput,
+        logits: &Tensor,
         b: usize,
     ) -> Result<(Verification, Vec<Option<crate::error::Error>>)> {
         let kmax = p.kmax();
-        let logits = select_rows(&o.logits, &p.act, b)?;
+        let logits = select_rows(logits, &p.act, b)?;
         let logits = if logits.dims().get(1) == Some(&(kmax + 1)) {
             logits
         } else {
