@@ -525,6 +525,10 @@ class Engine:
         stop_token_ids: object = None,
         max_drafts: object = None,
         logprobs: object = None,
+        presence_penalty: object = None,
+        frequency_penalty: object = None,
+        repetition_penalty: object = None,
+        logit_bias: object = None,
     ) -> int:
         """Queue a request; returns its id."""
     def step(self) -> list[RequestUpdate]:

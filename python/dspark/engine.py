@@ -20,7 +20,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dspark import _native
@@ -109,6 +109,10 @@ class Engine:
         stop_token_ids: Sequence[int] | None = None,
         max_drafts: int | None = None,
         logprobs: int | None = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        repetition_penalty: float = 1.0,
+        logit_bias: Mapping[int, float] | None = None,
     ) -> int:
         """Queue a request; returns its id. ``seed``: the request's own seed (the unit of
         reproducibility); ``None`` draws fresh entropy, so unseeded requests are independent
@@ -117,7 +121,11 @@ class Engine:
         log-probability with that many likeliest alternatives (0 to 20) in
         :attr:`RequestUpdate.logprobs`: the target's, from the verification rows, under the
         distribution the token was drawn from (the model's own softmax for a greedy request).
-        Values out of range are typed errors naming the field."""
+        ``presence_penalty`` / ``frequency_penalty`` (in [-2, 2], over the generated tokens),
+        ``repetition_penalty`` (> 0, over prompt and generated tokens; 1 off) and
+        ``logit_bias`` (token id to a bias in [-100, 100]) change the target distribution at
+        each position; speculative output follows the changed distribution exactly. Values
+        out of range are typed errors naming the field."""
         return int(
             self._native.add_request(
                 prompt_ids,
@@ -129,6 +137,10 @@ class Engine:
                 stop_token_ids=stop_token_ids,
                 max_drafts=None if max_drafts is None else as_int(max_drafts, "max_drafts"),
                 logprobs=None if logprobs is None else as_int(logprobs, "logprobs", lo=0),
+                presence_penalty=as_float(presence_penalty, "presence_penalty"),
+                frequency_penalty=as_float(frequency_penalty, "frequency_penalty"),
+                repetition_penalty=as_float(repetition_penalty, "repetition_penalty"),
+                logit_bias=dict(logit_bias) if isinstance(logit_bias, Mapping) else logit_bias,
             )
         )
 

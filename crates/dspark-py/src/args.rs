@@ -328,3 +328,26 @@ pub fn ids_u32(values: &[i64], name: &str, vocab: usize) -> PyResult<Vec<u32>> {
         })
         .collect()
 }
+
+/// A `{token id: bias}` mapping (`None`: empty), ids as [`uint`] below 2^32 and biases as
+/// [`float32`]; the engine checks the vocabulary and the ranges.
+pub fn logit_bias(obj: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Vec<(u32, f32)>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let map = obj.cast::<pyo3::types::PyDict>().map_err(|_| {
+        err(Error::invalid(
+            name,
+            format!(
+                "expected a dict of token id to bias, got {}",
+                type_name(obj)
+            ),
+        ))
+    })?;
+    map.iter()
+        .map(|(k, v)| {
+            let id = uint(&k, name, u64::from(u32::MAX))?;
+            Ok((id as u32, float32(&v, name)?))
+        })
+        .collect()
+}

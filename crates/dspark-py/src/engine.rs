@@ -232,7 +232,9 @@ impl PyEngine {
     /// Queue a request; returns its id. Every value is checked here (typed errors naming the
     /// request and the field).
     #[pyo3(signature = (prompt, max_new_tokens, *, temperature = None, top_k = None,
-        top_p = None, seed = None, stop_token_ids = None, max_drafts = None, logprobs = None))]
+        top_p = None, seed = None, stop_token_ids = None, max_drafts = None, logprobs = None,
+        presence_penalty = None, frequency_penalty = None, repetition_penalty = None,
+        logit_bias = None))]
     #[allow(clippy::too_many_arguments)]
     fn add_request(
         &self,
@@ -245,6 +247,10 @@ impl PyEngine {
         stop_token_ids: Option<&Bound<'_, PyAny>>,
         max_drafts: Option<&Bound<'_, PyAny>>,
         logprobs: Option<&Bound<'_, PyAny>>,
+        presence_penalty: Option<&Bound<'_, PyAny>>,
+        frequency_penalty: Option<&Bound<'_, PyAny>>,
+        repetition_penalty: Option<&Bound<'_, PyAny>>,
+        logit_bias: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         guard(|| {
             let prompt_ids = args::ids_1d(prompt, "prompt")?;
@@ -274,7 +280,12 @@ impl PyEngine {
                 max_drafts: args::opt_usize(max_drafts, "max_drafts", u64::MAX)?,
                 repeatable: seed.is_some_and(|s| !s.is_none()),
                 logprobs: args::opt_usize(logprobs, "logprobs", u64::MAX)?,
-                penalties: Default::default(),
+                penalties: dspark::engine::Penalties {
+                    presence: args::opt_float32(presence_penalty, "presence_penalty", 0.0)?,
+                    frequency: args::opt_float32(frequency_penalty, "frequency_penalty", 0.0)?,
+                    repetition: args::opt_float32(repetition_penalty, "repetition_penalty", 1.0)?,
+                    logit_bias: args::logit_bias(logit_bias, "logit_bias")?,
+                },
             };
             // The lock is taken with the GIL released (see `engine`).
             let id = prompt.py().detach(|| {

@@ -145,7 +145,7 @@ impl AppState {
             },
             repeatable: c.seed.is_some(),
             logprobs: None,
-            penalties: Default::default(),
+            penalties: c.penalties.clone(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The request fields `/v1/completions` and `/v1/chat/completions` share, and their checks:
-//! sampling, seed, stop strings and ids, stream options, the dspark extensions, and the OpenAI
-//! fields this server accepts only at their defaults (`n`, penalties, `logit_bias`).
+//! sampling, seed, stop strings and ids, stream options, penalties, the dspark extensions, and
+//! the OpenAI field this server accepts only at its default (`n`).
 
 use dspark::engine::SamplingParams;
 use serde::Deserialize;
@@ -50,11 +50,13 @@ pub struct Common<'a> {
     pub stream_options: Option<&'a StreamOptions>,
     /// `n`: must be 1.
     pub n: Option<i64>,
-    /// `presence_penalty`: must be 0.
+    /// `presence_penalty`.
     pub presence_penalty: Option<f64>,
-    /// `frequency_penalty`: must be 0.
+    /// `frequency_penalty`.
     pub frequency_penalty: Option<f64>,
-    /// `logit_bias`: must be empty.
+    /// `repetition_penalty` (dspark, as vLLM).
+    pub repetition_penalty: Option<f64>,
+    /// `logit_bias`.
     pub logit_bias: Option<&'a serde_json::Map<String, Value>>,
 }
 
@@ -79,6 +81,8 @@ pub struct Checked {
     pub stream: bool,
     /// Send the usage chunk before `[DONE]`.
     pub include_usage: bool,
+    /// Penalties and logit bias.
+    pub penalties: dspark::engine::Penalties,
 }
 
 fn finite(param: &str, v: f64) -> Result<f64, ApiError> {
@@ -145,23 +149,6 @@ fn defaults_only(c: &Common<'_>) -> Result<(), ApiError> {
         return Err(ApiError::unsupported(
             "n",
             "n must be 1: send one request per choice",
-        ));
-    }
-    for (name, v) in [
-        ("presence_penalty", c.presence_penalty),
-        ("frequency_penalty", c.frequency_penalty),
-    ] {
-        if v.is_some_and(|v| v != 0.0) {
-            return Err(ApiError::unsupported(
-                name,
-                format!("{name} is not supported (only 0)"),
-            ));
-        }
-    }
-    if c.logit_bias.is_some_and(|m| !m.is_empty()) {
-        return Err(ApiError::unsupported(
-            "logit_bias",
-            "logit_bias is not supported",
         ));
     }
     Ok(())
@@ -247,6 +234,13 @@ pub fn check(c: &Common<'_>, vocab_size: usize) -> Result<Checked, ApiError> {
         max_drafts,
         stream,
         include_usage,
+        penalties: super::penalties::penalties(
+            c.presence_penalty,
+            c.frequency_penalty,
+            c.repetition_penalty,
+            c.logit_bias,
+            vocab_size,
+        )?,
     })
 }
 
@@ -372,7 +366,7 @@ mod tests {
             ),
             (
                 Common {
-                    presence_penalty: Some(0.5),
+                    presence_penalty: Some(2.5),
                     ..Default::default()
                 },
                 "presence_penalty",

@@ -6,6 +6,7 @@ pub mod completions;
 pub mod error;
 pub mod fields;
 pub mod logprobs;
+pub mod penalties;
 pub mod response;
 mod shared;
 

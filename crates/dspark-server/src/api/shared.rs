@@ -45,11 +45,14 @@ macro_rules! request_body {
             pub stream_options: Option<$crate::api::fields::StreamOptions>,
             /// Must be 1.
             pub n: Option<i64>,
-            /// Must be 0.
+            /// Subtracted once from each generated token's logit, in [-2, 2].
             pub presence_penalty: Option<f64>,
-            /// Must be 0.
+            /// Subtracted per occurrence from each generated token's logit, in [-2, 2].
             pub frequency_penalty: Option<f64>,
-            /// Must be empty.
+            /// dspark (as vLLM): divides positive logits (multiplies negative ones) of tokens in
+            /// the prompt or generated; > 0, 1 off.
+            pub repetition_penalty: Option<f64>,
+            /// Token id to a bias in [-100, 100] added to its logit.
             pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
             /// Ignored.
             pub user: Option<String>,
@@ -73,6 +76,7 @@ macro_rules! request_body {
                     n: self.n,
                     presence_penalty: self.presence_penalty,
                     frequency_penalty: self.frequency_penalty,
+                    repetition_penalty: self.repetition_penalty,
                     logit_bias: self.logit_bias.as_ref(),
                 }
             }
