@@ -37,7 +37,7 @@ fn bias(map: Option<&Map<String, Value>>, vocab_size: usize) -> Result<Vec<(u32,
                 _ => {
                     return Err(ApiError::invalid(
                         "logit_bias",
-                        format!("key {key:?} is not a token id in [0, {vocab_size})"),
+                        format!("logit_bias key {key:?} is not a token id in [0, {vocab_size})"),
                     ));
                 }
             };
@@ -45,7 +45,7 @@ fn bias(map: Option<&Map<String, Value>>, vocab_size: usize) -> Result<Vec<(u32,
                 Some(b) if (-100.0..=100.0).contains(&b) => Ok((id, b as f32)),
                 _ => Err(ApiError::invalid(
                     "logit_bias",
-                    format!("token {id}: the bias must be a number in [-100, 100], got {value}"),
+                    format!("logit_bias: token {id}: the bias must be a number in [-100, 100], got {value}"),
                 )),
             }
         })
