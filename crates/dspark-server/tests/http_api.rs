@@ -203,7 +203,7 @@ async fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             400,
         ),
         (br#"{"prompt": "x", "temperature": -1}"#.to_vec(), 400),
-        (br#"{"prompt": "x", "n": 2}"#.to_vec(), 400),
+        (br#"{"prompt": "x", "n": 0}"#.to_vec(), 400),
         (b"{\"prompt\": \"\xff\xfe\"}".to_vec(), 400),
         (
             format!(r#"{{"prompt": "{}"}}"#, "a".repeat(10_000)).into_bytes(),

@@ -1,6 +1,6 @@
 //! The request fields `/v1/completions` and `/v1/chat/completions` share, and their checks:
 //! sampling, seed, stop strings and ids, stream options, penalties, the dspark extensions, and
-//! the OpenAI field this server accepts only at its default (`n`).
+//! the number of choices.
 
 use dspark::engine::SamplingParams;
 use serde::Deserialize;
@@ -14,6 +14,8 @@ pub const MAX_STOP_STRINGS: usize = 16;
 pub const MAX_STOP_BYTES: usize = 1024;
 /// Stop ids per request at most.
 pub const MAX_STOP_IDS: usize = 1024;
+/// Choices per request at most (`n`; each takes a slot of the queue).
+pub const MAX_CHOICES: usize = 16;
 
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -48,7 +50,7 @@ pub struct Common<'a> {
     pub stream: Option<bool>,
     /// `stream_options`.
     pub stream_options: Option<&'a StreamOptions>,
-    /// `n`: must be 1.
+    /// `n`: choices, 1 to [`MAX_CHOICES`].
     pub n: Option<i64>,
     /// `presence_penalty`.
     pub presence_penalty: Option<f64>,
@@ -83,6 +85,8 @@ pub struct Checked {
     pub include_usage: bool,
     /// Penalties and logit bias.
     pub penalties: dspark::engine::Penalties,
+    /// Choices (`n`).
+    pub n: usize,
 }
 
 fn finite(param: &str, v: f64) -> Result<f64, ApiError> {
@@ -143,20 +147,21 @@ fn stop_ids(ids: Option<&[i64]>, vocab_size: usize) -> Result<Vec<u32>, ApiError
         .collect()
 }
 
-/// Fields accepted only at their OpenAI defaults.
-fn defaults_only(c: &Common<'_>) -> Result<(), ApiError> {
-    if c.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::unsupported(
+/// `n`: choices per request (default 1), at most [`MAX_CHOICES`].
+fn choices(n: Option<i64>) -> Result<usize, ApiError> {
+    match n {
+        None => Ok(1),
+        Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => Ok(n as usize),
+        Some(n) => Err(ApiError::invalid(
             "n",
-            "n must be 1: send one request per choice",
-        ));
+            format!("n must be an integer from 1 to {MAX_CHOICES}, got {n}"),
+        )),
     }
-    Ok(())
 }
 
 /// Check the shared fields against a target vocabulary of `vocab_size` ids.
 pub fn check(c: &Common<'_>, vocab_size: usize) -> Result<Checked, ApiError> {
-    defaults_only(c)?;
+    let n = choices(c.n)?;
     let max_tokens = match c.max_tokens {
         None => None,
         Some(n) if n >= 1 => Some(usize::try_from(n).unwrap_or(usize::MAX)),
@@ -234,6 +239,7 @@ pub fn check(c: &Common<'_>, vocab_size: usize) -> Result<Checked, ApiError> {
         max_drafts,
         stream,
         include_usage,
+        n,
         penalties: super::penalties::penalties(
             c.presence_penalty,
             c.frequency_penalty,
@@ -359,7 +365,7 @@ mod tests {
             ),
             (
                 Common {
-                    n: Some(2),
+                    n: Some(0),
                     ..Default::default()
                 },
                 "n",

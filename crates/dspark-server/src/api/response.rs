@@ -43,7 +43,7 @@ pub struct SpecStats {
 /// One choice of a text completion (a whole answer or a chunk).
 #[derive(Debug, Clone, Serialize)]
 pub struct CompletionChoice {
-    /// Always 0 (one choice per request).
+    /// The choice's place (0 to `n - 1`).
     pub index: usize,
     /// The text (a chunk: the new text).
     pub text: String,
@@ -79,7 +79,7 @@ pub struct ChatDelta {
 /// One choice of a chat answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatChoice {
-    /// Always 0.
+    /// The choice's place (0 to `n - 1`).
     pub index: usize,
     /// The answer.
     pub message: ChatMessage,
@@ -94,7 +94,7 @@ pub struct ChatChoice {
 /// One choice of a chat chunk.
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatChunkChoice {
-    /// Always 0.
+    /// The choice's place (0 to `n - 1`).
     pub index: usize,
     /// The new part.
     pub delta: ChatDelta,

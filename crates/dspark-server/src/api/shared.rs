@@ -43,7 +43,7 @@ macro_rules! request_body {
             pub stream: Option<bool>,
             /// Streaming options.
             pub stream_options: Option<$crate::api::fields::StreamOptions>,
-            /// Must be 1.
+            /// Choices (1 to 16), each its own stream of draws.
             pub n: Option<i64>,
             /// Subtracted once from each generated token's logit, in [-2, 2].
             pub presence_penalty: Option<f64>,

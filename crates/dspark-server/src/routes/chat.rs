@@ -16,7 +16,7 @@ use crate::api::logprobs::ChatLogprobs;
 use crate::api::response::{ChatChoice, ChatChunkChoice, ChatDelta, ChatMessage, Envelope, Usage};
 use crate::session::{Finish, Out};
 use crate::state::AppState;
-use crate::stream::Chunks;
+use crate::stream::{Chunks, total_usage};
 
 /// Writes `chat.completion.chunk`s.
 struct ChatChunks {
@@ -41,12 +41,13 @@ impl ChatChunks {
 
     fn chunk(
         &self,
+        index: usize,
         delta: ChatDelta,
         logprobs: Option<ChatLogprobs>,
         finish: Option<&Finish>,
     ) -> String {
         let choice = ChatChunkChoice {
-            index: 0,
+            index,
             delta,
             finish_reason: finish.map(|f| f.reason),
             logprobs,
@@ -57,15 +58,16 @@ impl ChatChunks {
 }
 
 impl Chunks for ChatChunks {
-    fn opening(&self) -> Option<String> {
+    fn opening(&self, index: usize) -> Option<String> {
         let delta = ChatDelta {
             role: Some("assistant"),
             content: Some(String::new()),
         };
-        Some(self.chunk(delta, None, None))
+        Some(self.chunk(index, delta, None, None))
     }
-    fn text(&self, out: Out) -> String {
+    fn text(&self, index: usize, out: Out) -> String {
         self.chunk(
+            index,
             ChatDelta {
                 role: None,
                 content: Some(out.text),
@@ -74,9 +76,10 @@ impl Chunks for ChatChunks {
             None,
         )
     }
-    fn finish(&self, out: Out, finish: &Finish) -> String {
+    fn finish(&self, index: usize, out: Out, finish: &Finish) -> String {
         let content = (!out.text.is_empty()).then_some(out.text);
         self.chunk(
+            index,
             ChatDelta {
                 role: None,
                 content,
@@ -117,14 +120,13 @@ pub(super) async fn handle(
         model: model.name.clone(),
         include_usage: checked.include_usage,
     };
-    let whole = |chunks: ChatChunks, out: Out, finish: Finish| {
-        Json(Envelope {
-            id: chunks.id,
-            object: "chat.completion",
-            created: chunks.created,
-            model: chunks.model,
-            choices: vec![ChatChoice {
-                index: 0,
+    let whole = |chunks: ChatChunks, answers: Vec<(Out, Finish)>| {
+        let usage = total_usage(answers.iter().map(|a| &a.1));
+        let choices = answers
+            .into_iter()
+            .enumerate()
+            .map(|(index, (out, finish))| ChatChoice {
+                index,
                 message: ChatMessage {
                     role: "assistant",
                     content: out.text,
@@ -132,8 +134,15 @@ pub(super) async fn handle(
                 finish_reason: Some(finish.reason),
                 logprobs: out.logprobs.as_deref().map(ChatLogprobs::of),
                 dspark: finish.stats,
-            }],
-            usage: Some(Some(finish.usage)),
+            })
+            .collect();
+        Json(Envelope {
+            id: chunks.id,
+            object: "chat.completion",
+            created: chunks.created,
+            model: chunks.model,
+            choices,
+            usage: Some(Some(usage)),
         })
         .into_response()
     };

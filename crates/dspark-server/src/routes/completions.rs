@@ -16,7 +16,7 @@ use crate::api::logprobs::CompletionLogprobs;
 use crate::api::response::{CompletionChoice, Envelope, Usage};
 use crate::session::{Finish, Out};
 use crate::state::AppState;
-use crate::stream::Chunks;
+use crate::stream::{Chunks, total_usage};
 
 /// OpenAI's default `max_tokens` for completions.
 const DEFAULT_MAX_TOKENS: usize = 16;
@@ -27,8 +27,9 @@ struct CompletionChunks {
     created: u64,
     model: String,
     include_usage: bool,
-    /// Characters of generated text the chunks so far carried (log-probability offsets).
-    offset: Cell<usize>,
+    /// Per choice: characters of generated text its chunks so far carried (log-probability
+    /// offsets).
+    offsets: Vec<Cell<usize>>,
 }
 
 impl CompletionChunks {
@@ -46,15 +47,19 @@ impl CompletionChunks {
 }
 
 impl CompletionChunks {
-    /// The choice of `out`, its log-probabilities' offsets running on from the last chunk's.
-    fn choice(&self, out: Out, finish: Option<&Finish>) -> CompletionChoice {
+    /// Choice `index` of `out`, its log-probabilities' offsets running on from its last
+    /// chunk's.
+    fn choice(&self, index: usize, out: Out, finish: Option<&Finish>) -> CompletionChoice {
         let logprobs = out.logprobs.as_deref().map(|entries| {
-            let (lp, next) = CompletionLogprobs::of(entries, self.offset.get());
-            self.offset.set(next);
+            let offset = self.offsets.get(index).map_or(0, Cell::get);
+            let (lp, next) = CompletionLogprobs::of(entries, offset);
+            if let Some(c) = self.offsets.get(index) {
+                c.set(next);
+            }
             lp
         });
         CompletionChoice {
-            index: 0,
+            index,
             text: out.text,
             finish_reason: finish.map(|f| f.reason),
             logprobs,
@@ -64,14 +69,14 @@ impl CompletionChunks {
 }
 
 impl Chunks for CompletionChunks {
-    fn opening(&self) -> Option<String> {
+    fn opening(&self, _index: usize) -> Option<String> {
         None
     }
-    fn text(&self, out: Out) -> String {
-        self.envelope(vec![self.choice(out, None)], None)
+    fn text(&self, index: usize, out: Out) -> String {
+        self.envelope(vec![self.choice(index, out, None)], None)
     }
-    fn finish(&self, out: Out, finish: &Finish) -> String {
-        self.envelope(vec![self.choice(out, Some(finish))], None)
+    fn finish(&self, index: usize, out: Out, finish: &Finish) -> String {
+        self.envelope(vec![self.choice(index, out, Some(finish))], None)
     }
     fn usage(&self, usage: Usage) -> String {
         self.envelope(Vec::new(), Some(usage))
@@ -107,17 +112,22 @@ pub(super) async fn handle(
         created: model.created,
         model: model.name.clone(),
         include_usage: checked.include_usage,
-        offset: Cell::new(0),
+        offsets: (0..checked.n).map(|_| Cell::new(0)).collect(),
     };
-    let whole = |chunks: CompletionChunks, out: Out, finish: Finish| {
-        let choice = chunks.choice(out, Some(&finish));
+    let whole = |chunks: CompletionChunks, answers: Vec<(Out, Finish)>| {
+        let usage = total_usage(answers.iter().map(|a| &a.1));
+        let choices = answers
+            .into_iter()
+            .enumerate()
+            .map(|(i, (out, finish))| chunks.choice(i, out, Some(&finish)))
+            .collect();
         Json(Envelope {
             id: chunks.id,
             object: "text_completion",
             created: chunks.created,
             model: chunks.model,
-            choices: vec![choice],
-            usage: Some(Some(finish.usage)),
+            choices,
+            usage: Some(Some(usage)),
         })
         .into_response()
     };

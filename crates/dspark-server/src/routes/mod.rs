@@ -76,8 +76,20 @@ fn read<T: DeserializeOwned>(
     Ok(request)
 }
 
-/// The answer to a checked generation request: its session started in `slot`, then streamed
-/// as `chunks` writes it, or collected and written whole by `whole`.
+/// Choice `index`'s seed: a seeded request's first choice has the request's seed and choice
+/// `i` one derived from (seed, i), so the choices differ and each repeats; an unseeded
+/// request's choices draw fresh entropy each.
+fn choice_seed(spec_seed: u64, asked: Option<u64>, index: usize) -> u64 {
+    match (asked, index) {
+        (_, 0) => spec_seed,
+        (Some(seed), i) => dspark::engine::call_seed(seed, i),
+        (None, _) => dspark::engine::fresh_seed(),
+    }
+}
+
+/// The answer to a checked generation request: one session per choice (the first in `slot`,
+/// the others each reserving their own), then streamed as `chunks` writes it, or collected
+/// and written whole by `whole` (choice `i` at `i`).
 async fn answer<C: Chunks>(
     state: &AppState,
     slot: Reservation,
@@ -85,13 +97,23 @@ async fn answer<C: Chunks>(
     checked: &Checked,
     arrived: std::time::Instant,
     chunks: C,
-    whole: impl FnOnce(C, Out, Finish) -> Response,
+    whole: impl FnOnce(C, Vec<(Out, Finish)>) -> Response,
 ) -> Result<Response, ApiError> {
-    let mut session =
-        Session::start(state, slot, spec, checked.stop_strings.clone(), arrived).await?;
-    if checked.stream {
-        return Ok(sse(session, chunks, checked.include_usage));
+    let mut slots = vec![slot];
+    for _ in 1..checked.n {
+        slots.push(state.engine.reserve()?);
     }
-    let (out, finish) = session.collect().await?;
-    Ok(whole(chunks, out, finish))
+    let mut sessions = Vec::with_capacity(slots.len());
+    for (i, slot) in slots.into_iter().enumerate() {
+        let mut one = spec.clone();
+        one.seed = choice_seed(spec.seed, checked.seed, i);
+        let stops = checked.stop_strings.clone();
+        sessions.push(Session::start(state, slot, one, stops, arrived).await?);
+    }
+    if checked.stream {
+        return Ok(sse(sessions, chunks, checked.include_usage));
+    }
+    let answers =
+        futures_util::future::try_join_all(sessions.iter_mut().map(Session::collect)).await?;
+    Ok(whole(chunks, answers))
 }
