@@ -9,7 +9,9 @@ completions (held-out prompts, the first ``--prompt-chars`` characters, greedy, 
 most C in flight. The load is bounded: a fixed count of requests, each with a deadline, and the
 run's own deadline. Per server and C: throughput (completion tokens / wall seconds), time to
 first token, time per output token (after the first), end-to-end latency (p50 and p99), and
-errors. Writes ``benches/results/server.json`` (``--out``).
+errors. ``dspark`` and ``llama.cpp`` also run the load with ``logprobs: 5`` and with frequency
+and presence penalties (``--extras``), rows ``NAME +logprobs`` / ``NAME +penalties``. Writes
+``benches/results/server.json`` (``--out``).
 
 Servers:
 
@@ -143,10 +145,23 @@ async def one_request(url: str, body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Request fields of the extra rows (``--extras``): the same load with these fields set.
+EXTRAS: dict[str, dict[str, Any]] = {
+    "logprobs": {"logprobs": 5},
+    "penalties": {"frequency_penalty": 1.0, "presence_penalty": 0.5},
+}
+
+
 async def run_level(
-    url: str, prompts: list[str], concurrency: int, args: argparse.Namespace, model: str
+    url: str,
+    prompts: list[str],
+    concurrency: int,
+    args: argparse.Namespace,
+    model: str,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``args.requests`` requests, Poisson arrivals, at most ``concurrency`` in flight."""
+    """``args.requests`` requests, Poisson arrivals, at most ``concurrency`` in flight, each
+    with the fields of ``extra`` too."""
     rng = random.Random(concurrency)
     gate = asyncio.Semaphore(concurrency)
     results: list[dict[str, Any]] = []
@@ -159,6 +174,7 @@ async def run_level(
             "temperature": 0,
             "stream": True,
             "stream_options": {"include_usage": True},
+            **(extra or {}),
         }
         async with gate:
             try:
@@ -253,6 +269,17 @@ def servers_for(pair: Path, args: argparse.Namespace, workdir: Path) -> list[tup
     return out
 
 
+def report(label: str, c: int, row: dict[str, Any]) -> None:
+    """One printed line of a row."""
+    ttft = row["ttft_p50_s"] or float("nan")
+    tpot = row["tpot_mean_s"] or float("nan")
+    lat50 = row["latency_p50_s"] or float("nan")
+    lat99 = row["latency_p99_s"] or float("nan")
+    print(f"  {label:22s} C={c:3d} {row['tokens_per_s']:8.1f} tok/s  "
+          f"TTFT p50 {ttft * 1e3:7.1f} ms  TPOT {tpot * 1e3:6.2f} ms  "
+          f"latency p50/p99 {lat50:.2f}/{lat99:.2f} s  errors {row['errors']}")  # fmt: skip
+
+
 def main() -> int:
     """Entry point; returns the exit status."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -267,6 +294,13 @@ def main() -> int:
     )
     p.add_argument("--workdir", type=Path, default=Path("/var/tmp/dspark-bench-server"))
     p.add_argument("--out", type=Path, default=ROOT / "benches/results/server.json")
+    p.add_argument(
+        "--extras",
+        nargs="*",
+        choices=sorted(EXTRAS),
+        default=sorted(EXTRAS),
+        help="extra rows of dspark and llama.cpp with these request fields set",
+    )
     args = p.parse_args()
     texts = json.loads((bundled_dir() / "heldout_prompts.json").read_text())["texts"]
     prompts = [str(t)[: args.prompt_chars] for t in texts]
@@ -285,19 +319,16 @@ def main() -> int:
             except RuntimeError as e:
                 print(f"  {name}: {e}")
                 continue
+            variants: list[tuple[str, dict[str, Any] | None]] = [(name, None)]
+            if name in ("dspark", "llama.cpp"):
+                variants += [(f"{name} +{e}", EXTRAS[e]) for e in args.extras]
             try:
-                rows[name] = []
-                for c in args.concurrency:
-                    row = asyncio.run(run_level(server.url, prompts, c, args, "m"))
-                    rows[name].append(row)
-                    ttft = row["ttft_p50_s"] or float("nan")
-                    tpot = row["tpot_mean_s"] or float("nan")
-                    lat50 = row["latency_p50_s"] or float("nan")
-                    lat99 = row["latency_p99_s"] or float("nan")
-                    print(f"  {name:15s} C={c:3d} {row['tokens_per_s']:8.1f} tok/s  "
-                          f"TTFT p50 {ttft * 1e3:7.1f} ms  TPOT {tpot * 1e3:6.2f} ms  "
-                          f"latency p50/p99 {lat50:.2f}/{lat99:.2f} s  "
-                          f"errors {row['errors']}")  # fmt: skip
+                for label, extra in variants:
+                    rows[label] = []
+                    for c in args.concurrency:
+                        row = asyncio.run(run_level(server.url, prompts, c, args, "m", extra))
+                        rows[label].append(row)
+                        report(label, c, row)
             finally:
                 server.stop()
         results["pairs"][pair_name] = rows
