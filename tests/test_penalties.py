@@ -90,6 +90,20 @@ def test_greedy_under_penalties_equals_the_penalized_target(
     assert out[ids[0]] != plain
 
 
+def test_the_speculator_applies_them_to_every_request(pair: tuple[Any, Any]) -> None:
+    target, drafter = pair
+    pen = CASES[2]
+    spec = dspark.Speculator(
+        target, drafter, frequency_penalty=pen["frequency"], logit_bias=pen["bias"]
+    )
+    want = [target_only(target, p, 16, **pen) for p in PROMPTS[:2]]
+    assert spec.generate(PROMPTS[:2], 16).tokens == want
+    assert spec.generate_target_only(PROMPTS[:2], 16).tokens == want
+    with pytest.raises(dspark.InputError) as e:
+        dspark.Speculator(target, drafter, presence_penalty=3.0)
+    assert "presence_penalty" in str(e.value)
+
+
 def test_bad_penalties_are_typed_errors(pair: tuple[Any, Any]) -> None:
     target, drafter = pair
     eng = dspark.Engine(target, drafter)

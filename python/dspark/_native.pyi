@@ -434,6 +434,10 @@ class Speculator:
         steps_per_second: Sequence[tuple[int, float]] | None = None,
         steps_interpolation: str | None = None,
         record_confidence: bool = False,
+        presence_penalty: object = None,
+        frequency_penalty: object = None,
+        repetition_penalty: object = None,
+        logit_bias: object = None,
     ) -> None: ...
     def generate(
         self,

@@ -17,7 +17,7 @@ once per round. The GIL is released while the engine works.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -93,6 +93,10 @@ class Speculator:
         steps_per_second: Sequence[tuple[int, float]] | None = None,
         steps_interpolation: str = "step",
         record_confidence: bool = False,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        repetition_penalty: float = 1.0,
+        logit_bias: Mapping[int, float] | None = None,
     ) -> None:
         """Check the pair and the options (typed errors), nothing runs yet.
 
@@ -124,6 +128,10 @@ class Speculator:
                 early stop then does not halt at the first step of a sparse table).
             record_confidence: keep every verified slot's confidence and outcome in
                 ``stats.confidence_records`` (what ``dspark calibrate`` fits on).
+            presence_penalty, frequency_penalty, repetition_penalty, logit_bias: change the
+                target distribution of every request at each position from the tokens before
+                it, as :meth:`dspark.Engine.add_request` does (output follows the changed
+                distribution exactly; :meth:`generate_target_only` applies them too).
         """
         missing = [m for m in DRAFTER_MEMBERS if not hasattr(drafter, m)]
         if missing:
@@ -172,6 +180,10 @@ class Speculator:
             steps_per_second=self.steps_per_second if mode in ("scheduled", "pipelined") else None,
             steps_interpolation=steps_interpolation,
             record_confidence=as_bool(record_confidence, "record_confidence"),
+            presence_penalty=as_float(presence_penalty, "presence_penalty"),
+            frequency_penalty=as_float(frequency_penalty, "frequency_penalty"),
+            repetition_penalty=as_float(repetition_penalty, "repetition_penalty"),
+            logit_bias=dict(logit_bias) if isinstance(logit_bias, Mapping) else logit_bias,
         )
         self.num_speculative_tokens = self._native.num_speculative_tokens
 

@@ -61,6 +61,7 @@ pub(crate) fn options(
         Some(s) => Seeds::Scalar(args::uint(s, "seed", u64::MAX)?),
     };
     Ok(ProposeOptions {
+        logit_bias: None,
         temperature,
         seeds,
         top_k,

@@ -163,7 +163,9 @@ impl PySpeculator {
     #[new]
     #[pyo3(signature = (target, drafter, *, num_speculative_tokens = None, temperature = 0.0,
         top_k = None, top_p = None, seed = None, verify = "scheduled", threshold = None,
-        steps_per_second = None, steps_interpolation = None, record_confidence = false))]
+        steps_per_second = None, steps_interpolation = None, record_confidence = false,
+        presence_penalty = None, frequency_penalty = None, repetition_penalty = None,
+        logit_bias = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -179,6 +181,10 @@ impl PySpeculator {
         steps_per_second: Option<&Bound<'_, PyAny>>,
         steps_interpolation: Option<&Bound<'_, PyAny>>,
         record_confidence: bool,
+        presence_penalty: Option<&Bound<'_, PyAny>>,
+        frequency_penalty: Option<&Bound<'_, PyAny>>,
+        repetition_penalty: Option<&Bound<'_, PyAny>>,
+        logit_bias: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
             let target = target_of(target)?;
@@ -200,6 +206,12 @@ impl PySpeculator {
                 verify,
                 repeatable: true,
                 record_confidence,
+                penalties: dspark::engine::Penalties {
+                    presence: args::opt_float32(presence_penalty, "presence_penalty", 0.0)?,
+                    frequency: args::opt_float32(frequency_penalty, "frequency_penalty", 0.0)?,
+                    repetition: args::opt_float32(repetition_penalty, "repetition_penalty", 1.0)?,
+                    logit_bias: args::logit_bias(logit_bias, "logit_bias")?,
+                },
             };
             let inner = py
                 .detach(|| Speculator::new(target, drafter, options))

@@ -231,8 +231,12 @@ impl Qwen3Drafter {
         if let Some(heads) = &self.device_heads {
             return self.propose_on_device(heads, &hidden, anchors, opts, keep);
         }
-        let base = host_f32(&self.base_logits(&hidden)?.to_dtype(DType::F32)?)?;
+        let mut base = host_f32(&self.base_logits(&hidden)?.to_dtype(DType::F32)?)?;
         let b_n = states.len();
+        if let Some(bias) = &opts.logit_bias {
+            let dims = [b_n, k_n, self.info.vocab.draft];
+            super::bias::add_host(&mut base, dims, bias, &self.to_draft);
+        }
         let r = self.spec.markov_rank;
         let block = sample_block_slices(
             Rows3 {
@@ -292,7 +296,10 @@ impl Qwen3Drafter {
         keep: bool,
     ) -> Result<(Proposal, Option<Tensor>)> {
         let (b_n, k_n, _) = hidden.dims3()?;
-        let base = self.base_logits(hidden)?;
+        let mut base = self.base_logits(hidden)?;
+        if let Some(bias) = &opts.logit_bias {
+            base = super::bias::add_tensor(&base, bias, &self.to_draft)?;
+        }
         let block = crate::sampling::sample_block_on_device(
             &base,
             &heads.w1,

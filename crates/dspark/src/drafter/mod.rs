@@ -15,6 +15,7 @@
 //! [`crate::models::qwen3::Qwen3Target`].
 
 mod batched;
+mod bias;
 pub mod cache;
 mod forward;
 pub mod qwen3;
@@ -40,6 +41,12 @@ pub struct ProposeOptions {
     pub seeds: Seeds,
     /// Top-k candidate walk (`None` = dense): only each slot's base top-k get the Markov bias.
     pub top_k: Option<usize>,
+    /// Per request (one list per row): amounts added to the base logits of these TARGET ids at
+    /// every slot before the block is drawn (ids outside the draft vocabulary are skipped),
+    /// so that drafts follow a penalized target (the engine passes each request's presence
+    /// and frequency penalties and logit bias). The reported draft logits include them. A
+    /// drafter may ignore them: verification is exact for any draft distribution it reports.
+    pub logit_bias: Option<Vec<Vec<(u32, f32)>>>,
 }
 
 impl Default for ProposeOptions {
@@ -48,6 +55,7 @@ impl Default for ProposeOptions {
             temperature: 0.0,
             seeds: Seeds::Scalar(0),
             top_k: None,
+            logit_bias: None,
         }
     }
 }

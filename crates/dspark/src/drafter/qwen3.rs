@@ -54,6 +54,8 @@ pub struct Qwen3Drafter {
     pub(crate) spec: DraftSpec,
     pub(crate) info: DrafterInfo,
     pub(crate) id_map: IdMap,
+    /// The draft id of each target id (`u32::MAX`: none), for per-request logit biases.
+    pub(crate) to_draft: std::sync::Arc<Vec<u32>>,
     pub(crate) device: Device,
     /// `[V_in, H]`.
     pub(crate) embed: Tensor,
@@ -362,6 +364,7 @@ impl Qwen3Drafter {
                 context_width: spec.context_width(),
             },
             id_map: plan.id_map.clone(),
+            to_draft: std::sync::Arc::new(super::bias::inverse(&plan.id_map)),
             device: device.clone(),
             embed,
             layers,

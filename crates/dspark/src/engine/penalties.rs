@@ -152,6 +152,25 @@ impl Penalties {
         self
     }
 
+    /// What the drafter adds to its base logits for a request that generated `generated`:
+    /// the presence and frequency penalties of those tokens and the bias, by target id (the
+    /// additive part of the change; the repetition penalty scales the target's own logits and
+    /// is left to verification). Empty when there is nothing to add.
+    pub(crate) fn draft_bias(&self, generated: &[u32]) -> Vec<(u32, f32)> {
+        let mut add: HashMap<u32, f32> = HashMap::new();
+        if self.presence != 0.0 || self.frequency != 0.0 {
+            for (&t, &c) in &History::of(generated).counts {
+                *add.entry(t).or_insert(0.0) -= self.presence + self.frequency * c as f32;
+            }
+        }
+        for &(t, b) in &self.logit_bias {
+            *add.entry(t).or_insert(0.0) += b;
+        }
+        let mut out: Vec<(u32, f32)> = add.into_iter().filter(|e| e.1 != 0.0).collect();
+        out.sort_unstable_by_key(|e| e.0);
+        out
+    }
+
     /// Token `id`'s new logit from `x`, after `history` (and `prompt`, whose membership the
     /// caller gives as `in_prompt`). The bias must be [`sorted`](Penalties::sorted).
     pub(crate) fn edit(&self, id: u32, x: f32, history: &History, in_prompt: bool) -> f32 {

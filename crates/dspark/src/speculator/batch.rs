@@ -43,14 +43,27 @@ pub(crate) fn check_sampling(o: &SpeculatorOptions) -> Result<()> {
         top_p: o.top_p,
     }
     .check("options")
-    .map_err(|e| match e {
-        // The options' fields are named as they always were (`temperature`, not a path).
+    .map_err(unprefixed)
+}
+
+/// The options' fields are named as they always were (`temperature`, not a path).
+fn unprefixed(e: Error) -> Error {
+    match e {
         Error::InvalidArgument { name, message } => Error::InvalidArgument {
             name: name.trim_start_matches("options.").to_string(),
             message,
         },
+        Error::TokenOutOfRange {
+            name,
+            id,
+            vocab_size,
+        } => Error::TokenOutOfRange {
+            name: name.trim_start_matches("options.").to_string(),
+            id,
+            vocab_size,
+        },
         e => e,
-    })
+    }
 }
 
 /// The engine options of a speculator: its policy, and a budget that admits a whole call.
@@ -73,6 +86,10 @@ impl<T: TargetModel, D: Drafter> Speculator<T, D> {
     /// policy for a drafter without a confidence head).
     pub fn new(target: T, drafter: D, options: SpeculatorOptions) -> Result<Self> {
         check_sampling(&options)?;
+        options
+            .penalties
+            .check("options", target.vocab_size())
+            .map_err(unprefixed)?;
         let (target, drafter) = (Arc::new(target), Arc::new(drafter));
         let engine = Engine::new_any(
             Arc::clone(&target),
@@ -183,7 +200,7 @@ pub(crate) fn run<T: TargetModel, D: Drafter>(
             max_drafts,
             repeatable: options.repeatable && (r.seed.is_some() || options.seed.is_some()),
             logprobs: None,
-            penalties: Default::default(),
+            penalties: options.penalties.clone(),
         })
         .collect();
     // Every request is checked before any runs.

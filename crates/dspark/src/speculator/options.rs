@@ -30,6 +30,9 @@ pub struct SpeculatorOptions {
     /// Keep every verified slot's confidence and outcome in
     /// [`Stats::confidence_records`](super::Stats::confidence_records) (for calibration).
     pub record_confidence: bool,
+    /// Penalties and logit bias of every request
+    /// ([`RequestSpec::penalties`](crate::engine::RequestSpec::penalties)).
+    pub penalties: crate::engine::Penalties,
 }
 
 impl Default for SpeculatorOptions {
@@ -44,6 +47,7 @@ impl Default for SpeculatorOptions {
             verify: VerifyPolicy::ScheduledMeasured,
             repeatable: true,
             record_confidence: false,
+            penalties: crate::engine::Penalties::default(),
         }
     }
 }

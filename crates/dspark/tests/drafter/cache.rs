@@ -7,6 +7,7 @@ use dspark::{DraftState, Drafter, Proposal, ProposeOptions};
 
 fn sampled(seed: u64) -> ProposeOptions {
     ProposeOptions {
+        logit_bias: None,
         temperature: 0.8,
         seeds: Seeds::Scalar(seed),
         top_k: None,
@@ -130,6 +131,7 @@ fn truncate_then_extend_equals_fresh_state() {
 fn batch_of_different_lengths_equals_one_by_one() {
     let (_dir, d) = load(&Tiny::default());
     let opts = ProposeOptions {
+        logit_bias: None,
         seeds: Seeds::PerRequest(vec![11, 12, 13]),
         ..sampled(0)
     };
@@ -151,6 +153,7 @@ fn batch_of_different_lengths_equals_one_by_one() {
                 &[s],
                 &anchors[i..=i],
                 &ProposeOptions {
+                    logit_bias: None,
                     seeds: Seeds::PerRequest(vec![11 + i as u64]),
                     ..sampled(0)
                 },

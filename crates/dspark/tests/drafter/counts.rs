@@ -29,6 +29,7 @@ fn all_counts() -> Value {
     let layers = d.spec().shape.num_hidden_layers;
     let t = 6;
     let opts = ProposeOptions {
+        logit_bias: None,
         temperature: 0.8,
         seeds: Seeds::Scalar(3),
         top_k: None,

@@ -51,6 +51,7 @@ fn proposals() -> Value {
             let anchors: Vec<u32> = (0..b as u32).map(|x| 3 + 5 * x).collect();
             for (temperature, top_k) in [(0.0, None), (0.0, Some(4)), (0.9, None), (0.7, Some(6))] {
                 let opts = ProposeOptions {
+                    logit_bias: None,
                     temperature,
                     seeds: Seeds::Scalar(9),
                     top_k,
@@ -91,6 +92,7 @@ fn proposals() -> Value {
         let refs: Vec<_> = states.iter().collect();
         for temperature in [0.0, 0.9] {
             let opts = ProposeOptions {
+                logit_bias: None,
                 temperature,
                 seeds: Seeds::Scalar(5),
                 top_k: None,

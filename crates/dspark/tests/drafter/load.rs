@@ -8,6 +8,7 @@ use dspark::{Drafter, ProposeOptions, Qwen3Drafter, SharedWeights, WeightSource}
 
 fn opts(t: f32) -> ProposeOptions {
     ProposeOptions {
+        logit_bias: None,
         temperature: t,
         seeds: Seeds::Scalar(3),
         top_k: None,
@@ -64,6 +65,7 @@ fn deterministic_for_a_seed() {
     // Seeds drive sampling: some seed gives other tokens.
     let differs = (0..20).any(|s| {
         let o = ProposeOptions {
+            logit_bias: None,
             seeds: Seeds::Scalar(100 + s),
             ..opts(1.0)
         };

@@ -44,6 +44,7 @@ fn markov_chain_and_confidence_by_hand() {
     let (base, hidden) = base_and_hidden(&d, &s, anchor);
     for temperature in [0.0f32, 0.9] {
         let opts = ProposeOptions {
+            logit_bias: None,
             temperature,
             seeds: Seeds::Scalar(4),
             top_k: None,
@@ -113,6 +114,7 @@ fn dflash_mode_has_no_markov_bias() {
     }
     // Sampling works at r = 0 too, and q is softmax(base / T).
     let opts = ProposeOptions {
+        logit_bias: None,
         temperature: 2.0,
         seeds: Seeds::Scalar(1),
         top_k: None,
@@ -166,6 +168,7 @@ fn top_k_walk_restricts_support() {
     let (_dir, d) = load(&Tiny::default());
     let s = state(&d, 2, 4);
     let opts = ProposeOptions {
+        logit_bias: None,
         temperature: 1.0,
         seeds: Seeds::Scalar(9),
         top_k: Some(3),
@@ -179,6 +182,7 @@ fn top_k_walk_restricts_support() {
             &[&s],
             &[1],
             &ProposeOptions {
+                logit_bias: None,
                 top_k: Some(0),
                 ..opts
             },

@@ -124,6 +124,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let mut states = Vec::with_capacity(members.len());
         let mut anchors = Vec::with_capacity(members.len());
         let mut seeds = Vec::with_capacity(members.len());
+        let mut bias = Vec::with_capacity(members.len());
         for &j in members {
             let Some(slot) = &self.sched.rows[act[j]] else {
                 continue;
@@ -132,12 +133,15 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             states.push(state);
             anchors.push(slot.anchor);
             seeds.push(request_seed(slot.spec.seed, slot.len, Use::Draft));
+            bias.push(slot.spec.penalties.draft_bias(&slot.out));
         }
+        let biased = bias.iter().any(|b| !b.is_empty());
         // A device drafter keeps its draft logits where verification will read them.
         self.drafter.propose_for_verify(
             &states,
             &anchors,
             &ProposeOptions {
+                logit_bias: biased.then_some(bias),
                 temperature,
                 seeds: Seeds::PerRequest(seeds),
                 top_k: None,
