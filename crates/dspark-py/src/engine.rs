@@ -286,6 +286,7 @@ impl PyEngine {
                     repetition: args::opt_float32(repetition_penalty, "repetition_penalty", 1.0)?,
                     logit_bias: args::logit_bias(logit_bias, "logit_bias")?,
                 },
+                constraint: None,
             };
             // The lock is taken with the GIL released (see `engine`).
             let id = prompt.py().detach(|| {

@@ -146,6 +146,7 @@ impl AppState {
             repeatable: c.seed.is_some(),
             logprobs: None,
             penalties: c.penalties.clone(),
+            constraint: None,
         }
     }
 }

@@ -31,6 +31,7 @@
 //! The public types: `config.rs`, `request.rs`, `output.rs`, `metrics.rs`, `seeds.rs`.
 
 mod config;
+mod constraint;
 #[allow(clippy::module_inception)]
 mod engine;
 mod metrics;
@@ -43,6 +44,7 @@ mod seeds;
 mod step;
 
 pub use config::{Budget, EngineConfig};
+pub use constraint::{Constraint, TokenConstraint};
 pub use engine::Engine;
 pub use metrics::EngineMetrics;
 pub use output::{

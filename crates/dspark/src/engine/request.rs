@@ -108,6 +108,9 @@ pub struct RequestSpec {
     /// the request's tokens follow, changed at each position from the tokens before it
     /// (default: unchanged).
     pub penalties: super::Penalties,
+    /// Structured output: the grammar the request's tokens must follow (`None`: free text).
+    /// See [`TokenConstraint`](super::TokenConstraint).
+    pub constraint: Option<super::Constraint>,
 }
 
 impl RequestSpec {
@@ -123,6 +126,7 @@ impl RequestSpec {
             repeatable: false,
             logprobs: None,
             penalties: super::Penalties::default(),
+            constraint: None,
         }
     }
 }

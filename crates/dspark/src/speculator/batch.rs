@@ -201,6 +201,7 @@ pub(crate) fn run<T: TargetModel, D: Drafter>(
             repeatable: options.repeatable && (r.seed.is_some() || options.seed.is_some()),
             logprobs: None,
             penalties: options.penalties.clone(),
+            constraint: None,
         })
         .collect();
     // Every request is checked before any runs.

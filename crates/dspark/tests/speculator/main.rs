@@ -9,6 +9,7 @@ mod sampling_support;
 #[path = "../speculator_common/mod.rs"]
 mod speculator_common;
 
+mod constraint;
 mod logprobs;
 mod penalties;
 mod rounds;

@@ -3,6 +3,7 @@
 //! committed, caches roll back to what was kept and drafter contexts take the new features.
 
 mod commit;
+mod constrain;
 mod logprobs;
 mod penalize;
 mod plan;
@@ -164,11 +165,21 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 None => {}
             }
         }
-        let plan = if act.is_empty() {
+        let mut plan = if act.is_empty() {
             None
         } else {
             Some(self.plan_round(act.clone(), out)?)
         };
+        let first_rows: Vec<usize> = join
+            .iter()
+            .copied()
+            .filter(|&i| {
+                self.sched.rows[i]
+                    .as_ref()
+                    .is_some_and(|s| s.joining.is_some() && !s.resumed)
+            })
+            .collect();
+        let masks = self.constrain(plan.as_mut(), &first_rows);
         // The forward(s): each running row its anchor and verified drafts, each joining row
         // its prefill.
         let block = |j: usize, p: &Plan| -> Vec<u32> {
@@ -239,6 +250,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 })
                 .collect();
             let logits = self.penalized(&o.logits, &positions)?;
+            let logits = self.masked(&logits, &masks)?;
             let (verification, faults) = self.verify_round(p, &logits, b)?;
             for (j, &i) in p.act.iter().enumerate() {
                 if let Some(e) = &faults[j] {
@@ -248,11 +260,14 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 }
                 if self.sched.rows[i]
                     .as_ref()
-                    .is_some_and(|s| s.error.is_some())
+                    .is_some_and(|s| s.error.is_some() || s.finish.is_some())
                 {
-                    continue; // it failed proposing: nothing of this round is kept
+                    // It failed proposing, or its grammar ended it: nothing of this round is
+                    // kept.
+                    continue;
                 }
                 let c = self.commit(j, p, &verification, out);
+                self.advance(i, &c.tokens);
                 logprobs[i] = self.logprobs_of(i, &logits, 0, &c.tokens)?;
                 new_tokens[i] = c.tokens;
                 kept[i] = c.kept;
@@ -261,7 +276,16 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         }
         let mut first = vec![None; b];
         if let Some(o) = &join_out {
-            let rows: Vec<usize> = join.iter().copied().filter(|&i| sample_first[i]).collect();
+            let rows: Vec<usize> = join
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    sample_first[i]
+                        && self.sched.rows[i]
+                            .as_ref()
+                            .is_some_and(|s| s.finish.is_none())
+                })
+                .collect();
             if !rows.is_empty() {
                 let positions: Vec<Positions<'_>> = rows
                     .iter()
@@ -272,6 +296,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     })
                     .collect();
                 let all = self.penalized(&o.logits, &positions)?;
+                let all = self.masked(&all, &masks)?;
                 let logits = select_rows(&all, &rows, b)?;
                 let last = logits.narrow(1, 0, 1)?;
                 let options = self
@@ -290,6 +315,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                         None => {
                             let t = v.emitted(j).first().copied().unwrap_or(0) as u32;
                             first[i] = Some(t);
+                            self.advance(i, &[t]);
                             logprobs[i] = self.logprobs_of(i, &all, 0, &[t])?;
                         }
                         Some(e) => self.fail_row(i, e),

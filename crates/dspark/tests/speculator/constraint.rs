@@ -1,0 +1,215 @@
+//! Structured output in the engine, on the toy target with a toy grammar: greedy output is
+//! the target's greedy decoding restricted to the grammar, sampled output stays in it and
+//! follows the restricted distribution, drafts the grammar refuses are cut before verification,
+//! and a grammar that dead-ends ends the request with `stop`.
+
+use std::collections::HashMap;
+
+use crate::sampling_support::{assert_follows, reference_probs};
+use crate::speculator_common::{Mode, OracleDrafter, ToyLm, ToyTarget, argmax, mix};
+use dspark::engine::{
+    Budget, Constraint, Engine, EngineConfig, FinishReason, RequestId, RequestSpec, SamplingParams,
+    TokenConstraint,
+};
+use dspark::policy::VerifyPolicy;
+
+const V: usize = 64;
+const K: usize = 6;
+
+/// The toy grammar: each token in the residue class `(previous + 1) % modulus` (the first:
+/// class 0); with `limit`, nothing is allowed after that many tokens.
+#[derive(Clone)]
+struct Modular {
+    modulus: u32,
+    seen: Vec<u32>,
+    limit: Option<usize>,
+}
+
+impl Modular {
+    fn ok(&self, prev: Option<u32>, t: u32, at: usize) -> bool {
+        if self.limit.is_some_and(|l| at >= l) || t as usize >= V {
+            return false;
+        }
+        let want = prev.map_or(0, |p| (p + 1) % self.modulus);
+        t % self.modulus == want
+    }
+}
+
+impl TokenConstraint for Modular {
+    fn allowed(&mut self) -> Result<Vec<u32>, String> {
+        let mut mask = vec![0u32; V.div_ceil(32)];
+        for t in 0..V as u32 {
+            if self.ok(self.seen.last().copied(), t, self.seen.len()) {
+                mask[t as usize / 32] |= 1 << (t % 32);
+            }
+        }
+        Ok(mask)
+    }
+    fn validate(&mut self, tokens: &[u32]) -> usize {
+        let mut prev = self.seen.last().copied();
+        let mut n = 0;
+        for &t in tokens {
+            if !self.ok(prev, t, self.seen.len() + n) {
+                break;
+            }
+            prev = Some(t);
+            n += 1;
+        }
+        n
+    }
+    fn consume(&mut self, tokens: &[u32]) -> Result<(), String> {
+        if self.validate(tokens) != tokens.len() {
+            return Err("refused".into());
+        }
+        self.seen.extend_from_slice(tokens);
+        Ok(())
+    }
+    fn rollback(&mut self, n: usize) -> Result<(), String> {
+        let keep = self.seen.len() - n;
+        self.seen.truncate(keep);
+        Ok(())
+    }
+}
+
+fn grammar(modulus: u32, limit: Option<usize>) -> Modular {
+    Modular {
+        modulus,
+        seen: Vec::new(),
+        limit,
+    }
+}
+
+fn engine(mode: Mode, verify: VerifyPolicy) -> Engine<ToyTarget, OracleDrafter> {
+    let t = ToyTarget::new(V, 4, 8, 17).into_resizable();
+    let d = OracleDrafter::new(&t, K, &[1, 3], mode);
+    let config = EngineConfig {
+        verify,
+        budget: Budget {
+            max_running: 8,
+            max_batched_tokens: 512,
+            kv_tokens: None,
+        },
+        ..EngineConfig::default()
+    };
+    Engine::new(t, d, config).unwrap()
+}
+
+/// The target's row after `ctx` restricted to `g`'s allowed set after `generated`.
+fn restricted(lm: &ToyLm, prompt: &[u32], generated: &[u32], g: &Modular) -> Vec<f32> {
+    let mut ctx = prompt.to_vec();
+    ctx.extend_from_slice(generated);
+    let mut row = lm.next_logits(&ctx);
+    let prev = generated.last().copied();
+    for (t, x) in row.iter_mut().enumerate() {
+        if !g.ok(prev, t as u32, generated.len()) {
+            *x = f32::NEG_INFINITY;
+        }
+    }
+    row
+}
+
+fn prompt(i: u64) -> Vec<u32> {
+    (0..2 + (mix(i) % 6) as usize)
+        .map(|j| (mix(i * 100 + j as u64) % V as u64) as u32)
+        .collect()
+}
+
+#[test]
+fn greedy_is_the_targets_greedy_within_the_grammar() {
+    let lm = ToyTarget::new(V, 4, 8, 17).lm;
+    for verify in [VerifyPolicy::Full, VerifyPolicy::ScheduledMeasured] {
+        let mut e = engine(Mode::Greedy { corrupt_every: 5 }, verify.clone());
+        let mut specs: HashMap<RequestId, (RequestSpec, Modular)> = HashMap::new();
+        for i in 0..8u64 {
+            let g = grammar(2 + (i % 3) as u32, None);
+            let mut s = RequestSpec::new(prompt(i), 16);
+            s.constraint = Some(Constraint::new(g.clone()));
+            s.logprobs = Some(1);
+            specs.insert(e.add_request(s.clone()).unwrap(), (s, g));
+        }
+        let mut got: HashMap<RequestId, Vec<u32>> = HashMap::new();
+        let mut drafted = 0;
+        while e.has_work() {
+            let step = e.step().unwrap();
+            for o in step.outputs {
+                drafted += o.drafted;
+                for lp in &o.logprobs {
+                    assert!(lp.logprob.is_finite());
+                }
+                got.entry(o.id).or_default().extend(o.new_tokens);
+            }
+        }
+        for (id, (s, g)) in &specs {
+            let mut want = Vec::new();
+            for _ in 0..s.max_new_tokens {
+                want.push(argmax(&restricted(&lm, &s.prompt, &want, g)));
+            }
+            assert_eq!(&got[id], &want, "{verify:?}");
+        }
+        if verify == VerifyPolicy::Full {
+            assert!(drafted > 0, "the grammar's drafts are verified");
+        }
+    }
+}
+
+#[test]
+fn sampled_tokens_follow_the_target_restricted_to_the_grammar() {
+    let lm = ToyTarget::new(V, 4, 8, 17).lm;
+    let p = prompt(3);
+    let g = grammar(3, None);
+    let t = 0.9;
+    let probs = |done: &[u32]| reference_probs(&restricted(&lm, &p, done, &g), t, None, 1.0);
+    let mut exact = vec![0.0; V * V];
+    for (a, &pa) in probs(&[]).iter().enumerate().filter(|(_, x)| **x > 0.0) {
+        for (b, &pb) in probs(&[a as u32]).iter().enumerate() {
+            exact[a * V + b] = pa * pb;
+        }
+    }
+    let mut e = engine(Mode::Sampling, VerifyPolicy::Full);
+    let trials = 4000u64;
+    let mut toks: HashMap<RequestId, Vec<u32>> = HashMap::new();
+    for i in 0..trials {
+        let mut s = RequestSpec::new(p.clone(), 2);
+        s.sampling = SamplingParams {
+            temperature: t,
+            top_k: None,
+            top_p: 1.0,
+        };
+        s.seed = mix(i ^ 0xABC);
+        s.constraint = Some(Constraint::new(g.clone()));
+        toks.insert(e.add_request(s).unwrap(), Vec::new());
+    }
+    while e.has_work() {
+        for o in e.step().unwrap().outputs {
+            toks.get_mut(&o.id).unwrap().extend(o.new_tokens);
+        }
+    }
+    let mut counts = vec![0u64; V * V];
+    for t in toks.values() {
+        assert!(
+            g.ok(None, t[0], 0) && g.ok(Some(t[0]), t[1], 1),
+            "in the grammar: {t:?}"
+        );
+        counts[t[0] as usize * V + t[1] as usize] += 1;
+    }
+    assert_follows(&counts, &exact, "first two tokens under a grammar");
+}
+
+#[test]
+fn a_grammar_that_dead_ends_stops_the_request() {
+    let mut e = engine(Mode::Greedy { corrupt_every: 0 }, VerifyPolicy::Full);
+    let mut s = RequestSpec::new(prompt(1), 20);
+    s.constraint = Some(Constraint::new(grammar(2, Some(5))));
+    let id = e.add_request(s).unwrap();
+    let mut n = 0;
+    let mut finish = None;
+    while e.has_work() {
+        for o in e.step().unwrap().outputs {
+            assert_eq!(o.id, id);
+            n += o.new_tokens.len();
+            finish = finish.or(o.finish);
+        }
+    }
+    assert_eq!(n, 5);
+    assert_eq!(finish, Some(FinishReason::Stop));
+}
