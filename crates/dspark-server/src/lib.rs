@@ -19,6 +19,7 @@ pub mod engine_thread;
 pub mod error;
 #[cfg(feature = "test-engine")]
 pub mod fake;
+pub mod grammar;
 pub mod load;
 pub mod logprobs;
 pub mod metrics;

@@ -40,6 +40,8 @@ pub struct ModelInfo {
     pub max_token_bytes: usize,
     /// The tokenizer's tokens as log-probability entries show them.
     pub pieces: Arc<crate::logprobs::Pieces>,
+    /// The grammar compiler of structured output, or why there is none.
+    pub grammars: Result<Arc<crate::grammar::Grammars>, String>,
 }
 
 /// The longest vocabulary entry of `t` in bytes (at least 1).
@@ -158,6 +160,14 @@ impl ModelInfo {
                 .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
         });
         let max_token_bytes = longest_token(&tokenizer);
+        let eos_ids = eos_ids(generation.as_ref(), &config);
+        let grammars = match (serde_json::from_slice::<Value>(&bytes), eos_ids.first()) {
+            (Ok(json), Some(&eos)) => {
+                crate::grammar::Grammars::new(&json, vocab_size, eos).map(Arc::new)
+            }
+            (Err(e), _) => Err(format!("tokenizer.json: {e}")),
+            (_, None) => Err("the model has no end-of-sequence id".into()),
+        };
         Ok(Self {
             name,
             created: unix_now(),
@@ -165,7 +175,8 @@ impl ModelInfo {
             pieces: Arc::new(crate::logprobs::Pieces::new(&tokenizer)),
             tokenizer: Arc::new(tokenizer),
             chat,
-            eos_ids: eos_ids(generation.as_ref(), &config),
+            eos_ids,
+            grammars,
             vocab_size,
             max_model_len,
         })

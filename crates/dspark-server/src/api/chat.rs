@@ -45,8 +45,6 @@ request_body! {
         pub logprobs: Option<bool>,
         /// Must be null or 0.
         pub top_logprobs: Option<i64>,
-        /// Only `{"type": "text"}`.
-        pub response_format: Option<Value>,
         /// Must be empty: no tool calling.
         pub tools: Option<Vec<Value>>,
         /// Only `"none"` or `"auto"` (without tools).
@@ -128,14 +126,6 @@ impl ChatRequest {
                 ));
             }
         }
-        if let Some(format) = &self.response_format
-            && format.get("type").and_then(Value::as_str) != Some("text")
-        {
-            return Err(ApiError::unsupported(
-                "response_format",
-                "only response_format {\"type\": \"text\"} is supported",
-            ));
-        }
         if self.messages.is_empty() {
             return Err(ApiError::invalid("messages", "messages is empty"));
         }
@@ -182,8 +172,6 @@ mod tests {
             r#"{"messages": [{"role": "user", "content": 3}]}"#,
             r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
             r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{}]}"#,
-            r#"{"messages": [{"role": "user", "content": "x"}],
-                "response_format": {"type": "json_object"}}"#,
         ] {
             assert_eq!(messages(bad).unwrap_err().status.as_u16(), 400, "{bad}");
         }

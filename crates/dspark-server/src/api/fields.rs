@@ -58,12 +58,14 @@ pub struct Common<'a> {
     pub frequency_penalty: Option<f64>,
     /// `repetition_penalty` (dspark, as vLLM).
     pub repetition_penalty: Option<f64>,
+    /// `response_format`.
+    pub response_format: Option<&'a Value>,
     /// `logit_bias`.
     pub logit_bias: Option<&'a serde_json::Map<String, Value>>,
 }
 
 /// The checked values of [`Common`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Checked {
     /// Tokens to generate at most, if the request said.
     pub max_tokens: Option<usize>,
@@ -87,6 +89,8 @@ pub struct Checked {
     pub penalties: dspark::engine::Penalties,
     /// Choices (`n`).
     pub n: usize,
+    /// The grammar the tokens must follow (`response_format`), compiled per choice.
+    pub grammar: Option<llguidance::api::TopLevelGrammar>,
 }
 
 fn finite(param: &str, v: f64) -> Result<f64, ApiError> {
@@ -240,6 +244,7 @@ pub fn check(c: &Common<'_>, vocab_size: usize) -> Result<Checked, ApiError> {
         stream,
         include_usage,
         n,
+        grammar: super::format::grammar(c.response_format)?,
         penalties: super::penalties::penalties(
             c.presence_penalty,
             c.frequency_penalty,

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod completions;
 pub mod error;
 pub mod fields;
+pub mod format;
 pub mod logprobs;
 pub mod penalties;
 pub mod response;

@@ -54,6 +54,9 @@ macro_rules! request_body {
             pub repetition_penalty: Option<f64>,
             /// Token id to a bias in [-100, 100] added to its logit.
             pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+            /// Structured output: `text`, `json_object`, `json_schema`, or the extensions
+            /// `regex` and `grammar` (Lark).
+            pub response_format: Option<serde_json::Value>,
             /// Ignored.
             pub user: Option<String>,
         }
@@ -78,6 +81,7 @@ macro_rules! request_body {
                     frequency_penalty: self.frequency_penalty,
                     repetition_penalty: self.repetition_penalty,
                     logit_bias: self.logit_bias.as_ref(),
+                    response_format: self.response_format.as_ref(),
                 }
             }
         }

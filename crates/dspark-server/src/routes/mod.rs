@@ -76,6 +76,24 @@ fn read<T: DeserializeOwned>(
     Ok(request)
 }
 
+/// A choice's grammar state (a 400 naming `response_format` when it does not compile, or
+/// when the model has no grammar compiler).
+fn constraint(
+    state: &AppState,
+    grammar: &llguidance::api::TopLevelGrammar,
+) -> Result<dspark::engine::Constraint, ApiError> {
+    let grammars = state.model.grammars.as_ref().map_err(|why| {
+        ApiError::unsupported(
+            "response_format",
+            format!("structured output is unavailable: {why}"),
+        )
+    })?;
+    let guided = grammars
+        .compile(grammar.clone())
+        .map_err(|e| ApiError::invalid("response_format", format!("the grammar: {e}")))?;
+    Ok(dspark::engine::Constraint::new(guided))
+}
+
 /// Choice `index`'s seed: a seeded request's first choice has the request's seed and choice
 /// `i` one derived from (seed, i), so the choices differ and each repeats; an unseeded
 /// request's choices draw fresh entropy each.
@@ -99,14 +117,22 @@ async fn answer<C: Chunks>(
     chunks: C,
     whole: impl FnOnce(C, Vec<(Out, Finish)>) -> Response,
 ) -> Result<Response, ApiError> {
+    // Every choice's spec (its grammar compiled) before any starts: a bad grammar runs nothing.
+    let mut specs = Vec::with_capacity(checked.n);
+    for i in 0..checked.n {
+        let mut one = spec.clone();
+        one.seed = choice_seed(spec.seed, checked.seed, i);
+        if let Some(g) = &checked.grammar {
+            one.constraint = Some(constraint(state, g)?);
+        }
+        specs.push(one);
+    }
     let mut slots = vec![slot];
     for _ in 1..checked.n {
         slots.push(state.engine.reserve()?);
     }
     let mut sessions = Vec::with_capacity(slots.len());
-    for (i, slot) in slots.into_iter().enumerate() {
-        let mut one = spec.clone();
-        one.seed = choice_seed(spec.seed, checked.seed, i);
+    for (one, slot) in specs.into_iter().zip(slots) {
         let stops = checked.stop_strings.clone();
         sessions.push(Session::start(state, slot, one, stops, arrived).await?);
     }

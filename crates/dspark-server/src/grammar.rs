@@ -1,0 +1,206 @@
+//! Structured output for the server: `response_format` (and the `regex` / `grammar`
+//! extensions) compiled by llguidance into a [`TokenConstraint`] over the target vocabulary.
+//!
+//! The token trie is built once per model from `tokenizer.json` (each token's bytes; special
+//! tokens marked so that no grammar emits them by accident); every request compiles its own
+//! grammar into a matcher. A grammar that completes allows the end-of-sequence token alone, so
+//! the request stops there; one that dead-ends (an error inside the matcher) does the same,
+//! with a warning in the log.
+
+use std::sync::Arc;
+
+use dspark::engine::TokenConstraint;
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use serde_json::Value;
+use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
+
+/// The compiler of a model's grammars.
+pub struct Grammars {
+    factory: ParserFactory,
+    vocab: usize,
+    eos: u32,
+}
+
+impl std::fmt::Debug for Grammars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grammars")
+            .field("vocab", &self.vocab)
+            .field("eos", &self.eos)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Grammars {
+    /// From the model's `tokenizer.json` (parsed), its vocabulary of `vocab` ids (ids past the
+    /// tokenizer's are padding no grammar allows) and its end-of-sequence id. Errors say why
+    /// structured output is unavailable (a tokenizer whose token bytes cannot be read).
+    pub fn new(tokenizer_json: &Value, vocab: usize, eos: u32) -> Result<Self, String> {
+        let mut words = llguidance::token_bytes_from_tokenizer_json(tokenizer_json)
+            .map_err(|e| format!("the tokenizer's token bytes cannot be read: {e}"))?;
+        if words.len() > vocab {
+            return Err(format!(
+                "the tokenizer has {} tokens, the model's vocabulary {vocab}",
+                words.len()
+            ));
+        }
+        for i in words.len()..vocab {
+            // A special-marked name: never matched by text.
+            let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+            w.extend_from_slice(format!("<|dspark_pad_{i}|>").as_bytes());
+            words.push(w);
+        }
+        let info = TokRxInfo::new(vocab as u32, eos);
+        let env: TokEnv = Arc::new(ApproximateTokEnv::new(TokTrie::from(&info, &words)));
+        let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+        factory.quiet();
+        Ok(Self {
+            factory,
+            vocab,
+            eos,
+        })
+    }
+
+    /// A request's constraint: `grammar` compiled (errors: the compiler's message).
+    pub fn compile(&self, grammar: TopLevelGrammar) -> Result<Guided, String> {
+        let parser = self
+            .factory
+            .create_parser(grammar)
+            .map_err(|e| e.to_string())?;
+        let mut matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(e);
+        }
+        // A grammar that can never match (an empty language) is refused here, not run.
+        let first = matcher.compute_mask().map_err(|e| e.to_string())?;
+        if first.is_zero() && !matcher.is_accepting().unwrap_or(false) {
+            return Err("the grammar matches no text".into());
+        }
+        Ok(Guided {
+            matcher,
+            words: self.vocab.div_ceil(32),
+            eos: self.eos,
+        })
+    }
+}
+
+/// One request's grammar state.
+pub struct Guided {
+    matcher: Matcher,
+    words: usize,
+    eos: u32,
+}
+
+impl Guided {
+    fn eos_only(&self) -> Vec<u32> {
+        let mut mask = vec![0u32; self.words];
+        if let Some(w) = mask.get_mut(self.eos as usize / 32) {
+            *w |= 1 << (self.eos % 32);
+        }
+        mask
+    }
+}
+
+impl TokenConstraint for Guided {
+    fn allowed(&mut self) -> Result<Vec<u32>, String> {
+        match self.matcher.compute_mask_or_eos() {
+            Ok(v) => {
+                let mut mask = v.as_slice().to_vec();
+                mask.resize(self.words, 0);
+                Ok(mask)
+            }
+            Err(e) => {
+                tracing::warn!("the grammar dead-ends ({e}): the request stops here");
+                Ok(self.eos_only())
+            }
+        }
+    }
+
+    fn validate(&mut self, tokens: &[u32]) -> usize {
+        self.matcher.validate_tokens(tokens).unwrap_or(0)
+    }
+
+    fn consume(&mut self, tokens: &[u32]) -> Result<(), String> {
+        if self.matcher.is_stopped() {
+            // Past the end (an end-of-sequence token the request keeps after `ignore_eos`).
+            return Ok(());
+        }
+        self.matcher
+            .consume_tokens(tokens)
+            .map_err(|e| e.to_string())
+    }
+
+    fn rollback(&mut self, n: usize) -> Result<(), String> {
+        self.matcher.rollback(n).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logprobs::Pieces;
+
+    fn bundled() -> (tokenizers::Tokenizer, Grammars) {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../python/dspark/models/tiny/target/tokenizer.json");
+        let bytes = std::fs::read(&path).unwrap();
+        let json: Value = serde_json::from_slice(&bytes).unwrap();
+        let tok = tokenizers::Tokenizer::from_bytes(&bytes).unwrap();
+        // The bundled target's vocabulary is 3000 ids, its end-of-sequence id 0.
+        (tok, Grammars::new(&json, 3000, 0).unwrap())
+    }
+
+    fn allowed_ids(mask: &[u32]) -> Vec<u32> {
+        (0..mask.len() as u32 * 32)
+            .filter(|&v| mask[v as usize / 32] >> (v % 32) & 1 == 1)
+            .collect()
+    }
+
+    #[test]
+    fn a_regex_walk_stays_in_the_language_and_ends_with_eos() {
+        let (tok, g) = bundled();
+        let pieces = Pieces::new(&tok);
+        let mut c = g.compile(TopLevelGrammar::from_regex("[0-9]{4}")).unwrap();
+        let mut text = Vec::new();
+        for _ in 0..8 {
+            let ids = allowed_ids(&c.allowed().unwrap());
+            assert!(!ids.is_empty());
+            if ids == [0] {
+                break; // the language is complete: end-of-sequence alone
+            }
+            let t = *ids.iter().find(|&&t| t != 0).unwrap();
+            for &id in &ids {
+                let b = pieces.piece(&tok, id).bytes;
+                assert!(id == 0 || b.iter().all(u8::is_ascii_digit), "{b:?}");
+            }
+            assert_eq!(c.validate(&[t]), 1);
+            c.consume(&[t]).unwrap();
+            text.extend(pieces.piece(&tok, t).bytes);
+        }
+        assert_eq!(text.len(), 4, "{:?}", String::from_utf8_lossy(&text));
+        // Rolling back re-opens the language.
+        c.rollback(1).unwrap();
+        assert!(allowed_ids(&c.allowed().unwrap()).iter().any(|&t| t != 0));
+        // A token outside the language is refused.
+        let letter = tok.encode("x", false).unwrap().get_ids()[0];
+        assert_eq!(c.validate(&[letter]), 0);
+    }
+
+    #[test]
+    fn bad_grammars_are_refused_at_compile_time() {
+        let (_, g) = bundled();
+        assert!(g.compile(TopLevelGrammar::from_regex("a(")).is_err());
+        assert!(g.compile(TopLevelGrammar::from_lark("start: foo".into())).is_err());
+        assert!(
+            g.compile(TopLevelGrammar::from_json_schema(
+                serde_json::json!({"type": "nonsense"})
+            ))
+            .is_err()
+        );
+        let ok = g.compile(TopLevelGrammar::from_json_schema(
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}},
+                               "required": ["a"]}),
+        ));
+        assert!(ok.is_ok());
+    }
+}
