@@ -10,7 +10,8 @@ most C in flight. The load is bounded: a fixed count of requests, each with a de
 run's own deadline. Per server and C: throughput (completion tokens / wall seconds), time to
 first token, time per output token (after the first), end-to-end latency (p50 and p99), and
 errors. ``dspark`` and ``llama.cpp`` also run the load with ``logprobs: 5`` and with frequency
-and presence penalties (``--extras``), rows ``NAME +logprobs`` / ``NAME +penalties``. Writes
+and presence penalties, and ``dspark`` with a JSON schema (``--extras``), rows ``NAME +logprobs``
+/ ``NAME +penalties`` / ``dspark +json``. Writes
 ``benches/results/server.json`` (``--out``).
 
 Servers:
@@ -149,7 +150,25 @@ async def one_request(url: str, body: dict[str, Any]) -> dict[str, Any]:
 EXTRAS: dict[str, dict[str, Any]] = {
     "logprobs": {"logprobs": 5},
     "penalties": {"frequency_penalty": 1.0, "presence_penalty": 0.5},
+    "json": {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "record",
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "title": {"type": "string", "maxLength": 40},
+                        "lines": {"type": "array", "items": {"type": "string", "maxLength": 60}},
+                    },
+                    "required": ["title", "lines"],
+                },
+            },
+        }
+    },
 }
+#: Which extras each peer takes (llama-cpp-python's completions take no ``response_format``).
+EXTRAS_OF: dict[str, list[str]] = {"llama.cpp": ["logprobs", "penalties"]}
 
 
 async def run_level(
@@ -321,7 +340,8 @@ def main() -> int:
                 continue
             variants: list[tuple[str, dict[str, Any] | None]] = [(name, None)]
             if name in ("dspark", "llama.cpp"):
-                variants += [(f"{name} +{e}", EXTRAS[e]) for e in args.extras]
+                takes = EXTRAS_OF.get(name, list(EXTRAS))
+                variants += [(f"{name} +{e}", EXTRAS[e]) for e in args.extras if e in takes]
             try:
                 for label, extra in variants:
                     rows[label] = []

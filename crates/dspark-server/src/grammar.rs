@@ -190,7 +190,10 @@ mod tests {
     fn bad_grammars_are_refused_at_compile_time() {
         let (_, g) = bundled();
         assert!(g.compile(TopLevelGrammar::from_regex("a(")).is_err());
-        assert!(g.compile(TopLevelGrammar::from_lark("start: foo".into())).is_err());
+        assert!(
+            g.compile(TopLevelGrammar::from_lark("start: foo".into()))
+                .is_err()
+        );
         assert!(
             g.compile(TopLevelGrammar::from_json_schema(
                 serde_json::json!({"type": "nonsense"})

@@ -11,6 +11,22 @@ fn bad(message: impl Into<String>) -> ApiError {
     ApiError::invalid("response_format", message)
 }
 
+/// `schema` generated compact: `", "` and `": "` between items and keys and no other
+/// whitespace (a model that loves whitespace could otherwise fill its budget with it), unless
+/// it carries llguidance's own `x-guidance` options.
+fn compact(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(map) = schema.as_object_mut()
+        && !map.contains_key("x-guidance")
+    {
+        map.insert(
+            "x-guidance".into(),
+            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+        );
+    }
+    schema
+}
+
 /// The grammar `format` asks for (`None`: free text).
 pub fn grammar(format: Option<&Value>) -> Result<Option<TopLevelGrammar>, ApiError> {
     let Some(format) = format.filter(|f| !f.is_null()) else {
@@ -26,16 +42,16 @@ pub fn grammar(format: Option<&Value>) -> Result<Option<TopLevelGrammar>, ApiErr
     };
     match format.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(TopLevelGrammar::from_json_schema(
-            json!({"type": "object"}),
-        ))),
+        Some("json_object") => Ok(Some(TopLevelGrammar::from_json_schema(compact(
+            &json!({"type": "object"}),
+        )))),
         Some("json_schema") => {
             let schema = format
                 .get("json_schema")
                 .and_then(|s| s.get("schema"))
                 .filter(|s| s.is_object() || s.is_boolean())
                 .ok_or_else(|| bad("response_format.json_schema.schema must be a JSON schema"))?;
-            Ok(Some(TopLevelGrammar::from_json_schema(schema.clone())))
+            Ok(Some(TopLevelGrammar::from_json_schema(compact(schema))))
         }
         Some("regex") => Ok(Some(TopLevelGrammar::from_regex(&text("regex")?))),
         Some("grammar") => Ok(Some(TopLevelGrammar::from_lark(text("grammar")?))),
