@@ -1,8 +1,8 @@
 //! Log-probabilities of emitted tokens under the distribution they were drawn from.
 //!
 //! A sampled token's distribution is the verification's: `softmax(logits / T)`, then top-k,
-//! then top-p, renormalized (the verification's `Dist`); tokens outside the kept set have probability 0 and are
-//! never listed. A greedy token (temperature below [`GREEDY_BELOW`](super::GREEDY_BELOW)) is
+//! then top-p, renormalized (the verification's `Dist`); tokens outside the kept set have
+//! probability 0 and are never listed. A greedy token (temperature below [`GREEDY_BELOW`](super::GREEDY_BELOW)) is
 //! the argmax of a point mass; its log-probabilities are the model's own, `log_softmax` of
 //! the raw logits with no truncation, which is what an evaluation harness asks for.
 //!
