@@ -136,3 +136,29 @@ def test_regexes_match_whole_and_drafting_goes_on(client: Any) -> None:
         extra_body={"response_format": {"type": "grammar", "grammar": lark}},
     )
     assert y.choices[0].text in ("yes", "no", "maybe")
+
+
+def test_the_python_engine_takes_a_response_format() -> None:
+    import dspark
+    from dspark.bundled import bundled_dir
+
+    root = bundled_dir()
+    target = dspark.NativeTarget.from_pretrained(root / "target")
+    drafter = dspark.Drafter.from_pretrained(root / "drafter", target)
+    eng = dspark.Engine(target, drafter, verify="full")
+    fmt = {"type": "regex", "regex": "[a-z]{2,5}( [a-z]{2,5}){2}"}
+    rid = eng.add_request(
+        [5, 6, 7], 40, temperature=0.8, seed=2, stop_token_ids=[0], response_format=fmt
+    )
+    free = eng.add_request([5, 6, 7], 8)
+    out = eng.run()
+    tok = pytest.importorskip("tokenizers").Tokenizer.from_file(
+        str(root / "target" / "tokenizer.json")
+    )
+    assert out[rid][-1] == 0, "the completed grammar allows the end-of-sequence id alone"
+    text = tok.decode(out[rid][:-1], skip_special_tokens=True)
+    assert re.fullmatch(fmt["regex"], text), text
+    assert len(out[free]) == 8
+    with pytest.raises(dspark.InputError) as e:
+        eng.add_request([5], 4, response_format={"type": "regex", "regex": "a("})
+    assert e.value.code == "invalid-argument" and "response_format" in str(e.value)

@@ -516,6 +516,7 @@ class Engine:
         max_running: object = None,
         max_batched_tokens: object = None,
         kv_tokens: object = None,
+        tokenizer_dir: object = None,
     ) -> None: ...
     def add_request(
         self,
@@ -533,6 +534,7 @@ class Engine:
         frequency_penalty: object = None,
         repetition_penalty: object = None,
         logit_bias: object = None,
+        response_format: str | None = None,
     ) -> int:
         """Queue a request; returns its id."""
     def step(self) -> list[RequestUpdate]:

@@ -20,6 +20,8 @@ Example::
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +59,7 @@ class Engine:
         max_running: int | None = None,
         max_batched_tokens: int | None = None,
         kv_tokens: int | None = None,
+        tokenizer_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """Check the pair, the options and that the target can grow and drop cache rows.
 
@@ -70,6 +73,10 @@ class Engine:
                 unbounded). A request that could never fit is refused at ``add_request``; when
                 the running requests cannot take their next round the newest one is preempted
                 and resumes later where it was.
+            tokenizer_dir: the target's directory (``tokenizer.json``, ``config.json``, the
+                end-of-sequence id), for requests with a ``response_format``; default: a
+                :class:`NativeTarget`'s own directory, or an HF model's local
+                ``name_or_path``. Read at the first such request.
         """
         missing = [m for m in DRAFTER_MEMBERS if not hasattr(drafter, m)]
         if missing:
@@ -95,6 +102,7 @@ class Engine:
             max_running=max_running,
             max_batched_tokens=max_batched_tokens,
             kv_tokens=kv_tokens,
+            tokenizer_dir=_tokenizer_dir(target) if tokenizer_dir is None else tokenizer_dir,
         )
 
     def add_request(
@@ -113,6 +121,7 @@ class Engine:
         frequency_penalty: float = 0.0,
         repetition_penalty: float = 1.0,
         logit_bias: Mapping[int, float] | None = None,
+        response_format: Mapping[str, Any] | None = None,
     ) -> int:
         """Queue a request; returns its id. ``seed``: the request's own seed (the unit of
         reproducibility); ``None`` draws fresh entropy, so unseeded requests are independent
@@ -124,8 +133,12 @@ class Engine:
         ``presence_penalty`` / ``frequency_penalty`` (in [-2, 2], over the generated tokens),
         ``repetition_penalty`` (> 0, over prompt and generated tokens; 1 off) and
         ``logit_bias`` (token id to a bias in [-100, 100]) change the target distribution at
-        each position; speculative output follows the changed distribution exactly. Values
-        out of range are typed errors naming the field."""
+        each position; speculative output follows the changed distribution exactly.
+        ``response_format``: structured output, as ``dspark serve`` takes it (``{"type":
+        "json_schema", "json_schema": {"schema": ...}}``, ``json_object``, and the ``regex`` /
+        ``grammar`` (Lark) extensions): the request's tokens follow the target restricted to
+        the grammar (drafts it refuses are cut before verification). Values out of range, and
+        grammars that do not compile, are typed errors naming the field."""
         return int(
             self._native.add_request(
                 prompt_ids,
@@ -141,6 +154,7 @@ class Engine:
                 frequency_penalty=as_float(frequency_penalty, "frequency_penalty"),
                 repetition_penalty=as_float(repetition_penalty, "repetition_penalty"),
                 logit_bias=dict(logit_bias) if isinstance(logit_bias, Mapping) else logit_bias,
+                response_format=_format_json(response_format),
             )
         )
 
@@ -201,3 +215,26 @@ class Engine:
         for u in self.updates():
             tokens.setdefault(u.request_id, []).extend(u.new_tokens)
         return tokens
+
+
+def _tokenizer_dir(target: object) -> str | None:
+    """A target's own directory, when it has one on disk (a ``NativeTarget``'s path, an HF
+    model's local ``name_or_path``)."""
+    path = getattr(target, "path", None) or getattr(target, "name_or_path", None)
+    return str(path) if path is not None and os.path.isdir(str(path)) else None
+
+
+def _format_json(response_format: object) -> str | None:
+    """``response_format`` as JSON text for the engine (``None`` stays ``None``)."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, Mapping):
+        raise_error(
+            InputError,
+            "invalid-argument",
+            f"response_format: expected a mapping, got {type(response_format).__name__}",
+        )
+    try:
+        return json.dumps(dict(response_format))
+    except (TypeError, ValueError) as e:
+        raise_error(InputError, "invalid-argument", f"response_format: not JSON ({e})")

@@ -29,6 +29,7 @@ pub struct PyEngine {
     waiting: AtomicUsize,
     busy: AtomicBool,
     last: Mutex<(StepTiming, bool)>,
+    grammars: crate::grammar::PyGrammars,
 }
 
 /// One request's part of a step.
@@ -173,7 +174,7 @@ impl PyEngine {
     #[pyo3(signature = (target, drafter, *, num_speculative_tokens = None, verify = "scheduled",
         threshold = None, steps_per_second = None, steps_interpolation = None,
         record_confidence = false, max_running = None, max_batched_tokens = None,
-        kv_tokens = None))]
+        kv_tokens = None, tokenizer_dir = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -188,6 +189,7 @@ impl PyEngine {
         max_running: Option<&Bound<'_, PyAny>>,
         max_batched_tokens: Option<&Bound<'_, PyAny>>,
         kv_tokens: Option<&Bound<'_, PyAny>>,
+        tokenizer_dir: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(|| {
             let target = target_of(target)?;
@@ -225,6 +227,10 @@ impl PyEngine {
                 waiting: AtomicUsize::new(0),
                 busy: AtomicBool::new(false),
                 last: Mutex::new((StepTiming::default(), false)),
+                grammars: crate::grammar::PyGrammars::new(match tokenizer_dir {
+                    Some(d) if !d.is_none() => Some(args::path(d, "tokenizer_dir")?),
+                    _ => None,
+                }),
             })
         })
     }
@@ -234,7 +240,7 @@ impl PyEngine {
     #[pyo3(signature = (prompt, max_new_tokens, *, temperature = None, top_k = None,
         top_p = None, seed = None, stop_token_ids = None, max_drafts = None, logprobs = None,
         presence_penalty = None, frequency_penalty = None, repetition_penalty = None,
-        logit_bias = None))]
+        logit_bias = None, response_format = None))]
     #[allow(clippy::too_many_arguments)]
     fn add_request(
         &self,
@@ -251,6 +257,7 @@ impl PyEngine {
         frequency_penalty: Option<&Bound<'_, PyAny>>,
         repetition_penalty: Option<&Bound<'_, PyAny>>,
         logit_bias: Option<&Bound<'_, PyAny>>,
+        response_format: Option<&str>,
     ) -> PyResult<u64> {
         guard(|| {
             let prompt_ids = args::ids_1d(prompt, "prompt")?;
@@ -286,7 +293,10 @@ impl PyEngine {
                     repetition: args::opt_float32(repetition_penalty, "repetition_penalty", 1.0)?,
                     logit_bias: args::logit_bias(logit_bias, "logit_bias")?,
                 },
-                constraint: None,
+                constraint: match response_format {
+                    Some(f) => self.grammars.constraint(f).map_err(err)?,
+                    None => None,
+                },
             };
             // The lock is taken with the GIL released (see `engine`).
             let id = prompt.py().detach(|| {

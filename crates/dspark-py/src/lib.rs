@@ -12,6 +12,7 @@ mod drafter;
 mod drafter_args;
 mod engine;
 mod errors;
+mod grammar;
 mod inspect;
 mod interrupt;
 mod json;
