@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -109,3 +110,25 @@ def check_distribution(
 def assert_distribution() -> Callable[..., float]:
     """The :func:`check_distribution` helper as a fixture."""
     return check_distribution
+
+
+@pytest.fixture(scope="session")
+def bundled_pair() -> tuple[Any, Any]:
+    """The bundled pair, loaded once: its ``NativeTarget`` and ``Drafter`` (no calibration)."""
+    import dspark
+    from dspark.bundled import bundled_dir
+
+    root = bundled_dir()
+    target = dspark.NativeTarget.from_pretrained(root / "target")
+    return target, dspark.Drafter.from_pretrained(root / "drafter", target, sts=False)
+
+
+@pytest.fixture(scope="session")
+def bundled_server() -> Iterator[Any]:
+    """One ``dspark serve`` on the bundled pair (``test_serve.Server``) for the session's
+    client tests."""
+    from test_serve import Server
+
+    s = Server()
+    yield s
+    s.stop()

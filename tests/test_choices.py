@@ -4,24 +4,14 @@ are all the target's greedy continuation."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    from test_serve import Server
-
-    s = Server()
-    yield s
-    s.stop()
-
-
-def test_openai_client_n_choices(server: Any) -> None:
+def test_openai_client_n_choices(bundled_server: Any) -> None:
     openai = pytest.importorskip("openai")
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    client = openai.OpenAI(base_url=bundled_server.url + "/v1", api_key="none", max_retries=0)
     model = client.models.list().data[0].id
     ask = {"model": model, "prompt": "def main(", "max_tokens": 12, "temperature": 1.0}
     a = client.completions.create(n=4, seed=5, **ask)

@@ -8,25 +8,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 
 import dspark
-from dspark.bundled import bundled_dir
 
 PROMPTS = [[(13 * i + 5 * j + 7) % 900 + 3 for j in range(3 + (7 * i) % 11)] for i in range(5)]
 TOP = 5
-
-
-@pytest.fixture(scope="module")
-def pair() -> tuple[Any, Any]:
-    root = bundled_dir()
-    target = dspark.NativeTarget.from_pretrained(root / "target")
-    drafter = dspark.Drafter.from_pretrained(root / "drafter", target, sts=False)
-    return target, drafter
 
 
 def reference(row: np.ndarray, temperature: float, top_k: int | None, top_p: float) -> np.ndarray:
@@ -76,8 +67,8 @@ def check_entries(
 
 
 @pytest.mark.parametrize("verify", ["full", "scheduled"])
-def test_engine_logprobs_are_the_targets(pair: tuple[Any, Any], verify: str) -> None:
-    target, drafter = pair
+def test_engine_logprobs_are_the_targets(bundled_pair: tuple[Any, Any], verify: str) -> None:
+    target, drafter = bundled_pair
     eng = dspark.Engine(target, drafter, verify=verify)
     samplings: list[dict[str, Any]] = [
         {},
@@ -100,8 +91,8 @@ def test_engine_logprobs_are_the_targets(pair: tuple[Any, Any], verify: str) -> 
         check_entries(target, p, tokens[i], entries[i], s)
 
 
-def test_no_logprobs_unless_asked_and_bad_counts_are_typed(pair: tuple[Any, Any]) -> None:
-    target, drafter = pair
+def test_no_logprobs_unless_asked_and_bad_counts_are_typed(bundled_pair: tuple[Any, Any]) -> None:
+    target, drafter = bundled_pair
     eng = dspark.Engine(target, drafter)
     eng.add_request(PROMPTS[0], 4)
     assert all(u.logprobs == [] for u in eng.step())
@@ -111,10 +102,10 @@ def test_no_logprobs_unless_asked_and_bad_counts_are_typed(pair: tuple[Any, Any]
         assert e.value.code == "invalid-argument" and "logprobs" in str(e.value)
 
 
-def test_sampled_first_tokens_follow_their_logprobs(pair: tuple[Any, Any]) -> None:
+def test_sampled_first_tokens_follow_their_logprobs(bundled_pair: tuple[Any, Any]) -> None:
     """Many seeds, one prompt: the first generated token's frequencies match exp(logprob) of
     the alternatives the engine reports (chi-square, bins of expected count >= 5)."""
-    target, drafter = pair
+    target, drafter = bundled_pair
     eng = dspark.Engine(target, drafter, verify="full")
     n = 600
     ids = [
@@ -143,19 +134,12 @@ def test_sampled_first_tokens_follow_their_logprobs(pair: tuple[Any, Any]) -> No
     assert stat < crit, (stat, crit, dof)
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    from test_serve import Server
-
-    s = Server()
-    yield s
-    s.stop()
-
-
-def test_openai_client_logprobs_whole_and_streamed(pair: tuple[Any, Any], server: Any) -> None:
+def test_openai_client_logprobs_whole_and_streamed(
+    bundled_pair: tuple[Any, Any], bundled_server: Any
+) -> None:
     openai = pytest.importorskip("openai")
-    target, drafter = pair
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    target, drafter = bundled_pair
+    client = openai.OpenAI(base_url=bundled_server.url + "/v1", api_key="none", max_retries=0)
     model = client.models.list().data[0].id
     prompt = PROMPTS[2]
     want = dspark.Speculator(target, drafter).generate([prompt], 12, stop_token_ids=[0])

@@ -5,7 +5,7 @@ are typed errors naming the field."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,14 +16,6 @@ from dspark.bundled import bundled_dir
 
 PROMPTS = [[(11 * i + 3 * j + 5) % 900 + 3 for j in range(4 + (5 * i) % 9)] for i in range(4)]
 NEW = 24
-
-
-@pytest.fixture(scope="module")
-def pair() -> tuple[Any, Any]:
-    root = bundled_dir()
-    target = dspark.NativeTarget.from_pretrained(root / "target")
-    drafter = dspark.Drafter.from_pretrained(root / "drafter", target, sts=False)
-    return target, drafter
 
 
 def penalize(
@@ -66,9 +58,9 @@ CASES: list[dict[str, Any]] = [
 
 @pytest.mark.parametrize("verify", ["full", "scheduled"])
 def test_greedy_under_penalties_equals_the_penalized_target(
-    pair: tuple[Any, Any], verify: str
+    bundled_pair: tuple[Any, Any], verify: str
 ) -> None:
-    target, drafter = pair
+    target, drafter = bundled_pair
     eng = dspark.Engine(target, drafter, verify=verify)
     ids = []
     for prompt, pen in zip(PROMPTS, [*CASES, {}], strict=True):
@@ -90,8 +82,8 @@ def test_greedy_under_penalties_equals_the_penalized_target(
     assert out[ids[0]] != plain
 
 
-def test_the_speculator_applies_them_to_every_request(pair: tuple[Any, Any]) -> None:
-    target, drafter = pair
+def test_the_speculator_applies_them_to_every_request(bundled_pair: tuple[Any, Any]) -> None:
+    target, drafter = bundled_pair
     pen = CASES[2]
     spec = dspark.Speculator(
         target, drafter, frequency_penalty=pen["frequency"], logit_bias=pen["bias"]
@@ -104,8 +96,8 @@ def test_the_speculator_applies_them_to_every_request(pair: tuple[Any, Any]) -> 
     assert "presence_penalty" in str(e.value)
 
 
-def test_bad_penalties_are_typed_errors(pair: tuple[Any, Any]) -> None:
-    target, drafter = pair
+def test_bad_penalties_are_typed_errors(bundled_pair: tuple[Any, Any]) -> None:
+    target, drafter = bundled_pair
     eng = dspark.Engine(target, drafter)
     for kw, code in [
         ({"presence_penalty": 2.5}, "invalid-argument"),
@@ -121,21 +113,12 @@ def test_bad_penalties_are_typed_errors(pair: tuple[Any, Any]) -> None:
         assert next(iter(kw)) in str(e.value), (kw, str(e.value))
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    from test_serve import Server
-
-    s = Server()
-    yield s
-    s.stop()
-
-
-def test_openai_client_penalties(pair: tuple[Any, Any], server: Any) -> None:
+def test_openai_client_penalties(bundled_pair: tuple[Any, Any], bundled_server: Any) -> None:
     openai = pytest.importorskip("openai")
     tokenizers = pytest.importorskip("tokenizers")
     tok = tokenizers.Tokenizer.from_file(str(bundled_dir() / "target" / "tokenizer.json"))
-    target, drafter = pair
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    target, drafter = bundled_pair
+    client = openai.OpenAI(base_url=bundled_server.url + "/v1", api_key="none", max_retries=0)
     model = client.models.list().data[0].id
     prompt = PROMPTS[1]
     eng = dspark.Engine(target, drafter)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -46,18 +45,9 @@ def valid(doc: Any) -> bool:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    from test_serve import Server
-
-    s = Server()
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server: Any) -> Any:
+def client(bundled_server: Any) -> Any:
     openai = pytest.importorskip("openai")
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    return openai.OpenAI(base_url=bundled_server.url + "/v1", api_key="none", max_retries=0)
 
 
 def test_schema_answers_always_parse_and_validate(client: Any) -> None:

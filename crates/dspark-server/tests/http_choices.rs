@@ -9,17 +9,9 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{Server, Setup, encode};
+use common::{Server, Setup, encode, sse_chunks};
 use dspark_server::fake::FakeConfig;
-use serde_json::{Value, json};
-
-fn chunks(data: &[String]) -> Vec<Value> {
-    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
-    data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn seeded_choices_differ_repeat_and_stream_with_their_indexes() {
@@ -56,7 +48,7 @@ async fn seeded_choices_differ_repeat_and_stream_with_their_indexes() {
     streamed["stream_options"] = json!({"include_usage": true});
     let (status, data) = s.stream("/v1/completions", &streamed).await;
     assert_eq!(status, 200);
-    let all = chunks(&data);
+    let all = sse_chunks(&data);
     let mut by_choice: BTreeMap<u64, String> = BTreeMap::new();
     let mut finished = 0;
     for c in &all[..all.len() - 1] {
@@ -83,7 +75,7 @@ async fn chat_choices_open_each_with_the_role() {
                       "n": 3, "stream": true});
     let (status, data) = s.stream("/v1/chat/completions", &body).await;
     assert_eq!(status, 200);
-    let opened: Vec<u64> = chunks(&data)
+    let opened: Vec<u64> = sse_chunks(&data)
         .iter()
         .filter(|c| c["choices"][0]["delta"]["role"] == "assistant")
         .map(|c| c["choices"][0]["index"].as_u64().unwrap())

@@ -6,19 +6,10 @@
 
 mod common;
 
-use common::{Server, Setup, encode};
+use common::{Server, Setup, encode, sse_chunks};
 use serde_json::{Value, json};
 
 const LN2: f64 = std::f64::consts::LN_2;
-
-/// The parsed chunks of a stream (without `[DONE]`).
-fn chunks(data: &[String]) -> Vec<Value> {
-    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
-    data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
-}
 
 fn close(v: &Value, want: f64) -> bool {
     (v.as_f64().unwrap() - want).abs() < 1e-6
@@ -64,7 +55,7 @@ async fn completion_logprobs_whole_and_streamed() {
     assert_eq!(status, 200);
     let mut joined =
         json!({"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []});
-    for c in chunks(&data) {
+    for c in sse_chunks(&data) {
         let piece = &c["choices"][0]["logprobs"];
         for key in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
             let all = joined[key].as_array_mut().unwrap();
@@ -116,7 +107,7 @@ async fn chat_logprobs_whole_and_streamed() {
     streamed["stream"] = json!(true);
     let (status, data) = s.stream("/v1/chat/completions", &streamed).await;
     assert_eq!(status, 200);
-    let got: Vec<Value> = chunks(&data)
+    let got: Vec<Value> = sse_chunks(&data)
         .iter()
         .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
         .flatten()

@@ -231,3 +231,12 @@ pub fn encode(text: &str) -> Vec<u32> {
     });
     tok.encode(text, false).unwrap().get_ids().to_vec()
 }
+
+/// The parsed chunks of a stream's `data` events, checking that `[DONE]` ends it.
+pub fn sse_chunks(data: &[String]) -> Vec<Value> {
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}

@@ -6,20 +6,13 @@
 use std::collections::HashMap;
 
 use crate::sampling_support::reference_probs;
-use crate::speculator_common::{Mode, OracleDrafter, ToyTarget, mix};
-use dspark::engine::{Budget, Engine, EngineConfig, RequestId, RequestSpec, SamplingParams};
+use crate::speculator_common::{Mode, mix};
+use crate::toy_engine::{V, engine, lm};
+use dspark::engine::{Budget, EngineConfig, RequestId, RequestSpec, SamplingParams};
 use dspark::policy::VerifyPolicy;
 use dspark::sampling::{MAX_TOP_LOGPROBS, TokenLogprob};
 
-const V: usize = 64;
-const K: usize = 6;
 const TOP: usize = 4;
-
-fn engine(mode: Mode, config: EngineConfig) -> Engine<ToyTarget, OracleDrafter> {
-    let t = ToyTarget::new(V, 4, 8, 17).into_resizable();
-    let d = OracleDrafter::new(&t, K, &[1, 3], mode);
-    Engine::new(t, d, config).unwrap()
-}
 
 fn request(i: u64, sampled: bool) -> RequestSpec {
     let len = 1 + (mix(i) % 8) as usize;
@@ -86,7 +79,7 @@ fn check(
 
 #[test]
 fn logprobs_are_the_targets_at_every_position_whatever_the_rounds() {
-    let lm = ToyTarget::new(V, 4, 8, 17).lm;
+    let lm = lm();
     let cases = [
         (
             Mode::Greedy { corrupt_every: 3 },

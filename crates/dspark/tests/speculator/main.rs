@@ -14,3 +14,4 @@ mod logprobs;
 mod penalties;
 mod rounds;
 mod serving;
+mod toy_engine;

@@ -5,24 +5,10 @@
 use std::collections::HashMap;
 
 use crate::sampling_support::{assert_follows, reference_probs};
-use crate::speculator_common::{Mode, OracleDrafter, ToyLm, ToyTarget, argmax, mix};
-use dspark::engine::{
-    Budget, Engine, EngineConfig, Penalties, RequestId, RequestSpec, SamplingParams,
-};
+use crate::speculator_common::{Mode, ToyLm, argmax, mix};
+use crate::toy_engine::{V, engine, lm};
+use dspark::engine::{Budget, EngineConfig, Penalties, RequestId, RequestSpec, SamplingParams};
 use dspark::policy::VerifyPolicy;
-
-const V: usize = 64;
-const K: usize = 6;
-
-fn engine(mode: Mode, config: EngineConfig) -> Engine<ToyTarget, OracleDrafter> {
-    let t = ToyTarget::new(V, 4, 8, 17).into_resizable();
-    let d = OracleDrafter::new(&t, K, &[1, 3], mode);
-    Engine::new(t, d, config).unwrap()
-}
-
-fn lm() -> ToyLm {
-    ToyTarget::new(V, 4, 8, 17).lm
-}
 
 /// An independent reading of the rules: repetition (prompt or generated), then presence and
 /// frequency (generated), then the bias.
