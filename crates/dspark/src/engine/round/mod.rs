@@ -170,15 +170,15 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         } else {
             Some(self.plan_round(act.clone(), out)?)
         };
-        let first_rows: Vec<usize> = join
-            .iter()
-            .copied()
-            .filter(|&i| {
+        // A joining row samples its first token unless it resumes (it has one already).
+        let sample_first: Vec<bool> = (0..b)
+            .map(|i| {
                 self.sched.rows[i]
                     .as_ref()
                     .is_some_and(|s| s.joining.is_some() && !s.resumed)
             })
             .collect();
+        let first_rows: Vec<usize> = join.iter().copied().filter(|&i| sample_first[i]).collect();
         let masks = self.constrain(plan.as_mut(), &first_rows);
         // The forward(s): each running row its anchor and verified drafts, each joining row
         // its prefill.
@@ -200,13 +200,6 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 .and_then(|s| s.joining.clone())
                 .unwrap_or_default();
         }
-        let sample_first: Vec<bool> = (0..b)
-            .map(|i| {
-                self.sched.rows[i]
-                    .as_ref()
-                    .is_some_and(|s| s.joining.is_some() && !s.resumed)
-            })
-            .collect();
         let (round_out, join_out) = if act.is_empty() {
             let o = self.forward_rows(&row_tokens, &join, LogitRows::Last, out)?;
             (None, Some(o))
