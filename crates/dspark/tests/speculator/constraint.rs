@@ -7,14 +7,11 @@ use std::collections::HashMap;
 
 use crate::sampling_support::{assert_follows, reference_probs};
 use crate::speculator_common::{Mode, OracleDrafter, ToyLm, ToyTarget, argmax, mix};
+use crate::toy_engine::{V, drain, joint, lm, pair_counts, sampled_pairs};
 use dspark::engine::{
-    Budget, Constraint, Engine, EngineConfig, FinishReason, RequestId, RequestSpec, SamplingParams,
-    TokenConstraint,
+    Budget, Constraint, Engine, EngineConfig, FinishReason, RequestId, RequestSpec, TokenConstraint,
 };
 use dspark::policy::VerifyPolicy;
-
-const V: usize = 64;
-const K: usize = 6;
 
 /// The toy grammar: each token in the residue class `(previous + 1) % modulus` (the first:
 /// class 0); with `limit`, nothing is allowed after that many tokens.
@@ -80,8 +77,6 @@ fn grammar(modulus: u32, limit: Option<usize>) -> Modular {
 }
 
 fn engine(mode: Mode, verify: VerifyPolicy) -> Engine<ToyTarget, OracleDrafter> {
-    let t = ToyTarget::new(V, 4, 8, 17).into_resizable();
-    let d = OracleDrafter::new(&t, K, &[1, 3], mode);
     let config = EngineConfig {
         verify,
         budget: Budget {
@@ -91,7 +86,7 @@ fn engine(mode: Mode, verify: VerifyPolicy) -> Engine<ToyTarget, OracleDrafter> 
         },
         ..EngineConfig::default()
     };
-    Engine::new(t, d, config).unwrap()
+    crate::toy_engine::engine(mode, config)
 }
 
 /// The target's row after `ctx` restricted to `g`'s allowed set after `generated`.
@@ -116,7 +111,7 @@ fn prompt(i: u64) -> Vec<u32> {
 
 #[test]
 fn greedy_is_the_targets_greedy_within_the_grammar() {
-    let lm = ToyTarget::new(V, 4, 8, 17).lm;
+    let lm = lm();
     for verify in [VerifyPolicy::Full, VerifyPolicy::ScheduledMeasured] {
         let mut e = engine(Mode::Greedy { corrupt_every: 5 }, verify.clone());
         let mut specs: HashMap<RequestId, (RequestSpec, Modular)> = HashMap::new();
@@ -127,24 +122,19 @@ fn greedy_is_the_targets_greedy_within_the_grammar() {
             s.logprobs = Some(1);
             specs.insert(e.add_request(s.clone()).unwrap(), (s, g));
         }
-        let mut got: HashMap<RequestId, Vec<u32>> = HashMap::new();
-        let mut drafted = 0;
-        while e.has_work() {
-            let step = e.step().unwrap();
-            for o in step.outputs {
-                drafted += o.drafted;
-                for lp in &o.logprobs {
-                    assert!(lp.logprob.is_finite());
-                }
-                got.entry(o.id).or_default().extend(o.new_tokens);
-            }
-        }
+        let got = drain(&mut e);
+        let drafted: usize = got.values().map(|r| r.drafted).sum();
+        assert!(
+            got.values()
+                .flat_map(|r| &r.logprobs)
+                .all(|lp| lp.logprob.is_finite())
+        );
         for (id, (s, g)) in &specs {
             let mut want = Vec::new();
             for _ in 0..s.max_new_tokens {
                 want.push(argmax(&restricted(&lm, &s.prompt, &want, g)));
             }
-            assert_eq!(&got[id], &want, "{verify:?}");
+            assert_eq!(&got[id].tokens, &want, "{verify:?}");
         }
         if verify == VerifyPolicy::Full {
             assert!(drafted > 0, "the grammar's drafts are verified");
@@ -154,44 +144,23 @@ fn greedy_is_the_targets_greedy_within_the_grammar() {
 
 #[test]
 fn sampled_tokens_follow_the_target_restricted_to_the_grammar() {
-    let lm = ToyTarget::new(V, 4, 8, 17).lm;
+    let lm = lm();
     let p = prompt(3);
     let g = grammar(3, None);
     let t = 0.9;
     let probs = |done: &[u32]| reference_probs(&restricted(&lm, &p, done, &g), t, None, 1.0);
-    let mut exact = vec![0.0; V * V];
-    for (a, &pa) in probs(&[]).iter().enumerate().filter(|(_, x)| **x > 0.0) {
-        for (b, &pb) in probs(&[a as u32]).iter().enumerate() {
-            exact[a * V + b] = pa * pb;
-        }
-    }
+    let exact = joint(probs);
     let mut e = engine(Mode::Sampling, VerifyPolicy::Full);
-    let trials = 4000u64;
-    let mut toks: HashMap<RequestId, Vec<u32>> = HashMap::new();
-    for i in 0..trials {
-        let mut s = RequestSpec::new(p.clone(), 2);
-        s.sampling = SamplingParams {
-            temperature: t,
-            top_k: None,
-            top_p: 1.0,
-        };
-        s.seed = mix(i ^ 0xABC);
+    let pairs = sampled_pairs(&mut e, &p, t, (4000, 0xABC), |s| {
         s.constraint = Some(Constraint::new(g.clone()));
-        toks.insert(e.add_request(s).unwrap(), Vec::new());
-    }
-    while e.has_work() {
-        for o in e.step().unwrap().outputs {
-            toks.get_mut(&o.id).unwrap().extend(o.new_tokens);
-        }
-    }
-    let mut counts = vec![0u64; V * V];
-    for t in toks.values() {
+    });
+    for &[a, b] in &pairs {
         assert!(
-            g.ok(None, t[0], 0) && g.ok(Some(t[0]), t[1], 1),
-            "in the grammar: {t:?}"
+            g.ok(None, a, 0) && g.ok(Some(a), b, 1),
+            "in the grammar: {a} {b}"
         );
-        counts[t[0] as usize * V + t[1] as usize] += 1;
     }
+    let counts = pair_counts(&pairs);
     assert_follows(&counts, &exact, "first two tokens under a grammar");
 }
 

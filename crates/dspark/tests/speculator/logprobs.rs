@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::sampling_support::reference_probs;
 use crate::speculator_common::{Mode, mix};
-use crate::toy_engine::{V, engine, lm};
+use crate::toy_engine::{V, drain, engine, lm};
 use dspark::engine::{Budget, EngineConfig, RequestId, RequestSpec, SamplingParams};
 use dspark::policy::VerifyPolicy;
 use dspark::sampling::{MAX_TOP_LOGPROBS, TokenLogprob};
@@ -112,18 +112,11 @@ fn logprobs_are_the_targets_at_every_position_whatever_the_rounds() {
             let s = request(i + 10 * case as u64, sampled && i % 4 != 1);
             specs.insert(e.add_request(s.clone()).unwrap(), s);
         }
-        let mut got: HashMap<RequestId, (Vec<u32>, Vec<TokenLogprob>)> = HashMap::new();
-        while e.has_work() {
-            for o in e.step().unwrap().outputs {
-                let g = got.entry(o.id).or_default();
-                g.0.extend(&o.new_tokens);
-                g.1.extend(o.logprobs);
-            }
-        }
+        let got = drain(&mut e);
         for (id, s) in &specs {
-            let (toks, lps) = &got[id];
-            assert_eq!(toks.len(), s.max_new_tokens, "case {case}");
-            check(&lm, s, toks, lps);
+            let r = &got[id];
+            assert_eq!(r.tokens.len(), s.max_new_tokens, "case {case}");
+            check(&lm, s, &r.tokens, &r.logprobs);
         }
         if kv.is_some() {
             assert!(

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use crate::sampling_support::{assert_follows, reference_probs};
 use crate::speculator_common::{Mode, ToyLm, argmax, mix};
-use crate::toy_engine::{V, engine, lm};
-use dspark::engine::{Budget, EngineConfig, Penalties, RequestId, RequestSpec, SamplingParams};
+use crate::toy_engine::{V, drain, engine, joint, lm, pair_counts, sampled_pairs};
+use dspark::engine::{Budget, EngineConfig, Penalties, RequestId, RequestSpec};
 use dspark::policy::VerifyPolicy;
 
 /// An independent reading of the rules: repetition (prompt or generated), then presence and
@@ -96,16 +96,10 @@ fn greedy_under_penalties_equals_the_penalized_target_with_its_logprobs() {
             s.logprobs = Some(2);
             specs.insert(e.add_request(s.clone()).unwrap(), s);
         }
-        let mut got: HashMap<RequestId, (Vec<u32>, Vec<f32>)> = HashMap::new();
-        while e.has_work() {
-            for o in e.step().unwrap().outputs {
-                let g = got.entry(o.id).or_default();
-                g.0.extend(&o.new_tokens);
-                g.1.extend(o.logprobs.iter().map(|l| l.logprob));
-            }
-        }
+        let got = drain(&mut e);
         for (id, s) in &specs {
-            let (toks, lps) = &got[id];
+            let toks = &got[id].tokens;
+            let lps: Vec<f32> = got[id].logprobs.iter().map(|l| l.logprob).collect();
             let mut want = Vec::new();
             for _ in 0..s.max_new_tokens {
                 let r = row(&lm, &s.prompt, &want, &s.penalties);
@@ -140,12 +134,7 @@ fn sampled_tokens_follow_the_penalized_distribution() {
     };
     let t = 0.9;
     let probs = |generated: &[u32]| reference_probs(&row(&lm, &p, generated, &pen), t, None, 1.0);
-    let mut exact = vec![0.0; V * V];
-    for (a, &pa) in probs(&[]).iter().enumerate().filter(|(_, x)| **x > 0.0) {
-        for (b, &pb) in probs(&[a as u32]).iter().enumerate() {
-            exact[a * V + b] = pa * pb;
-        }
-    }
+    let exact = joint(probs);
     let mut e = engine(
         Mode::Sampling,
         EngineConfig {
@@ -159,27 +148,10 @@ fn sampled_tokens_follow_the_penalized_distribution() {
         },
     );
     let trials = 20_000u64;
-    let mut firsts: HashMap<RequestId, Vec<u32>> = HashMap::new();
-    for i in 0..trials {
-        let mut s = RequestSpec::new(p.clone(), 2);
-        s.sampling = SamplingParams {
-            temperature: t,
-            top_k: None,
-            top_p: 1.0,
-        };
-        s.seed = mix(i ^ 0xFACE);
+    let pairs = sampled_pairs(&mut e, &p, t, (trials, 0xFACE), |s| {
         s.penalties = pen.clone();
-        firsts.insert(e.add_request(s).unwrap(), Vec::new());
-    }
-    while e.has_work() {
-        for o in e.step().unwrap().outputs {
-            firsts.get_mut(&o.id).unwrap().extend(o.new_tokens);
-        }
-    }
-    let mut counts = vec![0u64; V * V];
-    for toks in firsts.values() {
-        counts[toks[0] as usize * V + toks[1] as usize] += 1;
-    }
+    });
+    let counts = pair_counts(&pairs);
     assert_follows(&counts, &exact, "first two tokens under penalties");
     // The penalties' own effect, with power: how often the second token repeats the first
     // (its row is penalized by the first), against the exact probability (5 sigma).
