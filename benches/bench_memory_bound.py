@@ -4,6 +4,8 @@ weights at B = 1, and dspark's own modes at N = 4 and 16 concurrent requests.
     python benches/bench_memory_bound.py /var/tmp/mb --gguf-dir /var/tmp/mb/gguf \\
         [--dtypes bf16 f32] [--tokens 64] [--prompts 2] [--batches 1 4 16] [--repeats 2] \\
         [--threads 2] [--budget-s 1200] [--out benches/results/memory_bound_<machine>.json]
+    python benches/bench_memory_bound.py /var/tmp/mb --gguf-dir /var/tmp/mb/gguf --dtypes bf16 \
+        --contexts 96 1500 3000 [--kv-dtypes float16 float32]   # by context length
 
 ``PAIRS`` holds ``{dtype}/target`` and ``{dtype}/drafter`` (``dspark make-example DIR
 --memory-bound --dtype ...``); ``--gguf-dir`` holds ``target-{dtype}.gguf`` and
@@ -149,14 +151,15 @@ def _run(cmd: list[str], timeout: float) -> str | None:
 
 def llama_bench_rates(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """End-to-end and decode tokens/s from ``llama-bench -o json`` rows: the ``-pg`` row's
-    generated tokens over its whole time (prompt included), the ``-n`` row's rate as is."""
+    generated tokens over its whole time (prompt included), the ``-n`` row's rate as is; either
+    may be missing, ``None`` when both are."""
     got: dict[str, Any] = {}
     for r in rows:
         if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) > 0:
             got["tokens_per_s"] = r["n_gen"] / (r["avg_ns"] / 1e9)
         elif r.get("n_gen", 0) > 0:
             got["decode_tokens_per_s"] = r["avg_ts"]
-    return got if "tokens_per_s" in got else None
+    return got or None
 
 
 def speculative_simple_rates(out: str) -> dict[str, Any] | None:
@@ -399,14 +402,34 @@ def main(argv: list[str] | None = None) -> int:
         ],
     )
     ap.add_argument(
+        "--contexts",
+        nargs="+",
+        type=int,
+        default=None,
+        help="instead of the runs above: speed and tau by context length (bench_contexts.py)",
+    )
+    ap.add_argument(
+        "--kv-dtypes",
+        nargs="+",
+        default=["float16", "float32"],
+        help="with --contexts: the target's KV cache dtypes to run",
+    )
+    ap.add_argument(
         "--out",
         type=Path,
-        default=Path("benches/results/memory_bound.json"),
-        help="results file; the committed ones are named by machine (memory_bound_xeon.json)",
+        default=None,
+        help="results file (default benches/results/memory_bound.json, contexts.json with "
+        "--contexts); the committed ones are named by machine (memory_bound_xeon.json)",
     )
     args = ap.parse_args(argv)
     th = str(args.threads)
     os.environ["RAYON_NUM_THREADS"] = th
+    if args.contexts:
+        from bench_contexts import run
+
+        args.out = args.out or Path("benches/results/contexts.json")
+        return run(args)
+    args.out = args.out or Path("benches/results/memory_bound.json")
     start = time.perf_counter()
 
     from tokenizers import Tokenizer

@@ -48,7 +48,7 @@ def is_torch(x: object) -> TypeGuard[torch.Tensor]:
     return type(x).__module__.split(".", 1)[0] == "torch"
 
 
-def dtype_name(dtype: object) -> str | None:
+def dtype_name(dtype: object, name: str = "dtype") -> str | None:
     """``dtype`` as the name the engine parses: a ``str`` as given, a ``torch.dtype`` (or
     anything whose ``str`` starts with ``torch.``) by that name, ``None`` as ``None``; anything
     else raises ``InputError`` (``invalid-argument``)."""
@@ -60,7 +60,7 @@ def dtype_name(dtype: object) -> str | None:
     raise_error(
         InputError,
         "invalid-argument",
-        f"dtype: expected 'float32', 'bfloat16', 'float16' or None, got {type(dtype).__name__}",
+        f"{name}: expected 'float32', 'bfloat16', 'float16' or None, got {type(dtype).__name__}",
     )
 
 

@@ -347,11 +347,17 @@ class NativeTarget:
 
     @staticmethod
     def load(
-        path: str | os.PathLike[str], device: str = "cpu", dtype: str | None = None
+        path: str | os.PathLike[str],
+        device: str = "cpu",
+        dtype: str | None = None,
+        kv_dtype: str | None = None,
     ) -> NativeTarget:
         """Load an HF ``Qwen3ForCausalLM`` directory (config.json + safetensors) onto ``device``,
         weight matrices in ``dtype`` (``float32``, ``bfloat16``, ``float16``; ``None``: the
-        checkpoint's)."""
+        checkpoint's), the KV cache in ``kv_dtype`` (``None``: the engine's default)."""
+    @property
+    def kv_dtype(self) -> str:
+        """``float32``, ``float16`` or ``bfloat16``: the KV cache's element type."""
     @property
     def weight_dtype(self) -> str:
         """``float32``, ``bfloat16``, ``float16``, or ``q8_0`` when quantized at load."""

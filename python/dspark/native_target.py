@@ -51,6 +51,7 @@ class NativeTarget:
         *,
         device: str = "cpu",
         dtype: str | object | None = None,
+        kv_dtype: str | object | None = None,
     ) -> NativeTarget:
         """Load an HF ``Qwen3ForCausalLM`` directory (typed ``dspark`` errors) onto ``device``:
         ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, ``docs/gpu.md``).
@@ -58,8 +59,11 @@ class NativeTarget:
         ``dtype``: the dtype the weight matrices are kept in, ``"float32"``, ``"bfloat16"`` or
         ``"float16"`` (also ``"f32"``, ``"bf16"``, ``"f16"`` or a ``torch.dtype``), or ``"q8_0"``
         (the layers' maps and the output head in 8-bit blocks, the embedding as stored); ``None``
-        (default) keeps the checkpoint's. Anything else raises ``InputError``
-        (``invalid-argument``)."""
+        (default) keeps the checkpoint's. ``kv_dtype``: the KV cache's element type,
+        ``"float16"``, ``"bfloat16"`` or ``"float32"`` (aliases and ``torch.dtype`` as for
+        ``dtype``); ``None`` (default) is the engine's default, ``float16``: half the bytes a
+        decode step reads at a long context, attention still in f32. Anything else raises
+        ``InputError`` (``invalid-argument``) listing the choices."""
         if not isinstance(device, str):
             raise_error(
                 InputError,
@@ -67,7 +71,9 @@ class NativeTarget:
                 f"device: expected a str such as 'cpu' or 'cuda:0', got {type(device).__name__}",
             )
         root = as_path(path, "path")
-        native = _native.NativeTarget.load(root, device, dtype_name(dtype))
+        native = _native.NativeTarget.load(
+            root, device, dtype_name(dtype), dtype_name(kv_dtype, "kv_dtype")
+        )
         config = read_json(root / "config.json", "target config") if root.is_dir() else {}
         return cls(native, root, config if isinstance(config, dict) else {})
 
@@ -75,6 +81,11 @@ class NativeTarget:
     def device(self) -> str:
         """Where the weights live: ``"cpu"`` or ``"cuda:N"``."""
         return str(self._native_target.device)
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV cache's element type: ``"float32"``, ``"float16"`` or ``"bfloat16"``."""
+        return str(self._native_target.kv_dtype)
 
     @property
     def weight_dtype(self) -> str:

@@ -49,6 +49,8 @@ __all__ = [
 DTYPES = ("float32", "bfloat16", "float16")
 #: What the native target also takes: ``q8_0``, its layers' maps in 8-bit blocks.
 NATIVE_DTYPES = (*DTYPES, "q8_0")
+#: The element types of the native target's KV cache.
+KV_DTYPES = ("float16", "bfloat16", "float32")
 
 
 def check_pair_dirs(target: Path, drafter: Path, *, sts: bool = True) -> dict[str, Any]:
@@ -217,10 +219,16 @@ def _tokenizer(target: Path) -> Tokenizer:
 
 
 def load_native_pair(
-    target: Path, drafter: Path, *, dtype: str | None = None, threads: int | None = None
+    target: Path,
+    drafter: Path,
+    *,
+    dtype: str | None = None,
+    threads: int | None = None,
+    kv_dtype: str | None = None,
 ) -> ModelPair:
     """Check (:func:`check_pair_dirs`), then load tokenizer, dspark's native Qwen3 target (in
-    ``dtype``, by default the checkpoint's) and the candle drafter: no torch, no transformers.
+    ``dtype``, by default the checkpoint's; its KV cache in ``kv_dtype``, by default the
+    engine's) and the candle drafter: no torch, no transformers.
 
     ``threads`` sets the engine's thread count (``RAYON_NUM_THREADS``); it takes effect when
     nothing in this process has run a parallel engine op yet (as in a fresh ``dspark``
@@ -238,7 +246,7 @@ def load_native_pair(
     tokenizer = _tokenizer(target)
     if dtype is not None and dtype not in NATIVE_DTYPES:
         raise_error(InputError, "invalid-argument", f"dtype {dtype!r}: one of {NATIVE_DTYPES}")
-    model = NativeTarget.from_pretrained(target, dtype=dtype)
+    model = NativeTarget.from_pretrained(target, dtype=dtype, kv_dtype=kv_dtype)
     pair = ModelPair(tokenizer, model, Drafter.from_pretrained(drafter, model))
     gen_path = target / "generation_config.json"
     gen = read_json(gen_path, "generation config") if gen_path.is_file() else {}

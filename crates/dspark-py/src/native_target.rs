@@ -25,19 +25,23 @@ impl PyNativeTarget {
     /// Load an HF `Qwen3ForCausalLM` directory (`config.json` + safetensors) onto `device`
     /// (`cpu`, `cuda` or `cuda:N`), its weight matrices kept in `dtype` (`float32`,
     /// `bfloat16`, `float16`; `q8_0`: the layers' maps in 8-bit blocks; `None`: the
-    /// checkpoint's).
+    /// checkpoint's), its KV cache in `kv_dtype` (`float32`, `float16`, `bfloat16`; `None`: the
+    /// engine's default).
     #[staticmethod]
-    #[pyo3(signature = (path, device = "cpu", dtype = None))]
+    #[pyo3(signature = (path, device = "cpu", dtype = None, kv_dtype = None))]
     fn load(
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
         device: &str,
         dtype: Option<&str>,
+        kv_dtype: Option<&str>,
     ) -> PyResult<Self> {
         guard(|| {
             let path = args::path(path, "path")?;
             let device = parse_device("device", device).map_err(err)?;
-            let options = LoadOptions::with_dtype_name(dtype).map_err(err)?;
+            let options = LoadOptions::with_dtype_name(dtype)
+                .and_then(|o| o.with_kv_dtype_name(kv_dtype))
+                .map_err(err)?;
             let inner = py
                 .detach(|| Qwen3Target::load_with(&path, &device, options))
                 .map_err(err)?;
@@ -57,6 +61,12 @@ impl PyNativeTarget {
     #[getter]
     fn device(&self) -> PyResult<String> {
         guard(|| Ok(device_name(&self.inner.device())))
+    }
+
+    /// The element type of its KV caches (`float32`, `float16`, `bfloat16`).
+    #[getter]
+    fn kv_dtype(&self) -> PyResult<&'static str> {
+        guard(|| Ok(self.inner.kv_dtype().as_str()))
     }
 
     /// The dtype the layers' weight matrices are kept in (`float32`, `bfloat16`, `float16`, or

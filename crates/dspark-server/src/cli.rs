@@ -67,6 +67,31 @@ impl Dtype {
     }
 }
 
+/// Element type of the native target's KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvDtype {
+    /// 32-bit floats.
+    #[value(alias = "f32")]
+    Float32,
+    /// IEEE half: half the bytes a decode step reads at a long context.
+    #[value(alias = "f16")]
+    Float16,
+    /// bfloat16 (queries and probabilities are rounded to bf16 too).
+    #[value(alias = "bf16")]
+    Bfloat16,
+}
+
+impl KvDtype {
+    /// The name the engine's load options take (`float32`, `float16`, `bfloat16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Float32 => "float32",
+            Self::Float16 => "float16",
+            Self::Bfloat16 => "bfloat16",
+        }
+    }
+}
+
 /// dspark serve: an OpenAI-compatible HTTP server on the dspark engine.
 ///
 /// Serves POST /v1/completions and /v1/chat/completions (streaming with server-sent events),
@@ -148,6 +173,11 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "float32")]
     pub dtype: Dtype,
 
+    /// Element type of the target's KV cache: float32, float16 or bfloat16 [default: the
+    /// engine's, float16]
+    #[arg(long, value_enum)]
+    pub kv_dtype: Option<KvDtype>,
+
     /// Device: cpu, cuda or cuda:N (CUDA needs the CUDA build)
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -188,6 +218,7 @@ mod tests {
             &["x", "--verify", "1.5"][..],
             &["x", "--max-running", "0"],
             &["x", "--dtype", "int8"],
+            &["x", "--kv-dtype", "q8_0"],
             &["x", "--port", "70000"],
             &["x", "--nope"],
         ] {
@@ -197,6 +228,11 @@ mod tests {
         assert_eq!(a.dtype, Dtype::Bfloat16);
         let a = ServeArgs::try_parse_from(["x", "--dtype", "q8_0"]).unwrap();
         assert_eq!((a.dtype, a.dtype.name()), (Dtype::Q8_0, "q8_0"));
+        assert_eq!(a.kv_dtype, None);
+        let a = ServeArgs::try_parse_from(["x", "--kv-dtype", "f16"]).unwrap();
+        assert_eq!(a.kv_dtype.map(KvDtype::name), Some("float16"));
+        let a = ServeArgs::try_parse_from(["x", "--kv-dtype", "bfloat16"]).unwrap();
+        assert_eq!(a.kv_dtype, Some(KvDtype::Bfloat16));
     }
 
     #[test]

@@ -138,7 +138,8 @@ fn start_engine(
         return EngineHandle::spawn(move || Ok(FakeEngine::new(config)), limit, metrics);
     }
     let (target, drafter) = (target.to_path_buf(), drafter.to_path_buf());
-    let (device, dtype, config) = (args.device.clone(), args.dtype, load::engine_config(args));
+    let (device, config) = (args.device.clone(), load::engine_config(args));
+    let (dtype, kv_dtype) = (args.dtype, args.kv_dtype);
     EngineHandle::spawn(
         move || -> Result<Box<dyn ServingEngine>, StartError> {
             // Said on a terminal while it runs (a large pair takes seconds); a log file or a
@@ -152,7 +153,7 @@ fn start_engine(
                 );
             }
             let t0 = std::time::Instant::now();
-            let loaded = load::load_pair(&target, &drafter, &device, dtype);
+            let loaded = load::load_pair(&target, &drafter, &device, (dtype, kv_dtype));
             if tty {
                 match &loaded {
                     Ok(_) => eprintln!(" done ({:.1} s)", t0.elapsed().as_secs_f64()),

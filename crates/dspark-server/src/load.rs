@@ -10,7 +10,7 @@ use dspark::engine::{Budget, EngineConfig};
 use dspark::speculator::VerifyPolicy;
 use dspark::{LoadOptions, Qwen3Drafter, Qwen3Target, TargetModel};
 
-use crate::cli::{Dtype, ServeArgs, Verify};
+use crate::cli::{Dtype, KvDtype, ServeArgs, Verify};
 use crate::error::StartError;
 
 /// The bundled pair in this source tree (`python/dspark/models/tiny`), the default of
@@ -94,10 +94,11 @@ pub fn load_pair(
     target: &Path,
     drafter: &Path,
     device: &str,
-    dtype: Dtype,
+    (dtype, kv): (Dtype, Option<KvDtype>),
 ) -> Result<(Qwen3Target, Qwen3Drafter), StartError> {
     let device = parse_device("--device", device)?;
-    let options = LoadOptions::with_dtype_name(Some(dtype.name()))?;
+    let options = LoadOptions::with_dtype_name(Some(dtype.name()))?
+        .with_kv_dtype_name(kv.map(KvDtype::name))?;
     let target = Qwen3Target::load_with(target, &device, options)?;
     let drafter = Qwen3Drafter::builder(&target.target_spec())
         .shared(target.shared_weights())
@@ -116,14 +117,17 @@ mod tests {
     fn the_bundled_pair_loads() {
         let args = ServeArgs::try_parse_from(["x"]).unwrap();
         let (t, d) = pair_dirs(&args, None).unwrap();
-        let (target, drafter) = load_pair(&t, &d, "cpu", Dtype::Float32).unwrap();
+        let (target, drafter) = load_pair(&t, &d, "cpu", (Dtype::Float32, None)).unwrap();
         assert_eq!(target.vocab_size(), 3000);
         assert!(drafter.info().block_size > 1);
-        let (bf16, _) = load_pair(&t, &d, "cpu", Dtype::Bfloat16).unwrap();
+        assert_eq!(target.kv_dtype(), dspark::nn::DEFAULT_KV_DTYPE);
+        let kv = Some(KvDtype::Bfloat16);
+        let (bf16, _) = load_pair(&t, &d, "cpu", (Dtype::Bfloat16, kv)).unwrap();
         assert_eq!(bf16.weight_dtype(), dspark::WeightDtype::BF16);
-        let (q8, _) = load_pair(&t, &d, "cpu", Dtype::Q8_0).unwrap();
+        assert_eq!(bf16.kv_dtype(), dspark::WeightDtype::BF16);
+        let (q8, _) = load_pair(&t, &d, "cpu", (Dtype::Q8_0, None)).unwrap();
         assert_eq!(q8.quant(), Some(dspark::nn::quant::Quant::Q8_0));
-        let e = load_pair(&t, &d, "tpu", Dtype::Float32).unwrap_err();
+        let e = load_pair(&t, &d, "tpu", (Dtype::Float32, None)).unwrap_err();
         assert_eq!(e.code, "invalid-argument");
     }
 

@@ -32,7 +32,7 @@ async fn start() -> (Running, reqwest::Client) {
     let metrics = Arc::new(ServerMetrics::default());
     let engine = EngineHandle::spawn(
         move || {
-            let (target, drafter) = load_pair(&t, &d, "cpu", Dtype::Float32)?;
+            let (target, drafter) = load_pair(&t, &d, "cpu", (Dtype::Float32, None))?;
             native_engine(target, drafter, EngineConfig::default())
         },
         64,
@@ -65,7 +65,7 @@ async fn complete(client: &reqwest::Client, addr: SocketAddr, body: Value) -> Va
 /// The engine's own greedy tokens for `prompt`, stopping at the model's end ids.
 fn offline(prompt: &[u32], max_new: usize, eos: &[u32]) -> Vec<u32> {
     let (t, d) = dirs();
-    let (target, drafter) = load_pair(&t, &d, "cpu", Dtype::Float32).unwrap();
+    let (target, drafter) = load_pair(&t, &d, "cpu", (Dtype::Float32, None)).unwrap();
     let mut engine = Engine::new(target, drafter, EngineConfig::default()).unwrap();
     let mut spec = RequestSpec::new(prompt.to_vec(), max_new);
     spec.stop_token_ids = eos.to_vec();

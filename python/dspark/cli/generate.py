@@ -35,7 +35,13 @@ from dspark.cli.options import (
     verify_mode,
 )
 from dspark.cli.terminal import Stage, Style, TokenPrinter, is_tty
-from dspark.pair import NATIVE_DTYPES, load_model_pair, load_native_pair, make_speculator
+from dspark.pair import (
+    KV_DTYPES,
+    NATIVE_DTYPES,
+    load_model_pair,
+    load_native_pair,
+    make_speculator,
+)
 
 __all__ = ["DESCRIPTION", "HELP", "add_arguments", "main", "run"]
 
@@ -95,6 +101,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="target weight dtype (default: the checkpoint's natively, float32 through "
         "transformers); q8_0 (native only): the layers in 8-bit blocks",
     )
+    p.add_argument(
+        "--kv-dtype",
+        choices=KV_DTYPES,
+        default=None,
+        help="the native target's KV cache dtype (default: the engine's, float16)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object as the last stdout line")
     p.add_argument("--quiet", action="store_true", help="do not stream the text")
     p.add_argument("--no-color", action="store_true", help="never colour the accepted drafts")
@@ -118,14 +130,19 @@ def run(
     if native:
         with Stage(f"loading {args.target} and {args.drafter}", err):
             pair = load_native_pair(
-                args.target, args.drafter, dtype=args.dtype, threads=args.threads
+                args.target,
+                args.drafter,
+                dtype=args.dtype,
+                threads=args.threads,
+                kv_dtype=args.kv_dtype,
             )
     else:
-        if args.dtype == "q8_0":
+        if args.dtype == "q8_0" or args.kv_dtype is not None:
+            flag = "--kv-dtype" if args.kv_dtype is not None else "--dtype q8_0"
             raise_error(
                 InputError,
                 "invalid-argument",
-                "--dtype q8_0 runs on the native target (--target-backend native, or auto "
+                f"{flag} runs on the native target (--target-backend native, or auto "
                 "for a Qwen3 target)",
             )
         need_torch("a transformers target")

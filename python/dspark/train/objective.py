@@ -94,29 +94,35 @@ def make_blocks(
     gen: torch.Generator,
     hardness: torch.Tensor | None = None,
     hard_share: float = 0.0,
+    first: int = 1,
 ) -> BlockBatch:
-    """Draw anchors in ``[1, T-K-1]`` (distinct, sorted) per sequence of ``tokens [B, T]``.
+    """Draw anchors in ``[first, T-K-1]`` (distinct, sorted) per sequence of ``tokens [B, T]``.
 
     Uniformly, or with ``hardness [B, T]`` and ``hard_share`` in ``(0, 1]``: from the mixture
     ``(1 - hard_share) * uniform + hard_share * hardness / sum(hardness)`` (without replacement).
+    ``first`` (at least 1) keeps anchors near the end of long windows, where served rounds start.
     """
     b, t = tokens.shape
     k = block_size
     hi = t - k - 1  # last anchor: label a+K must exist
-    if hi < 1:
-        raise ValueError(f"sequence length {t} too short for block size {k}")
+    if not 1 <= first <= hi:
+        raise ValueError(
+            f"sequence length {t} too short for block size {k} with anchors from {first}"
+        )
     if not 0.0 <= hard_share <= 1.0:
         raise ValueError(f"hard_share {hard_share} must be in [0, 1]")
-    a_n = min(num_anchors, hi)
+    span = hi - first + 1
+    a_n = min(num_anchors, span)
     if hardness is None or hard_share == 0.0:
         anchors = torch.stack(
-            [torch.randperm(hi, generator=gen)[:a_n].sort().values + 1 for _ in range(b)]
+            [torch.randperm(span, generator=gen)[:a_n].sort().values + first for _ in range(b)]
         )  # [B, A]
     else:
-        h = hardness[:, 1 : hi + 1].float().clamp_min(0.0)
+        h = hardness[:, first : hi + 1].float().clamp_min(0.0)
         h = h / h.sum(dim=1, keepdim=True).clamp_min(1e-12)
-        w = (1.0 - hard_share) / hi + hard_share * h
-        anchors = torch.multinomial(w, a_n, replacement=False, generator=gen).sort().values + 1
+        w = (1.0 - hard_share) / span + hard_share * h
+        anchors = torch.multinomial(w, a_n, replacement=False, generator=gen).sort().values
+        anchors = anchors + first
     return blocks_at(tokens, anchors, k, mask_id)
 
 

@@ -7,8 +7,10 @@ every held-out file) and ``OUT/heldout_chunks.json`` (all of them, in 2000-chara
 ``dspark calibrate --prompts``; see :func:`dspark.train.corpus.heldout_chunks`). ``--smoke`` runs
 every stage for a few steps on a tiny slice (used by the test suite so the scripts cannot rot).
 
-The ``confidence`` stage refits the confidence head of ``OUT/drafter`` alone (every other
-tensor stays as it is) on the label greedy serving sees, on text neither model was trained on
+The ``extend`` stage continues both models on windows of mixed length up to 4,096 tokens
+(:mod:`dspark.train.extend`). The ``confidence`` stage refits the confidence head of
+``OUT/drafter`` alone (every other tensor stays as it is) on the label greedy serving sees, on
+text neither model was trained on
 (:mod:`dspark.train.confidence`). ``--confidence-label`` picks the ``drafter`` stage's label
 in the joint objective (default ``t1``, the original recipe).
 """
@@ -44,10 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, help="output directory")
     p.add_argument(
         "--stage",
-        choices=["all", "target", "drafter", "confidence", "assistant"],
+        choices=["all", "target", "drafter", "extend", "confidence", "assistant"],
         default="all",
-        help="all = target, drafter, confidence (refit the drafter's confidence head alone for "
-        "greedy serving), then the assistant (HF assisted-generation baseline)",
+        help="all = target, drafter, extend (both to long contexts), confidence (refit the "
+        "drafter's confidence head alone for greedy serving), then the assistant (HF "
+        "assisted-generation baseline)",
     )
     p.add_argument("--smoke", action="store_true", help="a few steps on a tiny slice")
     p.add_argument("--seed", type=int, default=0)
@@ -56,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target-steps", type=int, default=None)
     p.add_argument("--target-layers", type=int, default=None, help="target decoder layers")
     p.add_argument("--drafter-steps", type=int, default=None)
+    p.add_argument(
+        "--extend-steps",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("TARGET", "DRAFTER"),
+        help="long-context stage: target and drafter steps (0 skips that model)",
+    )
     p.add_argument(
         "--confidence-label",
         choices=list(CONFIDENCE_LABELS),
@@ -141,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dspark.train.drafter import run_drafter_stage
 
         run_drafter_stage(args, train_ids, heldout_ids, vocab, log)
+    if args.stage in ("all", "extend"):
+        from dspark.train.extend import run_extend_stage
+
+        run_extend_stage(args, train_ids, heldout_ids, log)
     if args.stage in ("all", "confidence"):
         from dspark.train.confidence import run_confidence_stage
 

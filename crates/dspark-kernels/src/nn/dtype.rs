@@ -67,6 +67,15 @@ impl WeightDtype {
         }
     }
 
+    /// `t` rounded to this dtype's values (to nearest even), in `t`'s own dtype (a cheap handle
+    /// copy for `F32`).
+    pub fn round(self, t: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+        Ok(match self {
+            Self::F32 => t.clone(),
+            _ => t.to_dtype(self.candle())?.to_dtype(t.dtype())?,
+        })
+    }
+
     /// The candle dtype.
     pub fn candle(self) -> DType {
         match self {
@@ -121,7 +130,15 @@ pub struct LoadOptions {
     /// [`Self::dtype`]. `None`: no quantization. On the device-generic path the maps hold the
     /// quantized values as f32 tensors.
     pub quant: Option<Quant>,
+    /// The element type of a native target's KV cache (`float32`, `float16` or `bfloat16`;
+    /// arithmetic stays f32, keys and values are rounded to nearest even as they are written).
+    /// `None`: [`DEFAULT_KV_DTYPE`]. On the device-generic path the cache holds the rounded
+    /// values as f32 tensors, so both paths compute the same model.
+    pub kv_dtype: Option<WeightDtype>,
 }
+
+/// A native target's KV cache dtype when [`LoadOptions::kv_dtype`] is `None`.
+pub const DEFAULT_KV_DTYPE: WeightDtype = WeightDtype::F16;
 
 impl LoadOptions {
     /// Options with `dtype` parsed from a name: a weight dtype ([`WeightDtype::parse`]), or a
@@ -135,6 +152,7 @@ impl LoadOptions {
             return Ok(Self {
                 dtype: None,
                 quant: Some(quant),
+                kv_dtype: None,
             });
         }
         let dtype = WeightDtype::parse("dtype", name).map_err(|_| {
@@ -149,7 +167,37 @@ impl LoadOptions {
         Ok(Self {
             dtype: Some(dtype),
             quant: None,
+            kv_dtype: None,
         })
+    }
+
+    /// These options with the KV cache dtype parsed from a name (`None`: the default).
+    /// Errors: `invalid-argument` naming `kv_dtype` and listing the choices.
+    pub fn with_kv_dtype_name(self, name: Option<&str>) -> Result<Self> {
+        let Some(name) = name else {
+            return Ok(Self {
+                kv_dtype: None,
+                ..self
+            });
+        };
+        let kv = WeightDtype::parse("kv_dtype", name).map_err(|_| {
+            Error::invalid(
+                "kv_dtype",
+                format!(
+                    "`{name}` is not a KV cache dtype: expected one of {}",
+                    WeightDtype::NAMES.join(", ")
+                ),
+            )
+        })?;
+        Ok(Self {
+            kv_dtype: Some(kv),
+            ..self
+        })
+    }
+
+    /// The KV cache dtype these options give (the default when unset).
+    pub fn kv_dtype_or_default(&self) -> WeightDtype {
+        self.kv_dtype.unwrap_or(DEFAULT_KV_DTYPE)
     }
 
     /// The dtype a matrix stored as safetensors `stored` is kept in.
@@ -203,7 +251,7 @@ mod tests {
         assert_eq!(keep.matrix_dtype("F64"), WeightDtype::F32);
         let wide = LoadOptions {
             dtype: Some(WeightDtype::F32),
-            quant: None,
+            ..LoadOptions::default()
         };
         assert_eq!(wide.matrix_dtype("BF16"), WeightDtype::F32);
     }

@@ -34,7 +34,7 @@ pub mod weights;
 
 pub use crate::cpu::par::PAR_MIN_MACS;
 pub use attention::{causal_gqa_attention, causal_gqa_attention_kt, gqa_attention, softmax_last};
-pub use dtype::{LoadOptions, WeightDtype};
+pub use dtype::{DEFAULT_KV_DTYPE, LoadOptions, WeightDtype};
 pub use linear::{Linear, PACKED_HEAD_MAX, SMALL_ROWS, f32_of, matmul_t, output_head};
 pub use mlp::swiglu;
 pub use norm::rms_norm;

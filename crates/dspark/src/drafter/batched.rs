@@ -80,9 +80,9 @@ impl Qwen3Drafter {
             let mut ks = Vec::with_capacity(states.len());
             let mut vs = Vec::with_capacity(states.len());
             for s in states {
-                let kv = s.layer(li);
-                ks.push(pad(kv.map(|c| &c.k), s.len())?);
-                vs.push(pad(kv.map(|c| &c.v), s.len())?);
+                let kv = s.layer(li)?;
+                ks.push(pad(kv.as_ref().map(|c| &c.k), s.len())?);
+                vs.push(pad(kv.as_ref().map(|c| &c.v), s.len())?);
             }
             layers.push(LayerKv {
                 k: Tensor::stack(&ks, 0)?,

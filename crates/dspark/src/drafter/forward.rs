@@ -78,11 +78,21 @@ impl Qwen3Drafter {
             self.spec.shape.num_key_value_heads,
             self.spec.shape.head_dim,
         );
-        let mut kv = Vec::with_capacity(self.layers.len());
-        for layer in &self.layers {
+        let rows = |layer: &crate::nn::decoder::Layer| -> Result<(Tensor, Tensor)> {
             let [k, v] = layer.kv(&ctx)?;
             let k = self.norm_rope(&k.reshape((t, kvh, hd))?, &layer.k_norm, &cos, &sin)?;
-            let v = v.reshape((t, kvh, hd))?;
+            Ok((k, v.reshape((t, kvh, hd))?))
+        };
+        if crate::device::fast_on(&self.device) && !state.uses_tensors() {
+            // Host panels, written in place (room for a block pass's scratch rows too).
+            return state.append_host((kvh, hd), (t, self.q_len()), |li| {
+                let (k, v) = rows(&self.layers[li])?;
+                Ok((host_f32(&k)?, host_f32(&v)?))
+            });
+        }
+        let mut kv = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let (k, v) = rows(layer)?;
             kv.push(LayerKv {
                 k: k.transpose(0, 1)?.contiguous()?,
                 v: v.transpose(0, 1)?.contiguous()?,
@@ -174,11 +184,14 @@ impl Qwen3Drafter {
         };
         for (li, layer) in self.layers.iter().enumerate() {
             x = layer.forward(&x, heads, &self.rope, &cos, &sin, |q, k, v| {
+                if let Some(out) = self.block_attention_host(states, li, (q, k, v), scale) {
+                    return out;
+                }
                 let mut outs = Vec::with_capacity(b_n);
                 for (b, s) in states.iter().enumerate() {
                     let kb = k.narrow(0, b * q_len, q_len)?.transpose(0, 1)?;
                     let vb = v.narrow(0, b * q_len, q_len)?.transpose(0, 1)?;
-                    let (kb, vb) = match s.layer(li) {
+                    let (kb, vb) = match s.layer(li)? {
                         Some(c) => (Tensor::cat(&[&c.k, &kb], 1)?, Tensor::cat(&[&c.v, &vb], 1)?),
                         None => (kb.contiguous()?, vb.contiguous()?),
                     };
@@ -193,6 +206,48 @@ impl Qwen3Drafter {
         Ok(x.reshape((b_n, q_len, self.spec.shape.hidden_size))?
             .narrow(1, offset, k_n)?
             .contiguous()?)
+    }
+
+    /// The block pass's attention of layer `li` where every state holds host panels with room
+    /// for the block: each request's block keys and values written after its context as
+    /// scratch, attended where they lie (`q: [B·Q, heads, hd]`, `k`, `v`: `[B·Q, kv_heads,
+    /// hd]`; gives `[B·Q, heads·hd]`). `None` sends the call down the tensor path.
+    fn block_attention_host(
+        &self,
+        states: &[&DraftState],
+        li: usize,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        scale: f64,
+    ) -> Option<Result<Tensor>> {
+        if !states.iter().all(|s| s.is_host()) {
+            return None;
+        }
+        let &[n, heads, hd] = q.dims() else {
+            return None;
+        };
+        let q_len = n / states.len().max(1);
+        let kv_row = k.dims().get(1..).map(|d| d.iter().product::<usize>())?;
+        let out = crate::nn::fused::with_f32(q, |qs| {
+            crate::nn::fused::with_f32(k, |ks| {
+                crate::nn::fused::with_f32(v, |vs| {
+                    let mut out = Vec::with_capacity(n * heads * hd);
+                    for (b, s) in states.iter().enumerate() {
+                        let (qr, kr) = (b * q_len * heads * hd, b * q_len * kv_row);
+                        let rows = (
+                            &qs[qr..qr + q_len * heads * hd],
+                            &ks[kr..kr + q_len * kv_row],
+                            &vs[kr..kr + q_len * kv_row],
+                        );
+                        match s.attend_block(li, rows, (q_len, heads), scale as f32)? {
+                            Ok(o) => out.extend(o),
+                            Err(e) => return Some(Err(e)),
+                        }
+                    }
+                    Some(Ok(out))
+                })
+            })
+        })????;
+        Some(out.and_then(|o| Ok(Tensor::from_vec(o, (n, heads * hd), q.device())?)))
     }
 
     /// Base logits `[B, K, V_d]` = `lm_head(h)` (soft-capped when the config says so; the

@@ -271,7 +271,7 @@ fn bf16_and_f16_checkpoints_equal_f32_ones_of_their_values() {
         for keep in [WeightDtype::F32, kept] {
             let options = LoadOptions {
                 dtype: Some(keep),
-                quant: None,
+                ..LoadOptions::default()
             };
             let load = |dir: &std::path::Path| {
                 let (target, shared) = (low.target(), SharedWeights::default());

@@ -19,7 +19,7 @@ fn bundled_dir() -> PathBuf {
 fn options(dtype: WeightDtype) -> LoadOptions {
     LoadOptions {
         dtype: Some(dtype),
-        quant: None,
+        ..LoadOptions::default()
     }
 }
 

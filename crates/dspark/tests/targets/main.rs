@@ -11,5 +11,6 @@ mod targets_common;
 
 mod counts;
 mod dtype;
+mod kv_dtype;
 mod quant;
 mod qwen3;

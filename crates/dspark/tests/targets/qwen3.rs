@@ -19,8 +19,14 @@ fn bundled_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny/target")
 }
 
+/// The bundled target with an f32 KV cache: the function HF transformers computes in f32 (the
+/// default f16 cache rounds keys and values, `kv_dtype.rs`).
 fn bundled() -> Qwen3Target {
-    Qwen3Target::load(&bundled_dir(), &Device::Cpu).unwrap()
+    let options = dspark::LoadOptions {
+        kv_dtype: Some(dspark::WeightDtype::F32),
+        ..Default::default()
+    };
+    Qwen3Target::load_with(&bundled_dir(), &Device::Cpu, options).unwrap()
 }
 
 fn host(t: &Tensor) -> Vec<f32> {

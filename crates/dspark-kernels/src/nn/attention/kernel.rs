@@ -9,25 +9,25 @@
 //! matrix stays small for long prefills.
 
 use crate::cpu::exp_with;
-use crate::nn::packed::{PANEL, PackedMatrix, PanelView};
+use crate::nn::packed::{PANEL, PackedMatrix, PanelElem, PanelView};
 
 /// Score values (rows × keys) per chunk of query rows at most.
 const SCORES_PER_CHUNK: usize = 1 << 20;
 
 /// One key/value head's cache, read as `[S, hd]` rows at a stride.
 #[derive(Debug, Clone, Copy)]
-pub struct HeadView<'a> {
+pub struct HeadView<'a, T: PanelElem = f32> {
     /// Storage holding the rows (`row j` starts at `j · stride`).
-    pub data: &'a [f32],
+    pub data: &'a [T],
     /// Values between consecutive rows.
     pub stride: usize,
     /// Rows (keys).
     pub rows: usize,
 }
 
-impl<'a> HeadView<'a> {
+impl<'a, T: PanelElem> HeadView<'a, T> {
     /// Rows `j` at `data[offset + j · stride ..]`.
-    pub fn new(data: &'a [f32], offset: usize, stride: usize, rows: usize) -> Self {
+    pub fn new(data: &'a [T], offset: usize, stride: usize, rows: usize) -> Self {
         Self {
             data: &data[offset.min(data.len())..],
             stride,
@@ -36,21 +36,22 @@ impl<'a> HeadView<'a> {
     }
 }
 
-/// One key/value head as [`attend_head`] reads it. Values are rows at a stride either way:
-/// read where they lie when their rows fit whole panels (`hd` a multiple of 16), else packed.
+/// One key/value head as [`attend_head`] reads it, in `f32` or a half type widened as it is
+/// read. Values as rows at a stride are read where they lie when their rows fit whole panels
+/// (`hd` a multiple of 16, an unpaired element type), else packed.
 #[derive(Debug, Clone, Copy)]
-pub enum HeadKv<'a> {
+pub enum HeadKv<'a, T: PanelElem = f32> {
     /// Keys as rows at a stride, packed per call.
-    Rows(HeadView<'a>, HeadView<'a>),
+    Rows(HeadView<'a, T>, HeadView<'a, T>),
     /// Keys already in panel layout `K: [S, hd]` (a cache that keeps its keys transposed):
     /// nothing is packed.
-    KeyPanels(PanelView<'a>, HeadView<'a>),
+    KeyPanels(PanelView<'a, T>, HeadView<'a, T>),
     /// Keys `K: [S, hd]` and values `Vᵀ: [hd, S]` both in panel layout where they lie (a cache
     /// kept in panels): nothing is packed, and every panel is read as one stream.
-    Panels(PanelView<'a>, PanelView<'a>),
+    Panels(PanelView<'a, T>, PanelView<'a, T>),
 }
 
-impl HeadKv<'_> {
+impl<T: PanelElem> HeadKv<'_, T> {
     /// Keys (and values) the head holds.
     fn keys(&self) -> usize {
         match self {
@@ -64,11 +65,11 @@ impl HeadKv<'_> {
 /// one head; row `i` sees the first `visible(i)` keys (at least one, at most `S`). Returns
 /// `[m, hd]`. `kv` must hold `S` keys and values of `hd` values (callers check shapes). Every
 /// layout gives the same bits.
-pub fn attend_head(
+pub fn attend_head<T: PanelElem>(
     q: &[f32],
     m: usize,
     hd: usize,
-    kv: HeadKv<'_>,
+    kv: HeadKv<'_, T>,
     scale: f32,
     visible: impl Fn(usize) -> usize,
 ) -> Vec<f32> {
@@ -82,7 +83,7 @@ pub fn attend_head(
         HeadKv::KeyPanels(k, v) => (k, v),
     };
     let s = k.rows();
-    let in_place = if hd.is_multiple_of(PANEL) {
+    let in_place = if hd.is_multiple_of(PANEL) && T::PAIR == 1 {
         PanelView::new(v.data, hd, s, PANEL, v.stride)
     } else {
         None
@@ -97,11 +98,11 @@ pub fn attend_head(
 }
 
 /// [`attend_head`] over keys `k: [S, hd]` and values `vt: Vᵀ [hd, S]` in panel layout.
-fn attend_panels(
+fn attend_panels<T: PanelElem>(
     q: &[f32],
     m: usize,
-    k: PanelView<'_>,
-    vt: PanelView<'_>,
+    k: PanelView<'_, T>,
+    vt: PanelView<'_, T>,
     scale: f32,
     visible: impl Fn(usize) -> usize,
 ) -> Vec<f32> {
@@ -133,13 +134,13 @@ fn attend_panels(
 /// thousand tokens of context that is a fifth of the memory-bound pair's weight bytes, and one
 /// core alone reads at about half the machine's bandwidth.
 #[allow(clippy::too_many_arguments)]
-pub fn grouped<'a>(
+pub fn grouped<'a, T: PanelElem>(
     q: &[f32],
     q_len: usize,
     heads: usize,
     kv_heads: usize,
     hd: usize,
-    kv: impl Fn(usize) -> HeadKv<'a> + Sync,
+    kv: impl Fn(usize) -> HeadKv<'a, T> + Sync,
     scale: f32,
     visible: impl Fn(usize) -> usize + Sync,
 ) -> Vec<f32> {
@@ -161,7 +162,7 @@ pub fn grouped<'a>(
     };
     // Bytes of keys and values the call reads (every head holds as many keys).
     let keys = if kv_heads > 0 { kv(0).keys() } else { 0 };
-    let bytes = (kv_heads * keys * hd * 2).saturating_mul(std::mem::size_of::<f32>());
+    let bytes = (kv_heads * keys * hd * 2).saturating_mul(std::mem::size_of::<T>());
     let outs: Vec<Vec<f32>> = if kv_heads > 1 && crate::threads::split_reads(bytes) {
         (0..kv_heads).into_par_iter().map(head).collect()
     } else {
@@ -209,21 +210,41 @@ pub fn causal_transposed(
 /// `h`'s keys at `k[h · k_head ..]` as `[S / 16, hd, 16]` panels of 16 keys and its values at
 /// `v[h · v_head ..]` as `[⌈hd / 16⌉, cap, 16]` panels of 16 dimensions, of which the first `s`
 /// tokens are live (query `i` sees keys `0 ..= s − Q + i`). Returns `[Q, heads · hd]`, or `None`
-/// when a panel does not fit its buffer or `Q > s`. Same bits as [`causal_transposed`] on the
-/// same keys and values.
-pub fn causal_panels(
+/// when a panel does not fit its buffer or `Q > s`. In `f32`, the same bits as
+/// [`causal_transposed`] on the same keys and values.
+///
+/// A paired element type (bf16, [`PanelElem::PAIR`] = 2) stores two columns' lanes
+/// interleaved: a key panel holds dimensions `2c, 2c + 1` of its 16 keys side by side (`hd`
+/// rounded up to even), a value panel keys `2c, 2c + 1` (`cap` even).
+pub fn causal_panels<T: PanelElem>(
     q: &[f32],
-    (q_len, heads, kv_heads, hd): (usize, usize, usize, usize),
-    (k, v): (&[f32], &[f32]),
-    (k_head, v_head, cap): (usize, usize, usize),
+    dims: (usize, usize, usize, usize),
+    bufs: (&[T], &[T]),
+    strides: (usize, usize, usize),
     s: usize,
     scale: f32,
 ) -> Option<Vec<f32>> {
-    let past = s.checked_sub(q_len)?;
+    let past = s.checked_sub(dims.0)?;
+    panels(q, dims, bufs, strides, s, scale, |i| past + i + 1)
+}
+
+/// [`causal_panels`] with any visibility: query `i` sees the first `visible(i)` keys (at least
+/// one, at most `s`).
+pub fn panels<T: PanelElem>(
+    q: &[f32],
+    (q_len, heads, kv_heads, hd): (usize, usize, usize, usize),
+    (k, v): (&[T], &[T]),
+    (k_head, v_head, cap): (usize, usize, usize),
+    s: usize,
+    scale: f32,
+    visible: impl Fn(usize) -> usize + Sync,
+) -> Option<Vec<f32>> {
+    let slot = T::PAIR * PANEL;
+    let key_panel = hd.next_multiple_of(T::PAIR) * PANEL;
     let kv = (0..kv_heads)
         .map(|h| {
-            let keys = PanelView::new(k.get(h * k_head..)?, s, hd, hd * PANEL, PANEL)?;
-            let values = PanelView::new(v.get(h * v_head..)?, hd, s, cap * PANEL, PANEL)?;
+            let keys = PanelView::new(k.get(h * k_head..)?, s, hd, key_panel, slot)?;
+            let values = PanelView::new(v.get(h * v_head..)?, hd, s, cap * PANEL, slot)?;
             Some(HeadKv::Panels(keys, values))
         })
         .collect::<Option<Vec<_>>>()?;
@@ -235,7 +256,7 @@ pub fn causal_panels(
         hd,
         |h| kv[h],
         scale,
-        |i| past + i + 1,
+        visible,
     ))
 }
 

@@ -5,8 +5,10 @@
 mod batched;
 mod host;
 pub mod kernel;
+mod panel_kv;
 
 pub use batched::{IotaCache, Keys, batched_attention, causal_mask, padding_mask};
+pub use panel_kv::{Buffers, PanelKv, Shape as PanelShape, Visible};
 
 use candle_core::{D, Tensor};
 

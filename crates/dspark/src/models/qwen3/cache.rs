@@ -2,7 +2,7 @@
 //!
 //! Per request and layer, keys (normed and rotated at their positions) and values live in
 //! buffers of a capacity that is a multiple of 16. On the CPU (fast kernel path, see
-//! [`crate::device::fast_on`]) the buffers are plain host memory in panel layout (`host_kv.rs`:
+//! [`crate::device::fast_on`]) the buffers are plain host memory in panel layout (`nn::attention::PanelKv`:
 //! keys as panels of 16 keys, values as panels of 16 dimensions, each panel one forward stream)
 //! and `Qwen3Cache::attend_host` writes a forward's new rows and runs every request's
 //! attention in one pass, reading keys and values where they lie (no per-step packing, no
@@ -16,8 +16,9 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::host_kv::HostKv;
 use crate::error::{Error, Result};
+use crate::nn::WeightDtype;
+use crate::nn::attention::{PanelKv, Visible};
 use crate::nn::fused::with_f32;
 use crate::nn::packed::PANEL;
 
@@ -28,7 +29,7 @@ const MIN_CAPACITY: usize = 64;
 #[derive(Debug)]
 enum Kv {
     /// On the CPU: host memory in panel layout, written and read in place.
-    Host(HostKv),
+    Host(PanelKv),
     /// Elsewhere: device tensors.
     Device { kt: Tensor, v: Tensor },
 }
@@ -58,6 +59,8 @@ pub struct Qwen3Cache {
     num_layers: usize,
     kv_heads: usize,
     head_dim: usize,
+    /// The element type keys and values are kept in (rounded to it as they are written).
+    kv_dtype: WeightDtype,
     device: Device,
 }
 
@@ -68,6 +71,7 @@ impl Qwen3Cache {
         num_layers: usize,
         kv_heads: usize,
         head_dim: usize,
+        kv_dtype: WeightDtype,
         device: &Device,
     ) -> Self {
         Self {
@@ -77,6 +81,7 @@ impl Qwen3Cache {
             num_layers,
             kv_heads,
             head_dim,
+            kv_dtype,
             device: device.clone(),
         }
     }
@@ -104,6 +109,7 @@ impl Qwen3Cache {
             num_layers: self.num_layers,
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
+            kv_dtype: self.kv_dtype,
             device: self.device.clone(),
         })
     }
@@ -211,7 +217,13 @@ impl Qwen3Cache {
                     Some(Kv::Host(kv)) => Some(kv),
                     _ => None,
                 };
-                Kv::Host(HostKv::grown(old, (kvh, hd, new_cap), cap, len))
+                Kv::Host(PanelKv::grown(
+                    self.kv_dtype,
+                    old,
+                    (kvh, hd, new_cap),
+                    cap,
+                    len,
+                ))
             } else {
                 let kt = Tensor::zeros((kvh, hd, new_cap), DType::F32, &self.device)?;
                 let v = Tensor::zeros((new_cap, kvh, hd), DType::F32, &self.device)?;
@@ -247,6 +259,7 @@ impl Qwen3Cache {
             .ok_or_else(|| Error::invalid("cache", format!("request {b} has no buffers")))?;
         match kv {
             Kv::Device { kt, v: vb } => {
+                let (k, v) = (self.kv_dtype.round(k)?, self.kv_dtype.round(v)?);
                 kt.slice_set(&k.permute((1, 2, 0))?.contiguous()?, 2, len)?;
                 vb.slice_set(&v.contiguous()?, 0, len)?;
                 Ok(LiveKv {
@@ -323,7 +336,7 @@ impl Qwen3Cache {
     ) -> Option<Vec<f32>> {
         use rayon::prelude::*;
 
-        let (kvh, hd) = (self.kv_heads, self.head_dim);
+        let (kvh, hd, elem) = (self.kv_heads, self.head_dim, self.kv_dtype.size());
         let (row_q, row_kv) = (heads * hd, kvh * hd);
         let n = q.len() / row_q.max(1);
         // The live requests: (offset, new rows, held rows, capacity, layers).
@@ -346,13 +359,19 @@ impl Qwen3Cache {
             );
             kv.write((kvh, hd, cap), len, ks, vs);
             let qs = &q[off * row_q..(off + m) * row_q];
-            let o = kv.attend((kvh, hd, cap), qs, (m, heads), len + m, scale)?;
+            let o = kv.attend(
+                (kvh, hd, cap),
+                qs,
+                (m, heads),
+                (len + m, Visible::Causal),
+                scale,
+            )?;
             Some((off, o))
         };
         // Bytes of keys and values read: every live request's cache, new rows included.
         let bytes: usize = jobs
             .iter()
-            .map(|&(_, m, len, ..)| (len + m) * row_kv * 2 * std::mem::size_of::<f32>())
+            .map(|&(_, m, len, ..)| (len + m) * row_kv * 2 * elem)
             .sum();
         let outs: Vec<(usize, Vec<f32>)> = if jobs.len() > 1 && crate::threads::split_reads(bytes) {
             jobs.into_par_iter().map(one).collect::<Option<_>>()?
@@ -391,8 +410,16 @@ mod tests {
             // DSPARK_KERNEL_PATH=tensor: the cache keeps tensors, there is no host pass.
             return;
         }
-        let mut fast = Qwen3Cache::new(2, 1, kvh, hd, &cpu);
-        let mut slow = Qwen3Cache::new(2, 1, kvh, hd, &cpu);
+        // f16 gives the bits of f32 over the rounded values (bf16: `PanelKv`'s tests).
+        for dtype in [WeightDtype::F32, WeightDtype::F16] {
+            host_pass_equals_tensor_path(dtype, (kvh, hd, heads));
+        }
+    }
+
+    fn host_pass_equals_tensor_path(dtype: WeightDtype, (kvh, hd, heads): (usize, usize, usize)) {
+        let cpu = Device::Cpu;
+        let mut fast = Qwen3Cache::new(2, 1, kvh, hd, dtype, &cpu);
+        let mut slow = Qwen3Cache::new(2, 1, kvh, hd, dtype, &cpu);
         let steps: [[usize; 2]; 6] = [[70, 3], [9, 0], [1, 60], [0, 9], [50, 1], [9, 9]];
         for (t, sizes) in steps.iter().enumerate() {
             if t == 4 {
@@ -465,7 +492,7 @@ mod tests {
                 .build()
                 .unwrap();
             pool.install(|| {
-                let mut cache = Qwen3Cache::new(4, 1, kvh, hd, &cpu);
+                let mut cache = Qwen3Cache::new(4, 1, kvh, hd, WeightDtype::F32, &cpu);
                 let mut outs = Vec::new();
                 for (t, sizes) in [[300, 280, 0, 310], [1, 9, 5, 1]].iter().enumerate() {
                     let n: usize = sizes.iter().sum();

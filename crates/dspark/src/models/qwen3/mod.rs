@@ -9,12 +9,11 @@
 //! copy.
 //!
 //! Submodules: [`cache`] ([`Qwen3Cache`]), `model` ([`Qwen3Target`], loading), `forward` (the
-//! packed forward), `device_rows` (its device-path attention), `host_kv`.
+//! packed forward), `device_rows` (its device-path attention).
 
 pub mod cache;
 mod device_rows;
 mod forward;
-mod host_kv;
 mod model;
 
 pub use crate::config::Qwen3Config;

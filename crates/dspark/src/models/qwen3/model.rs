@@ -49,6 +49,8 @@ pub struct Qwen3Target {
     pub(crate) rope_cache: crate::nn::rope::RopeCache,
     /// The causal mask's key index on the device, for the device-generic path.
     pub(crate) key_index: crate::nn::attention::IotaCache,
+    /// The element type of its caches' keys and values ([`LoadOptions::kv_dtype`]).
+    pub(crate) kv_dtype: crate::nn::WeightDtype,
 }
 
 /// Why a tensor is required.
@@ -221,6 +223,7 @@ impl Qwen3Target {
             key_index: Default::default(),
             device: device.clone(),
             quant: options.quant,
+            kv_dtype: options.kv_dtype_or_default(),
             config,
         })
     }
@@ -242,6 +245,11 @@ impl Qwen3Target {
         self.layers
             .first()
             .map_or(crate::nn::WeightDtype::F32, Layer::weight_dtype)
+    }
+
+    /// The element type its KV caches keep keys and values in ([`LoadOptions::kv_dtype`]).
+    pub fn kv_dtype(&self) -> crate::nn::WeightDtype {
+        self.kv_dtype
     }
 
     /// The quantized format of the layers' linear maps (`dtype="q8_0"` at load), if any.
@@ -309,6 +317,7 @@ impl TargetModel for Qwen3Target {
             self.config.shape.num_hidden_layers,
             self.config.shape.num_key_value_heads,
             self.config.shape.head_dim,
+            self.kv_dtype,
             &self.device,
         ))
     }
