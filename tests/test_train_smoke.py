@@ -75,6 +75,9 @@ def test_pipeline_writes_a_loadable_pair(smoke_run: Path) -> None:
     log = (smoke_run / "train.log").read_text()
     assert "target step 2" in log and "drafter step 2" in log and "assistant step 1" in log
     assert "confidence fit:" in log and "confidence validation" in log
+    # the long-context stage ran on both models, long windows included
+    assert "extend target step 1" in log and "extend drafter step 5" in log
+    assert "held-out CE by depth" in log and "continuations of 48-token prompts" in log
     # the assisted-generation baseline shares the target's vocabulary and is smaller
     asst = json.loads((smoke_run / "assistant" / "config.json").read_text())
     tcfg = json.loads((smoke_run / "target" / "config.json").read_text())
@@ -97,6 +100,23 @@ def test_train_blocks_see_context_before_anchor_and_own_block() -> None:
             assert ctx[:anchor].all() and not ctx[anchor:].any()
             own = b.mask[r, i, 20:]
             assert own[i - i % 4 : i - i % 4 + 4].all() and int(own.sum()) == 4
+
+
+def test_anchors_from_a_first_position_stay_in_the_tail() -> None:
+    # The long-context stage draws anchors in a window's last positions only (uniform and
+    # hard-weighted alike); with first = 1 the draw is the first stage's, bit for bit.
+    tokens = torch.arange(200).reshape(2, 100)
+    hard = torch.rand(2, 100, generator=torch.Generator().manual_seed(3))
+    for h, share in ((None, 0.0), (hard, 0.5)):
+        b = make_blocks(tokens, 4, 999, 8, torch.Generator().manual_seed(1), h, share, first=70)
+        anchors = b.block_pos[:, ::4]
+        assert anchors.shape == (2, 8) and int(anchors.min()) >= 70
+        assert int(anchors.max()) <= 100 - 4 - 1
+        one = make_blocks(tokens, 4, 999, 8, torch.Generator().manual_seed(1), h, share)
+        two = make_blocks(tokens, 4, 999, 8, torch.Generator().manual_seed(1), h, share, first=1)
+        assert torch.equal(one.block_pos, two.block_pos)
+    with pytest.raises(ValueError, match="anchors from"):
+        make_blocks(tokens, 4, 999, 8, torch.Generator(), first=96)
 
 
 def test_hard_anchors_follow_target_uncertainty() -> None:
