@@ -50,6 +50,20 @@ impl WeightDtype {
         })
     }
 
+    /// [`WeightDtype::parse`] for the argument `arg`, whose error says the value is not `what`
+    /// and lists the names (then `more`).
+    fn parse_as(arg: &str, value: &str, what: &str, more: &str) -> Result<Self> {
+        Self::parse(arg, value).map_err(|_| {
+            Error::invalid(
+                arg,
+                format!(
+                    "`{value}` is not {what}: expected one of {}{more}",
+                    Self::NAMES.join(", ")
+                ),
+            )
+        })
+    }
+
     /// The canonical name (`float32`, `bfloat16`, `float16`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -155,15 +169,7 @@ impl LoadOptions {
                 kv_dtype: None,
             });
         }
-        let dtype = WeightDtype::parse("dtype", name).map_err(|_| {
-            Error::invalid(
-                "dtype",
-                format!(
-                    "`{name}` is not a weight dtype: expected one of {}, or q8_0",
-                    WeightDtype::NAMES.join(", ")
-                ),
-            )
-        })?;
+        let dtype = WeightDtype::parse_as("dtype", name, "a weight dtype", ", or q8_0")?;
         Ok(Self {
             dtype: Some(dtype),
             quant: None,
@@ -180,15 +186,7 @@ impl LoadOptions {
                 ..self
             });
         };
-        let kv = WeightDtype::parse("kv_dtype", name).map_err(|_| {
-            Error::invalid(
-                "kv_dtype",
-                format!(
-                    "`{name}` is not a KV cache dtype: expected one of {}",
-                    WeightDtype::NAMES.join(", ")
-                ),
-            )
-        })?;
+        let kv = WeightDtype::parse_as("kv_dtype", name, "a KV cache dtype", "")?;
         Ok(Self {
             kv_dtype: Some(kv),
             ..self
