@@ -397,13 +397,15 @@ fn the_default_table_is_a_prior_that_runs_no_forward_of_its_own() {
         table.points().iter().all(|p| p.1.is_finite() && p.1 > 0.0),
         "{table:?}"
     );
-    // A second call keeps the profile (no new sizes unless rounds time new counts) and the
-    // table stays valid.
+    // A second call keeps the profile's sizes and the table stays valid. (The sizes a line
+    // through the round timings adds move with those timings, so a loaded machine may add or
+    // drop some of them: only the profile's are asserted.)
     s.generate(&reqs, None).unwrap();
     let again = s.measured_steps_per_second().unwrap();
-    for n in &sizes {
-        assert!(again.points().iter().any(|p| p.0 == *n));
+    for n in (1..=dense).chain([max]) {
+        assert!(again.points().iter().any(|p| p.0 == n), "{n}: {again:?}");
     }
+    assert!(again.points().iter().all(|p| p.1.is_finite() && p.1 > 0.0));
     // A batch past MAX_PROFILE_TOKENS verified tokens prices up to that size only (a budget
     // of 3 leaves one draft to verify after the prefill: every request drafts once).
     let many: Vec<Request> = (0..600)
