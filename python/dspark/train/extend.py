@@ -44,8 +44,8 @@ __all__ = [
     "extend_drafter",
     "extend_target",
     "heldout_loss_by_depth",
-    "length_for_step",
     "run_extend_stage",
+    "window_length",
 ]
 
 
@@ -70,10 +70,8 @@ class ExtendConfig:
     seed: int = 0
 
 
-def length_for_step(step: int, lengths: Sequence[int], gen: torch.Generator) -> int:
-    """The window length of one batch: drawn uniformly from ``lengths`` (``step`` unused but
-    kept so a schedule could depend on it)."""
-    del step
+def window_length(lengths: Sequence[int], gen: torch.Generator) -> int:
+    """The window length of one batch, drawn uniformly from ``lengths``."""
     return int(lengths[int(torch.randint(0, len(lengths), (1,), generator=gen))])
 
 
@@ -124,7 +122,7 @@ def extend_target(
     for step in range(cfg.target_steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg.target_steps, cfg.warmup, cfg.target_lr)
-        length = length_for_step(step, cfg.lengths, gen)
+        length = window_length(cfg.lengths, gen)
         ids = sample_windows(train_ids, max(1, cfg.tokens_per_batch // length), length, gen)
         loss = target(input_ids=ids, labels=ids).loss  # type: ignore[operator]
         opt.zero_grad(set_to_none=True)
@@ -203,7 +201,7 @@ def extend_drafter(
             ids[:n_gen] = short_pool[pick]
             first = 1
         else:
-            length = length_for_step(step, long_lengths, gen)
+            length = window_length(long_lengths, gen)
             rows = max(1, cfg.drafter_tokens_per_batch // length)
             pool = pools[length]
             pick = torch.randint(0, pool.shape[0], (rows,), generator=gen)

@@ -31,7 +31,7 @@ pub(crate) struct LayerKv {
 }
 
 /// Host panel buffers of every layer, `cap` tokens each (a multiple of 16).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct HostLayers {
     layers: Vec<PanelKv>,
     kv_heads: usize,
@@ -61,16 +61,11 @@ impl Clone for Store {
         match self {
             Self::Empty => Self::Empty,
             Self::Tensors(t) => Self::Tensors(t.clone()),
-            Self::Host(h) => match h.lock() {
-                Ok(h) => Self::Host(Mutex::new(HostLayers {
-                    layers: h.layers.clone(),
-                    kv_heads: h.kv_heads,
-                    head_dim: h.head_dim,
-                    cap: h.cap,
-                })),
-                // A poisoned lock (a panic mid-write): the copy starts empty.
-                Err(_) => Self::Empty,
-            },
+            // A poisoned lock (a panic mid block pass) only ever left scratch rows past the
+            // length half written: the live rows copy as they are.
+            Self::Host(h) => Self::Host(Mutex::new(
+                h.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            )),
         }
     }
 }
