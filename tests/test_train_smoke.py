@@ -5,6 +5,7 @@ confidence stage labels and trains the confidence head alone."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,26 @@ def test_pipeline_writes_a_loadable_pair(smoke_run: Path) -> None:
     tcfg = json.loads((smoke_run / "target" / "config.json").read_text())
     assert asst["vocab_size"] == tcfg["vocab_size"]
     assert asst["hidden_size"] < tcfg["hidden_size"]
+
+
+def test_extend_knobs_reach_the_stage_and_bad_values_are_usage_errors(
+    smoke_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a second drafter-only extension of (a copy of) the smoke pair, with its own share and lr
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    argv = [str(run), "--smoke", "--threads", "1", "--stage", "extend"]
+    knobs = ["--extend-steps", "0", "2", "--extend-short-share", "1", "--extend-drafter-lr", "1e-4"]
+    assert train_main(argv + knobs) == 0
+    log = (run / "train.log").read_text().splitlines()
+    config = [line for line in log if "extend config" in line][-1]
+    assert "'short_share': 1.0" in config and "'drafter_lr': 0.0001" in config
+    assert "'target_steps': 0" in config
+    for bad in (["--extend-short-share", "1.5"], ["--extend-drafter-lr", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            train_main(argv + bad)
+        assert exc.value.code == 2
+        assert bad[1] in capsys.readouterr().err
 
 
 def test_train_blocks_see_context_before_anchor_and_own_block() -> None:

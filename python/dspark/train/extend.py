@@ -261,6 +261,10 @@ def run_extend_stage(
         )
     if args.extend_steps is not None:
         cfg = replace(cfg, target_steps=args.extend_steps[0], drafter_steps=args.extend_steps[1])
+    if args.extend_short_share is not None:
+        cfg = replace(cfg, short_share=args.extend_short_share)
+    if args.extend_drafter_lr is not None:
+        cfg = replace(cfg, drafter_lr=args.extend_drafter_lr)
     log(f"extend config {asdict(cfg)}")
     target_dir, drafter_dir = args.out / "target", args.out / "drafter"
     target = Qwen3ForCausalLM.from_pretrained(target_dir, torch_dtype=torch.float32)

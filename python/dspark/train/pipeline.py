@@ -41,6 +41,22 @@ def _log_to(path: Path | None):  # type: ignore[no-untyped-def]
     return log
 
 
+def _share(text: str) -> float:
+    """An argparse type: a float in [0, 1]."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1]")
+    return value
+
+
+def _positive(text: str) -> float:
+    """An argparse type: a float above 0."""
+    value = float(text)
+    if not value > 0.0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dspark.train", description=__doc__)
     p.add_argument("out", type=Path, help="output directory")
@@ -66,6 +82,19 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar=("TARGET", "DRAFTER"),
         help="long-context stage: target and drafter steps (0 skips that model)",
+    )
+    p.add_argument(
+        "--extend-short-share",
+        type=_share,
+        default=None,
+        help="long-context stage: share of drafter steps on the first stage's short windows",
+    )
+    p.add_argument(
+        "--extend-drafter-lr",
+        type=_positive,
+        default=None,
+        help="long-context stage: the drafter's peak learning rate (a second run continues "
+        "from the first one's drafter on a fresh cosine)",
     )
     p.add_argument(
         "--confidence-label",
