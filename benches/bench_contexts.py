@@ -42,6 +42,7 @@ from bench_memory_bound import (
     llama_bench_rates,
     read_bandwidth,
     speculative_simple_rates,
+    timed_calls,
 )
 
 
@@ -89,25 +90,12 @@ class Native:
 
     def run(self, mode: str, prompts: list[list[int]], context: int) -> dict[str, Any]:
         call = self.spec.generate_target_only if mode == "target-only" else self.spec.generate
-        got: list[list[int]] = []
-        committed, wall, decode, rounds = 0, 0.0, 0.0, 0.0
-        for p in prompts:
-            t0 = time.perf_counter()
-            res = call([p], self.tokens)
-            wall += time.perf_counter() - t0
-            st = res.stats
-            committed += st.committed_tokens
-            decode += st.total_seconds - st.prefill_seconds
-            rounds += st.committed_tokens / max(st.acceptance_length, 1e-9)
-            got += [list(t) for t in res.tokens]
-        out: dict[str, Any] = {
-            "tokens_per_s": committed / wall,
-            "decode_tokens_per_s": committed / max(decode, 1e-9),
-        }
+        rates, got = timed_calls(call, [[p] for p in prompts], self.tokens)
+        out: dict[str, Any] = {k: rates[k] for k in ("tokens_per_s", "decode_tokens_per_s")}
         if mode == "target-only":
             self.reference[context] = got
         else:
-            out["tau"] = committed / max(rounds, 1e-9)
+            out["tau"] = rates["tau"]
             out["greedy_equal"] = got == self.reference.get(context)
         return out
 

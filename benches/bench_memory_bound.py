@@ -80,6 +80,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,34 @@ def speculative_simple_rates(out: str) -> dict[str, Any] | None:
     return got
 
 
+def timed_calls(
+    call: Callable[[list[list[int]], int], Any], calls: list[list[list[int]]], tokens: int
+) -> tuple[dict[str, float], list[list[int]]]:
+    """Run ``call(chunk, tokens)`` for every chunk of ``calls``, timed: tokens/s end to end and
+    decode only (``committed / (total - prefill)``), ``tau`` (committed over rounds) and
+    ``outside_share`` (wall time outside the target's forwards and the drafter: sampling,
+    scheduling, bookkeeping), with every request's tokens in order."""
+    got: list[list[int]] = []
+    committed, wall, decode, inside, rounds = 0, 0.0, 0.0, 0.0, 0.0
+    for chunk in calls:
+        t0 = time.perf_counter()
+        res = call(chunk, tokens)
+        wall += time.perf_counter() - t0
+        st = res.stats
+        committed += st.committed_tokens
+        decode += st.total_seconds - st.prefill_seconds
+        inside += st.target_seconds + st.drafter_seconds
+        rounds += st.committed_tokens / max(st.acceptance_length, 1e-9)
+        got += [list(t) for t in res.tokens]
+    rates = {
+        "tokens_per_s": committed / wall,
+        "decode_tokens_per_s": committed / max(decode, 1e-9),
+        "tau": committed / max(rounds, 1e-9),
+        "outside_share": max(wall - inside, 0.0) / wall,
+    }
+    return rates, got
+
+
 class Dspark:
     """The native pair of one dtype, loaded once."""
 
@@ -218,33 +247,17 @@ class Dspark:
             spec = self.scheduled if mode == "scheduled" else self.full
         call = spec.generate_target_only if mode == "target-only" else spec.generate
         calls = [[p] for p in prompts] if batch == 1 else [prompts]
-        got: list[list[int]] = []
-        committed, wall, decode, inside, rounds = 0, 0.0, 0.0, 0.0, 0.0
-        for chunk in calls:
-            t0 = time.perf_counter()
-            res = call(chunk, self.tokens)
-            wall += time.perf_counter() - t0
-            st = res.stats
-            committed += st.committed_tokens
-            decode += st.total_seconds - st.prefill_seconds
-            inside += st.target_seconds + st.drafter_seconds
-            rounds += st.committed_tokens / max(st.acceptance_length, 1e-9)
-            got += [list(t) for t in res.tokens]
-        out: dict[str, Any] = {
-            "tokens_per_s": committed / wall,
-            "decode_tokens_per_s": committed / max(decode, 1e-9),
-        }
+        rates, got = timed_calls(call, calls, self.tokens)
+        out: dict[str, Any] = {k: rates[k] for k in ("tokens_per_s", "decode_tokens_per_s")}
         if mode == "target-only" and not sampled:
             self.reference[batch] = got
         elif sampled:
             if mode != "target-only":
-                out["tau"] = committed / max(rounds, 1e-9)
+                out["tau"] = rates["tau"]
         else:
-            out["tau"] = committed / max(rounds, 1e-9)
+            out["tau"] = rates["tau"]
             out["greedy_equal"] = got == self.reference.get(batch)
-            # The time outside the target's forwards and the drafter (sampling, scheduling,
-            # bookkeeping, profiling), over the calls.
-            out["outside_share"] = max(wall - inside, 0.0) / wall
+            out["outside_share"] = rates["outside_share"]
         return out
 
 

@@ -29,11 +29,10 @@ import argparse
 import json
 import platform
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
-from bench_memory_bound import _run, cpu_isa, llama_bench_rates
+from bench_memory_bound import _run, cpu_isa, llama_bench_rates, timed_calls
 
 DTYPES = ("bfloat16", "q8_0")
 GGUF = {"bfloat16": "target-bf16.gguf", "q8_0": "target-q8_0.gguf"}
@@ -74,25 +73,12 @@ class Native:
     def run(self, mode: str, ps: list[list[int]]) -> dict[str, Any]:
         spec = self.modes["full" if mode == "target-only" else mode]
         call = spec.generate_target_only if mode == "target-only" else spec.generate
-        got: list[list[int]] = []
-        committed, wall, decode, rounds = 0, 0.0, 0.0, 0.0
-        for p in ps:
-            t0 = time.perf_counter()
-            res = call([p], self.tokens)
-            wall += time.perf_counter() - t0
-            st = res.stats
-            committed += st.committed_tokens
-            decode += st.total_seconds - st.prefill_seconds
-            rounds += st.committed_tokens / max(st.acceptance_length, 1e-9)
-            got += [list(t) for t in res.tokens]
-        out: dict[str, Any] = {
-            "tokens_per_s": committed / wall,
-            "decode_tokens_per_s": committed / max(decode, 1e-9),
-        }
+        rates, got = timed_calls(call, [[p] for p in ps], self.tokens)
+        out: dict[str, Any] = {k: rates[k] for k in ("tokens_per_s", "decode_tokens_per_s")}
         if mode == "target-only":
             self.reference = got
         else:
-            out["tau"] = committed / max(rounds, 1e-9)
+            out["tau"] = rates["tau"]
             out["greedy_equal"] = got == self.reference
         return out
 
