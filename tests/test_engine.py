@@ -1,6 +1,6 @@
 """``dspark.Engine``: continuous batching from Python.
 
-The bundled pair runs on the native target with no torch: requests joining and leaving
+The bundled bundled_pair runs on the native target with no torch: requests joining and leaving
 between steps give the tokens they give alone, a seeded request's draws depend on its seed and
 positions only (never on the batch, its order or its arrival step), aborts from another thread
 end a request at the next step, and bad input is a typed error naming the field. The torch
@@ -17,34 +17,25 @@ from typing import Any
 import pytest
 
 import dspark
-from dspark.bundled import bundled_dir
 
 PROMPTS = [[(5 * i + 7 * j + 11) % 900 + 3 for j in range(2 + (3 * i) % 9)] for i in range(6)]
 
 
-@pytest.fixture(scope="module")
-def pair() -> tuple[Any, Any]:
-    root = bundled_dir()
-    target = dspark.NativeTarget.from_pretrained(root / "target")
-    drafter = dspark.Drafter.from_pretrained(root / "drafter", target, sts=False)
-    return target, drafter
-
-
-def _engine(pair: tuple[Any, Any], **kw: Any) -> dspark.Engine:
-    target, drafter = pair
+def _engine(bundled_pair: tuple[Any, Any], **kw: Any) -> dspark.Engine:
+    target, drafter = bundled_pair
     return dspark.Engine(target, drafter, **kw)
 
 
-def _alone(pair: tuple[Any, Any], prompt: Sequence[int], new: int, **kw: Any) -> list[int]:
-    eng = _engine(pair, verify=kw.pop("verify", "full"))
+def _alone(bundled_pair: tuple[Any, Any], prompt: Sequence[int], new: int, **kw: Any) -> list[int]:
+    eng = _engine(bundled_pair, verify=kw.pop("verify", "full"))
     rid = eng.add_request(list(prompt), new, **kw)
     return eng.run()[rid]
 
 
-def test_greedy_engine_equals_the_speculator(pair: tuple[Any, Any]) -> None:
-    target, drafter = pair
+def test_greedy_engine_equals_the_speculator(bundled_pair: tuple[Any, Any]) -> None:
+    target, drafter = bundled_pair
     ref = dspark.Speculator(target, drafter).generate(PROMPTS, 16).tokens
-    eng = _engine(pair)
+    eng = _engine(bundled_pair)
     ids = [eng.add_request(p, 16) for p in PROMPTS]
     out = eng.run()
     assert [out[i] for i in ids] == ref
@@ -52,15 +43,17 @@ def test_greedy_engine_equals_the_speculator(pair: tuple[Any, Any]) -> None:
     assert eng.num_running == 0 and eng.num_waiting == 0
 
 
-def test_requests_joining_between_steps_give_their_own_tokens(pair: tuple[Any, Any]) -> None:
+def test_requests_joining_between_steps_give_their_own_tokens(
+    bundled_pair: tuple[Any, Any],
+) -> None:
     """Arrivals mid-run, a small batch cap and a KV budget that forces preemption: every
     request's tokens are the ones it gives alone, at temperature 0 and with its own seed."""
     kw: list[dict[str, Any]] = [
         {"temperature": 0.0} if i % 2 == 0 else {"temperature": 0.8, "seed": 100 + i}
         for i in range(len(PROMPTS))
     ]
-    alone = [_alone(pair, p, 14, **k) for p, k in zip(PROMPTS, kw, strict=True)]
-    eng = _engine(pair, max_running=3, kv_tokens=60)
+    alone = [_alone(bundled_pair, p, 14, **k) for p, k in zip(PROMPTS, kw, strict=True)]
+    eng = _engine(bundled_pair, max_running=3, kv_tokens=60)
     pending = list(range(len(PROMPTS)))
     ids: dict[int, int] = {}
     got: dict[int, list[int]] = {}
@@ -78,14 +71,14 @@ def test_requests_joining_between_steps_give_their_own_tokens(pair: tuple[Any, A
 
 @pytest.mark.parametrize("verify", ["full", 0.4])
 def test_seeded_requests_do_not_depend_on_batch_order(
-    pair: tuple[Any, Any], verify: str | float
+    bundled_pair: tuple[Any, Any], verify: str | float
 ) -> None:
     """Temperature 0.7: the same seeded requests in forward and reversed order, and each
     alone, commit the same tokens."""
     seeds = [7, 7, 123, 2**64 - 1, 0, 99]
 
     def batch(order: list[int]) -> dict[int, list[int]]:
-        eng = _engine(pair, verify=verify)
+        eng = _engine(bundled_pair, verify=verify)
         ids = {
             i: eng.add_request(PROMPTS[i], 12, temperature=0.7, top_p=0.95, seed=seeds[i])
             for i in order
@@ -97,32 +90,32 @@ def test_seeded_requests_do_not_depend_on_batch_order(
     backward = batch(list(reversed(range(len(PROMPTS)))))
     assert forward == backward
     assert forward[0] == _alone(
-        pair, PROMPTS[0], 12, temperature=0.7, top_p=0.95, seed=7, verify=verify
+        bundled_pair, PROMPTS[0], 12, temperature=0.7, top_p=0.95, seed=7, verify=verify
     )
     # And a rerun is the same run.
     other = batch(list(range(len(PROMPTS))))
     assert other == forward
 
 
-def test_different_seeds_give_different_samples(pair: tuple[Any, Any]) -> None:
+def test_different_seeds_give_different_samples(bundled_pair: tuple[Any, Any]) -> None:
     prompt = PROMPTS[1]
-    runs = {tuple(_alone(pair, prompt, 10, temperature=1.0, seed=s)) for s in range(8)}
+    runs = {tuple(_alone(bundled_pair, prompt, 10, temperature=1.0, seed=s)) for s in range(8)}
     assert len(runs) > 1
 
 
-def test_unseeded_requests_are_independent_samples(pair: tuple[Any, Any]) -> None:
+def test_unseeded_requests_are_independent_samples(bundled_pair: tuple[Any, Any]) -> None:
     """Requests without a seed draw fresh entropy: 600 copies of one prompt give first tokens
     distributed as the target's softmax at T = 1 (chi-square), not 600 copies of one sample."""
     import numpy as np
     from conftest import ALPHA
     from scipy import stats
 
-    target, _ = pair
+    target, _ = bundled_pair
     prompt = PROMPTS[2]
     logits = np.asarray(target.logits(prompt))[-1].astype(np.float64)
     p = np.exp(logits - logits.max())
     p /= p.sum()
-    eng = _engine(pair, max_running=64)
+    eng = _engine(bundled_pair, max_running=64)
     ids = [eng.add_request(prompt, 1, temperature=1.0) for _ in range(600)]
     out = eng.run()
     counts = np.bincount([out[i][0] for i in ids], minlength=p.size).astype(np.float64)
@@ -138,11 +131,11 @@ def test_unseeded_requests_are_independent_samples(pair: tuple[Any, Any]) -> Non
     assert pvalue > ALPHA, pvalue
 
 
-def test_stop_ids_and_budgets(pair: tuple[Any, Any]) -> None:
-    greedy = _alone(pair, PROMPTS[2], 12)
+def test_stop_ids_and_budgets(bundled_pair: tuple[Any, Any]) -> None:
+    greedy = _alone(bundled_pair, PROMPTS[2], 12)
     stop = greedy[4]
     first = greedy.index(stop)
-    eng = _engine(pair)
+    eng = _engine(bundled_pair)
     rid = eng.add_request(PROMPTS[2], 12, stop_token_ids=[stop])
     no_draft = eng.add_request(PROMPTS[2], 12, max_drafts=0)
     finished: dict[int, str | None] = {}
@@ -158,8 +151,8 @@ def test_stop_ids_and_budgets(pair: tuple[Any, Any]) -> None:
     assert finished[no_draft] == "length"
 
 
-def test_abort_from_another_thread(pair: tuple[Any, Any]) -> None:
-    eng = _engine(pair)
+def test_abort_from_another_thread(bundled_pair: tuple[Any, Any]) -> None:
+    eng = _engine(bundled_pair)
     long = eng.add_request(PROMPTS[0], 400)
     short = eng.add_request(PROMPTS[1], 8)
     updates = eng.step()
@@ -179,8 +172,8 @@ def test_abort_from_another_thread(pair: tuple[Any, Any]) -> None:
     assert e.value.code == "invalid-argument"
 
 
-def test_step_timing_adds_up(pair: tuple[Any, Any]) -> None:
-    eng = _engine(pair)
+def test_step_timing_adds_up(bundled_pair: tuple[Any, Any]) -> None:
+    eng = _engine(bundled_pair)
     for p in PROMPTS:
         eng.add_request(p, 6)
     eng.step()
@@ -194,8 +187,8 @@ def test_step_timing_adds_up(pair: tuple[Any, Any]) -> None:
     assert abs(sum(float(t[k]) for k in parts) - float(t["total"])) < 1e-9
 
 
-def test_metrics_count_what_ran(pair: tuple[Any, Any]) -> None:
-    eng = _engine(pair)
+def test_metrics_count_what_ran(bundled_pair: tuple[Any, Any]) -> None:
+    eng = _engine(bundled_pair)
     for p in PROMPTS[:3]:
         eng.add_request(p, 10)
     eng.run()
@@ -222,8 +215,8 @@ def test_metrics_count_what_ran(pair: tuple[Any, Any]) -> None:
         (lambda e: e.abort(12345), "invalid-argument"),
     ],
 )
-def test_bad_requests_are_typed(pair: tuple[Any, Any], call: Any, code: str | None) -> None:
-    eng = _engine(pair)
+def test_bad_requests_are_typed(bundled_pair: tuple[Any, Any], call: Any, code: str | None) -> None:
+    eng = _engine(bundled_pair)
     with pytest.raises(dspark.DSparkError) as e:
         call(eng)
     if code is not None:
@@ -231,14 +224,14 @@ def test_bad_requests_are_typed(pair: tuple[Any, Any], call: Any, code: str | No
     assert not eng.has_work()
 
 
-def test_a_request_that_can_never_fit_is_refused(pair: tuple[Any, Any]) -> None:
-    eng = _engine(pair, kv_tokens=16)
+def test_a_request_that_can_never_fit_is_refused(bundled_pair: tuple[Any, Any]) -> None:
+    eng = _engine(bundled_pair, kv_tokens=16)
     with pytest.raises(dspark.InputError) as e:
         eng.add_request(list(range(3, 30)), 8)
     assert e.value.code == "too-large"
     assert "kv_tokens" in str(e.value)
     assert not eng.has_work()
-    eng = _engine(pair, max_batched_tokens=8)
+    eng = _engine(bundled_pair, max_batched_tokens=8)
     with pytest.raises(dspark.InputError) as e:
         eng.add_request(list(range(3, 30)), 8)
     assert e.value.code == "too-large"
@@ -256,14 +249,14 @@ def test_a_request_that_can_never_fit_is_refused(pair: tuple[Any, Any]) -> None:
         {"num_speculative_tokens": -2},
     ],
 )
-def test_bad_engine_options_are_typed(pair: tuple[Any, Any], kw: dict[str, Any]) -> None:
+def test_bad_engine_options_are_typed(bundled_pair: tuple[Any, Any], kw: dict[str, Any]) -> None:
     with pytest.raises(dspark.DSparkError) as e:
-        _engine(pair, **kw)
+        _engine(bundled_pair, **kw)
     assert e.value.code
 
 
-def test_not_a_target_is_refused(pair: tuple[Any, Any]) -> None:
-    _, drafter = pair
+def test_not_a_target_is_refused(bundled_pair: tuple[Any, Any]) -> None:
+    _, drafter = bundled_pair
     with pytest.raises(dspark.DSparkError) as e:
         dspark.Engine(object(), drafter)
     assert e.value.code == "invalid-argument"
@@ -273,8 +266,8 @@ def test_not_a_target_is_refused(pair: tuple[Any, Any]) -> None:
 
 
 @pytest.mark.torch
-def test_hf_target_engine_matches_the_native_one(pair: tuple[Any, Any]) -> None:
-    """The bundled pair's HF target through the same engine: greedy tokens identical to the
+def test_hf_target_engine_matches_the_native_one(bundled_pair: tuple[Any, Any]) -> None:
+    """The bundled bundled_pair's HF target through the same engine: greedy tokens identical to the
     native target's, with arrivals and a batch cap."""
     from dspark.bundled import load_pair
 
@@ -282,7 +275,7 @@ def test_hf_target_engine_matches_the_native_one(pair: tuple[Any, Any]) -> None:
     eng = dspark.Engine(hf.target, hf.drafter, max_running=2)
     ids = [eng.add_request(p, 10) for p in PROMPTS[:4]]
     out = eng.run()
-    native = _engine(pair)
+    native = _engine(bundled_pair)
     nids = [native.add_request(p, 10) for p in PROMPTS[:4]]
     nout = native.run()
     assert [out[i] for i in ids] == [nout[i] for i in nids]
@@ -317,11 +310,11 @@ def test_a_target_without_grow_and_retain_is_refused() -> None:
     assert len(tokens[0]) == 6
 
 
-def test_a_warmed_up_speculator_keeps_its_greedy_tokens(pair: tuple[Any, Any]) -> None:
+def test_a_warmed_up_speculator_keeps_its_greedy_tokens(bundled_pair: tuple[Any, Any]) -> None:
     """``Speculator.warm_up`` profiles for the scheduler before the first call (the Rust
     suite checks the profile); the tokens are those of full verification; bad sizes are
     typed."""
-    target, drafter = pair
+    target, drafter = bundled_pair
     sp = dspark.Speculator(target, drafter, verify="scheduled")
     sp.warm_up(2)
     full = dspark.Speculator(target, drafter)
@@ -333,13 +326,13 @@ def test_a_warmed_up_speculator_keeps_its_greedy_tokens(pair: tuple[Any, Any]) -
             sp.warm_up(bad)
 
 
-def test_warm_up_then_serve_with_the_scheduler(pair: tuple[Any, Any]) -> None:
+def test_warm_up_then_serve_with_the_scheduler(bundled_pair: tuple[Any, Any]) -> None:
     """A warmed-up scheduling engine serves the greedy tokens of any other engine."""
-    eng = _engine(pair, verify="scheduled")
+    eng = _engine(bundled_pair, verify="scheduled")
     eng.warm_up(2)
     ids = [eng.add_request(p, 10) for p in PROMPTS[:2]]
     out = eng.run()
-    assert [out[i] for i in ids] == [_alone(pair, p, 10) for p in PROMPTS[:2]]
+    assert [out[i] for i in ids] == [_alone(bundled_pair, p, 10) for p in PROMPTS[:2]]
     for bad in (0, -1, 1.5, True):
         with pytest.raises(dspark.InputError):
             eng.warm_up(bad)
@@ -393,10 +386,10 @@ def test_adding_requests_while_another_thread_steps_an_hf_engine() -> None:
     assert not eng.has_work()
 
 
-def test_generate_from_four_threads_at_once(pair: tuple[Any, Any]) -> None:
+def test_generate_from_four_threads_at_once(bundled_pair: tuple[Any, Any]) -> None:
     """Four Python threads share one speculator (sampled, T = 0.8): every call completes with
     its own tokens (each seeded request equals its run alone)."""
-    target, drafter = pair
+    target, drafter = bundled_pair
     spec = dspark.Speculator(target, drafter, temperature=0.8)
     want = {i: spec.generate([PROMPTS[i]], 12, seed=[100 + i]).tokens[0] for i in range(4)}
     got: dict[int, list[int]] = {}
@@ -408,10 +401,10 @@ def test_generate_from_four_threads_at_once(pair: tuple[Any, Any]) -> None:
     assert got == want
 
 
-def test_a_reentrant_call_from_on_round_is_a_typed_error(pair: tuple[Any, Any]) -> None:
+def test_a_reentrant_call_from_on_round_is_a_typed_error(bundled_pair: tuple[Any, Any]) -> None:
     """An ``on_round`` hook that calls ``generate`` on the same speculator: a typed
     ``invalid-argument`` (never a hang), and the speculator keeps serving."""
-    target, drafter = pair
+    target, drafter = bundled_pair
     spec = dspark.Speculator(target, drafter, temperature=0.8)
     seen: list[BaseException] = []
 

@@ -17,31 +17,22 @@ import pytest
 from conftest import ALPHA
 
 import dspark
-from dspark.bundled import bundled_dir
 
 PROMPTS = [[(7 * i + 3 * j + 5) % 900 + 3 for j in range(3 + (2 * i) % 7)] for i in range(6)]
 
 
-@pytest.fixture(scope="module")
-def pair() -> tuple[Any, Any]:
-    root = bundled_dir()
-    target = dspark.NativeTarget.from_pretrained(root / "target")
-    drafter = dspark.Drafter.from_pretrained(root / "drafter", target, sts=False)
-    return target, drafter
-
-
-def _spec(pair: tuple[Any, Any], **kw: Any) -> dspark.Speculator:
-    target, drafter = pair
+def _spec(bundled_pair: tuple[Any, Any], **kw: Any) -> dspark.Speculator:
+    target, drafter = bundled_pair
     return dspark.Speculator(target, drafter, **kw)
 
 
 @pytest.mark.parametrize("verify", ["full", 0.4])
 def test_batch_order_does_not_change_a_seeded_request(
-    pair: tuple[Any, Any], verify: str | float
+    bundled_pair: tuple[Any, Any], verify: str | float
 ) -> None:
     """T = 0.7, each request with its own seed: six prompts forward, reversed and one at a time
     commit the same tokens per prompt (the issue's measurement: reversing changed all six)."""
-    spec = _spec(pair, temperature=0.7, seed=1234, verify=verify)
+    spec = _spec(bundled_pair, temperature=0.7, seed=1234, verify=verify)
     seeds = [1234 + 17 * i for i in range(len(PROMPTS))]
     forward = spec.generate(PROMPTS, 14, seed=seeds).tokens
     backward = spec.generate(PROMPTS[::-1], 14, seed=seeds[::-1]).tokens[::-1]
@@ -57,8 +48,8 @@ def test_batch_order_does_not_change_a_seeded_request(
     assert spec.generate(PROMPTS, 14).tokens == spec.generate(PROMPTS, 14).tokens
 
 
-def test_per_request_seeds_follow_their_request(pair: tuple[Any, Any]) -> None:
-    spec = _spec(pair, temperature=0.9, seed=1)
+def test_per_request_seeds_follow_their_request(bundled_pair: tuple[Any, Any]) -> None:
+    spec = _spec(bundled_pair, temperature=0.9, seed=1)
     seeds = [11, 2**64 - 1, 0, 11, 77, 2**63]
     out = spec.generate(PROMPTS, 10, seed=seeds).tokens
     back = spec.generate(PROMPTS[::-1], 10, seed=seeds[::-1]).tokens[::-1]
@@ -70,10 +61,10 @@ def test_per_request_seeds_follow_their_request(pair: tuple[Any, Any]) -> None:
     assert spec.generate(PROMPTS, 10, seed=1).tokens == spec.generate(PROMPTS, 10).tokens
 
 
-def test_a_request_in_other_company_keeps_its_tokens(pair: tuple[Any, Any]) -> None:
+def test_a_request_in_other_company_keeps_its_tokens(bundled_pair: tuple[Any, Any]) -> None:
     """The same request with its own seed next to different neighbours (seeded or not, and
     duplicated) draws the same."""
-    spec = _spec(pair, temperature=1.0)
+    spec = _spec(bundled_pair, temperature=1.0)
     mine = PROMPTS[2]
     ref = spec.generate([mine], 12, seed=[99]).tokens[0]
     for others in ([PROMPTS[0]], [PROMPTS[5], PROMPTS[4], PROMPTS[3]], [mine, mine]):
@@ -94,11 +85,11 @@ def test_a_request_in_other_company_keeps_its_tokens(pair: tuple[Any, Any]) -> N
         (np.float32(3), "invalid-argument"),
     ],
 )
-def test_bad_seeds_are_typed(pair: tuple[Any, Any], seed: object, code: str) -> None:
+def test_bad_seeds_are_typed(bundled_pair: tuple[Any, Any], seed: object, code: str) -> None:
     with pytest.raises(dspark.InputError) as e:
-        _spec(pair, seed=seed)
+        _spec(bundled_pair, seed=seed)
     assert e.value.code == code, e.value
-    spec = _spec(pair, seed=3)
+    spec = _spec(bundled_pair, seed=3)
     with pytest.raises(dspark.InputError) as e:
         spec.generate([PROMPTS[0]], 2, seed=seed)
     assert e.value.code == code, e.value
@@ -107,27 +98,29 @@ def test_bad_seeds_are_typed(pair: tuple[Any, Any], seed: object, code: str) -> 
     assert e.value.code == code, e.value
 
 
-def test_seed_list_of_the_wrong_length_is_bad_shape(pair: tuple[Any, Any]) -> None:
-    spec = _spec(pair, seed=3)
+def test_seed_list_of_the_wrong_length_is_bad_shape(bundled_pair: tuple[Any, Any]) -> None:
+    spec = _spec(bundled_pair, seed=3)
     with pytest.raises(dspark.InputError) as e:
         spec.generate(PROMPTS[:3], 2, seed=[1, 2])
     assert e.value.code == "bad-shape"
 
 
-def test_numpy_integer_seeds_are_seeds(pair: tuple[Any, Any]) -> None:
-    spec = _spec(pair, temperature=0.8, seed=np.uint64(2**64 - 1))
+def test_numpy_integer_seeds_are_seeds(bundled_pair: tuple[Any, Any]) -> None:
+    spec = _spec(bundled_pair, temperature=0.8, seed=np.uint64(2**64 - 1))
     assert (
         spec.generate([PROMPTS[0]], 6).tokens
         == spec.generate([PROMPTS[0]], 6, seed=2**64 - 1).tokens
     )
 
 
-def _first_token_fits(pair: tuple[Any, Any], first: list[list[int]], prompt: list[int]) -> None:
+def _first_token_fits(
+    bundled_pair: tuple[Any, Any], first: list[list[int]], prompt: list[int]
+) -> None:
     """The first tokens ``first`` of rows continuing ``prompt`` follow the target's softmax at
     T = 1 (chi-square, pooled tail)."""
     from scipy import stats
 
-    target, _ = pair
+    target, _ = bundled_pair
     logits = np.asarray(target.logits(prompt))[-1].astype(np.float64)
     p = np.exp(logits - logits.max())
     p /= p.sum()
@@ -146,33 +139,37 @@ def _first_token_fits(pair: tuple[Any, Any], first: list[list[int]], prompt: lis
     assert pvalue > ALPHA, pvalue
 
 
-def test_first_tokens_over_seeds_follow_the_target(pair: tuple[Any, Any]) -> None:
+def test_first_tokens_over_seeds_follow_the_target(bundled_pair: tuple[Any, Any]) -> None:
     """Over many seeds, the first sampled token of one prompt is distributed as the target's
     softmax at T = 1: distinct seeds give independent draws."""
     prompt = PROMPTS[1]
     n = 1500
-    spec = _spec(pair, temperature=1.0, seed=0)
+    spec = _spec(bundled_pair, temperature=1.0, seed=0)
     seeds = list(range(10_000, 10_000 + n))
-    _first_token_fits(pair, spec.generate_target_only([prompt] * n, 1, seed=seeds).tokens, prompt)
+    _first_token_fits(
+        bundled_pair, spec.generate_target_only([prompt] * n, 1, seed=seeds).tokens, prompt
+    )
 
 
 @pytest.mark.parametrize("seed", [None, 7])
-def test_rows_of_one_call_are_independent_samples(pair: tuple[Any, Any], seed: int | None) -> None:
+def test_rows_of_one_call_are_independent_samples(
+    bundled_pair: tuple[Any, Any], seed: int | None
+) -> None:
     """The same prompt 1,500 times in one call, with a call-level seed or none: the rows are
     independent draws from the target's distribution (the issue: 8 identical continuations)."""
     prompt = PROMPTS[3]
-    spec = _spec(pair, temperature=1.0, seed=seed)
-    _first_token_fits(pair, spec.generate_target_only([prompt] * 1500, 1).tokens, prompt)
+    spec = _spec(bundled_pair, temperature=1.0, seed=seed)
+    _first_token_fits(bundled_pair, spec.generate_target_only([prompt] * 1500, 1).tokens, prompt)
     # Speculative rows too: eight copies of one prompt do not all continue alike.
     rows = spec.generate([prompt] * 8, 4).tokens
     assert len({tuple(r) for r in rows}) > 1, rows
 
 
-def test_unseeded_calls_sample_anew(pair: tuple[Any, Any]) -> None:
+def test_unseeded_calls_sample_anew(bundled_pair: tuple[Any, Any]) -> None:
     """Without any seed, a rerun draws fresh samples; with one, it repeats."""
     prompt = PROMPTS[0]
-    fresh = _spec(pair, temperature=1.0)
+    fresh = _spec(bundled_pair, temperature=1.0)
     runs = {tuple(fresh.generate([prompt], 8).tokens[0]) for _ in range(6)}
     assert len(runs) > 1
-    seeded = _spec(pair, temperature=1.0, seed=5)
+    seeded = _spec(bundled_pair, temperature=1.0, seed=5)
     assert seeded.generate([prompt] * 3, 8).tokens == seeded.generate([prompt] * 3, 8).tokens

@@ -30,6 +30,7 @@ __all__ = [
     "load_drafter",
     "run_drafter_stage",
     "train_drafter",
+    "train_step",
 ]
 
 
@@ -143,6 +144,41 @@ def drafter_config_json(target_cfg: dict, s: DrafterShape, cfg: DrafterTrainConf
     return out
 
 
+def train_step(
+    model: TrainableDrafter,
+    target: torch.nn.Module,
+    ids: torch.Tensor,
+    opt: torch.optim.Optimizer,
+    cfg: DrafterTrainConfig,
+    gen: torch.Generator,
+    w: LossWeights,
+    *,
+    first: int = 1,
+) -> tuple[float, dict[str, float]]:
+    """One optimizer step of the drafter objective on the windows ``ids [B, T]``: the target's
+    features, ``cfg.num_anchors`` anchors per window from position ``first`` on (a share of them
+    hard), the loss, a gradient clipped to norm 1. Returns the loss and its parts."""
+    s = model.shape
+    feats, logits = target_features(target, ids, s.target_layer_ids)
+    batch = make_blocks(
+        ids,
+        s.block_size,
+        s.mask_token_id,
+        cfg.num_anchors,
+        gen,
+        anchor_hardness(logits),
+        cfg.hard_anchor_share,
+        first=first,
+    )
+    loss, parts = dspark_loss(model, feats, logits, batch, w)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for group in opt.param_groups for p in group["params"]]
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return float(loss.detach()), parts
+
+
 def train_drafter(
     target: torch.nn.Module,
     train_ids: np.ndarray,
@@ -179,25 +215,11 @@ def train_drafter(
             n_gen = round(cfg.batch_size * cfg.generated_share)
             pick = torch.randint(0, selfgen.shape[0], (n_gen,), generator=gen)
             ids[:n_gen] = selfgen[pick]
-        feats, logits = target_features(target, ids, s.target_layer_ids)
-        batch = make_blocks(
-            ids,
-            s.block_size,
-            s.mask_token_id,
-            cfg.num_anchors,
-            gen,
-            anchor_hardness(logits),
-            cfg.hard_anchor_share,
-        )
-        loss, parts = dspark_loss(model, feats, logits, batch, w)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        loss, parts = train_step(model, target, ids, opt, cfg, gen, w)
         if step % 25 == 0 or step == cfg.steps - 1:
             msg = " ".join(f"{k} {v:.3f}" for k, v in parts.items())
             took = time.time() - t0
-            log(f"drafter step {step} loss {float(loss.detach()):.3f} {msg} ({took:.0f}s)")
+            log(f"drafter step {step} loss {loss:.3f} {msg} ({took:.0f}s)")
         if step % 100 == 0 or step == cfg.steps - 1:
             log(f"drafter held-out {evaluate(model, target, heldout_ids, cfg, w)}")
             save_drafter(model, target, cfg, out)  # a usable checkpoint at every evaluation

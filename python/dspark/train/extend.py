@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 
-from dspark.train.drafter import DrafterTrainConfig, evaluate, save_drafter, target_features
+from dspark.train.drafter import DrafterTrainConfig, evaluate, save_drafter, train_step
 from dspark.train.drafter_model import TrainableDrafter
-from dspark.train.objective import LossWeights, anchor_hardness, dspark_loss, make_blocks
+from dspark.train.objective import LossWeights
 from dspark.train.selfgen import generate_sequences
 from dspark.train.target import lr_at, sample_windows
 
@@ -178,7 +178,6 @@ def extend_drafter(
     steps, on the first stage's short ones; ``save`` is called at every evaluation."""
     short = DrafterTrainConfig(seed=cfg.seed, seq_len=cfg.short_len, prompt_len=cfg.short_len // 4)
     w = LossWeights(conf_label=short.confidence_label)
-    s = model.shape
     torch.manual_seed(cfg.seed)
     target.eval()
     t0 = time.time()
@@ -207,25 +206,10 @@ def extend_drafter(
             pick = torch.randint(0, pool.shape[0], (rows,), generator=gen)
             ids = pool[pick]
             first = max(1, length - cfg.tail)
-        feats, logits = target_features(target, ids, s.target_layer_ids)
-        batch = make_blocks(
-            ids,
-            s.block_size,
-            s.mask_token_id,
-            short.num_anchors,
-            gen,
-            anchor_hardness(logits),
-            short.hard_anchor_share,
-            first=first,
-        )
-        loss, parts = dspark_loss(model, feats, logits, batch, w)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        lv, parts = train_step(model, target, ids, opt, short, gen, w, first=first)
         if step % 25 == 0 or step == cfg.drafter_steps - 1:
             msg = " ".join(f"{k} {v:.3f}" for k, v in parts.items())
-            lv, took = float(loss.detach()), time.time() - t0
+            took = time.time() - t0
             log(f"extend drafter step {step} len {ids.shape[1]} loss {lv:.3f} {msg} ({took:.0f}s)")
         if step % 250 == 0 or step == cfg.drafter_steps - 1:
             log(f"extend drafter held-out (256) {evaluate(model, target, heldout_ids, short, w)}")
