@@ -62,6 +62,7 @@ pub(crate) fn options(
     };
     Ok(ProposeOptions {
         logit_bias: None,
+        in_block: None,
         temperature,
         seeds,
         top_k,

@@ -30,13 +30,18 @@ pub(crate) fn inverse(map: &IdMap) -> Vec<u32> {
     out
 }
 
+/// The draft id of target id `t` through the inverse `map`, if it is one of the `v` draft rows.
+pub(crate) fn to_draft_id(map: &[u32], t: u32, v: usize) -> Option<usize> {
+    map.get(t as usize).map(|&d| d as usize).filter(|&d| d < v)
+}
+
 /// The `(flat index, amount)` pairs of `bias` over base logits `[B, K, V_d]`.
 fn entries(dims: [usize; 3], bias: &[Vec<(u32, f32)>], map: &[u32]) -> Vec<(usize, f32)> {
     let [b_n, k_n, v] = dims;
     let mut out = Vec::new();
     for (b, row) in bias.iter().enumerate().take(b_n) {
         for &(t, add) in row {
-            let Some(d) = map.get(t as usize).map(|&d| d as usize).filter(|&d| d < v) else {
+            let Some(d) = to_draft_id(map, t, v) else {
                 continue;
             };
             for k in 0..k_n {

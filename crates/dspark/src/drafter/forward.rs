@@ -4,6 +4,7 @@
 use candle_core::{DType, Tensor};
 
 use super::cache::{DraftState, LayerKv};
+use super::in_block::{Follow, any_active, sample_block_in_block};
 use super::qwen3::DeviceHeads;
 use super::qwen3::Qwen3Drafter;
 use super::{Drafter, Proposal, ProposeOptions};
@@ -289,26 +290,47 @@ impl Qwen3Drafter {
         let mut base = host_f32(&self.base_logits(&hidden)?.to_dtype(DType::F32)?)?;
         let b_n = states.len();
         if let Some(bias) = &opts.logit_bias {
-            let dims = [b_n, k_n, self.info.vocab.draft];
-            super::bias::add_host(&mut base, dims, bias, &self.to_draft);
+            super::bias::add_host(
+                &mut base,
+                [b_n, k_n, self.info.vocab.draft],
+                bias,
+                &self.to_draft,
+            );
         }
         let r = self.spec.markov_rank;
-        let block = sample_block_slices(
-            Rows3 {
-                data: Floats::F32(&base),
-                dims: [b_n, k_n, self.info.vocab.draft],
-            },
-            Mat {
-                data: Floats::F32(&self.markov_w1),
-                dims: [self.info.vocab.input, r],
-            },
-            Mat {
-                data: Floats::F32(&self.markov_w2),
-                dims: [self.info.vocab.draft, r],
-            },
-            anchors,
-            &self.block_options(opts),
-        )?;
+        let dims = [b_n, k_n, self.info.vocab.draft];
+        let w1 = Mat {
+            data: Floats::F32(&self.markov_w1),
+            dims: [self.info.vocab.input, r],
+        };
+        let w2 = Mat {
+            data: Floats::F32(&self.markov_w2),
+            dims: [self.info.vocab.draft, r],
+        };
+        let block_opts = self.block_options(opts);
+        let block = match opts.in_block.as_deref().filter(|p| any_active(p)) {
+            Some(pens) => sample_block_in_block(
+                &mut base,
+                dims,
+                (w1, w2),
+                anchors,
+                &block_opts,
+                &Follow {
+                    pens,
+                    to_draft: &self.to_draft,
+                },
+            )?,
+            None => sample_block_slices(
+                Rows3 {
+                    data: Floats::F32(&base),
+                    dims,
+                },
+                w1,
+                w2,
+                anchors,
+                &block_opts,
+            )?,
+        };
         let confidence = match &self.confidence {
             None => None,
             Some(head) => {

@@ -18,12 +18,14 @@ mod batched;
 mod bias;
 pub mod cache;
 mod forward;
+mod in_block;
 pub mod qwen3;
 
 use candle_core::{Device, Tensor};
 
 pub use crate::nn::SharedWeights;
 pub use cache::DraftState;
+pub use in_block::InBlockPenalty;
 pub use qwen3::{Qwen3Drafter, Qwen3DrafterBuilder};
 
 use crate::checkpoint::WeightSource;
@@ -47,6 +49,10 @@ pub struct ProposeOptions {
     /// and frequency penalties and logit bias). The reported draft logits include them. A
     /// drafter may ignore them: verification is exact for any draft distribution it reports.
     pub logit_bias: Option<Vec<Vec<(u32, f32)>>>,
+    /// Per request: presence and frequency penalties that also follow the drafts of this block
+    /// (a token drafted at slot `k` is penalized at the later slots, as verification will score
+    /// them). The host sampler applies them; a drafter may ignore them (as `logit_bias`).
+    pub in_block: Option<Vec<InBlockPenalty>>,
 }
 
 impl Default for ProposeOptions {
@@ -56,6 +62,7 @@ impl Default for ProposeOptions {
             seeds: Seeds::Scalar(0),
             top_k: None,
             logit_bias: None,
+            in_block: None,
         }
     }
 }

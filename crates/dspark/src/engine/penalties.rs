@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use crate::drafter::InBlockPenalty;
 use crate::error::{Error, Result};
 
 /// Most `logit_bias` entries a request may carry.
@@ -169,6 +170,23 @@ impl Penalties {
         let mut out: Vec<(u32, f32)> = add.into_iter().filter(|e| e.1 != 0.0).collect();
         out.sort_unstable_by_key(|e| e.0);
         out
+    }
+
+    /// The presence and frequency penalties the drafter applies inside a block, after
+    /// `generated` (the repetition penalty and the bias do not depend on the drafts before a
+    /// slot beyond what [`Penalties::draft_bias`] gives, or are left to verification).
+    pub(crate) fn in_block(&self, generated: &[u32]) -> InBlockPenalty {
+        if self.presence == 0.0 && self.frequency == 0.0 {
+            return InBlockPenalty::default();
+        }
+        let mut seen = generated.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        InBlockPenalty {
+            presence: self.presence,
+            frequency: self.frequency,
+            seen,
+        }
     }
 
     /// Token `id`'s new logit from `x`, after `history` (and `prompt`, whose membership the

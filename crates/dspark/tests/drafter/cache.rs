@@ -8,6 +8,7 @@ use dspark::{DraftState, Drafter, Proposal, ProposeOptions};
 fn sampled(seed: u64) -> ProposeOptions {
     ProposeOptions {
         logit_bias: None,
+        in_block: None,
         temperature: 0.8,
         seeds: Seeds::Scalar(seed),
         top_k: None,
@@ -132,6 +133,7 @@ fn batch_of_different_lengths_equals_one_by_one() {
     let (_dir, d) = load(&Tiny::default());
     let opts = ProposeOptions {
         logit_bias: None,
+        in_block: None,
         seeds: Seeds::PerRequest(vec![11, 12, 13]),
         ..sampled(0)
     };
@@ -154,6 +156,7 @@ fn batch_of_different_lengths_equals_one_by_one() {
                 &anchors[i..=i],
                 &ProposeOptions {
                     logit_bias: None,
+                    in_block: None,
                     seeds: Seeds::PerRequest(vec![11 + i as u64]),
                     ..sampled(0)
                 },

@@ -30,6 +30,7 @@ fn all_counts() -> Value {
     let t = 6;
     let opts = ProposeOptions {
         logit_bias: None,
+        in_block: None,
         temperature: 0.8,
         seeds: Seeds::Scalar(3),
         top_k: None,

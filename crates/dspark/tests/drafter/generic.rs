@@ -52,6 +52,7 @@ fn proposals() -> Value {
             for (temperature, top_k) in [(0.0, None), (0.0, Some(4)), (0.9, None), (0.7, Some(6))] {
                 let opts = ProposeOptions {
                     logit_bias: None,
+                    in_block: None,
                     temperature,
                     seeds: Seeds::Scalar(9),
                     top_k,
@@ -93,6 +94,7 @@ fn proposals() -> Value {
         for temperature in [0.0, 0.9] {
             let opts = ProposeOptions {
                 logit_bias: None,
+                in_block: None,
                 temperature,
                 seeds: Seeds::Scalar(5),
                 top_k: None,

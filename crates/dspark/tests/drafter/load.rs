@@ -9,6 +9,7 @@ use dspark::{Drafter, ProposeOptions, Qwen3Drafter, SharedWeights, WeightSource}
 fn opts(t: f32) -> ProposeOptions {
     ProposeOptions {
         logit_bias: None,
+        in_block: None,
         temperature: t,
         seeds: Seeds::Scalar(3),
         top_k: None,
@@ -66,6 +67,7 @@ fn deterministic_for_a_seed() {
     let differs = (0..20).any(|s| {
         let o = ProposeOptions {
             logit_bias: None,
+            in_block: None,
             seeds: Seeds::Scalar(100 + s),
             ..opts(1.0)
         };

@@ -6,10 +6,13 @@
 mod child_common;
 #[path = "../drafter_common/mod.rs"]
 mod drafter_common;
+#[path = "../sampling_support/mod.rs"]
+mod sampling_support;
 
 mod cache;
 mod counts;
 mod generic;
+mod in_block;
 mod layers;
 mod load;
 mod modes;

@@ -45,6 +45,7 @@ fn markov_chain_and_confidence_by_hand() {
     for temperature in [0.0f32, 0.9] {
         let opts = ProposeOptions {
             logit_bias: None,
+            in_block: None,
             temperature,
             seeds: Seeds::Scalar(4),
             top_k: None,
@@ -115,6 +116,7 @@ fn dflash_mode_has_no_markov_bias() {
     // Sampling works at r = 0 too, and q is softmax(base / T).
     let opts = ProposeOptions {
         logit_bias: None,
+        in_block: None,
         temperature: 2.0,
         seeds: Seeds::Scalar(1),
         top_k: None,
@@ -169,6 +171,7 @@ fn top_k_walk_restricts_support() {
     let s = state(&d, 2, 4);
     let opts = ProposeOptions {
         logit_bias: None,
+        in_block: None,
         temperature: 1.0,
         seeds: Seeds::Scalar(9),
         top_k: Some(3),
@@ -183,6 +186,7 @@ fn top_k_walk_restricts_support() {
             &[1],
             &ProposeOptions {
                 logit_bias: None,
+                in_block: None,
                 top_k: Some(0),
                 ..opts
             },

@@ -14,7 +14,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::Plan;
 use super::verify::row_fault;
-use crate::drafter::{Drafter, Proposal, ProposeOptions};
+use crate::drafter::{Drafter, InBlockPenalty, Proposal, ProposeOptions};
 use crate::engine::engine::Engine;
 use crate::engine::seeds::{Use, request_seed};
 use crate::error::{Error, Result};
@@ -125,6 +125,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let mut anchors = Vec::with_capacity(members.len());
         let mut seeds = Vec::with_capacity(members.len());
         let mut bias = Vec::with_capacity(members.len());
+        let mut in_block = Vec::with_capacity(members.len());
         for &j in members {
             let Some(slot) = &self.sched.rows[act[j]] else {
                 continue;
@@ -134,14 +135,17 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             anchors.push(slot.anchor);
             seeds.push(request_seed(slot.spec.seed, slot.len, Use::Draft));
             bias.push(slot.spec.penalties.draft_bias(&slot.out));
+            in_block.push(slot.spec.penalties.in_block(&slot.out));
         }
         let biased = bias.iter().any(|b| !b.is_empty());
+        let follows = in_block.iter().any(InBlockPenalty::is_active);
         // A device drafter keeps its draft logits where verification will read them.
         self.drafter.propose_for_verify(
             &states,
             &anchors,
             &ProposeOptions {
                 logit_bias: biased.then_some(bias),
+                in_block: follows.then_some(in_block),
                 temperature,
                 seeds: Seeds::PerRequest(seeds),
                 top_k: None,

@@ -1,0 +1,180 @@
+//! [`ProposeOptions::in_block`](super::ProposeOptions): presence and frequency penalties that
+//! follow the block as it is drafted. Verification scores slot `k` with the penalties of the
+//! committed tokens *and* of the drafts before it; a drafter that only sees the committed ones
+//! proposes, at slot `k`, a token the target has just penalized (at frequency 1.0 the bundled
+//! pair's τ fell from 5.5 to 1.9). Here the host sampler draws one slot at a time and, after
+//! each slot, lowers that slot's drafted tokens in the base logits of the later slots, so each
+//! slot's reported distribution is the one it was drawn from (verification stays exact).
+
+use super::bias::to_draft_id;
+use crate::error::Result;
+use crate::sampling::{BlockOptions, DraftBlock, Floats, Mat, Rows3, Seeds, sample_block_slices};
+
+/// One request's presence and frequency penalties inside a drafted block (see the module docs).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InBlockPenalty {
+    /// Subtracted once from a token drafted in the block that is not in `seen`.
+    pub presence: f32,
+    /// Subtracted once per time a token is drafted in the block.
+    pub frequency: f32,
+    /// The TARGET ids the request generated before the block, sorted and distinct (their own
+    /// penalties come through [`ProposeOptions::logit_bias`](super::ProposeOptions)).
+    pub seen: Vec<u32>,
+}
+
+impl InBlockPenalty {
+    /// Whether drafting a token changes later slots.
+    pub fn is_active(&self) -> bool {
+        self.presence != 0.0 || self.frequency != 0.0
+    }
+
+    /// What drafting target id `t` once more subtracts at later slots: the frequency penalty,
+    /// plus the presence penalty when `t` was generated nowhere before (`drafted` = how many
+    /// times earlier slots of the block drafted it).
+    fn step(&self, t: u32, drafted: u32) -> f32 {
+        let new = drafted == 0 && self.seen.binary_search(&t).is_err();
+        self.frequency + if new { self.presence } else { 0.0 }
+    }
+}
+
+/// Whether any request of `pens` is active.
+pub(crate) fn any_active(pens: &[InBlockPenalty]) -> bool {
+    pens.iter().any(InBlockPenalty::is_active)
+}
+
+/// The seeds of slot `k`: slot 0 keeps the call's, later slots draw from their own streams
+/// (a request's draws still depend on its seed and position alone).
+fn slot_seeds(seeds: &Seeds, k: usize) -> Seeds {
+    let mix = |s: u64| {
+        if k == 0 {
+            return s;
+        }
+        let mut z = s ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    match seeds {
+        Seeds::Scalar(s) => Seeds::Scalar(mix(*s)),
+        Seeds::PerRequest(v) => Seeds::PerRequest(v.iter().map(|&s| mix(s)).collect()),
+    }
+}
+
+/// The penalties of one drafting call: one per request, and the drafter's target-to-draft id
+/// lookup.
+pub(crate) struct Follow<'a> {
+    pub(crate) pens: &'a [InBlockPenalty],
+    pub(crate) to_draft: &'a [u32],
+}
+
+/// The block of `base` (`[B, K, V_d]` row-major, changed in place at later slots) drawn one slot
+/// at a time with the in-block penalties of `follow`. Same outputs and layout as
+/// [`sample_block_slices`].
+pub(crate) fn sample_block_in_block(
+    base: &mut [f32],
+    dims: [usize; 3],
+    (w1, w2): (Mat<'_>, Mat<'_>),
+    anchors: &[u32],
+    opts: &BlockOptions<'_>,
+    follow: &Follow<'_>,
+) -> Result<DraftBlock> {
+    let [b_n, k_n, v] = dims;
+    let Follow { pens, to_draft } = *follow;
+    let mut prev = anchors.to_vec();
+    let mut drafted: Vec<Vec<(u32, u32)>> = vec![Vec::new(); b_n];
+    let mut out: Option<DraftBlock> = None;
+    let mut slot = vec![0f32; b_n * v];
+    for k in 0..k_n {
+        for b in 0..b_n {
+            let at = (b * k_n + k) * v;
+            slot[b * v..(b + 1) * v].copy_from_slice(&base[at..at + v]);
+        }
+        let slot_opts = BlockOptions {
+            seeds: slot_seeds(&opts.seeds, k),
+            ..opts.clone()
+        };
+        let rows = Rows3 {
+            data: Floats::F32(&slot),
+            dims: [b_n, 1, v],
+        };
+        let one = sample_block_slices(rows, w1, w2, &prev, &slot_opts)?;
+        let block = out.get_or_insert_with(|| DraftBlock {
+            batch: b_n,
+            slots: k_n,
+            target_vocab: one.target_vocab,
+            rank: one.rank,
+            tokens: vec![0; b_n * k_n],
+            draft_logits: vec![0.0; b_n * k_n * one.target_vocab],
+            prev_embeddings: vec![0.0; b_n * k_n * one.rank],
+        });
+        let (vt, r) = (block.target_vocab, block.rank);
+        for b in 0..b_n {
+            let t = one.tokens[b];
+            let i = b * k_n + k;
+            block.tokens[i] = t;
+            block.draft_logits[i * vt..(i + 1) * vt]
+                .copy_from_slice(&one.draft_logits[b * vt..(b + 1) * vt]);
+            block.prev_embeddings[i * r..(i + 1) * r]
+                .copy_from_slice(&one.prev_embeddings[b * r..(b + 1) * r]);
+            prev[b] = t;
+            let Some(pen) = pens.get(b).filter(|p| p.is_active()) else {
+                continue;
+            };
+            let count = match drafted[b].iter_mut().find(|e| e.0 == t) {
+                Some(e) => {
+                    e.1 += 1;
+                    e.1 - 1
+                }
+                None => {
+                    drafted[b].push((t, 1));
+                    0
+                }
+            };
+            let Some(d) = to_draft_id(to_draft, t, v) else {
+                continue;
+            };
+            let sub = pen.step(t, count);
+            for later in k + 1..k_n {
+                base[(b * k_n + later) * v + d] -= sub;
+            }
+        }
+    }
+    Ok(out.unwrap_or(DraftBlock {
+        batch: b_n,
+        slots: k_n,
+        target_vocab: 0,
+        rank: 0,
+        tokens: Vec::new(),
+        draft_logits: Vec::new(),
+        prev_embeddings: Vec::new(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presence_counts_only_tokens_new_to_the_request() {
+        let p = InBlockPenalty {
+            presence: 0.5,
+            frequency: 0.25,
+            seen: vec![3, 7],
+        };
+        assert_eq!(p.step(3, 0), 0.25, "generated before the block");
+        assert_eq!(p.step(4, 0), 0.75, "first time anywhere");
+        assert_eq!(p.step(4, 1), 0.25, "drafted before in the block");
+        assert!(!InBlockPenalty::default().is_active());
+    }
+
+    #[test]
+    fn slot_zero_keeps_the_call_seeds_and_later_slots_differ() {
+        let s = Seeds::PerRequest(vec![1, 2]);
+        assert_eq!(slot_seeds(&s, 0), s);
+        let (Seeds::PerRequest(a), Seeds::PerRequest(b)) = (slot_seeds(&s, 1), slot_seeds(&s, 2))
+        else {
+            panic!("per-request seeds stay per request");
+        };
+        assert!(a != b && a[0] != 1 && a[0] != a[1]);
+    }
+}
