@@ -8,6 +8,7 @@
 
 use super::bias::to_draft_id;
 use crate::error::Result;
+use crate::sampling::rng::round_seed;
 use crate::sampling::{BlockOptions, DraftBlock, Floats, Mat, Rows3, Seeds, sample_block_slices};
 
 /// One request's presence and frequency penalties inside a drafted block (see the module docs).
@@ -45,15 +46,7 @@ pub(crate) fn any_active(pens: &[InBlockPenalty]) -> bool {
 /// The seeds of slot `k`: slot 0 keeps the call's, later slots draw from their own streams
 /// (a request's draws still depend on its seed and position alone).
 fn slot_seeds(seeds: &Seeds, k: usize) -> Seeds {
-    let mix = |s: u64| {
-        if k == 0 {
-            return s;
-        }
-        let mut z = s ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mix = |s: u64| if k == 0 { s } else { round_seed(s, k as u64) };
     match seeds {
         Seeds::Scalar(s) => Seeds::Scalar(mix(*s)),
         Seeds::PerRequest(v) => Seeds::PerRequest(v.iter().map(|&s| mix(s)).collect()),
