@@ -4,7 +4,7 @@
 use candle_core::{DType, Tensor};
 
 use super::cache::{DraftState, LayerKv};
-use super::in_block::{Follow, any_active, sample_block_in_block};
+use super::in_block::{Follow, any_active, sample_block_in_block, sample_block_in_block_on_device};
 use super::qwen3::DeviceHeads;
 use super::qwen3::Qwen3Drafter;
 use super::{Drafter, Proposal, ProposeOptions};
@@ -377,13 +377,26 @@ impl Qwen3Drafter {
         if let Some(bias) = &opts.logit_bias {
             base = super::bias::add_tensor(&base, bias, &self.to_draft)?;
         }
-        let block = crate::sampling::sample_block_on_device(
-            &base,
-            &heads.w1,
-            &heads.w2,
-            anchors,
-            &self.block_options(opts),
-        )?;
+        let block_opts = self.block_options(opts);
+        let block = match opts.in_block.as_deref().filter(|p| any_active(p)) {
+            Some(pens) => sample_block_in_block_on_device(
+                &base,
+                (&heads.w1, &heads.w2),
+                anchors,
+                &block_opts,
+                &Follow {
+                    pens,
+                    to_draft: &self.to_draft,
+                },
+            )?,
+            None => crate::sampling::sample_block_on_device(
+                &base,
+                &heads.w1,
+                &heads.w2,
+                anchors,
+                &block_opts,
+            )?,
+        };
         let confidence = match &heads.confidence {
             None => None,
             Some((weight, bias)) => {

@@ -2,14 +2,20 @@
 //! follow the block as it is drafted. Verification scores slot `k` with the penalties of the
 //! committed tokens *and* of the drafts before it; a drafter that only sees the committed ones
 //! proposes, at slot `k`, a token the target has just penalized (at frequency 1.0 the bundled
-//! pair's τ fell from 5.5 to 1.9). Here the host sampler draws one slot at a time and, after
-//! each slot, lowers that slot's drafted tokens in the base logits of the later slots, so each
-//! slot's reported distribution is the one it was drawn from (verification stays exact).
+//! pair's τ fell from 5.5 to 1.9). Here the sampler (host slices, or the tensor sampler on the
+//! device-generic path) draws one slot at a time and, after each slot, lowers that slot's
+//! drafted tokens in the base logits of the later slots, so each slot's reported distribution is
+//! the one it was drawn from (verification stays exact).
+
+use candle_core::Tensor;
 
 use super::bias::to_draft_id;
 use crate::error::Result;
 use crate::sampling::rng::round_seed;
-use crate::sampling::{BlockOptions, DraftBlock, Floats, Mat, Rows3, Seeds, sample_block_slices};
+use crate::sampling::{
+    BlockOptions, DeviceBlock, DraftBlock, Floats, Mat, Rows3, Seeds, sample_block_on_device,
+    sample_block_slices,
+};
 
 /// One request's presence and frequency penalties inside a drafted block (see the module docs).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -60,6 +66,52 @@ pub(crate) struct Follow<'a> {
     pub(crate) to_draft: &'a [u32],
 }
 
+/// What each request drafted so far in the block, and what the next draft subtracts.
+struct Tracker<'a> {
+    follow: &'a Follow<'a>,
+    /// Per request: `(target id, times drafted)`.
+    drafted: Vec<Vec<(u32, u32)>>,
+    /// Draft rows (`V_d`).
+    v: usize,
+}
+
+impl<'a> Tracker<'a> {
+    fn new(follow: &'a Follow<'a>, b_n: usize, v: usize) -> Self {
+        Self {
+            follow,
+            drafted: vec![Vec::new(); b_n],
+            v,
+        }
+    }
+
+    /// Request `b` drafted target id `t`: the draft row and the amount to subtract from it at
+    /// the later slots (`None`: nothing changes).
+    fn drew(&mut self, b: usize, t: u32) -> Option<(usize, f32)> {
+        let pen = self.follow.pens.get(b).filter(|p| p.is_active())?;
+        let row = &mut self.drafted[b];
+        let count = match row.iter_mut().find(|e| e.0 == t) {
+            Some(e) => {
+                e.1 += 1;
+                e.1 - 1
+            }
+            None => {
+                row.push((t, 1));
+                0
+            }
+        };
+        let d = to_draft_id(self.follow.to_draft, t, self.v)?;
+        Some((d, pen.step(t, count)))
+    }
+}
+
+/// The options of slot `k`'s one-slot draw.
+fn slot_options<'a>(opts: &BlockOptions<'a>, k: usize) -> BlockOptions<'a> {
+    BlockOptions {
+        seeds: slot_seeds(&opts.seeds, k),
+        ..opts.clone()
+    }
+}
+
 /// The block of `base` (`[B, K, V_d]` row-major, changed in place at later slots) drawn one slot
 /// at a time with the in-block penalties of `follow`. Same outputs and layout as
 /// [`sample_block_slices`].
@@ -72,75 +124,106 @@ pub(crate) fn sample_block_in_block(
     follow: &Follow<'_>,
 ) -> Result<DraftBlock> {
     let [b_n, k_n, v] = dims;
-    let Follow { pens, to_draft } = *follow;
+    let mut tracker = Tracker::new(follow, b_n, v);
     let mut prev = anchors.to_vec();
-    let mut drafted: Vec<Vec<(u32, u32)>> = vec![Vec::new(); b_n];
-    let mut out: Option<DraftBlock> = None;
+    let mut out = DraftBlock {
+        batch: b_n,
+        slots: k_n,
+        target_vocab: 0,
+        rank: 0,
+        tokens: vec![0; b_n * k_n],
+        draft_logits: Vec::new(),
+        prev_embeddings: Vec::new(),
+    };
     let mut slot = vec![0f32; b_n * v];
     for k in 0..k_n {
         for b in 0..b_n {
             let at = (b * k_n + k) * v;
             slot[b * v..(b + 1) * v].copy_from_slice(&base[at..at + v]);
         }
-        let slot_opts = BlockOptions {
-            seeds: slot_seeds(&opts.seeds, k),
-            ..opts.clone()
-        };
         let rows = Rows3 {
             data: Floats::F32(&slot),
             dims: [b_n, 1, v],
         };
-        let one = sample_block_slices(rows, w1, w2, &prev, &slot_opts)?;
-        let block = out.get_or_insert_with(|| DraftBlock {
-            batch: b_n,
-            slots: k_n,
-            target_vocab: one.target_vocab,
-            rank: one.rank,
-            tokens: vec![0; b_n * k_n],
-            draft_logits: vec![0.0; b_n * k_n * one.target_vocab],
-            prev_embeddings: vec![0.0; b_n * k_n * one.rank],
-        });
-        let (vt, r) = (block.target_vocab, block.rank);
-        for b in 0..b_n {
-            let t = one.tokens[b];
+        let one = sample_block_slices(rows, w1, w2, &prev, &slot_options(opts, k))?;
+        let (vt, r) = (one.target_vocab, one.rank);
+        if k == 0 {
+            (out.target_vocab, out.rank) = (vt, r);
+            out.draft_logits = vec![0.0; b_n * k_n * vt];
+            out.prev_embeddings = vec![0.0; b_n * k_n * r];
+        }
+        for (b, &t) in one.tokens.iter().enumerate() {
             let i = b * k_n + k;
-            block.tokens[i] = t;
-            block.draft_logits[i * vt..(i + 1) * vt]
+            out.tokens[i] = t;
+            out.draft_logits[i * vt..(i + 1) * vt]
                 .copy_from_slice(&one.draft_logits[b * vt..(b + 1) * vt]);
-            block.prev_embeddings[i * r..(i + 1) * r]
+            out.prev_embeddings[i * r..(i + 1) * r]
                 .copy_from_slice(&one.prev_embeddings[b * r..(b + 1) * r]);
             prev[b] = t;
-            let Some(pen) = pens.get(b).filter(|p| p.is_active()) else {
-                continue;
-            };
-            let count = match drafted[b].iter_mut().find(|e| e.0 == t) {
-                Some(e) => {
-                    e.1 += 1;
-                    e.1 - 1
+            if let Some((d, sub)) = tracker.drew(b, t) {
+                for later in k + 1..k_n {
+                    base[(b * k_n + later) * v + d] -= sub;
                 }
-                None => {
-                    drafted[b].push((t, 1));
-                    0
-                }
-            };
-            let Some(d) = to_draft_id(to_draft, t, v) else {
-                continue;
-            };
-            let sub = pen.step(t, count);
-            for later in k + 1..k_n {
-                base[(b * k_n + later) * v + d] -= sub;
             }
         }
     }
-    Ok(out.unwrap_or(DraftBlock {
+    Ok(out)
+}
+
+/// [`sample_block_in_block`] on the device-generic path: `base` (`[B, K, V_d]`, on its device)
+/// drawn one slot at a time by the tensor sampler, the later slots changed by one `index_add`
+/// per slot. Same outputs and layout as [`sample_block_on_device`].
+pub(crate) fn sample_block_in_block_on_device(
+    base: &Tensor,
+    (w1, w2): (&Tensor, &Tensor),
+    anchors: &[u32],
+    opts: &BlockOptions<'_>,
+    follow: &Follow<'_>,
+) -> Result<DeviceBlock> {
+    let (b_n, k_n, v) = base.dims3()?;
+    let mut tracker = Tracker::new(follow, b_n, v);
+    let mut base = base.clone();
+    let mut prev = anchors.to_vec();
+    let mut tokens = vec![0u32; b_n * k_n];
+    let (mut logits, mut embeddings) = (Vec::with_capacity(k_n), Vec::with_capacity(k_n));
+    let (mut vt, mut r) = (0, 0);
+    for k in 0..k_n {
+        let slot = base.narrow(1, k, 1)?.contiguous()?;
+        let one = sample_block_on_device(&slot, w1, w2, &prev, &slot_options(opts, k))?;
+        (vt, r) = (one.target_vocab, one.rank);
+        let mut index = Vec::new();
+        let mut amount = Vec::new();
+        for (b, &t) in one.tokens.iter().enumerate() {
+            tokens[b * k_n + k] = t;
+            prev[b] = t;
+            if let Some((d, sub)) = tracker.drew(b, t) {
+                for later in k + 1..k_n {
+                    index.push(((b * k_n + later) * v + d) as u32);
+                    amount.push(-sub);
+                }
+            }
+        }
+        logits.push(one.draft_logits);
+        embeddings.push(one.prev_embeddings);
+        if !index.is_empty() {
+            let n = index.len();
+            let index = Tensor::from_vec(index, n, base.device())?;
+            let amount = Tensor::from_vec(amount, n, base.device())?.to_dtype(base.dtype())?;
+            base = base
+                .flatten_all()?
+                .index_add(&index, &amount, 0)?
+                .reshape((b_n, k_n, v))?;
+        }
+    }
+    Ok(DeviceBlock {
         batch: b_n,
         slots: k_n,
-        target_vocab: 0,
-        rank: 0,
-        tokens: Vec::new(),
-        draft_logits: Vec::new(),
-        prev_embeddings: Vec::new(),
-    }))
+        target_vocab: vt,
+        rank: r,
+        tokens,
+        draft_logits: Tensor::cat(&logits, 1)?,
+        prev_embeddings: Tensor::cat(&embeddings, 1)?,
+    })
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ pub struct ProposeOptions {
     pub logit_bias: Option<Vec<Vec<(u32, f32)>>>,
     /// Per request: presence and frequency penalties that also follow the drafts of this block
     /// (a token drafted at slot `k` is penalized at the later slots, as verification will score
-    /// them). The host sampler applies them; a drafter may ignore them (as `logit_bias`).
+    /// them), drawing the block slot by slot. A drafter may ignore them (as `logit_bias`).
     pub in_block: Option<Vec<InBlockPenalty>>,
 }
 
