@@ -78,6 +78,9 @@ def test_pipeline_writes_a_loadable_pair(smoke_run: Path) -> None:
     assert "confidence fit:" in log and "confidence validation" in log
     # the long-context stage ran on both models, long windows included
     assert "extend target step 1" in log and "extend drafter step 5" in log
+    # the target is extended before the drafter stage learns it; the drafter after that stage
+    assert log.index("extend target step") < log.index("] drafter step 0")
+    assert log.index("] drafter step 0") < log.index("extend drafter step 0")
     assert "held-out CE by depth" in log and "continuations of 48-token prompts" in log
     # the assisted-generation baseline shares the target's vocabulary and is smaller
     asst = json.loads((smoke_run / "assistant" / "config.json").read_text())

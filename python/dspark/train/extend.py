@@ -221,8 +221,11 @@ def run_extend_stage(
     train_ids: np.ndarray,
     heldout_ids: np.ndarray,
     log: Callable[[str], None],
+    parts: Sequence[str] = ("target", "drafter"),
 ) -> None:
-    """Extend ``OUT/target`` then ``OUT/drafter`` in place (each saved when its part ends)."""
+    """Extend ``OUT/target`` then ``OUT/drafter`` in place (each saved when its part ends);
+    ``parts`` names which of the two run (the whole pipeline extends the target before the
+    drafter stage, and the drafter after it: the drafter learns the extended target)."""
     from transformers import Qwen3ForCausalLM
 
     from dspark.train.drafter import load_drafter
@@ -253,11 +256,11 @@ def run_extend_stage(
     target_dir, drafter_dir = args.out / "target", args.out / "drafter"
     target = Qwen3ForCausalLM.from_pretrained(target_dir, torch_dtype=torch.float32)
     t0 = time.time()
-    if cfg.target_steps > 0:
+    if "target" in parts and cfg.target_steps > 0:
         extend_target(target, train_ids, heldout_ids, cfg, log)
         target.save_pretrained(target_dir, safe_serialization=True)
         log(f"extend target: {time.time() - t0:.0f}s")
-    if cfg.drafter_steps > 0:
+    if "drafter" in parts and cfg.drafter_steps > 0:
         model = load_drafter(drafter_dir, target)
         model.embed_tokens.weight.requires_grad_(False)
         model.lm_head.weight.requires_grad_(False)

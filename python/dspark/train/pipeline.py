@@ -8,11 +8,12 @@ every held-out file) and ``OUT/heldout_chunks.json`` (all of them, in 2000-chara
 every stage for a few steps on a tiny slice (used by the test suite so the scripts cannot rot).
 
 The ``extend`` stage continues both models on windows of mixed length up to 4,096 tokens
-(:mod:`dspark.train.extend`). The ``confidence`` stage refits the confidence head of
-``OUT/drafter`` alone (every other tensor stays as it is) on the label greedy serving sees, on
-text neither model was trained on
-(:mod:`dspark.train.confidence`). ``--confidence-label`` picks the ``drafter`` stage's label
-in the joint objective (default ``t1``, the original recipe).
+(:mod:`dspark.train.extend`); the whole pipeline (``all``) extends the target right after its
+stage and the drafter after the drafter stage, so the drafter learns the extended target. The
+``confidence`` stage refits the confidence head of ``OUT/drafter`` alone (every other tensor
+stays as it is) on the label greedy serving sees, on text neither model was trained on
+(:mod:`dspark.train.confidence`). ``--confidence-label`` picks the ``drafter`` stage's label in
+the joint objective (default ``t1``, the original recipe).
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ def _parser() -> argparse.ArgumentParser:
         "--stage",
         choices=["all", "target", "drafter", "extend", "confidence", "assistant"],
         default="all",
-        help="all = target, drafter, extend (both to long contexts), confidence (refit the "
-        "drafter's confidence head alone for greedy serving), then the assistant (HF "
-        "assisted-generation baseline)",
+        help="all = target, its long-context extension, drafter, its long-context extension, "
+        "confidence (refit the drafter's confidence head alone for greedy serving), then the "
+        "assistant (HF assisted-generation baseline); extend = both extensions",
     )
     p.add_argument("--smoke", action="store_true", help="a few steps on a tiny slice")
     p.add_argument("--seed", type=int, default=0)
@@ -177,14 +178,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.target_layers is not None:
             cfg = replace(cfg, num_layers=args.target_layers)
         train_target(train_ids, heldout_ids, vocab, eos, cfg, args.out / "target", log)
+    from dspark.train.extend import run_extend_stage
+
+    if args.stage == "all":  # the target reaches long contexts before the drafter learns it
+        run_extend_stage(args, train_ids, heldout_ids, log, parts=("target",))
     if args.stage in ("all", "drafter"):
         from dspark.train.drafter import run_drafter_stage
 
         run_drafter_stage(args, train_ids, heldout_ids, vocab, log)
     if args.stage in ("all", "extend"):
-        from dspark.train.extend import run_extend_stage
-
-        run_extend_stage(args, train_ids, heldout_ids, log)
+        parts = ("drafter",) if args.stage == "all" else ("target", "drafter")
+        run_extend_stage(args, train_ids, heldout_ids, log, parts=parts)
     if args.stage in ("all", "confidence"):
         from dspark.train.confidence import run_confidence_stage
 
