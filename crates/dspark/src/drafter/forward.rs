@@ -31,6 +31,15 @@ impl Qwen3Drafter {
         }
     }
 
+    /// The in-block penalties of a drafting call, when any request has one.
+    fn follow<'a>(&'a self, opts: &'a ProposeOptions) -> Option<Follow<'a>> {
+        let pens = opts.in_block.as_deref().filter(|p| any_active(p))?;
+        Some(Follow {
+            pens,
+            to_draft: &self.to_draft,
+        })
+    }
+
     /// `[N, heads, hd]` → normed (per head) and rotated.
     fn norm_rope(&self, x: &Tensor, norm: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         norm_rope(&self.rope, x, norm, self.spec.shape.rms_norm_eps, cos, sin)
@@ -308,18 +317,10 @@ impl Qwen3Drafter {
             dims: [self.info.vocab.draft, r],
         };
         let block_opts = self.block_options(opts);
-        let block = match opts.in_block.as_deref().filter(|p| any_active(p)) {
-            Some(pens) => sample_block_in_block(
-                &mut base,
-                dims,
-                (w1, w2),
-                anchors,
-                &block_opts,
-                &Follow {
-                    pens,
-                    to_draft: &self.to_draft,
-                },
-            )?,
+        let block = match self.follow(opts) {
+            Some(follow) => {
+                sample_block_in_block(&mut base, dims, (w1, w2), anchors, &block_opts, &follow)?
+            }
             None => sample_block_slices(
                 Rows3 {
                     data: Floats::F32(&base),
@@ -378,16 +379,13 @@ impl Qwen3Drafter {
             base = super::bias::add_tensor(&base, bias, &self.to_draft)?;
         }
         let block_opts = self.block_options(opts);
-        let block = match opts.in_block.as_deref().filter(|p| any_active(p)) {
-            Some(pens) => sample_block_in_block_on_device(
+        let block = match self.follow(opts) {
+            Some(follow) => sample_block_in_block_on_device(
                 &base,
                 (&heads.w1, &heads.w2),
                 anchors,
                 &block_opts,
-                &Follow {
-                    pens,
-                    to_draft: &self.to_draft,
-                },
+                &follow,
             )?,
             None => crate::sampling::sample_block_on_device(
                 &base,
