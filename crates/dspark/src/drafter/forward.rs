@@ -298,16 +298,11 @@ impl Qwen3Drafter {
         }
         let mut base = host_f32(&self.base_logits(&hidden)?.to_dtype(DType::F32)?)?;
         let b_n = states.len();
+        let dims = [b_n, k_n, self.info.vocab.draft];
         if let Some(bias) = &opts.logit_bias {
-            super::bias::add_host(
-                &mut base,
-                [b_n, k_n, self.info.vocab.draft],
-                bias,
-                &self.to_draft,
-            );
+            super::bias::add_host(&mut base, dims, bias, &self.to_draft);
         }
         let r = self.spec.markov_rank;
-        let dims = [b_n, k_n, self.info.vocab.draft];
         let w1 = Mat {
             data: Floats::F32(&self.markov_w1),
             dims: [self.info.vocab.input, r],
