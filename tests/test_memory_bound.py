@@ -293,8 +293,8 @@ def test_jittered_copy_gives_the_same_greedy_tokens(tmp_path: Path) -> None:
     prompts = _prompts(1, 32)
     small = dspark.NativeTarget.from_pretrained(BUNDLE / "target")
     big = dspark.NativeTarget.from_pretrained(jit.target)
-    # The jitter moves the logits by about 10 * jitter (see dspark.memory_bound).
-    np.testing.assert_allclose(big.logits(prompts[0]), small.logits(prompts[0]), atol=1e-3)
+    # The jitter moves the logits by about 10-20 * jitter (see dspark.memory_bound).
+    np.testing.assert_allclose(big.logits(prompts[0]), small.logits(prompts[0]), atol=2e-3)
     assert _greedy(jit.root, prompts, 16) == _greedy(BUNDLE, prompts, 16)
 
 

@@ -42,7 +42,13 @@ def test_the_first_commands_a_newcomer_runs() -> None:
     report = json.loads(demo.stdout.strip().splitlines()[-1])
     assert report["greedy_matches_target"] is True, report
     assert report["speedup_vs_target_only"] > 0, report
-    assert report["acceptance_length"] > 1.5, report
+    # The default (scheduled) takes plain target steps where this machine's timings say drafting
+    # would not pay, so its τ depends on the machine; the whole block's does not.
+    assert report["acceptance_length"] >= 1.0 and report["plain_rounds"] <= report["rounds"]
+    full = dspark("demo", "--prompts", "2", "--max-new-tokens", "24", "--verify", "full", "--json")
+    assert full.returncode == 0, full.stderr
+    report = json.loads(full.stdout.strip().splitlines()[-1])
+    assert report["plain_rounds"] == 0 and report["acceptance_length"] > 1.5, report
 
     gen = dspark(
         "generate",
