@@ -124,7 +124,9 @@ def peer_row(
         out = _run([str(bins / "llama-speculative-simple"), "-m", str(target),
                     "-md", str(drafter), "--spec-type", "draft-dspark",
                     "--spec-draft-n-max", "8", "-f", f.name, "-n", n, "--temp", "0", "--top-k", "1",
-                    "-t", th, "-td", th, "-c", str(context + int(n) + 512)], 900)  # fmt: skip
+                    "-t", th, "-td", th, "-c", str(context + int(n) + 512),
+                    # The prompt is one logical batch (the default 2,048 refuses 3,000 tokens).
+                    "-b", str(max(2048, context + int(n)))], 900)  # fmt: skip
         Path(f.name).unlink(missing_ok=True)
         return speculative_simple_rates(out) if out else None
     return None

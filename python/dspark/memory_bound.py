@@ -37,11 +37,12 @@ How the embedding keeps the function exact (small: hidden ``h``, head_dim ``e``;
 
 Zeros cost what any other value costs in a dense kernel, and no engine here looks at values; to
 show it, ``jitter`` replaces every zero by a tiny non-zero value (``±jitter·[0.5, 1)``, fixed per
-tensor name). The function then moves by about ``10–20·jitter`` in the logits (first order: the
-extra query heads that share a KV head with a real one read its values through their jittered
-``o_proj`` columns; the factor follows the size of the bundled weights): with ``jitter=1e-4`` the
-logits (up to 15 in size) move by under 2e-3 and the greedy tokens stay the same. Every product of jittered values stays far above float32's
-(and bfloat16's) smallest normal number, so no kernel meets denormals either.
+tensor name). The function then moves by about ``10·jitter`` to ``20·jitter`` in the logits
+(first order: the extra query heads that share a KV head with a real one read its values through
+their jittered ``o_proj`` columns; the factor follows the size of the bundled weights): with
+``jitter=1e-4`` the logits (up to 15 in size) move by under 2e-3 and the greedy tokens stay the
+same. Every product of jittered values stays far above float32's (and bfloat16's) smallest
+normal number, so no kernel meets denormals either.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class DrafterTrainConfig:
     seq_len: int = 256
     batch_size: int = 8
     num_anchors: int = 32
-    steps: int = 7000
+    steps: int = 3500
     lr: float = 2e-3
     warmup: int = 30
     seed: int = 0

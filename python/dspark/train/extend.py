@@ -57,11 +57,11 @@ class ExtendConfig:
     tokens_per_batch: int = 8192  # target: every batch holds this many tokens
     target_steps: int = 300
     target_lr: float = 1e-3
-    drafter_steps: int = 1500
+    drafter_steps: int = 800
     drafter_lr: float = 5e-4
     drafter_tokens_per_batch: int = 8192
     warmup: int = 20
-    short_share: float = 0.35  # drafter steps that repeat the first stage's recipe
+    short_share: float = 0.5  # drafter steps that repeat the first stage's recipe
     generated_per_length: int = 96  # long continuations per window length (drafter)
     generated_short: int = 1024  # short continuations (the first stage's recipe)
     gen_tokens: int = 192  # generated tokens at the end of every long window
