@@ -11,7 +11,8 @@ run's own deadline. Per server and C: throughput (completion tokens / wall secon
 first token, time per output token (after the first), end-to-end latency (p50 and p99), and
 errors. ``dspark`` and ``llama.cpp`` also run the load with ``logprobs: 5`` and with frequency
 and presence penalties, and ``dspark`` with a JSON schema (``--extras``), rows ``NAME +logprobs``
-/ ``NAME +penalties`` / ``dspark +json``. Writes
+/ ``NAME +penalties`` / ``dspark +json``; ``dspark-nodraft +json`` is the schema without
+drafting (the grammar's own cost, apart from the acceptance JSON text gets). Writes
 ``benches/results/server.json`` (``--out``).
 
 Servers:
@@ -342,6 +343,9 @@ def main() -> int:
             if name in ("dspark", "llama.cpp"):
                 takes = EXTRAS_OF.get(name, list(EXTRAS))
                 variants += [(f"{name} +{e}", EXTRAS[e]) for e in args.extras if e in takes]
+            elif name == "dspark-nodraft" and "json" in args.extras:
+                # The grammar's own cost, apart from what JSON text does to acceptance.
+                variants.append((f"{name} +json", EXTRAS["json"]))
             try:
                 for label, extra in variants:
                     rows[label] = []

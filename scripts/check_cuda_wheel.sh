@@ -5,14 +5,14 @@
 #    glibc / GCC runtime / NVIDIA wheel libraries linked (the driver is opened at run time),
 #    its size;
 # 2. the wheel at work: installed into a scratch virtualenv made anew (DSPARK_CUDA_VENV,
-#    default /var/tmp/dspark-cuda-venv; --system-site-packages, so torch, numpy, scipy and
-#    pytest come from the system and the venv's dspark shadows the system's CPU one), with no
-#    LD_LIBRARY_PATH: it imports, build_info() says cuda True, cuda_devices 0 and why (no
-#    driver here), and the Python kernel and speculator suites pass on the CPU.
+#    default /var/tmp/dspark-cuda-venv) that also sees the running Python's packages (torch,
+#    numpy, scipy and pytest: a .pth adds them after its own, so its dspark shadows the CPU
+#    one), with no LD_LIBRARY_PATH: it imports, build_info() says cuda True, cuda_devices 0
+#    and why (no driver here), and the Python kernel and speculator suites pass on the CPU.
 #
 #   bash scripts/check_cuda_wheel.sh [WHEEL]    # default: the wheel in target/wheels-cuda/
 #
-# Needs the test dependencies in the system Python (bash scripts/install.sh --test).
+# Needs the test dependencies in the running python3 (scripts/test.sh's venv, activated).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -25,8 +25,11 @@ python3 scripts/check_cuda_wheel.py "${wheel:-target/wheels-cuda}"
 
 venv="${DSPARK_CUDA_VENV:-/var/tmp/dspark-cuda-venv}"
 rm -rf "$venv"
-python3 -m venv --system-site-packages "$venv"
+parent_site="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+python3 -m venv "$venv"
 py="$venv/bin/python"
+own_site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "import site; site.addsitedir('$parent_site')" >"$own_site/zz_dspark_parent.pth"
 # --ignore-installed: the system's dspark (same version) must not count as installed.
 "$py" -m pip install --disable-pip-version-check --quiet --no-deps --no-index --ignore-installed \
     "$wheel"

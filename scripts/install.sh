@@ -3,7 +3,8 @@
 # Usage: bash scripts/install.sh [--torch | --test]
 #   (no flag) dspark with numpy and tokenizers: the native target, `dspark demo`, `dspark serve`
 #   --torch  also installs torch and transformers (HF targets, `--target-backend hf`)
-#   --test   --torch plus the test and benchmark dependencies, and a wheel with the test hooks
+#   --test   --torch plus the test and benchmark dependencies (the wheel installed is the same
+#            release build: scripts/test.sh builds its test-hooks wheel apart, never installed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Build folders live in the clone (target/) unless CARGO_TARGET_DIR names a shared cache (CI does).
@@ -26,13 +27,7 @@ case "${1:-}" in
             "openai>=1.40"
         ;;
 esac
-# The test build also compiles the test hooks (`_dlpack_describe`, `_dlpack_sum`, `_test_panic`);
-# a release wheel has none.
-features=()
-if [[ "${1:-}" == --test ]]; then
-    features=(--features test-hooks)
-fi
 rm -rf target/wheels
-dspark_maturin build --release "${quiet[@]}" "${features[@]}" --out target/wheels
+dspark_maturin build --release "${quiet[@]}" --out target/wheels
 $PIP install --disable-pip-version-check "${quiet[@]}" --force-reinstall --no-deps \
     target/wheels/dspark-*.whl

@@ -4,6 +4,7 @@ typed error; small seeded kernel inputs."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,16 @@ BUILD_INFO_KEYS = frozenset(
 )
 
 #: The test hooks (`_dlpack_describe`, `_dlpack_sum`, `_test_panic`) exist only in a wheel
-#: built with the `test-hooks` feature (`scripts/install.sh --test`), not in a release wheel.
+#: built with the `test-hooks` feature (scripts/test.sh's test build), not in a release wheel.
 HAS_TEST_HOOKS = hasattr(_native, "_test_panic")
+#: Where scripts/test.sh unpacked its test build (on PYTHONPATH), or None outside test.sh: there
+#: the hooks must be present, so their tests run rather than skip.
+TEST_BUILD = os.environ.get("DSPARK_TEST_BUILD") or None
+if TEST_BUILD is not None and not HAS_TEST_HOOKS:
+    raise RuntimeError(
+        f"DSPARK_TEST_BUILD={TEST_BUILD} but {dspark.__file__} has no test hooks: "
+        "PYTHONPATH does not put the test build first"
+    )
 requires_test_hooks = pytest.mark.skipif(
     not HAS_TEST_HOOKS, reason="a release wheel: the test hooks are not compiled in"
 )

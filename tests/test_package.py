@@ -3,12 +3,17 @@ the extension: ``test_stubs.py``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import dspark
 from dspark import _native
-from helpers import expect_code, requires_test_hooks
+from helpers import TEST_BUILD, expect_code, requires_test_hooks
 
 
 def test_exception_hierarchy() -> None:
@@ -29,6 +34,23 @@ def test_errors_carry_code_and_every_problem() -> None:
         dspark.IdMap.from_offsets(np.array([1, 0, 100], np.int64), 10)
     assert info.value.code == "multiple"
     assert [c for c, _ in info.value.problems] == ["d2t-out-of-range", "d2t-duplicate"]
+
+
+@pytest.mark.skipif(TEST_BUILD is None, reason="only under scripts/test.sh's test build")
+def test_the_installed_package_is_the_release_build() -> None:
+    """scripts/test.sh imports its test build (hooks compiled in) from PYTHONPATH; the
+    environment's installed dspark, the one the main job and users run, has no hooks."""
+    assert TEST_BUILD is not None
+    assert Path(dspark.__file__).resolve().is_relative_to(Path(TEST_BUILD).resolve())
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DSPARK_TEST_BUILD")}
+    code = "import dspark, dspark._native as n; print(dspark.__file__, hasattr(n, '_test_panic'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    where, hooks = out.stdout.split()
+    assert hooks == "False", out.stdout
+    assert not Path(where).resolve().is_relative_to(Path(TEST_BUILD).resolve()), where
 
 
 @requires_test_hooks

@@ -117,7 +117,24 @@ impl TokenConstraint for Guided {
     }
 
     fn validate(&mut self, tokens: &[u32]) -> usize {
-        self.matcher.validate_tokens(tokens).unwrap_or(0)
+        let n = self.matcher.validate_tokens(tokens).unwrap_or(0);
+        // The matcher's check refuses the end-of-sequence token that its mask allows once the
+        // grammar accepts (`compute_mask_or_eos`): count it, as `allowed` does.
+        if tokens.get(n) != Some(&self.eos) {
+            return n;
+        }
+        let accepts = if n == 0 {
+            self.matcher.is_accepting().unwrap_or(false)
+        } else if self.matcher.consume_tokens(&tokens[..n]).is_ok() {
+            let a = self.matcher.is_accepting().unwrap_or(false);
+            if self.matcher.rollback(n).is_err() {
+                return n;
+            }
+            a
+        } else {
+            false
+        };
+        n + usize::from(accepts)
     }
 
     fn consume(&mut self, tokens: &[u32]) -> Result<(), String> {
@@ -184,6 +201,40 @@ mod tests {
         // A token outside the language is refused.
         let letter = tok.encode("x", false).unwrap().get_ids()[0];
         assert_eq!(c.validate(&[letter]), 0);
+    }
+
+    /// The engine's lazy rows check the target's greedy token with `validate` and compute the
+    /// full set only when it is refused: the two must agree on every token, in every state (a
+    /// JSON schema's walk, its end included).
+    #[test]
+    fn the_one_token_check_agrees_with_the_allowed_set() {
+        let (tok, g) = bundled();
+        let schema = serde_json::json!({"type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 5}},
+            "required": ["a", "b"]});
+        let mut c = g
+            .compile(TopLevelGrammar::from_json_schema(schema))
+            .unwrap();
+        let text = r#"{"a": 12, "b": "xy"}"#;
+        let ids = tok.encode(text, false).unwrap().get_ids().to_vec();
+        let mut checked = 0;
+        for step in 0..=ids.len() {
+            let mask = c.allowed().unwrap();
+            for t in 0..3000u32 {
+                let allowed = mask[t as usize / 32] >> (t % 32) & 1 == 1;
+                assert_eq!(
+                    c.validate(&[t]) == 1,
+                    allowed,
+                    "token {t} after {step} tokens"
+                );
+            }
+            checked += 1;
+            match ids.get(step) {
+                Some(&t) if c.validate(&[t]) == 1 => c.consume(&[t]).unwrap(),
+                _ => break,
+            }
+        }
+        assert!(checked > 3, "the walk went {checked} steps");
     }
 
     #[test]

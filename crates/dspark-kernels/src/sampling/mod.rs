@@ -48,6 +48,12 @@ pub const GREEDY_BELOW: f32 = 1e-5;
 pub fn is_greedy_temperature(t: f32) -> bool {
     t < GREEDY_BELOW
 }
+/// The token greedy decoding takes from `row`: the lowest id holding its largest value, as
+/// every verify path picks at a greedy temperature (NaN ignored; `0` when no value is finite).
+pub fn greedy_token(row: Floats<'_>) -> usize {
+    categorical::row_argmax(row).argmax
+}
+
 pub use confidence::{StsCalibration, confidence, confidence_slices};
 pub use logprobs::{LogprobSampling, MAX_TOP_LOGPROBS, TokenLogprob, token_logprobs};
 pub use markov::{

@@ -3,7 +3,9 @@
 //!
 //! Each round, before the target forward, the engine cuts a request's drafts at the first one
 //! the constraint refuses, and computes the allowed set at every verified position (the
-//! constraint advanced over the drafts before it, then rolled back). The target's logits are
+//! constraint advanced over the drafts before it, then rolled back; a greedy request without
+//! log-probabilities computes it after the forward, and only where the target's greedy token is
+//! refused: `round/constrain.rs`). The target's logits are
 //! masked to those sets (after penalties), so verification, sampling and log-probabilities all
 //! follow the target restricted to the grammar: greedy output is target-only greedy under the
 //! same grammar, and output is always in the grammar. Committed tokens then advance the
@@ -20,6 +22,9 @@ pub trait TokenConstraint: Send {
     /// allows that token alone.
     fn allowed(&mut self) -> Result<Vec<u32>, String>;
     /// How many of `tokens`, in order, the constraint accepts from its state (unchanged).
+    /// `validate(&[t]) == 1` exactly when [`allowed`](Self::allowed) holds `t`: a greedy
+    /// request without log-probabilities asks this of the target's greedy token and computes
+    /// the full set only when it is refused.
     fn validate(&mut self, tokens: &[u32]) -> usize;
     /// Advance over `tokens` (each allowed).
     fn consume(&mut self, tokens: &[u32]) -> Result<(), String>;

@@ -1,9 +1,12 @@
 //! Structured output in the engine, on the toy target with a toy grammar: greedy output is
-//! the target's greedy decoding restricted to the grammar, sampled output stays in it and
-//! follows the restricted distribution, drafts the grammar refuses are cut before verification,
-//! and a grammar that dead-ends ends the request with `stop`.
+//! the target's greedy decoding restricted to the grammar (with the allowed sets computed
+//! before the forward, or lazily after it for a greedy row without log-probabilities), sampled
+//! output stays in it and follows the restricted distribution, drafts the grammar refuses are
+//! cut before verification, and a grammar that dead-ends ends the request with `stop`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::sampling_support::{assert_follows, reference_probs};
 use crate::speculator_common::{Mode, OracleDrafter, ToyLm, ToyTarget, argmax, mix};
@@ -20,6 +23,8 @@ struct Modular {
     modulus: u32,
     seen: Vec<u32>,
     limit: Option<usize>,
+    /// How many full allowed sets were asked for (shared by the clones).
+    sets: Arc<AtomicUsize>,
 }
 
 impl Modular {
@@ -34,6 +39,7 @@ impl Modular {
 
 impl TokenConstraint for Modular {
     fn allowed(&mut self) -> Result<Vec<u32>, String> {
+        self.sets.fetch_add(1, Ordering::Relaxed);
         let mut mask = vec![0u32; V.div_ceil(32)];
         for t in 0..V as u32 {
             if self.ok(self.seen.last().copied(), t, self.seen.len()) {
@@ -73,6 +79,7 @@ fn grammar(modulus: u32, limit: Option<usize>) -> Modular {
         modulus,
         seen: Vec::new(),
         limit,
+        sets: Arc::new(AtomicUsize::new(0)),
     }
 }
 
@@ -113,32 +120,48 @@ fn prompt(i: u64) -> Vec<u32> {
 fn greedy_is_the_targets_greedy_within_the_grammar() {
     let lm = lm();
     for verify in [VerifyPolicy::Full, VerifyPolicy::ScheduledMeasured] {
-        let mut e = engine(Mode::Greedy { corrupt_every: 5 }, verify.clone());
-        let mut specs: HashMap<RequestId, (RequestSpec, Modular)> = HashMap::new();
-        for i in 0..8u64 {
-            let g = grammar(2 + (i % 3) as u32, None);
-            let mut s = RequestSpec::new(prompt(i), 16);
-            s.constraint = Some(Constraint::new(g.clone()));
-            s.logprobs = Some(1);
-            specs.insert(e.add_request(s.clone()).unwrap(), (s, g));
-        }
-        let got = drain(&mut e);
-        let drafted: usize = got.values().map(|r| r.drafted).sum();
-        assert!(
-            got.values()
-                .flat_map(|r| &r.logprobs)
-                .all(|lp| lp.logprob.is_finite())
-        );
-        for (id, (s, g)) in &specs {
-            let mut want = Vec::new();
-            for _ in 0..s.max_new_tokens {
-                want.push(argmax(&restricted(&lm, &s.prompt, &want, g)));
+        // With log-probabilities every verified position's set is computed before the forward;
+        // without, only where the target's greedy token is refused.
+        let mut sets = [0usize; 2];
+        for (lazy, logprobs) in [(false, Some(1)), (true, None)] {
+            let mut e = engine(Mode::Greedy { corrupt_every: 5 }, verify.clone());
+            let mut specs: HashMap<RequestId, (RequestSpec, Modular)> = HashMap::new();
+            for i in 0..8u64 {
+                // Modulus 1 allows every token: the lazy rows never ask for a set.
+                let g = grammar(1 + (i % 4) as u32, None);
+                let mut s = RequestSpec::new(prompt(i), 16);
+                s.constraint = Some(Constraint::new(g.clone()));
+                s.logprobs = logprobs;
+                specs.insert(e.add_request(s.clone()).unwrap(), (s, g));
             }
-            assert_eq!(&got[id].tokens, &want, "{verify:?}");
+            let got = drain(&mut e);
+            let drafted: usize = got.values().map(|r| r.drafted).sum();
+            assert!(
+                got.values()
+                    .flat_map(|r| &r.logprobs)
+                    .all(|lp| lp.logprob.is_finite())
+            );
+            for (id, (s, g)) in &specs {
+                let mut want = Vec::new();
+                for _ in 0..s.max_new_tokens {
+                    want.push(argmax(&restricted(&lm, &s.prompt, &want, g)));
+                }
+                assert_eq!(&got[id].tokens, &want, "{verify:?} lazy {lazy}");
+                sets[usize::from(lazy)] += g.sets.load(Ordering::Relaxed);
+                if lazy && g.modulus == 1 {
+                    assert_eq!(g.sets.load(Ordering::Relaxed), 0, "all allowed: no set");
+                }
+            }
+            if verify == VerifyPolicy::Full {
+                assert!(drafted > 0, "the grammar's drafts are verified");
+            }
         }
-        if verify == VerifyPolicy::Full {
-            assert!(drafted > 0, "the grammar's drafts are verified");
-        }
+        assert!(
+            sets[1] < sets[0],
+            "{verify:?}: sets eager {} lazy {}",
+            sets[0],
+            sets[1]
+        );
     }
 }
 
@@ -166,19 +189,24 @@ fn sampled_tokens_follow_the_target_restricted_to_the_grammar() {
 
 #[test]
 fn a_grammar_that_dead_ends_stops_the_request() {
-    let mut e = engine(Mode::Greedy { corrupt_every: 0 }, VerifyPolicy::Full);
-    let mut s = RequestSpec::new(prompt(1), 20);
-    s.constraint = Some(Constraint::new(grammar(2, Some(5))));
-    let id = e.add_request(s).unwrap();
-    let mut n = 0;
-    let mut finish = None;
-    while e.has_work() {
-        for o in e.step().unwrap().outputs {
-            assert_eq!(o.id, id);
-            n += o.new_tokens.len();
-            finish = finish.or(o.finish);
+    // Eager (log-probabilities asked for) and lazy rows; the dead end at a draft and at the
+    // first position of a round.
+    for (logprobs, corrupt_every) in [(Some(0), 0), (None, 0), (None, 3)] {
+        let mut e = engine(Mode::Greedy { corrupt_every }, VerifyPolicy::Full);
+        let mut s = RequestSpec::new(prompt(1), 20);
+        s.constraint = Some(Constraint::new(grammar(2, Some(5))));
+        s.logprobs = logprobs;
+        let id = e.add_request(s).unwrap();
+        let mut n = 0;
+        let mut finish = None;
+        while e.has_work() {
+            for o in e.step().unwrap().outputs {
+                assert_eq!(o.id, id);
+                n += o.new_tokens.len();
+                finish = finish.or(o.finish);
+            }
         }
+        assert_eq!(n, 5, "{logprobs:?} {corrupt_every}");
+        assert_eq!(finish, Some(FinishReason::Stop));
     }
-    assert_eq!(n, 5);
-    assert_eq!(finish, Some(FinishReason::Stop));
 }

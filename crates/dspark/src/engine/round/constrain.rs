@@ -1,51 +1,85 @@
 //! Structured output in a round (see [`crate::engine::TokenConstraint`]): before the forward,
-//! each constrained request's drafts are cut where its grammar refuses them and the allowed
-//! set of every position it verifies is computed; after the forward its logits rows are masked
-//! to those sets; after the commit the grammar advances over the committed tokens. A request
-//! whose grammar allows nothing (or fails) ends with `stop`.
+//! each constrained request's drafts are cut where its grammar refuses them; the allowed set of
+//! the positions it verifies is computed (before the forward, or after it for a lazy row, see
+//! below); its logits rows are masked to those sets; after the commit the grammar advances over
+//! the committed tokens. A request whose grammar allows nothing (or fails) ends with `stop`.
+//!
+//! **Lazy rows.** A greedy request that asks for no log-probabilities reads nothing of a
+//! position's distribution but its greedy token, and the greedy token of the masked row is the
+//! row's own whenever the grammar allows it (the lowest id holding the largest value stays so
+//! in any subset that holds it). Such a row asks its grammar one question per verified
+//! position after the forward (is the target's greedy token allowed here?) and computes the
+//! full allowed set only where the answer is no: a grammar's full set costs a walk over the
+//! vocabulary's token trie, its one-token check a step of its lexer. Its output is the eager
+//! path's, token for token.
 
 use candle_core::Tensor;
 
 use super::Plan;
 use crate::drafter::Drafter;
-use crate::engine::constraint::{allows, plan_masks};
+use crate::engine::constraint::{TokenConstraint, allows, plan_masks};
 use crate::engine::engine::Engine;
 use crate::engine::output::FinishReason;
 use crate::error::Result;
 use crate::models::TargetModel;
+use crate::sampling::{Floats, Mat, greedy_token};
+use crate::view::with_floats;
 
-/// Per engine row: the allowed sets of the positions it verifies (`None`: unconstrained).
-pub(super) type Masks = Vec<Option<Vec<Vec<u32>>>>;
+/// One verified position's allowed set (`None`: its logits stay as they are, a lazy row's
+/// position whose greedy token the grammar allows or that the row never reaches).
+type PositionMask = Option<Vec<u32>>;
+
+/// A round's allowed sets, per engine row.
+#[derive(Default)]
+pub(super) struct Masks {
+    /// Per engine row: the sets of the positions it verifies (`None`: unconstrained).
+    rows: Vec<Option<Vec<PositionMask>>>,
+    /// Per engine row: the drafts of a lazy row, whose sets wait for the forward
+    /// ([`Engine::resolve_masks`]).
+    lazy: Vec<Option<Vec<u32>>>,
+}
 
 impl<T: TargetModel, D: Drafter> Engine<T, D> {
     /// The masks of the round's rows (`plan`'s running requests, their drafts cut to what the
     /// grammar accepts, and the joining rows in `first` that sample their first token).
     pub(super) fn constrain(&mut self, plan: Option<&mut Plan>, first: &[usize]) -> Masks {
-        let mut masks: Masks = vec![None; self.sched.rows.len()];
+        let b = self.sched.rows.len();
+        let mut masks = Masks {
+            rows: vec![None; b],
+            lazy: vec![None; b],
+        };
         if let Some(p) = plan {
-            for (j, &i) in p.act.iter().enumerate() {
-                let n = p.lens[j];
-                let drafts = &p.drafts[j][..n.min(p.drafts[j].len())];
-                let Some(m) = self.masks_of(i, drafts) else {
-                    continue;
-                };
-                p.lens[j] = n.min(m.len().saturating_sub(1));
-                masks[i] = Some(m);
+            for j in 0..p.act.len() {
+                let n = p.lens[j].min(p.drafts[j].len());
+                let drafts = p.drafts[j][..n].to_vec();
+                if let Some(kept) = self.masks_of(p.act[j], &drafts, &mut masks) {
+                    p.lens[j] = p.lens[j].min(kept);
+                }
             }
         }
         for &i in first {
-            masks[i] = self.masks_of(i, &[]);
+            self.masks_of(i, &[], &mut masks);
         }
         masks
     }
 
-    /// Row `i`'s masks after `drafts` (`None` when it is unconstrained, or ended here because
-    /// its grammar allows nothing).
-    fn masks_of(&mut self, i: usize, drafts: &[u32]) -> Option<Vec<Vec<u32>>> {
+    /// Row `i`'s masks after `drafts` into `masks` (nothing when it is unconstrained, or ended
+    /// here because its grammar allows nothing). Returns how many drafts it keeps.
+    fn masks_of(&mut self, i: usize, drafts: &[u32], masks: &mut Masks) -> Option<usize> {
         let slot = self.sched.rows.get_mut(i)?.as_mut()?;
         let c = slot.spec.constraint.clone()?;
+        if slot.spec.sampling.is_greedy() && slot.spec.logprobs.is_none() {
+            let kept = c.with(|c| c.validate(drafts)).min(drafts.len());
+            masks.lazy[i] = Some(drafts[..kept].to_vec());
+            masks.rows[i] = Some(Vec::new());
+            return Some(kept);
+        }
         match plan_masks(&c, drafts) {
-            Ok(m) => Some(m),
+            Ok(m) => {
+                let kept = m.len().saturating_sub(1);
+                masks.rows[i] = Some(m.into_iter().map(Some).collect());
+                Some(kept)
+            }
             Err(_) => {
                 slot.finish = Some(FinishReason::Stop);
                 None
@@ -53,25 +87,84 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         }
     }
 
-    /// `logits` (`[B, W, V]`) with each masked row's disallowed tokens at `-inf`.
-    pub(super) fn masked(&self, logits: &Tensor, masks: &Masks) -> Result<Tensor> {
-        if masks.iter().all(Option::is_none) {
-            return Ok(logits.clone());
-        }
-        let (b, w, v) = logits.dims3()?;
-        let mut add = vec![0f32; b * w * v];
-        for (i, rows) in masks.iter().enumerate().take(b) {
-            for (m, mask) in rows.iter().flatten().enumerate().take(w) {
-                let row = &mut add[(i * w + m) * v..(i * w + m + 1) * v];
-                for (t, x) in row.iter_mut().enumerate() {
-                    if !allows(mask, t) {
-                        *x = f32::NEG_INFINITY;
+    /// The lazy rows among `rows` given the forward's `logits` (`[B, W, V]`, penalized; row
+    /// `i`'s position `m` follows its `m`-th draft): each one's sets where the target's greedy
+    /// token is refused, its drafts in `plan` cut after one past which nothing is allowed, and
+    /// `stop` for a row whose grammar allows nothing at its first position.
+    pub(super) fn resolve_masks(
+        &mut self,
+        logits: &Tensor,
+        masks: &mut Masks,
+        rows: &[usize],
+        mut plan: Option<&mut Plan>,
+    ) -> Result<()> {
+        for &i in rows {
+            let Some(drafts) = masks.lazy.get_mut(i).and_then(Option::take) else {
+                continue;
+            };
+            let Some(slot) = self.sched.rows.get_mut(i).and_then(Option::as_mut) else {
+                continue;
+            };
+            let Some(c) = slot.spec.constraint.clone() else {
+                continue;
+            };
+            let n = drafts.len();
+            let block = logits.get(i)?.narrow(0, 0, n + 1)?;
+            let walk = with_floats(&block, "target logits", |f| {
+                let v = f.len() / (n + 1);
+                let rows = Mat::new(f, [n + 1, v])?;
+                Ok(c.with(|c| lazy_walk(c, &drafts, |m| rows.row(m))))
+            })?;
+            match walk {
+                Walk::Masks(m) => masks.rows[i] = Some(m),
+                Walk::Cut(m, kept) => {
+                    masks.rows[i] = Some(m);
+                    if let Some(p) = plan.as_deref_mut()
+                        && let Some(j) = p.act.iter().position(|&a| a == i)
+                    {
+                        p.lens[j] = p.lens[j].min(kept);
                     }
+                }
+                Walk::Ended => {
+                    masks.rows[i] = None;
+                    slot.finish = Some(FinishReason::Stop);
                 }
             }
         }
-        let add = Tensor::from_vec(add, (b, w, v), logits.device())?.to_dtype(logits.dtype())?;
-        Ok(logits.add(&add)?)
+        Ok(())
+    }
+
+    /// `logits` (`[B, W, V]`) with each masked position's disallowed tokens at `-inf`: one
+    /// `[R, V]` row of additive masks per masked position, added in one `index_add` where the
+    /// logits are (the logits themselves when no position is masked).
+    pub(super) fn masked(&self, logits: &Tensor, masks: &Masks) -> Result<Tensor> {
+        let (b, w, v) = logits.dims3()?;
+        let mut index: Vec<u32> = Vec::new();
+        let mut add: Vec<f32> = Vec::new();
+        for (i, rows) in masks.rows.iter().enumerate().take(b) {
+            for (m, mask) in rows.iter().flatten().enumerate().take(w) {
+                let Some(mask) = mask else { continue };
+                index.push((i * w + m) as u32);
+                add.extend((0..v).map(|t| {
+                    if allows(mask, t) {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                }));
+            }
+        }
+        if index.is_empty() {
+            return Ok(logits.clone());
+        }
+        let r = index.len();
+        let dev = logits.device();
+        let add = Tensor::from_vec(add, (r, v), dev)?.to_dtype(logits.dtype())?;
+        let index = Tensor::from_vec(index, r, dev)?;
+        Ok(logits
+            .reshape((b * w, v))?
+            .index_add(&index, &add, 0)?
+            .reshape((b, w, v))?)
     }
 
     /// Advance row `i`'s grammar over the tokens it committed (a grammar that refuses them
@@ -90,4 +183,92 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             slot.finish = Some(FinishReason::Stop);
         }
     }
+}
+
+/// What a lazy row's walk over its verified positions found.
+#[derive(Debug, PartialEq)]
+enum Walk {
+    /// The sets of its positions (`None` where the greedy token is allowed).
+    Masks(Vec<PositionMask>),
+    /// As `Masks`, and nothing is allowed after its draft `kept`: it keeps that many drafts.
+    Cut(Vec<PositionMask>, usize),
+    /// Its grammar allows nothing at its first position (or fails there): it ends.
+    Ended,
+}
+
+/// Walk a greedy row's positions as greedy verification does: position `m` (its logits
+/// `row(m)`) accepts draft `m` when the masked row's greedy token is that draft, and the row
+/// stops at the first position that does not. At each position the target's own greedy token
+/// is checked first; only a refused one costs the full allowed set (and the greedy token
+/// within it). The constraint is rolled back to where it was.
+fn lazy_walk<'a>(
+    c: &mut dyn TokenConstraint,
+    drafts: &[u32],
+    row: impl Fn(usize) -> Floats<'a>,
+) -> Walk {
+    let mut sets = Vec::with_capacity(drafts.len() + 1);
+    let mut consumed = 0;
+    let mut walk = None;
+    for m in 0..=drafts.len() {
+        let greedy = greedy_token(row(m)) as u32;
+        let draft = drafts.get(m).copied();
+        let pick = if draft == Some(greedy) || c.validate(&[greedy]) == 1 {
+            sets.push(None);
+            greedy
+        } else {
+            match c.allowed() {
+                Ok(mask) if mask.iter().any(|&w| w != 0) => {
+                    let pick = masked_greedy(row(m), &mask);
+                    sets.push(Some(mask));
+                    match pick {
+                        Some(t) => t,
+                        None => break, // no finite allowed value: verification faults the row
+                    }
+                }
+                _ if m == 0 => {
+                    walk = Some(Walk::Ended);
+                    break;
+                }
+                _ => {
+                    // Nothing allowed after draft m - 1: the row verifies the drafts before it.
+                    sets.truncate(m);
+                    walk = Some(Walk::Cut(Vec::new(), m - 1));
+                    break;
+                }
+            }
+        };
+        if draft != Some(pick) || c.consume(&[pick]).is_err() {
+            break;
+        }
+        consumed += 1;
+    }
+    // A rollback that fails leaves the state where the commit's advance reports it.
+    let _ = c.rollback(consumed);
+    match walk {
+        Some(Walk::Cut(_, kept)) => Walk::Cut(sets, kept),
+        Some(w) => w,
+        None => Walk::Masks(sets),
+    }
+}
+
+/// The greedy token of `row` among the tokens `mask` allows (`None` when none holds a finite
+/// value): the lowest allowed id holding the largest allowed value, what verification picks
+/// from the masked row.
+fn masked_greedy(row: Floats<'_>, mask: &[u32]) -> Option<u32> {
+    let mut best: Option<(u32, f32)> = None;
+    for (w, &word) in mask.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            let t = w * 32 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if t >= row.len() {
+                return best.map(|(t, _)| t);
+            }
+            let x = row.get(t);
+            if x > f32::NEG_INFINITY && best.is_none_or(|(_, b)| x > b) {
+                best = Some((t as u32, x));
+            }
+        }
+    }
+    best.map(|(t, _)| t)
 }

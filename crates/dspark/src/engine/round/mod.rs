@@ -179,7 +179,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             })
             .collect();
         let first_rows: Vec<usize> = join.iter().copied().filter(|&i| sample_first[i]).collect();
-        let masks = self.constrain(plan.as_mut(), &first_rows);
+        let mut masks = self.constrain(plan.as_mut(), &first_rows);
         // The forward(s): each running row its anchor and verified drafts, each joining row
         // its prefill.
         let block = |j: usize, p: &Plan| -> Vec<u32> {
@@ -231,7 +231,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let mut kept = vec![0usize; b];
         let mut accepted = vec![0usize; b];
         let mut logprobs: Vec<Vec<crate::sampling::TokenLogprob>> = vec![Vec::new(); b];
-        if let (Some(p), Some(o)) = (&plan, &round_out) {
+        if let (Some(p), Some(o)) = (&mut plan, &round_out) {
             let positions: Vec<Positions<'_>> = p
                 .act
                 .iter()
@@ -243,6 +243,11 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                 })
                 .collect();
             let logits = self.penalized(&o.logits, &positions)?;
+            drop(positions);
+            // Lazy rows find their sets here (and may verify fewer drafts).
+            let act = p.act.clone();
+            self.resolve_masks(&logits, &mut masks, &act, Some(&mut *p))?;
+            let p = &*p;
             let logits = self.masked(&logits, &masks)?;
             let (verification, faults) = self.verify_round(p, &logits, b)?;
             for (j, &i) in p.act.iter().enumerate() {
@@ -279,7 +284,9 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                             .is_some_and(|s| s.finish.is_none())
                 })
                 .collect();
-            if !rows.is_empty() {
+            let penalized = if rows.is_empty() {
+                None
+            } else {
                 let positions: Vec<Positions<'_>> = rows
                     .iter()
                     .map(|&i| Positions {
@@ -289,6 +296,22 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     })
                     .collect();
                 let all = self.penalized(&o.logits, &positions)?;
+                drop(positions);
+                self.resolve_masks(&all, &mut masks, &rows, None)?;
+                Some(all)
+            };
+            // A lazy row whose grammar allows nothing has ended: it samples nothing.
+            let rows: Vec<usize> = rows
+                .into_iter()
+                .filter(|&i| {
+                    self.sched.rows[i]
+                        .as_ref()
+                        .is_some_and(|s| s.finish.is_none())
+                })
+                .collect();
+            if let Some(all) = penalized
+                && !rows.is_empty()
+            {
                 let all = self.masked(&all, &masks)?;
                 let logits = select_rows(&all, &rows, b)?;
                 let last = logits.narrow(1, 0, 1)?;
