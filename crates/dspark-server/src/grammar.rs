@@ -150,6 +150,25 @@ impl TokenConstraint for Guided {
     fn rollback(&mut self, n: usize) -> Result<(), String> {
         self.matcher.rollback(n).map_err(|e| e.to_string())
     }
+
+    /// The bytes the grammar forces, tokenized greedily over the trie (llguidance's own
+    /// fast-forward tokens need a canonical tokenizer, which an approximate environment is
+    /// not), without the last token (the text after it could merge with its bytes).
+    fn forced(&mut self) -> Vec<u32> {
+        if self.matcher.is_stopped() {
+            return Vec::new();
+        }
+        let bytes = self.matcher.compute_ff_bytes();
+        if bytes.is_empty() {
+            return Vec::new();
+        }
+        let Ok(env) = self.matcher.tok_env() else {
+            return Vec::new();
+        };
+        let mut tokens = env.tok_trie().greedy_tokenize(&bytes);
+        tokens.pop();
+        tokens
+    }
 }
 
 #[cfg(test)]
@@ -218,7 +237,17 @@ mod tests {
         let text = r#"{"a": 12, "b": "xy"}"#;
         let ids = tok.encode(text, false).unwrap().get_ids().to_vec();
         let mut checked = 0;
+        let mut forced_any = false;
         for step in 0..=ids.len() {
+            // What the grammar forces from here is in the grammar, and asking leaves the state
+            // as it was (the checks below run after it).
+            let forced = c.forced();
+            assert_eq!(
+                c.validate(&forced),
+                forced.len(),
+                "{forced:?} after {step} tokens"
+            );
+            forced_any |= !forced.is_empty();
             let mask = c.allowed().unwrap();
             for t in 0..3000u32 {
                 let allowed = mask[t as usize / 32] >> (t % 32) & 1 == 1;
@@ -235,6 +264,14 @@ mod tests {
             }
         }
         assert!(checked > 3, "the walk went {checked} steps");
+        assert!(forced_any, "a JSON schema forces some text");
+        // Forced text after a rollback is the same, and so is the mask.
+        c.rollback(checked - 1).unwrap();
+        let (mask, forced) = (c.allowed().unwrap(), c.forced());
+        c.consume(&ids[..2]).unwrap();
+        let _ = c.forced();
+        c.rollback(2).unwrap();
+        assert_eq!((c.allowed().unwrap(), c.forced()), (mask, forced));
     }
 
     #[test]

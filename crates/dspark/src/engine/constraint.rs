@@ -30,6 +30,13 @@ pub trait TokenConstraint: Send {
     fn consume(&mut self, tokens: &[u32]) -> Result<(), String>;
     /// Undo the last `n` tokens consumed.
     fn rollback(&mut self, n: usize) -> Result<(), String>;
+    /// Tokens the grammar forces next from its state, in order (text that is the only way on,
+    /// tokenized; none by default). A greedy request without log-probabilities verifies them
+    /// in place of drafts the grammar refuses: verification decides, so a guess the target
+    /// would not take costs only its positions.
+    fn forced(&mut self) -> Vec<u32> {
+        Vec::new()
+    }
 }
 
 /// A request's constraint, shared by its clones (a spec is cloned when it is queued; the state

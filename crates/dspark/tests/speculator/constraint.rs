@@ -210,3 +210,77 @@ fn a_grammar_that_dead_ends_stops_the_request() {
         assert_eq!(finish, Some(FinishReason::Stop));
     }
 }
+
+/// A grammar of one sentence, `seq`, token by token (nothing after it), that forces the rest
+/// of the sentence when `forces`.
+struct Literal {
+    seq: Vec<u32>,
+    at: usize,
+    forces: bool,
+}
+
+impl TokenConstraint for Literal {
+    fn allowed(&mut self) -> Result<Vec<u32>, String> {
+        let mut mask = vec![0u32; V.div_ceil(32)];
+        if let Some(&t) = self.seq.get(self.at) {
+            mask[t as usize / 32] |= 1 << (t % 32);
+        }
+        Ok(mask)
+    }
+    fn validate(&mut self, tokens: &[u32]) -> usize {
+        let rest = self.seq.get(self.at..).unwrap_or_default();
+        tokens.iter().zip(rest).take_while(|(a, b)| a == b).count()
+    }
+    fn consume(&mut self, tokens: &[u32]) -> Result<(), String> {
+        if self.validate(tokens) != tokens.len() {
+            return Err("refused".into());
+        }
+        self.at += tokens.len();
+        Ok(())
+    }
+    fn rollback(&mut self, n: usize) -> Result<(), String> {
+        self.at -= n;
+        Ok(())
+    }
+    fn forced(&mut self) -> Vec<u32> {
+        if self.forces {
+            self.seq[self.at.min(self.seq.len())..].to_vec()
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+#[test]
+fn what_the_grammar_forces_is_verified_in_place_of_refused_drafts() {
+    // The drafter proposes the target's free greedy tokens, which the sentence refuses: without
+    // forced tokens every round commits one token; with them, a whole block.
+    let seq: Vec<u32> = (0..24u32).map(|i| (i * 7 + 3) % V as u32).collect();
+    let mut rounds = [0usize; 2];
+    for forces in [false, true] {
+        let mut e = engine(Mode::Greedy { corrupt_every: 0 }, VerifyPolicy::Full);
+        let mut s = RequestSpec::new(prompt(2), seq.len());
+        s.constraint = Some(Constraint::new(Literal {
+            seq: seq.clone(),
+            at: 0,
+            forces,
+        }));
+        let id = e.add_request(s).unwrap();
+        let mut got = Vec::new();
+        while e.has_work() {
+            let out = e.step().unwrap();
+            rounds[usize::from(forces)] += usize::from(out.round);
+            for o in out.outputs {
+                assert_eq!(o.id, id);
+                got.extend(o.new_tokens);
+            }
+        }
+        assert_eq!(got, seq, "forces {forces}");
+    }
+    assert!(
+        rounds[1] * 3 <= rounds[0],
+        "rounds without forced tokens {} with {}",
+        rounds[0],
+        rounds[1]
+    );
+}

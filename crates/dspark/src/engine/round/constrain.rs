@@ -11,7 +11,10 @@
 //! position after the forward (is the target's greedy token allowed here?) and computes the
 //! full allowed set only where the answer is no: a grammar's full set costs a walk over the
 //! vocabulary's token trie, its one-token check a step of its lexer. Its output is the eager
-//! path's, token for token.
+//! path's, token for token. Where the grammar refuses one of its drafts, the tokens the grammar
+//! forces from there (its fast-forward: `{"title": "` of a JSON schema) take the refused
+//! draft's place and those after it: verified like drafts, they are kept where the target
+//! agrees.
 
 use candle_core::Tensor;
 
@@ -52,8 +55,13 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             for j in 0..p.act.len() {
                 let n = p.lens[j].min(p.drafts[j].len());
                 let drafts = p.drafts[j][..n].to_vec();
-                if let Some(kept) = self.masks_of(p.act[j], &drafts, &mut masks) {
-                    p.lens[j] = p.lens[j].min(kept);
+                match self.masks_of(p.act[j], &drafts, &mut masks) {
+                    Some(Kept::First(kept)) => p.lens[j] = p.lens[j].min(kept),
+                    Some(Kept::Replaced(new)) => {
+                        p.lens[j] = new.len();
+                        p.drafts[j][..new.len()].copy_from_slice(&new);
+                    }
+                    None => {}
                 }
             }
         }
@@ -64,21 +72,28 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     }
 
     /// Row `i`'s masks after `drafts` into `masks` (nothing when it is unconstrained, or ended
-    /// here because its grammar allows nothing). Returns how many drafts it keeps.
-    fn masks_of(&mut self, i: usize, drafts: &[u32], masks: &mut Masks) -> Option<usize> {
+    /// here because its grammar allows nothing). Returns the drafts it verifies: its first
+    /// ones, or (a lazy row) the valid ones followed by what the grammar forces in place of
+    /// the first refused one, as many as the drafts were.
+    fn masks_of(&mut self, i: usize, drafts: &[u32], masks: &mut Masks) -> Option<Kept> {
         let slot = self.sched.rows.get_mut(i)?.as_mut()?;
         let c = slot.spec.constraint.clone()?;
         if slot.spec.sampling.is_greedy() && slot.spec.logprobs.is_none() {
             let kept = c.with(|c| c.validate(drafts)).min(drafts.len());
-            masks.lazy[i] = Some(drafts[..kept].to_vec());
+            let mut verified = drafts[..kept].to_vec();
+            if kept < drafts.len() {
+                let forced = c.with(|c| forced_after(c, &verified));
+                verified.extend(forced.into_iter().take(drafts.len() - kept));
+            }
+            masks.lazy[i] = Some(verified.clone());
             masks.rows[i] = Some(Vec::new());
-            return Some(kept);
+            return Some(Kept::Replaced(verified));
         }
         match plan_masks(&c, drafts) {
             Ok(m) => {
                 let kept = m.len().saturating_sub(1);
                 masks.rows[i] = Some(m.into_iter().map(Some).collect());
-                Some(kept)
+                Some(Kept::First(kept))
             }
             Err(_) => {
                 slot.finish = Some(FinishReason::Stop);
@@ -183,6 +198,35 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             slot.finish = Some(FinishReason::Stop);
         }
     }
+}
+
+/// The drafts a constrained row verifies.
+enum Kept {
+    /// Its first drafts, this many.
+    First(usize),
+    /// These (no more than it drafted).
+    Replaced(Vec<u32>),
+}
+
+/// What the grammar forces after `prefix` (valid from its state): its forced tokens, as far as
+/// it accepts them. The state is rolled back to where it was.
+fn forced_after(c: &mut dyn TokenConstraint, prefix: &[u32]) -> Vec<u32> {
+    let mut consumed = 0;
+    let mut forced = Vec::new();
+    for t in prefix {
+        if c.consume(std::slice::from_ref(t)).is_err() {
+            break;
+        }
+        consumed += 1;
+    }
+    if consumed == prefix.len() {
+        forced = c.forced();
+        let valid = c.validate(&forced);
+        forced.truncate(valid);
+    }
+    // A rollback that fails leaves the state where the commit's advance reports it.
+    let _ = c.rollback(consumed);
+    forced
 }
 
 /// What a lazy row's walk over its verified positions found.
