@@ -21,26 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_server import EXTRAS
+
 import dspark
 from dspark.bundled import bundled_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The schema of ``bench_server.py``'s ``+json`` rows.
-SCHEMA: dict[str, Any] = {
-    "type": "json_schema",
-    "json_schema": {
-        "name": "record",
-        "schema": {
-            "type": "object",
-            "properties": {
-                "title": {"type": "string", "maxLength": 40},
-                "lines": {"type": "array", "items": {"type": "string", "maxLength": 60}},
-            },
-            "required": ["title", "lines"],
-        },
-    },
-}
+SCHEMA: dict[str, Any] = EXTRAS["json"]["response_format"]
 
 
 def main() -> int:
