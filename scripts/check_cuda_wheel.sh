@@ -30,7 +30,7 @@ python3 -m venv "$venv"
 py="$venv/bin/python"
 own_site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "import site; site.addsitedir('$parent_site')" >"$own_site/zz_dspark_parent.pth"
-# --ignore-installed: the system's dspark (same version) must not count as installed.
+# --ignore-installed: the CPU dspark it sees (same version) must not count as installed.
 "$py" -m pip install --disable-pip-version-check --quiet --no-deps --no-index --ignore-installed \
     "$wheel"
 

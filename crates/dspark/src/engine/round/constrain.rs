@@ -33,7 +33,6 @@ use crate::view::with_floats;
 type PositionMask = Option<Vec<u32>>;
 
 /// A round's allowed sets, per engine row.
-#[derive(Default)]
 pub(super) struct Masks {
     /// Per engine row: the sets of the positions it verifies (`None`: unconstrained).
     rows: Vec<Option<Vec<PositionMask>>>,
@@ -230,7 +229,6 @@ fn forced_after(c: &mut dyn TokenConstraint, prefix: &[u32]) -> Vec<u32> {
 }
 
 /// What a lazy row's walk over its verified positions found.
-#[derive(Debug, PartialEq)]
 enum Walk {
     /// The sets of its positions (`None` where the greedy token is allowed).
     Masks(Vec<PositionMask>),
@@ -252,7 +250,7 @@ fn lazy_walk<'a>(
 ) -> Walk {
     let mut sets = Vec::with_capacity(drafts.len() + 1);
     let mut consumed = 0;
-    let mut walk = None;
+    let mut end = None;
     for m in 0..=drafts.len() {
         let greedy = greedy_token(row(m)) as u32;
         let draft = drafts.get(m).copied();
@@ -269,14 +267,10 @@ fn lazy_walk<'a>(
                         None => break, // no finite allowed value: verification faults the row
                     }
                 }
-                _ if m == 0 => {
-                    walk = Some(Walk::Ended);
-                    break;
-                }
                 _ => {
-                    // Nothing allowed after draft m - 1: the row verifies the drafts before it.
-                    sets.truncate(m);
-                    walk = Some(Walk::Cut(Vec::new(), m - 1));
+                    // Nothing allowed here: the row ends (at its first position), or verifies
+                    // the drafts before draft m - 1 (`sets` holds positions 0..m).
+                    end = Some(m);
                     break;
                 }
             }
@@ -288,9 +282,9 @@ fn lazy_walk<'a>(
     }
     // A rollback that fails leaves the state where the commit's advance reports it.
     let _ = c.rollback(consumed);
-    match walk {
-        Some(Walk::Cut(_, kept)) => Walk::Cut(sets, kept),
-        Some(w) => w,
+    match end {
+        Some(0) => Walk::Ended,
+        Some(m) => Walk::Cut(sets, m - 1),
         None => Walk::Masks(sets),
     }
 }
