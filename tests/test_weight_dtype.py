@@ -2,8 +2,9 @@
 
 By default the weight matrices keep the checkpoint's dtype (the bundled pair is float32);
 ``dtype="bfloat16"`` / ``"float16"`` keeps them as 2 bytes a weight (widened in registers, the
-arithmetic float32), halving the bytes a step reads; ``dtype="q8_0"`` quantizes the layers'
-maps into 8-bit blocks (about a quarter of float32's bytes). Bad values are typed
+arithmetic float32), halving the bytes a step reads; ``dtype="q8_0"`` / ``"q4_k"`` quantizes the
+layers' maps into 8-bit blocks or 4-bit super-blocks (about a quarter, or an eighth, of float32's
+bytes). Bad values are typed
 ``invalid-argument`` errors. Greedy speculative output equals target-only output in every dtype.
 """
 
@@ -53,27 +54,39 @@ def test_greedy_speculative_equals_target_only(dtype: str) -> None:
     assert s.generate(PROMPT, 16).tokens == s.generate_target_only(PROMPT, 16).tokens
 
 
-def test_q8_0_quantizes_the_layers_and_keeps_greedy_output_exact() -> None:
+@pytest.mark.parametrize(
+    ("quant", "bytes_below", "logits_within"), [("Q8_0", 0.6, 0.08), ("q4_k", 0.45, 0.25)]
+)
+def test_quantized_layers_keep_greedy_output_exact(
+    quant: str, bytes_below: float, logits_within: float
+) -> None:
     wide = dspark.NativeTarget.from_pretrained(ROOT / "target")
-    t = dspark.NativeTarget.from_pretrained(ROOT / "target", dtype="Q8_0")
-    assert t.weight_dtype == "q8_0"
+    t = dspark.NativeTarget.from_pretrained(ROOT / "target", dtype=quant)
+    assert t.weight_dtype == quant.lower()
     if not TENSOR_PATH:
-        assert t.weight_bytes_per_step < 0.6 * wide.weight_bytes_per_step
+        assert t.weight_bytes_per_step < bytes_below * wide.weight_bytes_per_step
     # The drafter's own layers stay float; it borrows the target's embedding and head.
     d = dspark.Drafter.from_pretrained(ROOT / "drafter", t)
     s = dspark.Speculator(t, d, verify="full")
     spec = s.generate(PROMPT, 24)
     assert spec.tokens == s.generate_target_only(PROMPT, 24).tokens
     assert spec.stats.acceptance_length > 1.5
-    # Close to the float32 model: 8-bit weights and activations move the logits a little.
+    # Close to the float32 model: quantized weights and activations move the logits a little.
     import numpy as np
 
     a = np.asarray(wide.logits(PROMPT[0]))
     b = np.asarray(t.logits(PROMPT[0]))
-    assert 0 < np.abs(a - b).max() <= 0.08 * max(1.0, np.abs(a).max())
+    assert 0 < np.abs(a - b).max() <= logits_within * max(1.0, np.abs(a).max())
     with pytest.raises(dspark.InputError) as e:
-        dspark.Drafter.from_pretrained(ROOT / "drafter", t, dtype="q8_0")
-    assert e.value.code == "invalid-argument" and "q8_0" in str(e.value)
+        dspark.Drafter.from_pretrained(ROOT / "drafter", t, dtype=quant)
+    assert e.value.code == "invalid-argument" and quant.lower() in str(e.value)
+
+
+def test_an_unknown_quantized_format_lists_the_supported_ones() -> None:
+    with pytest.raises(dspark.InputError) as e:
+        dspark.NativeTarget.from_pretrained(ROOT / "target", dtype="q3_k")
+    assert e.value.code == "invalid-argument"
+    assert "q8_0" in str(e.value) and "q4_k" in str(e.value)
 
 
 @pytest.mark.parametrize("bad", ["int8", "float64", "", "bf-16"])
@@ -121,7 +134,8 @@ def test_a_narrowing_that_overflows_is_a_typed_error(tmp_path) -> None:
         assert np.isfinite(np.asarray(t.logits([5, 17, 99]))).all()
 
 
-def test_a_weight_q8_0_cannot_hold_is_a_typed_error_naming_it(tmp_path) -> None:
+@pytest.mark.parametrize("quant", ["q8_0", "q4_k"])
+def test_a_weight_a_format_cannot_hold_is_a_typed_error_naming_it(tmp_path, quant: str) -> None:
     """An infinite weight cannot be quantized: ``invalid-argument`` naming the tensor, at load."""
     import shutil
 
@@ -137,6 +151,6 @@ def test_a_weight_q8_0_cannot_hold_is_a_typed_error_naming_it(tmp_path) -> None:
     tensors[name] = bad
     save_file(tensors, target / "model.safetensors")
     with pytest.raises(dspark.InputError) as e:
-        dspark.NativeTarget.from_pretrained(target, dtype="q8_0")
+        dspark.NativeTarget.from_pretrained(target, dtype=quant)
     assert e.value.code == "invalid-argument", e.value
-    assert name in str(e.value) and "q8_0" in str(e.value)
+    assert name in str(e.value) and quant in str(e.value)

@@ -7,7 +7,7 @@
 //! weights per second, the figure to read against `matvec_bandwidth/sum` (a plain parallel read
 //! with as many threads as the pool). bf16 / f16 panels read half the bytes of f32 ones, so at
 //! the floor they multiply twice the weights per second; Q8_0 blocks (`q8_0`) read 34 bytes per
-//! 32 weights.
+//! 32 weights, Q4_K super-blocks (`q4_k`) 144 per 256.
 //!
 //! The ring and the plain read each span [`stream_bytes`]: 4 times the last-level cache (at
 //! least 256 MiB), so both come from DRAM. A fixed 168 MB ring was a DRAM figure on a 32 MiB
@@ -97,16 +97,21 @@ fn bench_matvec(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("decode_matvec");
     g.sample_size(20);
-    // The float dtypes' panels, then Q8_0 blocks (34 bytes per 32 weights).
-    let kinds = WeightDtype::ALL
-        .map(Some)
+    // The float dtypes' panels, then the quantized formats' blocks.
+    let kinds: Vec<(&str, Result<WeightDtype, Quant>)> = WeightDtype::ALL
+        .map(|d| (d.as_str(), Ok(d)))
         .into_iter()
-        .chain([None])
-        .collect::<Vec<_>>();
-    for dtype in kinds {
-        let name = dtype.map_or(Quant::Q8_0.as_str(), WeightDtype::as_str);
-        // Matrices in the ring (alternating `[MLP, HIDDEN]` and `[HIDDEN, MLP]`), an even count.
-        let each = MLP * HIDDEN * dtype.map_or(2, WeightDtype::size);
+        .chain([Quant::Q8_0, Quant::Q4K].map(|q| (q.as_str(), Err(q))))
+        .collect();
+    for (name, kind) in kinds {
+        // Matrices in the ring (alternating `[MLP, HIDDEN]` and `[HIDDEN, MLP]`), an even count;
+        // each about this many bytes a weight (at least: the ring spans more, not less).
+        let per_weight = match kind {
+            Ok(d) => d.size(),
+            Err(Quant::Q8_0) => 2,
+            Err(_) => 1,
+        };
+        let each = MLP * HIDDEN * per_weight;
         let ring_len = span.div_ceil(each).next_multiple_of(2);
         let ring: Vec<PackedWeight> = (0..ring_len)
             .map(|s| {
@@ -116,9 +121,9 @@ fn bench_matvec(c: &mut Criterion) {
                     (HIDDEN, MLP)
                 };
                 let w = values(rows * cols, s);
-                match dtype {
-                    Some(d) => PackedWeight::pack(Floats::F32(&w), rows, cols, d),
-                    None => PackedWeight::quantize(Floats::F32(&w), rows, cols, Quant::Q8_0),
+                match kind {
+                    Ok(d) => PackedWeight::pack(Floats::F32(&w), rows, cols, d),
+                    Err(q) => PackedWeight::quantize(Floats::F32(&w), rows, cols, q),
                 }
                 .unwrap()
             })

@@ -360,7 +360,7 @@ class NativeTarget:
         """``float32``, ``float16`` or ``bfloat16``: the KV cache's element type."""
     @property
     def weight_dtype(self) -> str:
-        """``float32``, ``bfloat16``, ``float16``, or ``q8_0`` when quantized at load."""
+        """``float32``, ``bfloat16``, ``float16``, or ``q8_0`` / ``q4_k`` when quantized at load."""
     @property
     def weight_bytes_per_step(self) -> int:
         """Bytes of weights one forward step reads."""

@@ -7,10 +7,12 @@ Python in the loop.
 
 Weight matrices keep the checkpoint's dtype by default (f32, bf16 or f16 on disk; single file or
 sharded): a bf16 checkpoint is read as 2 bytes a weight and widened in registers, arithmetic is
-float32. ``dtype=`` chooses another (``"float32"``, ``"bfloat16"``, ``"float16"``), or ``"q8_0"``:
-the decoder layers' linear maps quantized at load into 8-bit blocks (32 weights and one f16 scale,
-about half a bf16 weight's bytes), with activations quantized per row, so that speculative greedy
-decoding still equals target-only greedy decoding token for token.
+float32. ``dtype=`` chooses another (``"float32"``, ``"bfloat16"``, ``"float16"``), or a quantized
+format: the decoder layers' linear maps quantized at load into ``"q8_0"`` blocks (32 weights and
+one f16 scale, about half a bf16 weight's bytes) or ``"q4_k"`` super-blocks (256 weights, 4-bit
+levels with 6-bit scales and mins, about a quarter), GGUF's layouts, with activations quantized
+per row, so that speculative greedy decoding still equals target-only greedy decoding token for
+token.
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ class NativeTarget:
         ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, ``docs/gpu.md``).
 
         ``dtype``: the dtype the weight matrices are kept in, ``"float32"``, ``"bfloat16"`` or
-        ``"float16"`` (also ``"f32"``, ``"bf16"``, ``"f16"`` or a ``torch.dtype``), or ``"q8_0"``
-        (the layers' maps and the output head in 8-bit blocks, the embedding as stored); ``None``
+        ``"float16"`` (also ``"f32"``, ``"bf16"``, ``"f16"`` or a ``torch.dtype``), ``"q8_0"``
+        (the layers' maps and the output head in 8-bit blocks, the embedding as stored) or
+        ``"q4_k"`` (the layers' maps in 4-bit super-blocks, the head in 8-bit blocks); ``None``
         (default) keeps the checkpoint's. ``kv_dtype``: the KV cache's element type,
         ``"float16"``, ``"bfloat16"`` or ``"float32"`` (aliases and ``torch.dtype`` as for
         ``dtype``); ``None`` (default) is the engine's default, ``float16``: half the bytes a
@@ -90,7 +93,7 @@ class NativeTarget:
     @property
     def weight_dtype(self) -> str:
         """The dtype the layers' weight matrices are kept in: ``"float32"``, ``"bfloat16"``,
-        ``"float16"``, or ``"q8_0"`` when quantized at load."""
+        ``"float16"``, or ``"q8_0"`` / ``"q4_k"`` when quantized at load."""
         return str(self._native_target.weight_dtype)
 
     @property

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DTYPES",
     "NATIVE_DTYPES",
+    "QUANT_DTYPES",
     "ModelPair",
     "check_pair_dirs",
     "load_model_pair",
@@ -47,8 +48,11 @@ __all__ = [
 
 #: The target dtypes a pair loads in.
 DTYPES = ("float32", "bfloat16", "float16")
-#: What the native target also takes: ``q8_0``, its layers' maps in 8-bit blocks.
-NATIVE_DTYPES = (*DTYPES, "q8_0")
+#: The quantized formats the native target also takes: ``q8_0`` and ``q4_k``, its layers' maps
+#: in GGUF's 8-bit blocks or 4-bit super-blocks.
+QUANT_DTYPES = ("q8_0", "q4_k")
+#: What the native target takes.
+NATIVE_DTYPES = (*DTYPES, *QUANT_DTYPES)
 #: The element types of the native target's KV cache.
 KV_DTYPES = ("float16", "bfloat16", "float32")
 

@@ -24,7 +24,8 @@ pub struct PyNativeTarget {
 impl PyNativeTarget {
     /// Load an HF `Qwen3ForCausalLM` directory (`config.json` + safetensors) onto `device`
     /// (`cpu`, `cuda` or `cuda:N`), its weight matrices kept in `dtype` (`float32`,
-    /// `bfloat16`, `float16`; `q8_0`: the layers' maps in 8-bit blocks; `None`: the
+    /// `bfloat16`, `float16`; `q8_0` / `q4_k`: the layers' maps in 8-bit blocks or 4-bit
+    /// super-blocks; `None`: the
     /// checkpoint's), its KV cache in `kv_dtype` (`float32`, `float16`, `bfloat16`; `None`: the
     /// engine's default).
     #[staticmethod]
@@ -70,7 +71,7 @@ impl PyNativeTarget {
     }
 
     /// The dtype the layers' weight matrices are kept in (`float32`, `bfloat16`, `float16`, or
-    /// `q8_0` when quantized at load).
+    /// `q8_0` / `q4_k` when quantized at load).
     #[getter]
     fn weight_dtype(&self) -> PyResult<&'static str> {
         guard(|| {

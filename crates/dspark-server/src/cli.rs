@@ -53,16 +53,22 @@ pub enum Dtype {
     /// scale), the embedding as stored.
     #[value(name = "q8_0", alias = "q8")]
     Q8_0,
+    /// Q4_K: the layers' linear maps in 4-bit super-blocks (256 weights, 6-bit scales and mins,
+    /// two f16 factors), the output head in Q8_0, the embedding as stored.
+    #[value(name = "q4_k", alias = "q4k")]
+    Q4K,
 }
 
 impl Dtype {
-    /// The name the engine's load options take (`float32`, `bfloat16`, `float16`, `q8_0`).
+    /// The name the engine's load options take (`float32`, `bfloat16`, `float16`, `q8_0`,
+    /// `q4_k`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Float32 => "float32",
             Self::Bfloat16 => "bfloat16",
             Self::Float16 => "float16",
             Self::Q8_0 => "q8_0",
+            Self::Q4K => "q4_k",
         }
     }
 }
@@ -169,7 +175,8 @@ pub struct ServeArgs {
     #[arg(long, value_parser = positive, value_name = "N")]
     pub threads: Option<usize>,
 
-    /// Weight dtype of the target: float32, bfloat16, float16, or q8_0 (8-bit layers)
+    /// Weight dtype of the target: float32, bfloat16, float16, q8_0 (8-bit layers) or q4_k (4-bit
+    /// layers)
     #[arg(long, value_enum, default_value = "float32")]
     pub dtype: Dtype,
 

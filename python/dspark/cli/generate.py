@@ -38,6 +38,7 @@ from dspark.cli.terminal import Stage, Style, TokenPrinter, is_tty
 from dspark.pair import (
     KV_DTYPES,
     NATIVE_DTYPES,
+    QUANT_DTYPES,
     load_model_pair,
     load_native_pair,
     make_speculator,
@@ -99,7 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=NATIVE_DTYPES,
         default=None,
         help="target weight dtype (default: the checkpoint's natively, float32 through "
-        "transformers); q8_0 (native only): the layers in 8-bit blocks",
+        "transformers); q8_0 / q4_k (native only): the layers in 8- / 4-bit blocks",
     )
     p.add_argument(
         "--kv-dtype",
@@ -137,8 +138,8 @@ def run(
                 kv_dtype=args.kv_dtype,
             )
     else:
-        if args.dtype == "q8_0" or args.kv_dtype is not None:
-            flag = "--kv-dtype" if args.kv_dtype is not None else "--dtype q8_0"
+        if args.dtype in QUANT_DTYPES or args.kv_dtype is not None:
+            flag = "--kv-dtype" if args.kv_dtype is not None else f"--dtype {args.dtype}"
             raise_error(
                 InputError,
                 "invalid-argument",

@@ -139,8 +139,9 @@ pub struct LoadOptions {
     /// are kept as `f32` tensors holding these values (rounded to the chosen dtype first), so
     /// both paths compute the same model.
     pub dtype: Option<WeightDtype>,
-    /// Quantize the decoder layers' linear maps at load (a native target's `q8_0`; its output
-    /// head gets a quantized copy on the host path); the embedding and the norms keep
+    /// Quantize the decoder layers' linear maps at load (a native target's `q8_0` or `q4_k`; its
+    /// output head gets a quantized copy on the host path, in [`Quant::head`]'s format); the
+    /// embedding and the norms keep
     /// [`Self::dtype`]. `None`: no quantization. On the device-generic path the maps hold the
     /// quantized values as f32 tensors.
     pub quant: Option<Quant>,
@@ -156,7 +157,7 @@ pub const DEFAULT_KV_DTYPE: WeightDtype = WeightDtype::F16;
 
 impl LoadOptions {
     /// Options with `dtype` parsed from a name: a weight dtype ([`WeightDtype::parse`]), or a
-    /// quantized format (`q8_0`, [`Quant::parse`]: the layers' maps quantized, the rest as
+    /// quantized format (`q8_0`, `q4_k`: [`Quant::parse`]; the layers' maps quantized, the rest as
     /// stored). Errors naming `dtype` list both kinds; `None` keeps the checkpoint's dtypes.
     pub fn with_dtype_name(dtype: Option<&str>) -> Result<Self> {
         let Some(name) = dtype else {
@@ -169,7 +170,8 @@ impl LoadOptions {
                 kv_dtype: None,
             });
         }
-        let dtype = WeightDtype::parse_as("dtype", name, "a weight dtype", ", or q8_0")?;
+        let more = format!(", or a quantized format ({})", super::quant::QUANT_NAMES);
+        let dtype = WeightDtype::parse_as("dtype", name, "a weight dtype", &more)?;
         Ok(Self {
             dtype: Some(dtype),
             quant: None,
@@ -232,7 +234,9 @@ mod tests {
             "{text}"
         );
         let e = LoadOptions::with_dtype_name(Some("float64")).unwrap_err();
-        assert!(e.to_string().contains("q8_0"), "{e}");
+        assert!(e.to_string().contains("q8_0, q4_k"), "{e}");
+        let e = LoadOptions::with_dtype_name(Some("q3_k")).unwrap_err();
+        assert_eq!(e.code(), "invalid-argument");
         let q = LoadOptions::with_dtype_name(Some("Q8_0")).unwrap();
         assert_eq!((q.dtype, q.quant), (None, Some(Quant::Q8_0)));
         assert_eq!(

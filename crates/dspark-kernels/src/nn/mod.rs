@@ -4,8 +4,8 @@
 //!   [`matmul_t`], the small-row product;
 //! - [`packed`]: the panel-packed weight and its register-tiled kernel (x86 bodies in
 //!   `packed/x86.rs`);
-//! - [`quant`]: Q8_0 weights ([`quant::QuantMatrix`]: 32-weight blocks with an f16 scale) and
-//!   their product over activations quantized per row;
+//! - [`quant`]: quantized weights in GGUF's blocks (Q8_0: [`quant::QuantMatrix`]; Q4_K:
+//!   [`quant::q4k::Q4KMatrix`]) and their products over activations quantized per row;
 //! - [`attention`]: grouped-query attention, non-causal (the drafter's block) and causal over a
 //!   KV cache (the target), with the host kernels in `attention/kernel.rs`;
 //! - [`norm`], [`rope`], [`mlp`]: RMSNorm, rotary embeddings, the SwiGLU MLP;

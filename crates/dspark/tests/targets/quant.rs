@@ -1,9 +1,10 @@
-//! Q8_0 targets (`dtype="q8_0"`): the layers' linear maps and the output head in 8-bit blocks, read
-//! as such (about a quarter of their f32 bytes), logits within 8-bit precision of the f32 model,
-//! the target contract, and greedy speculative decoding equal to target-only greedy decoding token
-//! for token: every row of a verification quantizes its own activations, so its logits are the bits
-//! of a one-row decode step. On the device-generic path (`DSPARK_KERNEL_PATH=tensor`) the maps hold
-//! the blocks' values as f32 tensors, and the same holds.
+//! Quantized targets (`dtype="q8_0"`, `"q4_k"`): the layers' linear maps in 8-bit blocks or 4-bit
+//! super-blocks and the output head in 8-bit blocks, read as such (about a quarter, or an eighth,
+//! of their f32 bytes), logits within the format's precision of the f32 model, the target
+//! contract, and greedy speculative decoding equal to target-only greedy decoding token for token:
+//! every row of a verification quantizes its own activations, so its logits are the bits of a
+//! one-row decode step. On the device-generic path (`DSPARK_KERNEL_PATH=tensor`) the maps hold the
+//! blocks' values as f32 tensors, and the same holds.
 use std::path::{Path, PathBuf};
 
 use crate::targets_common::Tiny;
@@ -21,7 +22,11 @@ fn bundled_dir() -> PathBuf {
 }
 
 fn q8() -> LoadOptions {
-    LoadOptions::with_dtype_name(Some("q8_0")).unwrap()
+    quantized(Quant::Q8_0)
+}
+
+fn quantized(quant: Quant) -> LoadOptions {
+    LoadOptions::with_dtype_name(Some(quant.as_str())).unwrap()
 }
 
 /// Every position's logits of `tokens` from an empty cache.
@@ -44,46 +49,67 @@ fn logits(t: &Qwen3Target, tokens: &[u32]) -> Vec<f32> {
 }
 
 #[test]
-fn q8_0_layers_read_a_quarter_of_f32_and_stay_within_8_bits() {
+fn quantized_layers_read_their_format_s_bytes_and_stay_close_to_f32() {
     let dir = tempfile::tempdir().unwrap();
+    // Widths of whole Q4_K super-blocks (256), as real models have.
     let tiny = Tiny {
-        hidden: 64,
-        inter: 96,
+        hidden: 256,
+        inter: 512,
+        heads: 4,
+        hd: 64,
         ..Tiny::default()
     };
     tiny.write_with(dir.path(), |_| {}, |_| {});
     let wide = Qwen3Target::load(dir.path(), &Device::Cpu).unwrap();
-    let q = Qwen3Target::load_with(dir.path(), &Device::Cpu, q8()).unwrap();
-    assert_eq!((wide.quant(), q.quant()), (None, Some(Quant::Q8_0)));
     let tokens = [1u32, 2, 3, 44, 10, 7];
     let want = logits(&wide, &tokens);
-    let got = logits(&q, &tokens);
     let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-    let d = want
-        .iter()
-        .zip(&got)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    // Two 8-bit roundings per product (weights and activations), over a few layers.
-    assert!(d <= 0.08 * scale, "logits differ by {d} (scale {scale})");
-    assert!(d > 0.0, "quantization should move the logits");
-    if dspark::device::fast_on(&Device::Cpu) {
-        // The maps and the head read 34 bytes per 32 weights, against 128 in f32 (each side a
-        // little more with its padding: panels of 16 rows, groups of 8 rows and blocks of 32
-        // columns).
-        let ratio = q.weight_bytes_per_step() as f64 / wide.weight_bytes_per_step() as f64;
-        assert!((0.24..=0.3).contains(&ratio), "{ratio}");
+    // (format, logit tolerance: two 8-bit roundings per product, or a 4-bit and an 8-bit one,
+    // over a few layers; bytes read against f32: 34 per 32 weights, or 144 per 256 for the
+    // layers and 34 per 32 for the head, against 128 and 1024, each with its padding).
+    for (quant, tol, bytes) in [
+        (Quant::Q8_0, 0.08, 0.24..=0.3),
+        (Quant::Q4K, 0.15, 0.13..=0.2),
+    ] {
+        let q = Qwen3Target::load_with(dir.path(), &Device::Cpu, quantized(quant)).unwrap();
+        assert_eq!((wide.quant(), q.quant()), (None, Some(quant)));
+        let got = logits(&q, &tokens);
+        let d = want
+            .iter()
+            .zip(&got)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            d <= tol * scale,
+            "{quant:?}: logits differ by {d} (scale {scale})"
+        );
+        assert!(d > 0.0, "quantization should move the logits");
+        if dspark::device::fast_on(&Device::Cpu) {
+            let ratio = q.weight_bytes_per_step() as f64 / wide.weight_bytes_per_step() as f64;
+            assert!(bytes.contains(&ratio), "{quant:?}: {ratio}");
+        }
+        check_target(&q, &[0, 1]).unwrap();
     }
-    check_target(&q, &[0, 1]).unwrap();
 }
 
 #[test]
-fn greedy_speculative_equals_target_only_on_a_q8_0_target() {
+fn greedy_speculative_equals_target_only_on_quantized_targets() {
+    for quant in [Quant::Q8_0, Quant::Q4K] {
+        greedy_speculative_equals_target_only(quant);
+    }
+}
+
+fn greedy_speculative_equals_target_only(quant: Quant) {
     let prompts: [&[u32]; 3] = [&[5, 88, 301, 17, 1200, 42], &[900, 14, 2, 77], &[3]];
     let requests: Vec<Request> = prompts
         .iter()
         .map(|p| Request::new(p.to_vec(), 32))
         .collect();
-    let target = Qwen3Target::load_with(&bundled_dir().join("target"), &Device::Cpu, q8()).unwrap();
+    let target = Qwen3Target::load_with(
+        &bundled_dir().join("target"),
+        &Device::Cpu,
+        quantized(quant),
+    )
+    .unwrap();
     let drafter = Qwen3Drafter::builder(&target.target_spec())
         .shared(target.shared_weights())
         .load(&bundled_dir().join("drafter"))
@@ -97,11 +123,11 @@ fn greedy_speculative_equals_target_only_on_a_q8_0_target() {
     let s = Speculator::new(target, drafter, options).unwrap();
     let spec = s.generate(&requests, None).unwrap();
     let base = s.generate_target_only(&requests, None).unwrap();
-    assert_eq!(spec.tokens, base.tokens);
+    assert_eq!(spec.tokens, base.tokens, "{quant:?}");
     assert!(spec.tokens.iter().all(|t| t.len() == 32));
     // The drafter still drafts for its quantized target: drafts are accepted.
     let tau = spec.stats.acceptance_length();
-    assert!(tau > 1.5, "acceptance length {tau}");
+    assert!(tau > 1.5, "{quant:?}: acceptance length {tau}");
 }
 
 #[test]

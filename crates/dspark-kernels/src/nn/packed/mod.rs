@@ -36,6 +36,7 @@ use half::{bf16, f16};
 
 use crate::cpu::pages::streamed_vec;
 use crate::nn::WeightDtype;
+use crate::nn::quant::q4k::Q4KMatrix;
 use crate::nn::quant::{Quant, QuantKernel, QuantMatrix};
 use crate::view::Floats;
 
@@ -290,7 +291,7 @@ fn convert<S: PanelElem, T: PanelElem>(src: &[S], dst: &mut [T]) {
 }
 
 /// A weight packed for the host products: a [`PackedMatrix`] in whichever float dtype it is
-/// kept in, or Q8_0 blocks ([`QuantMatrix`]).
+/// kept in, or quantized blocks (Q8_0: [`QuantMatrix`]; Q4_K: [`Q4KMatrix`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PackedWeight {
     /// `f32` panels.
@@ -301,13 +302,15 @@ pub enum PackedWeight {
     F16(PackedMatrix<f16>),
     /// Q8_0 blocks (see [`crate::nn::quant`]).
     Q8(QuantMatrix),
+    /// Q4_K super-blocks (see [`crate::nn::quant::q4k`]).
+    Q4K(Q4KMatrix),
 }
 
 /// One product of a [`PackedWeight::matmul_group`]: the weight and its bias, if any.
 pub type WeightPart<'a> = (&'a PackedWeight, Option<&'a [f32]>);
 
 /// `$body` with `$m` bound to the matrix of any [`PackedWeight`] variant (the methods it calls
-/// exist on [`PackedMatrix`] and [`QuantMatrix`] alike).
+/// exist on [`PackedMatrix`], [`QuantMatrix`] and [`Q4KMatrix`] alike).
 macro_rules! each {
     ($w:expr, $m:ident => $body:expr) => {
         match $w {
@@ -315,11 +318,13 @@ macro_rules! each {
             PackedWeight::BF16($m) => $body,
             PackedWeight::F16($m) => $body,
             PackedWeight::Q8($m) => $body,
+            PackedWeight::Q4K($m) => $body,
         }
     };
 }
 
-/// `$body` with `$m` bound to the [`PackedMatrix`] of a float variant; `$q` for Q8_0.
+/// `$body` with `$m` bound to the [`PackedMatrix`] of a float variant; `$q` for a quantized one
+/// (the methods it calls exist on [`QuantMatrix`] and [`Q4KMatrix`] alike).
 macro_rules! each_float {
     ($w:expr, $m:ident => $body:expr, $q:ident => $qbody:expr) => {
         match $w {
@@ -327,6 +332,7 @@ macro_rules! each_float {
             PackedWeight::BF16($m) => $body,
             PackedWeight::F16($m) => $body,
             PackedWeight::Q8($q) => $qbody,
+            PackedWeight::Q4K($q) => $qbody,
         }
     };
 }
@@ -343,17 +349,18 @@ impl PackedWeight {
     }
 
     /// Quantize row-major `w: [rows, cols]` (any float dtype) as `quant` blocks; `None` as
-    /// [`QuantMatrix::quantize`].
+    /// [`QuantMatrix::quantize`] and [`Q4KMatrix::quantize`].
     pub fn quantize(w: Floats<'_>, rows: usize, cols: usize, quant: Quant) -> Option<Self> {
         match quant {
             Quant::Q8_0 => QuantMatrix::quantize(w, rows, cols).map(Self::Q8),
+            Quant::Q4K => Q4KMatrix::quantize(w, rows, cols).map(Self::Q4K),
         }
     }
 
     /// The panels' dtype (a quantized weight: `f32`, the values its blocks dequantize to).
     pub fn dtype(&self) -> WeightDtype {
         match self {
-            Self::F32(_) | Self::Q8(_) => WeightDtype::F32,
+            Self::F32(_) | Self::Q8(_) | Self::Q4K(_) => WeightDtype::F32,
             Self::BF16(_) => WeightDtype::BF16,
             Self::F16(_) => WeightDtype::F16,
         }
@@ -363,6 +370,7 @@ impl PackedWeight {
     pub fn quant(&self) -> Option<Quant> {
         match self {
             Self::Q8(_) => Some(Quant::Q8_0),
+            Self::Q4K(_) => Some(Quant::Q4K),
             _ => None,
         }
     }
@@ -394,8 +402,9 @@ impl PackedWeight {
 
     /// [`matmul_group`] over packed weights with the fastest kernel: one pool dispatch for
     /// the products of `x` with every weight of `parts`, each the bits of its own
-    /// [`Self::matmul`] (Q8_0 weights: [`crate::nn::quant::matmul_group`]). `None` when the
-    /// weights are not all of one dtype, or as [`matmul_group`].
+    /// [`Self::matmul`] (quantized weights: [`crate::nn::quant::matmul_group`] and its Q4_K
+    /// twin). `None` when the weights are not all of one dtype (or format), or as
+    /// [`matmul_group`].
     pub fn matmul_group(parts: &[WeightPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
         fn views<'a, T: PanelElem>(
             parts: &[WeightPart<'a>],
@@ -417,6 +426,16 @@ impl PackedWeight {
                     })
                     .collect();
                 crate::nn::quant::matmul_group(&q?, x, n)
+            }
+            Self::Q4K(_) => {
+                let q: Option<Vec<_>> = parts
+                    .iter()
+                    .map(|&(w, b)| match w {
+                        Self::Q4K(q) => Some((q, b)),
+                        _ => None,
+                    })
+                    .collect();
+                crate::nn::quant::q4k::matmul_group(&q?, x, n)
             }
             Self::F32(_) => {
                 let v = views(parts, |w| if let Self::F32(m) = w { Some(m) } else { None })?;

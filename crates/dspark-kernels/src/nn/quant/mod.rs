@@ -1,18 +1,23 @@
-//! 8-bit weights: [`QuantMatrix`] keeps `W: [out, in]` as Q8_0 blocks (32 weights, one f16
-//! scale: 34 bytes, 1.0625 bytes a weight, as GGUF stores them; groups of 8 rows interleaved
-//! block by block), and multiplies f32 activations by it with the activations quantized per row
-//! and block. The rule every kernel follows (and why a row's result does not depend on the
-//! other rows) is in `rule.rs`; the AVX2 body in `x86.rs`.
+//! Quantized weights, as GGUF stores them, multiplied by f32 activations quantized per row and
+//! block:
+//! - [`QuantMatrix`]: Q8_0, blocks of 32 weights with one f16 scale (34 bytes, 1.0625 bytes a
+//!   weight); the rule every kernel follows is in `rule.rs`, the AVX2 body in `x86.rs`;
+//! - [`q4k::Q4KMatrix`]: Q4_K, super-blocks of 256 weights in 8 sub-blocks of 32, 4-bit weights
+//!   with 6-bit scales and mins (144 bytes, 0.5625 bytes a weight).
+//!
+//! Both keep groups of 8 rows interleaved block by block, and each row's activations are
+//! quantized on their own, so a row's result does not depend on the other rows of the call.
 //!
 //! A decode step on a CPU is bound by the bytes it reads: a Q8_0 weight reads about half a bf16
-//! one's. A product reads each weight block once for all its rows (a verification's 9 rows
-//! included) and splits the outputs over the pool for large weights, as the panel kernel does
-//! ([`crate::threads::split_stream`]).
+//! one's, a Q4_K weight about a quarter. A product reads each weight block once for all its rows
+//! (a verification's 9 rows included) and splits the outputs over the pool for large weights, as
+//! the panel kernel does ([`crate::threads::split_stream`]).
 
 use rayon::prelude::*;
 
 use crate::view::Floats;
 
+pub mod q4k;
 pub mod rule;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -24,22 +29,37 @@ pub use rule::{BLOCK, GROUP, GroupQ8, QuantRows};
 pub enum Quant {
     /// Blocks of 32 weights with one f16 scale (8.5 bits a weight).
     Q8_0,
+    /// Super-blocks of 256 weights: 4-bit weights, 6-bit scales and mins per 32, two f16
+    /// super-scales (4.5 bits a weight).
+    Q4K,
 }
+
+/// The names [`Quant::parse`] takes, for messages.
+pub const QUANT_NAMES: &str = "q8_0, q4_k";
 
 impl Quant {
     /// Its name (`q8_0`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Q8_0 => "q8_0",
+            Self::Q4K => "q4_k",
         }
     }
 
-    /// The format named `value` (`q8_0`, any case), if it is one.
+    /// The format named `value` (`q8_0`, `q4_k`, any case), if it is one.
     pub fn parse(value: &str) -> Option<Self> {
         match value.trim().to_ascii_lowercase().as_str() {
             "q8_0" | "q8" => Some(Self::Q8_0),
+            "q4_k" | "q4k" => Some(Self::Q4K),
             _ => None,
         }
+    }
+
+    /// The format of a model's output head when its layers are in this one: Q8_0 for both (the
+    /// head decides every token and is read once a step, so it keeps 8 bits, as llama.cpp's
+    /// Q4_K_M keeps its output at 6).
+    pub fn head(self) -> Self {
+        Self::Q8_0
     }
 }
 
@@ -64,14 +84,14 @@ impl QuantKernel {
 }
 
 /// `dst[i] = f32(src[i])` (exact for bf16 and f16).
-fn widen<T: Copy + Into<f32>>(src: &[T], dst: &mut [f32]) {
+pub(crate) fn widen<T: Copy + Into<f32>>(src: &[T], dst: &mut [f32]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = s.into();
     }
 }
 
 /// Output rows per pool task of a split product (a multiple of [`GROUP`]).
-const TASK_ROWS: usize = 64;
+pub(crate) const TASK_ROWS: usize = 64;
 
 /// `W: [rows, cols]` as Q8_0 blocks in groups of 8 rows (see `rule.rs`).
 #[derive(Debug, Clone, PartialEq)]
@@ -166,8 +186,34 @@ impl QuantMatrix {
     ) -> Option<Vec<f32>> {
         group_with(kernel, &[(self, bias)], x, n)?.pop()
     }
+}
 
-    /// Outputs `o0 .. o0 + out.len() / n` of every row into `out` (`[n, width]`).
+/// One product of a group: the weight and its bias (`rows` values), if any.
+pub type QuantPart<'a> = (&'a QuantMatrix, Option<&'a [f32]>);
+
+/// `y_i = x · W_iᵀ (+ bias_i)` for each part, with the fastest body: the activations quantized
+/// once and every part's outputs in one pool dispatch (a layer's q, k and v projections, its
+/// gate and up), each the bits of its own [`QuantMatrix::matmul`]. `None` when a part's width
+/// is not `x`'s (`x.len() != n · cols`) or a bias is not its `rows` long.
+pub fn matmul_group(parts: &[QuantPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
+    group_with(QuantKernel::best(), parts, x, n)
+}
+
+impl Blocks for QuantMatrix {
+    type Acts = QuantRows;
+
+    fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    fn bytes(&self) -> usize {
+        QuantMatrix::bytes(self)
+    }
+
+    fn acts(x: &[f32], n: usize, cols: usize) -> QuantRows {
+        QuantRows::new(x, n, cols)
+    }
+
     fn run(&self, kernel: QuantKernel, q: &QuantRows, n: usize, o0: usize, out: &mut [f32]) {
         match kernel {
             #[cfg(target_arch = "x86_64")]
@@ -182,25 +228,40 @@ impl QuantMatrix {
     }
 }
 
-/// One product of a group: the weight and its bias (`rows` values), if any.
-pub type QuantPart<'a> = (&'a QuantMatrix, Option<&'a [f32]>);
+/// A weight in blocks of a quantized format, as a group product runs it: rows in groups of
+/// [`GROUP`], activations quantized per row before the product.
+pub(crate) trait Blocks: Sync {
+    /// The activations, quantized per row.
+    type Acts: Sync;
 
-/// `y_i = x · W_iᵀ (+ bias_i)` for each part, with the fastest body: the activations quantized
-/// once and every part's outputs in one pool dispatch (a layer's q, k and v projections, its
-/// gate and up), each the bits of its own [`QuantMatrix::matmul`]. `None` when a part's width
-/// is not `x`'s (`x.len() != n · cols`) or a bias is not its `rows` long.
-pub fn matmul_group(parts: &[QuantPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
-    group_with(QuantKernel::best(), parts, x, n)
+    /// `(rows, cols)`.
+    fn shape(&self) -> (usize, usize);
+
+    /// Bytes of the blocks.
+    fn bytes(&self) -> usize;
+
+    /// Row-major `x: [n, cols]` quantized per row.
+    fn acts(x: &[f32], n: usize, cols: usize) -> Self::Acts;
+
+    /// Outputs `o0 .. o0 + out.len() / n` (`o0` a multiple of [`GROUP`]) of every row into
+    /// `out` (`[n, width]`) with `kernel`.
+    fn run(&self, kernel: QuantKernel, q: &Self::Acts, n: usize, o0: usize, out: &mut [f32]);
 }
 
-fn group_with(
+/// [`matmul_group`] for any block format: the activations quantized once, the parts' outputs
+/// split over the pool in tasks of [`TASK_ROWS`] rows when the weights are large, then the
+/// biases added.
+pub(crate) fn group_with<M: Blocks>(
     kernel: QuantKernel,
-    parts: &[QuantPart<'_>],
+    parts: &[(&M, Option<&[f32]>)],
     x: &[f32],
     n: usize,
 ) -> Option<Vec<Vec<f32>>> {
-    let cols = parts.first()?.0.cols;
-    let fits = |(m, b): &QuantPart<'_>| m.cols == cols && b.is_none_or(|b| b.len() == m.rows);
+    let (_, cols) = parts.first()?.0.shape();
+    let fits = |(m, b): &(&M, Option<&[f32]>)| {
+        let (rows, c) = m.shape();
+        c == cols && b.is_none_or(|b| b.len() == rows)
+    };
     if n.checked_mul(cols) != Some(x.len()) || !parts.iter().all(fits) {
         return None;
     }
@@ -208,27 +269,27 @@ fn group_with(
         QuantKernel::Avx2 if QuantKernel::best() == QuantKernel::Avx2 => QuantKernel::Avx2,
         _ => QuantKernel::Portable,
     };
-    let q = QuantRows::new(x, n, cols);
-    let mut ys: Vec<Vec<f32>> = parts.iter().map(|(m, _)| vec![0.0; n * m.rows]).collect();
+    let q = M::acts(x, n, cols);
+    let rows_of = |p: usize| parts[p].0.shape().0;
+    let mut ys: Vec<Vec<f32>> = (0..parts.len())
+        .map(|p| vec![0.0; n * rows_of(p)])
+        .collect();
     let bytes: usize = parts.iter().map(|(m, _)| m.bytes()).sum();
     if n > 0 && crate::threads::split_stream(bytes) {
-        let tasks: Vec<(usize, usize)> = parts
-            .iter()
-            .enumerate()
-            .flat_map(|(p, (m, _))| (0..m.rows.div_ceil(TASK_ROWS)).map(move |t| (p, t)))
+        let tasks: Vec<(usize, usize)> = (0..parts.len())
+            .flat_map(|p| (0..rows_of(p).div_ceil(TASK_ROWS)).map(move |t| (p, t)))
             .collect();
         let done: Vec<(usize, usize, Vec<f32>)> = tasks
             .into_par_iter()
             .map(|(p, t)| {
-                let m = parts[p].0;
                 let o0 = t * TASK_ROWS;
-                let mut out = vec![0.0f32; n * TASK_ROWS.min(m.rows - o0)];
-                m.run(kernel, &q, n, o0, &mut out);
+                let mut out = vec![0.0f32; n * TASK_ROWS.min(rows_of(p) - o0)];
+                parts[p].0.run(kernel, &q, n, o0, &mut out);
                 (p, o0, out)
             })
             .collect();
         for (p, o0, out) in done {
-            let rows = parts[p].0.rows;
+            let rows = rows_of(p);
             let width = out.len() / n;
             for r in 0..n {
                 ys[p][r * rows + o0..][..width].copy_from_slice(&out[r * width..(r + 1) * width]);
@@ -239,9 +300,10 @@ fn group_with(
             m.run(kernel, &q, n, 0, y);
         }
     }
-    for (y, (m, b)) in ys.iter_mut().zip(parts) {
-        if let Some(b) = b.filter(|_| m.rows > 0) {
-            for row in y.chunks_exact_mut(m.rows) {
+    for (p, (y, (_, b))) in ys.iter_mut().zip(parts).enumerate() {
+        let rows = rows_of(p);
+        if let Some(b) = b.filter(|_| rows > 0) {
+            for row in y.chunks_exact_mut(rows) {
                 for (v, bi) in row.iter_mut().zip(b) {
                     *v += bi;
                 }

@@ -47,8 +47,9 @@ impl Default for GroupQ8 {
     }
 }
 
-/// The scale of `x` (at most [`BLOCK`] values; missing ones count as 0) and its bytes, into `q`.
-pub fn quantize_block(x: &[f32], q: &mut [i8; BLOCK]) -> f32 {
+/// The scale of `x` (at most `q.len()` values; missing ones count as 0) and its bytes, into `q`
+/// (a Q8_0 block's 32, a Q4_K activation block's 256).
+pub fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };

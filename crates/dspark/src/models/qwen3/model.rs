@@ -210,7 +210,7 @@ impl Qwen3Target {
                 // The head quantized too (a copy beside the stored one, which embedding lookups
                 // and a drafter read), where the host kernels run.
                 Some(q) if fast_on(device) => {
-                    Some(Linear::quantized(lm_head_logical.clone(), None, q)?)
+                    Some(Linear::quantized(lm_head_logical.clone(), None, q.head())?)
                 }
                 _ => output_head(&lm_head_logical)?,
             },
@@ -252,7 +252,8 @@ impl Qwen3Target {
         self.kv_dtype
     }
 
-    /// The quantized format of the layers' linear maps (`dtype="q8_0"` at load), if any.
+    /// The quantized format of the layers' linear maps (`dtype="q8_0"` or `"q4_k"` at load), if
+    /// any.
     pub fn quant(&self) -> Option<Quant> {
         self.quant
     }

@@ -1,0 +1,275 @@
+use std::borrow::Cow;
+
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::{Device, Tensor};
+use half::bf16;
+
+use super::rule::{SUBS, nibble, pack, unpack};
+use super::*;
+use crate::nn::quant::Quant;
+use crate::test_values::values;
+
+fn quantized(rows: usize, cols: usize, seed: u32) -> (Vec<f32>, Q4KMatrix) {
+    let w = values(rows * cols, seed);
+    let q = Q4KMatrix::quantize(Floats::F32(&w), rows, cols).unwrap();
+    (w, q)
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Row-major GGUF blocks of `m` (every row's super-blocks in order).
+fn gguf_bytes(m: &Q4KMatrix) -> Vec<u8> {
+    let mut out = Vec::new();
+    for o in 0..m.rows {
+        for b in 0..m.blocks {
+            let (block, j) = (&m.data[(o / GROUP) * m.blocks + b], o % GROUP);
+            out.extend(block.d[j].to_le_bytes());
+            out.extend(block.dmin[j].to_le_bytes());
+            out.extend(block.scales[j]);
+            out.extend(block.qs[j]);
+        }
+    }
+    out
+}
+
+#[test]
+fn six_bit_scales_and_mins_pack_and_unpack() {
+    for seed in 0..64u32 {
+        let v = values(16, seed);
+        let sc: [u8; SUBS] = std::array::from_fn(|s| ((v[s] + 0.5) * 63.99) as u8);
+        let m: [u8; SUBS] = std::array::from_fn(|s| ((v[8 + s] + 0.5) * 63.99) as u8);
+        assert_eq!(unpack(&pack(&sc, &m)), (sc, m), "{sc:?} {m:?}");
+    }
+    assert_eq!(unpack(&pack(&[63; 8], &[63; 8])), ([63; 8], [63; 8]));
+}
+
+#[test]
+fn the_blocks_are_gguf_s_q4_k_both_ways() {
+    // Our blocks read by candle's Q4_K (GGUF's layout), and candle's blocks read as a GGUF
+    // file's: the same weights either way.
+    let (rows, cols) = (11, 512);
+    let (_, ours) = quantized(rows, cols, 5);
+    let bytes = gguf_bytes(&ours);
+    let storage = QStorage::from_data(Cow::Borrowed(&bytes), &Device::Cpu, GgmlDType::Q4K).unwrap();
+    let theirs = QTensor::new(storage, (rows, cols)).unwrap();
+    let seen = theirs
+        .dequantize(&Device::Cpu)
+        .unwrap()
+        .flatten_all()
+        .unwrap();
+    assert_eq!(
+        bits(&seen.to_vec1::<f32>().unwrap()),
+        bits(&ours.dequantize())
+    );
+    assert_eq!(
+        Q4KMatrix::from_gguf(&bytes, rows, cols).as_ref(),
+        Some(&ours)
+    );
+
+    let w = Tensor::from_vec(values(rows * cols, 9), (rows, cols), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&w, GgmlDType::Q4K).unwrap();
+    let back = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap();
+    let read = Q4KMatrix::from_gguf(&q.data().unwrap(), rows, cols).unwrap();
+    assert_eq!(
+        bits(&read.dequantize()),
+        bits(&back.to_vec1::<f32>().unwrap())
+    );
+    // Wrong lengths and widths are refused.
+    assert!(Q4KMatrix::from_gguf(&bytes[1..], rows, cols).is_none());
+    assert!(Q4KMatrix::from_gguf(&bytes, rows, cols - 1).is_none());
+}
+
+#[test]
+fn super_blocks_keep_each_weight_within_its_sub_block_s_step() {
+    for (rows, cols) in [(3, 256), (5, 300), (1, 1), (17, 512), (9, 40)] {
+        let (w, q) = quantized(rows, cols, 7);
+        assert_eq!(
+            q.bytes(),
+            rows.div_ceil(GROUP) * GROUP * cols.div_ceil(SUPER) * BLOCK_BYTES
+        );
+        let back = q.dequantize();
+        assert_eq!(back.len(), w.len());
+        for (o, (row, got)) in w.chunks(cols).zip(back.chunks(cols)).enumerate() {
+            for (s, (x, y)) in row.chunks(SUB).zip(got.chunks(SUB)).enumerate() {
+                let lo = x.iter().fold(0.0f32, |m, &v| m.min(v));
+                let hi = x.iter().fold(lo, |m, &v| m.max(v));
+                // A level is (hi − lo) / 15 wide; 6-bit scales and mins move it a little more,
+                // and the f16 factors by 2^-11 of a weight's size.
+                let bound = 0.75 * (hi - lo) / 15.0 + 0.02 * (hi - lo) + 1e-6;
+                for (a, c) in x.iter().zip(y) {
+                    let bound = bound + a.abs() * 1e-3;
+                    assert!((a - c).abs() <= bound, "row {o} sub-block {s}: {a} vs {c}");
+                }
+            }
+        }
+    }
+    // bf16 weights quantize the values they hold.
+    let w = values(4 * 256, 3);
+    let b: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+    let wide: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
+    let qb = Q4KMatrix::quantize(Floats::BF16(&b), 4, 256).unwrap();
+    assert_eq!(Some(qb), Q4KMatrix::quantize(Floats::F32(&wide), 4, 256));
+}
+
+#[test]
+fn nibbles_are_the_levels_of_their_sub_blocks() {
+    // Sub-block s holds level s (and min 0, scale 1): its dequantized weights are d · s.
+    let mut sc = [0u8; SUBS];
+    sc.fill(1);
+    let mut qs = [0u8; SUPER / 2];
+    for (i, q) in qs.iter_mut().enumerate() {
+        let c = i / SUB;
+        *q = (2 * c as u8) | ((2 * c as u8 + 1) << 4);
+    }
+    for i in 0..SUPER {
+        assert_eq!(usize::from(nibble(&qs, i)), i / SUB);
+    }
+    let mut block = GroupQ4K::default();
+    block.d[0] = half::f16::from_f32(0.5);
+    block.scales[0] = pack(&sc, &[0; SUBS]);
+    block.qs[0] = qs;
+    let mut out = [0.0f32; SUPER];
+    rule::dequantize_row(&block, 0, &mut out);
+    assert!(
+        out.iter()
+            .enumerate()
+            .all(|(i, &v)| v == 0.5 * (i / SUB) as f32)
+    );
+}
+
+#[test]
+fn the_x86_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
+    for (rows, cols) in [(16, 256), (37, 512), (5, 40), (64, 1024), (9, 300)] {
+        let (_, q) = quantized(rows, cols, 11);
+        let bias = values(rows, 5);
+        for n in [1, 2, 3, 4, 5, 9, 13] {
+            let x = values(n * cols, 100 + n as u32);
+            let portable = q
+                .matmul_with(QuantKernel::Portable, &x, n, Some(&bias))
+                .unwrap();
+            let best = q.matmul(&x, n, Some(&bias)).unwrap();
+            assert_eq!(bits(&best), bits(&portable), "{rows}x{cols}, {n} rows");
+            for r in 0..n {
+                let one = q
+                    .matmul(&x[r * cols..(r + 1) * cols], 1, Some(&bias))
+                    .unwrap();
+                assert_eq!(bits(&one), bits(&best[r * rows..(r + 1) * rows]));
+            }
+        }
+    }
+}
+
+#[test]
+fn products_follow_the_dequantized_product_closely() {
+    let (rows, cols, n) = (48, 512, 3);
+    let (_, q) = quantized(rows, cols, 21);
+    let w = q.dequantize();
+    let x = values(n * cols, 9);
+    let y = q.matmul(&x, n, None).unwrap();
+    for r in 0..n {
+        let xr = &x[r * cols..(r + 1) * cols];
+        for o in 0..rows {
+            let exact: f32 = w[o * cols..(o + 1) * cols]
+                .iter()
+                .zip(xr)
+                .map(|(a, b)| a * b)
+                .sum();
+            // Only the activations' 8-bit rounding is left: under 1% of the dot's scale.
+            let scale: f32 = xr.iter().map(|v| v.abs()).sum::<f32>() * 0.5;
+            let got = y[r * rows + o];
+            assert!(
+                (got - exact).abs() <= 0.01 * scale,
+                "{r},{o}: {got} vs {exact}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_split_group_gives_each_part_its_own_bits() {
+    // A q/k/v-like group (one part over 1 MiB: split over the pool), with and without biases.
+    let cols = 1024;
+    let parts: Vec<Q4KMatrix> = [(2200, 3), (40, 4), (17, 5)]
+        .iter()
+        .map(|&(rows, seed)| quantized(rows, cols, seed).1)
+        .collect();
+    let biases: Vec<Vec<f32>> = parts.iter().map(|m| values(m.rows(), 9)).collect();
+    for n in [1, 9] {
+        let x = values(n * cols, 31);
+        let group: Vec<Q4KPart<'_>> = parts
+            .iter()
+            .zip(&biases)
+            .enumerate()
+            .map(|(i, (m, b))| (m, (i != 1).then_some(b.as_slice())))
+            .collect();
+        let ys = matmul_group(&group, &x, n).unwrap();
+        for ((m, b), y) in group.iter().zip(&ys) {
+            let alone = m.matmul_with(QuantKernel::Portable, &x, n, *b).unwrap();
+            assert_eq!(bits(&alone), bits(y));
+        }
+    }
+    let narrow = quantized(4, 256, 1).1;
+    let mixed: [Q4KPart<'_>; 2] = [(&parts[0], None), (&narrow, None)];
+    assert!(matmul_group(&mixed, &values(cols, 1), 1).is_none());
+}
+
+#[test]
+fn bad_shapes_and_unrepresentable_weights_are_refused() {
+    let (_, q) = quantized(4, 256, 1);
+    assert!(q.matmul(&[0.0; 255], 1, None).is_none());
+    assert!(q.matmul(&[0.0; 256], 1, Some(&[0.0; 3])).is_none());
+    assert_eq!(q.matmul(&[], 0, None), Some(Vec::new()));
+    assert!(Q4KMatrix::quantize(Floats::F32(&[0.0; 5]), 2, 3).is_none());
+    let mut w = vec![0.0f32; 256];
+    for bad in [f32::INFINITY, f32::NAN, 1e12] {
+        w[3] = bad;
+        assert!(
+            Q4KMatrix::quantize(Floats::F32(&w), 1, 256).is_none(),
+            "{bad}"
+        );
+    }
+    // All-zero and constant rows are exact.
+    let z = Q4KMatrix::quantize(Floats::F32(&[0.0; 512]), 2, 256).unwrap();
+    assert_eq!(z.matmul(&values(256, 1), 1, None), Some(vec![0.0, 0.0]));
+    let c = Q4KMatrix::quantize(Floats::F32(&[-0.25; 256]), 1, 256).unwrap();
+    assert!(c.dequantize().iter().all(|&v| (v + 0.25).abs() < 1e-3));
+    assert_eq!(Quant::parse("Q4_K"), Some(Quant::Q4K));
+}
+
+#[test]
+fn in_place_quantization_is_as_close_as_llama_cpp_s() {
+    // Bell-shaped weights (a sum of four uniforms) with a few outliers, as trained layers have;
+    // candle's Q4_K quantizer is llama.cpp's reference one.
+    let (rows, cols) = (64, 1024);
+    let u: Vec<Vec<f32>> = (0..4).map(|k| values(rows * cols, 40 + k)).collect();
+    let mut w: Vec<f32> = (0..rows * cols)
+        .map(|i| 0.05 * u.iter().map(|v| v[i]).sum::<f32>())
+        .collect();
+    for i in (0..w.len()).step_by(997) {
+        w[i] *= 8.0;
+    }
+    let mse = |back: &[f32]| -> f64 {
+        let s: f64 = w
+            .iter()
+            .zip(back)
+            .map(|(a, b)| f64::from(a - b).powi(2))
+            .sum();
+        s / w.len() as f64
+    };
+    let ours = mse(&Q4KMatrix::quantize(Floats::F32(&w), rows, cols)
+        .unwrap()
+        .dequantize());
+    let t = Tensor::from_vec(w.clone(), (rows, cols), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, GgmlDType::Q4K).unwrap();
+    let theirs = mse(&q
+        .dequantize(&Device::Cpu)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap());
+
+    assert!(ours <= 1.05 * theirs, "{ours} vs {theirs}");
+}
