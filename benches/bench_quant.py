@@ -1,26 +1,36 @@
-"""Quantized targets: dspark's native target at bf16 and at ``q8_0`` on the same checkpoint, and
-llama.cpp on the same weights (bf16 and Q8_0 GGUF files), at B = 1, greedy.
+"""Quantized targets: dspark's native target at bf16, ``q8_0`` and ``q4_k`` on the same
+checkpoint, and llama.cpp on the same weights (bf16, Q8_0 and Q4_K_M GGUF files), at B = 1,
+greedy.
 
-    python benches/bench_quant.py /var/tmp/mb-bf16 [--gguf-dir DIR] [--tokens 64]
-        [--prompts 2] [--prompt-tokens 96] [--repeats 3] [--threads 2]
+    python benches/bench_quant.py /var/tmp/mb-bf16 [--gguf-dir DIR] [--dtypes bfloat16 q4_k]
+        [--tokens 64] [--prompts 2] [--prompt-tokens 96] [--repeats 3] [--threads 2]
         [--out benches/results/quant_<machine>.json]
 
 ``PAIR`` holds ``target`` and ``drafter`` (``dspark make-example PAIR --memory-bound --dtype
-bfloat16``). ``--gguf-dir`` holds ``target-bf16.gguf`` and ``target-q8_0.gguf`` (llama.cpp's own
-converter and ``llama-quantize`` on that target: ``benches/peers/convert.py``); without it, or
-without the peers (``benches/peers/setup.sh``), llama.cpp is skipped with a line saying so.
+bfloat16``). ``--gguf-dir`` holds ``target-bf16.gguf``, ``target-q8_0.gguf``,
+``target-q4_k_m.gguf`` and ``drafter-bf16.gguf`` (llama.cpp's own converter and
+``llama-quantize`` on that pair: ``benches/peers/convert.py PAIR/target --drafter PAIR/drafter
+--outdir DIR --outtype bf16 --outtype q8_0 --quantize Q4_K_M``); without it, or without the peers
+(``benches/peers/setup.sh``), llama.cpp is skipped with a line saying so.
+
+dspark's ``q4_k`` is the checkpoint quantized in place (every layer map in Q4_K, the head in
+Q8_0); llama.cpp's is its own Q4_K_M mix (Q4_K with Q6_K for some maps and the head) of the same
+checkpoint: the same weights, each engine's quantizer.
 
 Rows, each interleaved with the others in every repeat (the order reversed on odd repeats):
 
 * ``dspark target-only`` / ``dspark speculative`` (default policy) / ``dspark full`` (every
-  round verifies its whole block), per dtype (``bfloat16``, ``q8_0``), end to end (prefill
-  included) and decode only; ``greedy_equal`` says whether the speculative tokens equal the
-  same dtype's target-only tokens;
+  round verifies its whole block), per dtype, end to end (prefill included) and decode only;
+  ``greedy_equal`` says whether the speculative tokens equal the same dtype's target-only
+  tokens;
 * ``llama-bench``: llama.cpp target-only on the GGUF of that dtype, decode only (``-n``) and
-  end to end (``-pg PROMPT,TOKENS``).
+  end to end (``-pg PROMPT,TOKENS``);
+* ``draft-dspark``: ``llama-speculative-simple --spec-type draft-dspark`` on that GGUF with the
+  bf16 drafter GGUF, greedy, on the first held-out prompt's text (llama.cpp tokenizes it).
 
-The JSON keeps every run, the medians, and the ratios: q8_0 against bf16 (same engine, same
-mode), and dspark against llama.cpp (same dtype, target-only).
+The JSON keeps every run, the medians, and the ratios: each quantized dtype against bf16 (same
+engine, same mode), speculative against target-only (same dtype), and dspark against llama.cpp
+(same dtype: target-only against ``llama-bench``, speculative against ``draft-dspark``).
 """
 
 from __future__ import annotations
@@ -32,10 +42,21 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench_memory_bound import _run, cpu_isa, llama_bench_rates, timed_calls
+from bench_memory_bound import (
+    _run,
+    cpu_isa,
+    llama_bench_rates,
+    speculative_simple_rates,
+    timed_calls,
+)
 
-DTYPES = ("bfloat16", "q8_0")
-GGUF = {"bfloat16": "target-bf16.gguf", "q8_0": "target-q8_0.gguf"}
+DTYPES = ("bfloat16", "q8_0", "q4_k")
+GGUF = {
+    "bfloat16": "target-bf16.gguf",
+    "q8_0": "target-q8_0.gguf",
+    "q4_k": "target-q4_k_m.gguf",
+}
+DRAFTER_GGUF = "drafter-bf16.gguf"
 
 
 def prompts(pair: Path, n: int, length: int) -> list[list[int]]:
@@ -113,10 +134,26 @@ def llama_bench(peers: dict[str, Any], gguf: Path, threads: int, ptoks: int, tok
     return llama_bench_rates(json.loads(out))
 
 
+def draft_dspark(
+    peers: dict[str, Any], gguf_dir: Path, dtype: str, text: str, threads: int, tokens: int
+) -> dict[str, Any] | None:
+    """``llama-speculative-simple --spec-type draft-dspark`` on ``dtype``'s GGUF, or ``None``."""
+    exe = Path(peers.get("tools", {}).get("llama-speculative-simple", "/nonexistent"))
+    gguf, drafter = gguf_dir / GGUF[dtype], gguf_dir / DRAFTER_GGUF
+    if not (exe.is_file() and gguf.is_file() and drafter.is_file()):
+        return None
+    th = str(threads)
+    out = _run([str(exe), "-m", str(gguf), "-md", str(drafter), "--spec-type", "draft-dspark",
+                "--spec-draft-n-max", "8", "-p", text, "-n", str(tokens), "--temp", "0",
+                "--top-k", "1", "-t", th, "-td", th, "-c", "2048"], 600)  # fmt: skip
+    return speculative_simple_rates(out) if out else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("pair", type=Path)
     ap.add_argument("--gguf-dir", type=Path)
+    ap.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=96)
@@ -129,29 +166,36 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
+    dtypes = [d for d in DTYPES if d in args.dtypes]
     ps = prompts(args.pair, args.prompts, args.prompt_tokens)
-    natives = {d: Native(args.pair, d, args.tokens) for d in DTYPES}
+    from dspark.bundled import bundled_dir
+
+    text = json.loads((bundled_dir() / "heldout_prompts.json").read_text())["texts"][0]
+    natives = {d: Native(args.pair, d, args.tokens) for d in dtypes}
     peers = json.loads(args.peers.read_text()) if args.peers.is_file() else {}
     if not peers or args.gguf_dir is None:
         print("llama.cpp: skipped (no peers.json or no --gguf-dir)")
-    engines = [(d, m) for d in DTYPES for m in ("target-only", "speculative", "full")]
-    engines += [(d, "llama-bench") for d in DTYPES]
+    engines = [(d, m) for d in dtypes for m in ("target-only", "speculative", "full")]
+    engines += [(d, m) for d in dtypes for m in ("llama-bench", "draft-dspark")]
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
         order = engines if rep % 2 == 0 else engines[::-1]
         # Target-only first within a dtype, so the speculative rows compare with this repeat.
         order = sorted(order, key=lambda e: e[1] != "target-only")
         for dtype, mode in order:
-            if mode == "llama-bench":
+            if mode in ("llama-bench", "draft-dspark"):
                 if not peers or args.gguf_dir is None:
                     continue
-                got = llama_bench(
-                    peers,
-                    args.gguf_dir / GGUF[dtype],
-                    args.threads,
-                    args.prompt_tokens,
-                    args.tokens,
-                )
+                if mode == "llama-bench":
+                    got = llama_bench(
+                        peers,
+                        args.gguf_dir / GGUF[dtype],
+                        args.threads,
+                        args.prompt_tokens,
+                        args.tokens,
+                    )
+                else:
+                    got = draft_dspark(peers, args.gguf_dir, dtype, text, args.threads, args.tokens)
                 if got is None:
                     continue
                 row = dict(got)
@@ -169,20 +213,42 @@ def main(argv: list[str] | None = None) -> int:
         f"{d} {e}": {k: med(d, e, k) for k in ("tokens_per_s", "decode_tokens_per_s", "tau")}
         for d, e in engines
     }
+    from dspark import build_info
+
     ratios: dict[str, Any] = {}
-    for e in ("target-only", "speculative", "full", "llama-bench"):
-        for k in ("tokens_per_s", "decode_tokens_per_s"):
-            a, b = med("q8_0", e, k), med("bfloat16", e, k)
-            if a and b:
-                ratios[f"q8_0/bf16 {e} {k}"] = a / b
-    for d in DTYPES:
-        for e in ("target-only", "speculative"):
-            for k in ("tokens_per_s", "decode_tokens_per_s"):
-                a, b = med(d, e, k), med(d, "llama-bench", k)
-                if a and b:
-                    ratios[f"{d} dspark {e} / llama-bench {k}"] = a / b
+    keys = ("tokens_per_s", "decode_tokens_per_s")
+
+    def ratio(name: str, a: float | None, b: float | None) -> None:
+        if a and b:
+            ratios[name] = a / b
+
+    for d in dtypes:
+        for k in keys:
+            if d != "bfloat16":
+                for e in ("target-only", "speculative", "full", "llama-bench", "draft-dspark"):
+                    ratio(f"{d}/bf16 {e} {k}", med(d, e, k), med("bfloat16", e, k))
+            ratio(
+                f"{d} dspark speculative / target-only {k}",
+                med(d, "speculative", k),
+                med(d, "target-only", k),
+            )
+            ratio(
+                f"{d} dspark target-only / llama-bench {k}",
+                med(d, "target-only", k),
+                med(d, "llama-bench", k),
+            )
+            for e in ("speculative", "full"):
+                ratio(
+                    f"{d} dspark {e} / draft-dspark {k}",
+                    med(d, e, k),
+                    med(d, "draft-dspark", k),
+                )
     result = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "isa": cpu_isa()},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "isa": cpu_isa(),
+            "quant_kernel": build_info()["quant_kernel"],
+        },
         "pair": str(args.pair),
         "threads": args.threads,
         "tokens": args.tokens,

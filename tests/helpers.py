@@ -20,7 +20,7 @@ from dspark.example import draft_config, draft_tensors, target_config
 #: The keys of `dspark.build_info()` (the stub's `build_info` return type), for the CPU and the
 #: CUDA wheel's tests alike.
 BUILD_INFO_KEYS = frozenset(
-    {"version", "cuda", "cuda_devices", "cuda_error", "kernel_path", "cpu_kernel"}
+    {"version", "cuda", "cuda_devices", "cuda_error", "kernel_path", "cpu_kernel", "quant_kernel"}
 )
 
 #: The test hooks (`_dlpack_describe`, `_dlpack_sum`, `_test_panic`) exist only in a wheel

@@ -113,13 +113,13 @@ fn bench_matvec(c: &mut Criterion) {
         };
         let each = MLP * HIDDEN * per_weight;
         let ring_len = span.div_ceil(each).next_multiple_of(2);
-        let ring: Vec<PackedWeight> = (0..ring_len)
-            .map(|s| {
-                let (rows, cols) = if s % 2 == 0 {
-                    (MLP, HIDDEN)
-                } else {
-                    (HIDDEN, MLP)
-                };
+        // One matrix of each shape, copied around the ring (distinct memory, so every product
+        // still streams from DRAM; quantizing a 1 GiB ring would take minutes).
+        let shapes = [(MLP, HIDDEN), (HIDDEN, MLP)];
+        let proto: Vec<PackedWeight> = shapes
+            .iter()
+            .enumerate()
+            .map(|(s, &(rows, cols))| {
                 let w = values(rows * cols, s);
                 match kind {
                     Ok(d) => PackedWeight::pack(Floats::F32(&w), rows, cols, d),
@@ -128,6 +128,7 @@ fn bench_matvec(c: &mut Criterion) {
                 .unwrap()
             })
             .collect();
+        let ring: Vec<PackedWeight> = (0..ring_len).map(|s| proto[s % 2].clone()).collect();
         let bytes = ring[0].bytes();
         for n in [1usize, 9] {
             let xs = [values(n * HIDDEN, 7), values(n * MLP, 8)];

@@ -1,7 +1,7 @@
 """Convert a target (and its DSpark drafter) to GGUF with llama.cpp's own converter.
 
     python benches/peers/convert.py TARGET_DIR [--drafter DRAFTER_DIR] --outdir OUT \\
-        [--outtype f32] [--outtype bf16] [--outtype q8_0]
+        [--outtype f32] [--outtype bf16] [--outtype q8_0] [--quantize Q4_K_M]
 
 runs ``convert_hf_to_gguf.py`` of the llama.cpp that ``benches/peers/setup.sh`` installed (the
 one llama-cpp-python vendors), in the peers venv, unchanged:
@@ -9,7 +9,9 @@ one llama-cpp-python vendors), in the peers venv, unchanged:
 * ``OUT/target-{outtype}.gguf`` from ``TARGET_DIR`` (a Qwen3ForCausalLM directory);
 * ``OUT/drafter-{outtype}.gguf`` from ``DRAFTER_DIR`` (``Qwen3DSparkModel``, converted with
   ``--target-model-dir TARGET_DIR``, which gives the drafter the target's vocabulary), when
-  given.
+  given;
+* ``OUT/target-{type}.gguf`` (lower case) for each ``--quantize TYPE``: ``llama-quantize`` on the
+  target's bf16 GGUF (converted first when missing), as llama.cpp users make ``Q4_K_M`` files.
 
 The converter takes a Qwen3 vocabulary from ``tokenizer.model`` when there is one (SentencePiece)
 and otherwise only from a ``tokenizer.json`` whose pre-tokenizer hash it already knows, which
@@ -88,13 +90,23 @@ def main(argv: list[str] | None = None) -> int:
         choices=["f32", "bf16", "q8_0"],
         help="default: f32 and bf16 (q8_0: the converter's own 8-bit blocks)",
     )
+    parser.add_argument(
+        "--quantize",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="llama-quantize's type (Q4_K_M, Q4_K_S, Q6_K, ...) from the bf16 GGUF",
+    )
     args = parser.parse_args(argv)
     doc = peers()
     converter = Path(doc["converter"])
     args.outdir.mkdir(parents=True, exist_ok=True)
     target = staged_target(args.target, args.outdir)
     log: list[dict[str, Any]] = []
-    for outtype in args.outtype or ["f32", "bf16"]:
+    outtypes = args.outtype or ["f32", "bf16"]
+    if args.quantize and "bf16" not in outtypes:
+        outtypes.append("bf16")
+    for outtype in outtypes:
         out = args.outdir / f"target-{outtype}.gguf"
         run([doc["python"], str(converter), str(target), "--outfile", str(out),
              "--outtype", outtype], log)  # fmt: skip
@@ -102,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
             out = args.outdir / f"drafter-{outtype}.gguf"
             run([doc["python"], str(converter), str(args.drafter), "--target-model-dir",
                  str(target), "--outfile", str(out), "--outtype", outtype], log)  # fmt: skip
+    for kind in args.quantize:
+        tool = Path(doc.get("tools", {}).get("llama-quantize", "/nonexistent"))
+        if not tool.is_file():
+            sys.exit("convert.py: llama-quantize missing: run bash benches/peers/setup.sh")
+        out = args.outdir / f"target-{kind.lower()}.gguf"
+        run([str(tool), str(args.outdir / "target-bf16.gguf"), str(out), kind], log)
     (args.outdir / "convert.json").write_text(json.dumps(log, indent=2) + "\n")
     return 0
 

@@ -9,8 +9,8 @@
 #                                convert_hf_to_gguf.py and its gguf-py come from here
 #   $PEERS/llama.cpp/bin         the C++ tools built from that same source with cmake (Release,
 #                                GGML_NATIVE): llama-bench, llama-cli, llama-completion,
-#                                llama-speculative-simple (--spec-type draft-dspark), llama-server,
-#                                llama-tokenize
+#                                llama-quantize, llama-speculative-simple (--spec-type draft-dspark),
+#                                llama-server, llama-tokenize
 #   $PEERS/peers.json            what was installed where, with versions (read by the benchmark)
 #
 # Usage: bash benches/peers/setup.sh     (PEERS defaults to /var/tmp/dspark-peers; DSPARK_PEERS_JOBS
@@ -41,7 +41,8 @@ SRC="$PEERS/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
 LLAMA_SRC="$SRC/vendor/llama.cpp"
 BUILD="$PEERS/llama.cpp/build"
 BIN="$PEERS/llama.cpp/bin"
-TOOLS=(llama-bench llama-cli llama-completion llama-speculative-simple llama-server llama-tokenize)
+TOOLS=(llama-bench llama-cli llama-completion llama-quantize llama-speculative-simple llama-server
+    llama-tokenize)
 
 declare -a REPORT=()
 FAILED=0

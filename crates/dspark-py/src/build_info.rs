@@ -5,14 +5,15 @@ use pyo3::types::PyDict;
 
 use crate::errors::{err, guard};
 
-/// `{"version", "cuda", "cuda_devices", "cuda_error", "kernel_path", "cpu_kernel"}`: the
-/// package version,
+/// `{"version", "cuda", "cuda_devices", "cuda_error", "kernel_path", "cpu_kernel",
+/// "quant_kernel"}`: the package version,
 /// whether the extension was compiled with CUDA, how many CUDA devices it can use here (0
 /// without CUDA, without a driver, or with a driver too old for the build), why that number is
 /// 0 (`None` when it is not; e.g. the driver library was not found), and the kernel path host
 /// tensors take (`"fast"`, or `"tensor"` when `DSPARK_KERNEL_PATH` forces the device-generic
 /// path), and the register kernel of the CPU's packed products (`"avx512-bf16"`, `"avx512"`,
-/// `"avx2"` or `"portable"`: every one gives the same bits). An invalid `DSPARK_KERNEL_PATH`
+/// `"avx2"` or `"portable"`: every one gives the same bits) and of its quantized products
+/// (`"avx2"` or `"portable"`, the same bits too). An invalid `DSPARK_KERNEL_PATH`
 /// raises `InputError` (code `invalid-argument`).
 #[pyfunction]
 pub fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -26,6 +27,10 @@ pub fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         d.set_item("cuda_error", status.err())?;
         d.set_item("kernel_path", path.as_str())?;
         d.set_item("cpu_kernel", dspark::nn::packed::Kernel::best().name())?;
+        d.set_item(
+            "quant_kernel",
+            dspark::nn::quant::QuantKernel::best().name(),
+        )?;
         Ok(d)
     })
 }

@@ -73,6 +73,14 @@ pub enum QuantKernel {
 }
 
 impl QuantKernel {
+    /// Its name (`avx2`, `portable`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Avx2 => "avx2",
+            Self::Portable => "portable",
+        }
+    }
+
     /// The fastest body this CPU runs.
     pub fn best() -> Self {
         #[cfg(target_arch = "x86_64")]

@@ -106,6 +106,13 @@ pub fn nibble(qs: &[u8; SUPER / 2], i: usize) -> u8 {
     if s % 2 == 0 { byte & 15 } else { byte >> 4 }
 }
 
+/// `v` rounded to a level in `0..=max` (`v + 0.5` truncated: no libm call in the quantizer's
+/// inner loops; below 0, and NaN, give 0).
+#[inline]
+fn level(v: f32, max: u8) -> u8 {
+    ((v + 0.5) as u8).min(max)
+}
+
 /// The least-squares `(scale, offset)` with `x ≈ scale · q + offset`, `offset ≤ 0`, for the
 /// levels `q` (`None` when no positive scale fits), and its squared error.
 fn fit(x: &[f32], q: &[u8]) -> Option<(f32, f32, f32)> {
@@ -157,7 +164,7 @@ fn fit_sub(x: &[f32]) -> (f32, f32) {
     for step in 0..=20 {
         let iscale = (14.0 + 0.1 * step as f32) / (hi - lo);
         for (l, &v) in q.iter_mut().zip(x) {
-            *l = (iscale * (v - lo)).round().clamp(0.0, 15.0) as u8;
+            *l = level(iscale * (v - lo), 15);
         }
         if let Some((a, b, err)) = fit(x, &q[..x.len()])
             && err < best.2
@@ -182,21 +189,15 @@ pub fn quantize_super(x: &[f32]) -> Option<(f16, f16, [u8; 12], [u8; SUPER / 2])
         return None;
     }
     let (df, mf) = (d.to_f32(), dmin.to_f32());
-    let level = |v: f32, by: f32| {
-        if by > 0.0 {
-            (v / by).round().clamp(0.0, 63.0) as u8
-        } else {
-            0
-        }
-    };
-    let sc: [u8; SUBS] = fits.map(|f| level(f.0, df));
-    let m: [u8; SUBS] = fits.map(|f| level(f.1, mf));
+    let six = |v: f32, by: f32| if by > 0.0 { level(v / by, 63) } else { 0 };
+    let sc: [u8; SUBS] = fits.map(|f| six(f.0, df));
+    let m: [u8; SUBS] = fits.map(|f| six(f.1, mf));
     let mut qs = [0u8; SUPER / 2];
     for (i, &v) in padded.iter().enumerate() {
         let (s, k) = (i / SUB, i % SUB);
         let (step, off) = (df * f32::from(sc[s]), mf * f32::from(m[s]));
         let l = if step > 0.0 {
-            ((v + off) / step).round().clamp(0.0, 15.0) as u8
+            level((v + off) / step, 15)
         } else {
             0
         };

@@ -12,6 +12,7 @@ use std::arch::x86_64::*;
 
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUBS, SUPER, unpack};
 use crate::nn::quant::rule::GROUP;
+use crate::nn::quant::x86::prefetch_ahead;
 
 /// Activation rows per tile at most.
 const ROWS: usize = 4;
@@ -49,46 +50,60 @@ unsafe fn tile<const R: usize>(
     out: &mut [f32],
 ) {
     let w = &weight[g * blocks..(g + 1) * blocks];
-    let rows: [(&[f32], &[i8], &[i16]); R] = std::array::from_fn(|t| x.row(r + t));
+    let mut rows = [(&[][..], &[][..], &[][..]); R];
+    for (t, row) in rows.iter_mut().enumerate() {
+        *row = x.row(r + t);
+    }
     let low = _mm256_set1_epi8(15);
+    let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); R];
     for (b, block) in w.iter().enumerate() {
-        let mut scales = [[0u8; SUBS]; GROUP];
-        // Row j's mins widened to i16, two rows per vector (rows 2p and 2p + 1).
+        prefetch_ahead(block, std::mem::size_of::<GroupQ4K>());
+        // Row t's 256 activation bytes of this block.
+        let mut xs = [std::ptr::null::<i8>(); R];
+        for (p, (_, xq, _)) in xs.iter_mut().zip(&rows) {
+            *p = xq[b * SUPER..(b + 1) * SUPER].as_ptr();
+        }
         let mut mins = [0u8; GROUP * SUBS];
+        let mut dots = [[zero; GROUP]; R];
         for j in 0..GROUP {
             let (sc, m) = unpack(&block.scales[j]);
-            scales[j] = sc;
             mins[j * SUBS..(j + 1) * SUBS].copy_from_slice(&m);
-        }
-        let mins: [__m256i; GROUP / 2] = std::array::from_fn(|p| {
-            // SAFETY: 16 of the 64 bytes, from 16p.
-            _mm256_cvtepu8_epi16(unsafe { _mm_loadu_si128(mins[16 * p..].as_ptr().cast()) })
-        });
-        let mut dots = [[_mm256_setzero_si256(); GROUP]; R];
-        for (j, sc) in scales.iter().enumerate() {
+            // The 8 scales in every 8 bytes; `vpshufb` with (s, 0x80) pairs spreads scale s
+            // over 16 i16 lanes.
+            let scales = _mm256_set1_epi64x(i64::from_le_bytes(sc));
+            let qs = block.qs[j].as_ptr();
+            let mut sums = [zero; R];
             for c in 0..SUBS / 2 {
                 // SAFETY: bytes 32c .. 32c + 32 of the row's 128.
-                let raw = unsafe { _mm256_loadu_si256(block.qs[j][c * SUB..].as_ptr().cast()) };
+                let raw = unsafe { _mm256_loadu_si256(qs.add(c * SUB).cast()) };
                 let even = _mm256_and_si256(raw, low);
                 let odd = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low);
-                let (s0, s1) = (2 * c, 2 * c + 1);
-                let sc0 = _mm256_set1_epi16(i16::from(sc[s0]));
-                let sc1 = _mm256_set1_epi16(i16::from(sc[s1]));
-                for (t, (_, xq, _)) in rows.iter().enumerate() {
-                    let q = &xq[b * SUPER..(b + 1) * SUPER];
-                    // SAFETY: sub-blocks s0 and s1 are 32 readable bytes each.
+                let s0 = (2 * c) as i16;
+                let sc0 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(s0 | -0x8000));
+                let sc1 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((s0 + 1) | -0x8000));
+                for (sum, &q) in sums.iter_mut().zip(&xs) {
+                    // SAFETY: sub-blocks 2c and 2c + 1 are bytes 64c .. 64c + 64 of the 256.
                     let (x0, x1) = unsafe {
                         (
-                            _mm256_loadu_si256(q[s0 * SUB..].as_ptr().cast()),
-                            _mm256_loadu_si256(q[s1 * SUB..].as_ptr().cast()),
+                            _mm256_loadu_si256(q.add(2 * c * SUB).cast()),
+                            _mm256_loadu_si256(q.add((2 * c + 1) * SUB).cast()),
                         )
                     };
                     let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(even, x0), sc0);
                     let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(odd, x1), sc1);
-                    dots[t][j] = _mm256_add_epi32(dots[t][j], _mm256_add_epi32(p0, p1));
+                    *sum = _mm256_add_epi32(*sum, _mm256_add_epi32(p0, p1));
                 }
             }
+            for (d, &sum) in dots.iter_mut().zip(&sums) {
+                d[j] = sum;
+            }
+        }
+        // Rows 2p and 2p + 1's mins, widened to i16.
+        let mut mv = [zero; GROUP / 2];
+        for (p, v) in mv.iter_mut().enumerate() {
+            // SAFETY: bytes 16p .. 16p + 16 of the 64.
+            *v = _mm256_cvtepu8_epi16(unsafe { _mm_loadu_si128(mins.as_ptr().add(16 * p).cast()) });
         }
         // SAFETY: the 8 f16 factors are 16 readable bytes each.
         let (dw, mw) = unsafe {
@@ -97,16 +112,15 @@ unsafe fn tile<const R: usize>(
                 _mm256_cvtph_ps(_mm_loadu_si128(block.dmin.as_ptr().cast())),
             )
         };
-        for (t, (xd, _, xs)) in rows.iter().enumerate() {
+        for (t, (xd, _, xsum)) in rows.iter().enumerate() {
             // SAFETY: the block's 8 sub-block sums are 16 readable bytes.
-            let bs = unsafe { _mm_loadu_si128(xs[b * SUBS..].as_ptr().cast()) };
+            let bs = unsafe { _mm_loadu_si128(xsum[b * SUBS..(b + 1) * SUBS].as_ptr().cast()) };
             let bs = _mm256_broadcastsi128_si256(bs);
-            let md: [__m256i; GROUP / 2] = std::array::from_fn(|p| _mm256_madd_epi16(mins[p], bs));
-            // Lanes 0-3 of md[p] are row 2p's, 4-7 row 2p + 1's; per 128-bit half, the
+            // Lanes 0-3 of each product are row 2p's, 4-7 row 2p + 1's; per 128-bit half, the
             // three adds leave rows 0, 2, 4, 6 (low) and 1, 3, 5, 7 (high), interleaved back.
             let h = _mm256_hadd_epi32(
-                _mm256_hadd_epi32(md[0], md[1]),
-                _mm256_hadd_epi32(md[2], md[3]),
+                _mm256_hadd_epi32(_mm256_madd_epi16(mv[0], bs), _mm256_madd_epi16(mv[1], bs)),
+                _mm256_hadd_epi32(_mm256_madd_epi16(mv[2], bs), _mm256_madd_epi16(mv[3], bs)),
             );
             let msum = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             let isum = _mm256_cvtepi32_ps(reduce8(&dots[t]));
