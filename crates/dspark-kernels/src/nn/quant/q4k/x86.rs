@@ -14,8 +14,10 @@ use super::rule::{GroupQ4K, Q8KRows, SUB, SUBS, SUPER, unpack};
 use crate::nn::quant::rule::GROUP;
 use crate::nn::quant::x86::prefetch_ahead;
 
-/// Activation rows per tile at most.
-const ROWS: usize = 4;
+/// Activation rows per tile at most: a verification's 9 (K = 8) in one pass over the weights.
+/// A tile keeps one integer sum per row in a register beside the two nibble vectors and their
+/// two scale vectors, 13 of AVX2's 16.
+const ROWS: usize = 9;
 
 /// Lane `j` of the result: the sum of the 8 lanes of `v[j]` (exact integer adds).
 #[inline]
@@ -166,6 +168,11 @@ pub unsafe fn matmul_rows(
                     1 => tile::<1>(weight, blocks, x, at, o0, width, out),
                     2 => tile::<2>(weight, blocks, x, at, o0, width, out),
                     3 => tile::<3>(weight, blocks, x, at, o0, width, out),
+                    4 => tile::<4>(weight, blocks, x, at, o0, width, out),
+                    5 => tile::<5>(weight, blocks, x, at, o0, width, out),
+                    6 => tile::<6>(weight, blocks, x, at, o0, width, out),
+                    7 => tile::<7>(weight, blocks, x, at, o0, width, out),
+                    8 => tile::<8>(weight, blocks, x, at, o0, width, out),
                     _ => tile::<ROWS>(weight, blocks, x, at, o0, width, out),
                 }
             }
