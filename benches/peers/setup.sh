@@ -8,7 +8,7 @@
 #                                the llama.cpp source llama-cpp-python vendors (a git checkout):
 #                                convert_hf_to_gguf.py and its gguf-py come from here
 #   $PEERS/llama.cpp/bin         the C++ tools built from that same source with cmake (Release,
-#                                GGML_NATIVE): llama-bench, llama-cli, llama-completion,
+#                                GGML_NATIVE, no AMX): llama-bench, llama-cli, llama-completion,
 #                                llama-quantize, llama-speculative-simple (--spec-type draft-dspark),
 #                                llama-server, llama-tokenize
 #   $PEERS/peers.json            what was installed where, with versions (read by the benchmark)
@@ -34,6 +34,11 @@ TRANSFORMERS_VERSION=4.57.6
 NUMPY_SPEC="numpy~=2.2.6"
 SENTENCEPIECE_SPEC="sentencepiece>=0.1.98,<0.3.0"
 PROTOBUF_SPEC="protobuf>=4.21.0,<5.0.0"
+
+# Native ISA without AMX: llama.cpp's AMX tiles die with SIGILL (exit -4) on its batched products
+# (a prompt, a draft-dspark verification) where the VM advertises AMX but does not grant the
+# tile state. GCC keeps these explicit -mno-* over -march=native's defaults. dspark uses no AMX.
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 VENV="$PEERS/venv"
 VPY="$VENV/bin/python"
@@ -104,7 +109,7 @@ if have llama_cpp_python "$LLAMA_CPP_PYTHON_VERSION"; then
     note llama-cpp-python "present"
 else
     t0=$(date +%s)
-    if CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release" \
+    if CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX'" \
         CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" \
         pip install --quiet "$SDIST" >"$PEERS/logs/llama-cpp-python.log" 2>&1 &&
         pip install --quiet "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION" \
@@ -116,20 +121,25 @@ else
     fi
 fi
 
-step "llama.cpp C++ tools: ${TOOLS[*]} (Release, GGML_NATIVE, $JOBS jobs)"
+step "llama.cpp C++ tools: ${TOOLS[*]} (Release, GGML_NATIVE without AMX, $JOBS jobs)"
 missing=()
 for t in "${TOOLS[@]}"; do [[ -x "$BIN/$t" ]] || missing+=("$t"); done
+# Tools built with other flags are rebuilt.
+STAMP="$BIN/.build-flags"
+if [[ "$(cat "$STAMP" 2>/dev/null)" != "$NO_AMX" ]]; then missing=("${TOOLS[@]}"); fi
 if [[ ${#missing[@]} -eq 0 ]]; then
     note "llama.cpp tools" "present in $BIN"
 elif [[ -f "$LLAMA_SRC/CMakeLists.txt" ]]; then
     t0=$(date +%s)
     if cmake -S "$LLAMA_SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX" \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON \
         -DLLAMA_BUILD_SERVER=ON -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF \
         >"$PEERS/logs/llama.cpp-cmake.log" 2>&1 &&
         cmake --build "$BUILD" -j "$JOBS" --target "${TOOLS[@]}" \
             >>"$PEERS/logs/llama.cpp-cmake.log" 2>&1; then
         for t in "${TOOLS[@]}"; do cp -f "$BUILD/bin/$t" "$BIN/$t"; done
+        echo "$NO_AMX" >"$STAMP"
         note "llama.cpp tools" "built in $(secs "$t0") s into $BIN"
     else
         note "llama.cpp tools" "FAILED (see $PEERS/logs/llama.cpp-cmake.log)"

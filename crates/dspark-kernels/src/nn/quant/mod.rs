@@ -98,8 +98,9 @@ pub(crate) fn widen<T: Copy + Into<f32>>(src: &[T], dst: &mut [f32]) {
     }
 }
 
-/// Output rows per pool task of a split product (a multiple of [`GROUP`]).
-pub(crate) const TASK_ROWS: usize = 64;
+/// Pool tasks per pool thread of a split product: several, so that a worker slowed by another
+/// process leaves its share to be stolen (as the panel products split theirs).
+const TASKS_PER_THREAD: usize = 4;
 
 /// `W: [rows, cols]` as Q8_0 blocks in groups of 8 rows (see `rule.rs`).
 #[derive(Debug, Clone, PartialEq)]
@@ -257,8 +258,8 @@ pub(crate) trait Blocks: Sync {
 }
 
 /// [`matmul_group`] for any block format: the activations quantized once, the parts' outputs
-/// split over the pool in tasks of [`TASK_ROWS`] rows when the weights are large, then the
-/// biases added.
+/// split over the pool when the weights are large ([`TASKS_PER_THREAD`] runs of whole groups of
+/// rows per thread, each within one part), then the biases added.
 pub(crate) fn group_with<M: Blocks>(
     kernel: QuantKernel,
     parts: &[(&M, Option<&[f32]>)],
@@ -284,14 +285,17 @@ pub(crate) fn group_with<M: Blocks>(
         .collect();
     let bytes: usize = parts.iter().map(|(m, _)| m.bytes()).sum();
     if n > 0 && crate::threads::split_stream(bytes) {
-        let tasks: Vec<(usize, usize)> = (0..parts.len())
-            .flat_map(|p| (0..rows_of(p).div_ceil(TASK_ROWS)).map(move |t| (p, t)))
+        // Rows per task: a multiple of GROUP, so every task starts on a group.
+        let groups: usize = (0..parts.len()).map(|p| rows_of(p).div_ceil(GROUP)).sum();
+        let tasks = rayon::current_num_threads() * TASKS_PER_THREAD;
+        let per = groups.div_ceil(tasks).max(1) * GROUP;
+        let runs: Vec<(usize, usize)> = (0..parts.len())
+            .flat_map(|p| (0..rows_of(p)).step_by(per).map(move |o0| (p, o0)))
             .collect();
-        let done: Vec<(usize, usize, Vec<f32>)> = tasks
+        let done: Vec<(usize, usize, Vec<f32>)> = runs
             .into_par_iter()
-            .map(|(p, t)| {
-                let o0 = t * TASK_ROWS;
-                let mut out = vec![0.0f32; n * TASK_ROWS.min(rows_of(p) - o0)];
+            .map(|(p, o0)| {
+                let mut out = vec![0.0f32; n * per.min(rows_of(p) - o0)];
                 parts[p].0.run(kernel, &q, n, o0, &mut out);
                 (p, o0, out)
             })
