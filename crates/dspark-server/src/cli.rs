@@ -236,6 +236,9 @@ mod tests {
         let a = ServeArgs::try_parse_from(["x", "--dtype", "q8_0"]).unwrap();
         assert_eq!((a.dtype, a.dtype.name()), (Dtype::Q8_0, "q8_0"));
         assert_eq!(a.kv_dtype, None);
+        let a = ServeArgs::try_parse_from(["x", "--dtype", "q4_k"]).unwrap();
+        assert_eq!((a.dtype, a.dtype.name()), (Dtype::Q4K, "q4_k"));
+        assert!(ServeArgs::try_parse_from(["x", "--dtype", "q3_k"]).is_err());
         let a = ServeArgs::try_parse_from(["x", "--kv-dtype", "f16"]).unwrap();
         assert_eq!(a.kv_dtype.map(KvDtype::name), Some("float16"));
         let a = ServeArgs::try_parse_from(["x", "--kv-dtype", "bfloat16"]).unwrap();

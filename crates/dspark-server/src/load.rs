@@ -127,6 +127,8 @@ mod tests {
         assert_eq!(bf16.kv_dtype(), dspark::WeightDtype::BF16);
         let (q8, _) = load_pair(&t, &d, "cpu", (Dtype::Q8_0, None)).unwrap();
         assert_eq!(q8.quant(), Some(dspark::nn::quant::Quant::Q8_0));
+        let (q4, _) = load_pair(&t, &d, "cpu", (Dtype::Q4K, None)).unwrap();
+        assert_eq!(q4.quant(), Some(dspark::nn::quant::Quant::Q4K));
         let e = load_pair(&t, &d, "tpu", (Dtype::Float32, None)).unwrap_err();
         assert_eq!(e.code, "invalid-argument");
     }
