@@ -147,6 +147,38 @@ impl QuantMatrix {
             })
     }
 
+    /// The matrix a GGUF file stores as `Q8_0`: `rows` rows of `cols / 32` blocks of 34 bytes
+    /// (an f16 scale, then 32 signed bytes), row-major, as read from the file (regrouped, not
+    /// widened). `None` when `cols` is not a multiple of 32, `bytes` is not that long, or a
+    /// scale is not finite.
+    pub fn from_gguf(bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
+        const RAW: usize = 2 + BLOCK;
+        if !cols.is_multiple_of(BLOCK) || rows.checked_mul(cols / BLOCK * RAW) != Some(bytes.len())
+        {
+            return None;
+        }
+        let blocks = cols / BLOCK;
+        let mut data: Vec<GroupQ8> = crate::cpu::pages::streamed_vec(rows.div_ceil(GROUP) * blocks);
+        for (i, raw) in bytes.chunks_exact(RAW).enumerate() {
+            let (o, b) = (i / blocks, i % blocks);
+            let d = half::f16::from_le_bytes([raw[0], raw[1]]);
+            if !d.is_finite() {
+                return None;
+            }
+            let block = &mut data[(o / GROUP) * blocks + b];
+            block.d[o % GROUP] = d;
+            for (q, &v) in block.qs[o % GROUP].iter_mut().zip(&raw[2..]) {
+                *q = v as i8;
+            }
+        }
+        Some(Self {
+            rows,
+            cols,
+            blocks,
+            data,
+        })
+    }
+
     /// Output rows (`out`).
     pub fn rows(&self) -> usize {
         self.rows

@@ -1,3 +1,7 @@
+use std::borrow::Cow;
+
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::{Device, Tensor};
 use half::bf16;
 
 use super::*;
@@ -159,4 +163,43 @@ fn a_group_gives_each_part_its_own_bits() {
     let mixed: [QuantPart<'_>; 2] = [(&parts[0], None), (&narrow, None)];
     assert!(matmul_group(&mixed, &values(cols, 1), 1).is_none());
     assert!(matmul_group(&[], &[], 0).is_none());
+}
+
+#[test]
+fn the_blocks_are_gguf_s_q8_0_both_ways() {
+    // Our blocks read by candle's Q8_0 (GGUF's layout) and candle's read as a GGUF file's: the
+    // same weights either way, and the same blocks (both round `x / (max|x| / 127)` half away
+    // from zero).
+    let (rows, cols) = (11, 96);
+    let (w, ours) = quantized(rows, cols, 5);
+    let mut bytes = Vec::new();
+    for o in 0..rows {
+        for b in 0..ours.blocks {
+            let block = &ours.data[(o / GROUP) * ours.blocks + b];
+            bytes.extend(block.d[o % GROUP].to_le_bytes());
+            bytes.extend(block.qs[o % GROUP].map(|q| q as u8));
+        }
+    }
+    let storage =
+        QStorage::from_data(Cow::Borrowed(&bytes), &Device::Cpu, GgmlDType::Q8_0).unwrap();
+    let seen = QTensor::new(storage, (rows, cols)).unwrap();
+    let seen = seen
+        .dequantize(&Device::Cpu)
+        .unwrap()
+        .flatten_all()
+        .unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&seen.to_vec1::<f32>().unwrap()),
+        bits(&ours.dequantize())
+    );
+    assert_eq!(
+        QuantMatrix::from_gguf(&bytes, rows, cols).as_ref(),
+        Some(&ours)
+    );
+    let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+    let theirs = QTensor::quantize(&t, GgmlDType::Q8_0).unwrap();
+    assert_eq!(theirs.data().unwrap().as_ref(), &bytes[..]);
+    assert!(QuantMatrix::from_gguf(&bytes[1..], rows, cols).is_none());
+    assert!(QuantMatrix::from_gguf(&bytes, rows, cols - 1).is_none());
 }
