@@ -38,7 +38,7 @@ pub enum Quant {
 pub const QUANT_NAMES: &str = "q8_0, q4_k";
 
 impl Quant {
-    /// Its name (`q8_0`).
+    /// Its name (`q8_0`, `q4_k`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Q8_0 => "q8_0",

@@ -28,66 +28,6 @@ pub(crate) fn prefetch_ahead<T>(at: *const T, bytes: usize) {
     }
 }
 
-/// `tile(g, r, rows)` for each group `g` of the outputs `o0 .. o0 + width` and each run of at
-/// most `most` activation rows `r .. r + rows` of `n`: the order every quantized product runs
-/// its tiles in (a group's blocks stay in cache for all its runs).
-#[inline(always)]
-pub(crate) fn each_tile(
-    n: usize,
-    o0: usize,
-    width: usize,
-    most: usize,
-    mut tile: impl FnMut(usize, usize, usize),
-) {
-    for g in o0 / GROUP..(o0 + width).div_ceil(GROUP) {
-        let mut r = 0;
-        while r < n {
-            let rows = most.min(n - r);
-            tile(g, r, rows);
-            r += rows;
-        }
-    }
-}
-
-/// A tile's sums into `out` (`[n, width]`, outputs from `o0`): lane `j` of `acc[t]` is output
-/// `8g + j` of row `r + t` (the lanes past `width` dropped).
-#[inline]
-#[target_feature(enable = "avx")]
-pub(crate) fn store_tile(
-    acc: &[__m256],
-    (g, r): (usize, usize),
-    o0: usize,
-    width: usize,
-    out: &mut [f32],
-) {
-    let first = g * GROUP - o0;
-    let take = GROUP.min(width - first);
-    for (t, a) in acc.iter().enumerate() {
-        let mut lanes = [0.0f32; GROUP];
-        // SAFETY: `lanes` is 8 writable floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *a) };
-        out[(r + t) * width + first..][..take].copy_from_slice(&lanes[..take]);
-    }
-}
-
-/// Lane `j` of the result: the sum of the 8 lanes of `v[j]` (exact integer adds): per 128-bit
-/// half, three rounds of pairwise adds leave rows 0-3 (then 4-7), each the sum of that half's 4
-/// lanes; the halves are then added.
-#[inline]
-#[target_feature(enable = "avx2")]
-pub(crate) fn reduce8(v: &[__m256i; GROUP]) -> __m256i {
-    let h01 = _mm256_hadd_epi32(v[0], v[1]);
-    let h23 = _mm256_hadd_epi32(v[2], v[3]);
-    let h45 = _mm256_hadd_epi32(v[4], v[5]);
-    let h67 = _mm256_hadd_epi32(v[6], v[7]);
-    let lo = _mm256_hadd_epi32(h01, h23);
-    let hi = _mm256_hadd_epi32(h45, h67);
-    _mm256_add_epi32(
-        _mm256_permute2x128_si256::<0x20>(lo, hi),
-        _mm256_permute2x128_si256::<0x31>(lo, hi),
-    )
-}
-
 /// The 8 exact integer dot products of a group-block's rows with one activation block
 /// (`ax = |x|`, `xv = x`), as one vector: lane `j` is row `j`'s.
 #[inline]
@@ -99,16 +39,17 @@ fn group_dots(block: &GroupQ8, ax: __m256i, xv: __m256i) -> __m256i {
         let w = unsafe { _mm256_loadu_si256(block.qs[j].as_ptr().cast()) };
         _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, xv)), ones)
     };
-    reduce8(&[
-        dot(0),
-        dot(1),
-        dot(2),
-        dot(3),
-        dot(4),
-        dot(5),
-        dot(6),
-        dot(7),
-    ])
+    let h01 = _mm256_hadd_epi32(dot(0), dot(1));
+    let h23 = _mm256_hadd_epi32(dot(2), dot(3));
+    let h45 = _mm256_hadd_epi32(dot(4), dot(5));
+    let h67 = _mm256_hadd_epi32(dot(6), dot(7));
+    // Per 128-bit half: rows 0-3 (then 4-7), each the sum of that half's 4 lanes.
+    let lo = _mm256_hadd_epi32(h01, h23);
+    let hi = _mm256_hadd_epi32(h45, h67);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(lo, hi),
+        _mm256_permute2x128_si256::<0x31>(lo, hi),
+    )
 }
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
@@ -144,7 +85,14 @@ unsafe fn tile<const R: usize>(
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc[t]);
         }
     }
-    store_tile(&acc, (g, r), o0, width, out);
+    let first = g * GROUP - o0;
+    let take = GROUP.min(width - first);
+    for (t, a) in acc.iter().enumerate() {
+        let mut lanes = [0.0f32; GROUP];
+        // SAFETY: `lanes` is 8 writable floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *a) };
+        out[(r + t) * width + first..][..take].copy_from_slice(&lanes[..take]);
+    }
 }
 
 /// [`super::rule::matmul_rows`] with AVX2, FMA and F16C: the same bits.
@@ -163,16 +111,20 @@ pub unsafe fn matmul_rows(
     out: &mut [f32],
 ) {
     let width = out.len() / n.max(1);
-    each_tile(n, o0, width, ROWS, |g, r, rows| {
-        let at = (g, r);
-        // SAFETY: by this function's contract, for the rows each call covers.
-        unsafe {
-            match rows {
-                1 => tile::<1>(weight, blocks, x, at, o0, width, out),
-                2 => tile::<2>(weight, blocks, x, at, o0, width, out),
-                3 => tile::<3>(weight, blocks, x, at, o0, width, out),
-                _ => tile::<ROWS>(weight, blocks, x, at, o0, width, out),
+    for g in o0 / GROUP..(o0 + width).div_ceil(GROUP) {
+        let mut r = 0;
+        while r < n {
+            let at = (g, r);
+            // SAFETY: by this function's contract, for the rows each call covers.
+            unsafe {
+                match n - r {
+                    1 => tile::<1>(weight, blocks, x, at, o0, width, out),
+                    2 => tile::<2>(weight, blocks, x, at, o0, width, out),
+                    3 => tile::<3>(weight, blocks, x, at, o0, width, out),
+                    _ => tile::<ROWS>(weight, blocks, x, at, o0, width, out),
+                }
             }
+            r += ROWS.min(n - r);
         }
-    });
+    }
 }

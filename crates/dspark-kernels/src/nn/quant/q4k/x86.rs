@@ -12,12 +12,28 @@ use std::arch::x86_64::*;
 
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUBS, SUPER, unpack};
 use crate::nn::quant::rule::GROUP;
-use crate::nn::quant::x86::{each_tile, prefetch_ahead, reduce8, store_tile};
+use crate::nn::quant::x86::prefetch_ahead;
 
 /// Activation rows per tile at most: a verification's 9 (K = 8) in one pass over the weights.
 /// A tile keeps one integer sum per row in a register beside the two nibble vectors and their
 /// two scale vectors, 13 of AVX2's 16.
 const ROWS: usize = 9;
+
+/// Lane `j` of the result: the sum of the 8 lanes of `v[j]` (exact integer adds).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn reduce8(v: &[__m256i; GROUP]) -> __m256i {
+    let h01 = _mm256_hadd_epi32(v[0], v[1]);
+    let h23 = _mm256_hadd_epi32(v[2], v[3]);
+    let h45 = _mm256_hadd_epi32(v[4], v[5]);
+    let h67 = _mm256_hadd_epi32(v[6], v[7]);
+    let lo = _mm256_hadd_epi32(h01, h23);
+    let hi = _mm256_hadd_epi32(h45, h67);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(lo, hi),
+        _mm256_permute2x128_si256::<0x31>(lo, hi),
+    )
+}
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
 ///
@@ -116,7 +132,14 @@ unsafe fn tile<const R: usize>(
             acc[t] = _mm256_fnmadd_ps(msum, _mm256_mul_ps(mw, xdb), acc[t]);
         }
     }
-    store_tile(&acc, (g, r), o0, width, out);
+    let first = g * GROUP - o0;
+    let take = GROUP.min(width - first);
+    for (t, a) in acc.iter().enumerate() {
+        let mut lanes = [0.0f32; GROUP];
+        // SAFETY: `lanes` is 8 writable floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *a) };
+        out[(r + t) * width + first..][..take].copy_from_slice(&lanes[..take]);
+    }
 }
 
 /// [`super::rule::matmul_rows`] with AVX2, FMA and F16C: the same bits.
@@ -135,21 +158,25 @@ pub unsafe fn matmul_rows(
     out: &mut [f32],
 ) {
     let width = out.len() / n.max(1);
-    each_tile(n, o0, width, ROWS, |g, r, rows| {
-        let at = (g, r);
-        // SAFETY: by this function's contract, for the rows each call covers.
-        unsafe {
-            match rows {
-                1 => tile::<1>(weight, blocks, x, at, o0, width, out),
-                2 => tile::<2>(weight, blocks, x, at, o0, width, out),
-                3 => tile::<3>(weight, blocks, x, at, o0, width, out),
-                4 => tile::<4>(weight, blocks, x, at, o0, width, out),
-                5 => tile::<5>(weight, blocks, x, at, o0, width, out),
-                6 => tile::<6>(weight, blocks, x, at, o0, width, out),
-                7 => tile::<7>(weight, blocks, x, at, o0, width, out),
-                8 => tile::<8>(weight, blocks, x, at, o0, width, out),
-                _ => tile::<ROWS>(weight, blocks, x, at, o0, width, out),
+    for g in o0 / GROUP..(o0 + width).div_ceil(GROUP) {
+        let mut r = 0;
+        while r < n {
+            let at = (g, r);
+            // SAFETY: by this function's contract, for the rows each call covers.
+            unsafe {
+                match n - r {
+                    1 => tile::<1>(weight, blocks, x, at, o0, width, out),
+                    2 => tile::<2>(weight, blocks, x, at, o0, width, out),
+                    3 => tile::<3>(weight, blocks, x, at, o0, width, out),
+                    4 => tile::<4>(weight, blocks, x, at, o0, width, out),
+                    5 => tile::<5>(weight, blocks, x, at, o0, width, out),
+                    6 => tile::<6>(weight, blocks, x, at, o0, width, out),
+                    7 => tile::<7>(weight, blocks, x, at, o0, width, out),
+                    8 => tile::<8>(weight, blocks, x, at, o0, width, out),
+                    _ => tile::<ROWS>(weight, blocks, x, at, o0, width, out),
+                }
             }
+            r += ROWS.min(n - r);
         }
-    });
+    }
 }
