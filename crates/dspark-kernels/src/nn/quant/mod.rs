@@ -1,12 +1,16 @@
 //! Quantized weights, as GGUF stores them, multiplied by f32 activations quantized per row and
 //! block:
 //! - [`QuantMatrix`]: Q8_0, blocks of 32 weights with one f16 scale (34 bytes, 1.0625 bytes a
-//!   weight); the rule every kernel follows is in `rule.rs`, the AVX2 body in `x86.rs`;
+//!   weight); the rule every kernel follows is in `rule.rs`;
 //! - [`q4k::Q4KMatrix`]: Q4_K, super-blocks of 256 weights in 8 sub-blocks of 32, 4-bit weights
 //!   with 6-bit scales and mins (144 bytes, 0.5625 bytes a weight).
 //!
-//! Both keep groups of 8 rows interleaved block by block, and each row's activations are
-//! quantized on their own, so a row's result does not depend on the other rows of the call.
+//! Both keep groups of 8 rows interleaved block by block, their bytes 4 at a time across the
+//! rows, and each row's activations are quantized on their own (`acts.rs`), so a row's result
+//! does not depend on the other rows of the call. Each format has four bodies with the same
+//! bits ([`QuantKernel`]): AVX-512 VNNI on two groups at once (`zmm.rs`), VNNI on one
+//! (`vnni.rs`, AVX-VNNI's and the odd group's), AVX2 (`x86.rs`) and the portable rule; their
+//! shared pieces are in `simd.rs`.
 //!
 //! A decode step on a CPU is bound by the bytes it reads: a Q8_0 weight reads about half a bf16
 //! one's, a Q4_K weight about a quarter. A product reads each weight block once for all its rows
@@ -17,10 +21,17 @@ use rayon::prelude::*;
 
 use crate::view::Floats;
 
+mod acts;
 pub mod q4k;
 pub mod rule;
 #[cfg(target_arch = "x86_64")]
+mod simd;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
+#[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod zmm;
 
 pub use rule::{BLOCK, GROUP, GroupQ8, QuantRows};
 
@@ -63,31 +74,67 @@ impl Quant {
     }
 }
 
-/// Which body runs a product (both give the same bits).
+/// Which body runs a product (all give the same bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuantKernel {
-    /// AVX2 + FMA + F16C.
+    /// AVX-512 VNNI (with F, VL and BW), FMA and F16C: one 512-bit `vpdpbusd` per 4 bytes
+    /// of two groups' 16 rows.
+    Avx512Vnni,
+    /// AVX-VNNI (the VEX form of the same instruction), AVX2, FMA and F16C.
+    AvxVnni,
+    /// AVX2 + FMA + F16C: `vpmaddubsw` and `vpmaddwd`.
     Avx2,
     /// Plain Rust.
     Portable,
 }
 
 impl QuantKernel {
-    /// Its name (`avx2`, `portable`).
+    /// Every body, fastest first.
+    pub const ALL: [Self; 4] = [Self::Avx512Vnni, Self::AvxVnni, Self::Avx2, Self::Portable];
+
+    /// Its name (`avx512vnni`, `avxvnni`, `avx2`, `portable`).
     pub fn name(self) -> &'static str {
         match self {
+            Self::Avx512Vnni => "avx512vnni",
+            Self::AvxVnni => "avxvnni",
             Self::Avx2 => "avx2",
             Self::Portable => "portable",
         }
     }
 
+    /// Whether this CPU runs it.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = crate::cpu::has_avx2() && has!("f16c");
+            match self {
+                Self::Avx512Vnni => {
+                    avx2 && has!("avx512f")
+                        && has!("avx512vl")
+                        && has!("avx512bw")
+                        && has!("avx512vnni")
+                }
+                Self::AvxVnni => avx2 && has!("avxvnni"),
+                Self::Avx2 => avx2,
+                Self::Portable => true,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Self::Portable
+        }
+    }
+
     /// The fastest body this CPU runs.
     pub fn best() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if crate::cpu::has_avx2() && std::arch::is_x86_feature_detected!("f16c") {
-            return Self::Avx2;
-        }
-        Self::Portable
+        static BEST: std::sync::OnceLock<QuantKernel> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            Self::ALL
+                .into_iter()
+                .find(|k| k.available())
+                .unwrap_or(Self::Portable)
+        })
     }
 }
 
@@ -167,9 +214,7 @@ impl QuantMatrix {
             }
             let block = &mut data[(o / GROUP) * blocks + b];
             block.d[o % GROUP] = d;
-            for (q, &v) in block.qs[o % GROUP].iter_mut().zip(&raw[2..]) {
-                *q = v as i8;
-            }
+            block.set_row(o % GROUP, &std::array::from_fn(|i| raw[2 + i] as i8));
         }
         Some(Self {
             rows,
@@ -205,7 +250,7 @@ impl QuantMatrix {
             {
                 let d = block.d[j].to_f32();
                 let take = BLOCK.min(self.cols - b * BLOCK);
-                out.extend(block.qs[j][..take].iter().map(|&q| d * f32::from(q)));
+                out.extend(block.row(j)[..take].iter().map(|&q| d * f32::from(q)));
             }
         }
         out
@@ -256,15 +301,18 @@ impl Blocks for QuantMatrix {
     }
 
     fn run(&self, kernel: QuantKernel, q: &QuantRows, n: usize, o0: usize, out: &mut [f32]) {
+        let (w, b) = (&self.data, self.blocks);
+        // SAFETY (each x86 body): `group_with` runs only a kernel whose extensions were
+        // detected; `o0` is a multiple of 8 (a task's first row), the weight holds every group
+        // of `rows` and `q` `n` rows of `blocks` blocks (same `cols`).
         match kernel {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: AVX2, FMA and F16C were detected (`QuantKernel::best`); `o0` is a multiple
-            // of 8 (a task's first row), the weight holds every group of `rows` and `q` `n` rows
-            // of `blocks` blocks (same `cols`).
-            QuantKernel::Avx2 => unsafe {
-                x86::matmul_rows(&self.data, self.blocks, q, n, o0, out)
-            },
-            _ => rule::matmul_rows(&self.data, self.blocks, q, n, o0, out),
+            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(w, b, q, n, o0, out) },
+            #[cfg(target_arch = "x86_64")]
+            QuantKernel::AvxVnni => unsafe { vnni::matmul_rows_avxvnni(w, b, q, n, o0, out) },
+            #[cfg(target_arch = "x86_64")]
+            QuantKernel::Avx2 => unsafe { x86::matmul_rows(w, b, q, n, o0, out) },
+            _ => rule::matmul_rows(w, b, q, n, o0, out),
         }
     }
 }
@@ -306,9 +354,10 @@ pub(crate) fn group_with<M: Blocks>(
     if n.checked_mul(cols) != Some(x.len()) || !parts.iter().all(fits) {
         return None;
     }
-    let kernel = match kernel {
-        QuantKernel::Avx2 if QuantKernel::best() == QuantKernel::Avx2 => QuantKernel::Avx2,
-        _ => QuantKernel::Portable,
+    let kernel = if kernel.available() {
+        kernel
+    } else {
+        QuantKernel::Portable
     };
     let q = M::acts(x, n, cols);
     let rows_of = |p: usize| parts[p].0.shape().0;

@@ -16,8 +16,11 @@
 //!
 //! **Layout.** Rows are stored in groups of [`GROUP`] (the last one zero-padded): for each group
 //! and block, the group's 8 scales side by side, then its 8 rows' 32 bytes ([`GroupQ8`], 272
-//! bytes: 34 per row-block, as in GGUF). A kernel reads one group-block per step and widens its
-//! 8 scales in one instruction; its 8 sums land in one vector, one lane per output.
+//! bytes: 34 per row-block, as in GGUF), interleaved 4 bytes at a time ([`quad_at`]): bytes
+//! `4k .. 4k + 4` of the 8 rows make one 32-byte word. A kernel reads one group-block per step
+//! and widens its 8 scales in one instruction; each word against 4 activation bytes (broadcast)
+//! adds one partial dot product per row, lane `j` row `j`'s, so its 8 sums land in one vector
+//! with no horizontal adds.
 
 use half::f16;
 
@@ -27,22 +30,44 @@ pub const BLOCK: usize = 32;
 /// Output rows per group.
 pub const GROUP: usize = 8;
 
+/// Where byte `i` of row `j` of a group sits among the group's interleaved bytes: the rows'
+/// bytes `4k .. 4k + 4` side by side, row after row, for `k = 0, 1, …` (Q8_0's 32 bytes a row
+/// and Q4_K's 128 nibble bytes and 12 scale bytes alike).
+#[inline]
+pub const fn quad_at(j: usize, i: usize) -> usize {
+    (i / 4) * (4 * GROUP) + j * 4 + i % 4
+}
+
 /// One block of a group of [`GROUP`] rows: their scales (`max|x| / 127` in f16), then their
-/// bytes (`round(x_i / d)`).
+/// bytes (`round(x_i / d)`), interleaved ([`quad_at`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[repr(C)]
 pub struct GroupQ8 {
     /// Row `j`'s scale.
     pub d: [f16; GROUP],
-    /// Row `j`'s 32 bytes.
-    pub qs: [[i8; BLOCK]; GROUP],
+    /// The rows' bytes: byte `i` of row `j` at [`quad_at`]`(j, i)`.
+    pub qs: [i8; GROUP * BLOCK],
 }
 
 impl Default for GroupQ8 {
     fn default() -> Self {
         Self {
             d: [f16::ZERO; GROUP],
-            qs: [[0; BLOCK]; GROUP],
+            qs: [0; GROUP * BLOCK],
+        }
+    }
+}
+
+impl GroupQ8 {
+    /// Row `j`'s 32 bytes, in order.
+    pub fn row(&self, j: usize) -> [i8; BLOCK] {
+        std::array::from_fn(|i| self.qs[quad_at(j, i)])
+    }
+
+    /// Set row `j`'s 32 bytes.
+    pub fn set_row(&mut self, j: usize, q: &[i8; BLOCK]) {
+        for (i, &v) in q.iter().enumerate() {
+            self.qs[quad_at(j, i)] = v;
         }
     }
 }
@@ -54,10 +79,22 @@ pub fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
     let d = amax / 127.0;
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
     for (i, slot) in q.iter_mut().enumerate() {
-        let v = x.get(i).copied().unwrap_or(0.0) * id;
-        *slot = v.round().clamp(-127.0, 127.0) as i8;
+        *slot = level(x.get(i).copied().unwrap_or(0.0) * id);
     }
     d
+}
+
+/// `v` rounded half away from zero (as [`f32::round`]) and clamped to `[-127, 127]`; NaN gives
+/// 0. Without libm (`roundf` is a call where SSE4.1 is not assumed): the truncation and the
+/// fraction `v − trunc(v)` are exact, and the fraction decides. `acts.rs`'s AVX2 body does the
+/// same per lane.
+#[inline]
+pub fn level(v: f32) -> i8 {
+    let v = v.clamp(-128.0, 128.0);
+    let t = v as i32;
+    let f = v - t as f32;
+    let r = t + i32::from(f >= 0.5) - i32::from(f <= -0.5);
+    r.clamp(-127, 127) as i8
 }
 
 /// Block `b` of `row`: its values `32b .. 32b + 32` (fewer, or none, past the row's end).
@@ -68,13 +105,16 @@ fn block_of(row: &[f32], b: usize) -> &[f32] {
 /// Weight row `row` into slot `j` of its group's blocks (`out`: the group's blocks; the last
 /// block zero-padded).
 pub fn quantize_weight_row(row: &[f32], j: usize, out: &mut [GroupQ8]) {
+    let mut q = [0i8; BLOCK];
     for (b, block) in out.iter_mut().enumerate() {
-        let d = quantize_block(block_of(row, b), &mut block.qs[j]);
+        let d = quantize_block(block_of(row, b), &mut q);
+        block.set_row(j, &q);
         block.d[j] = f16::from_f32(d);
     }
 }
 
-/// Activations quantized per row and block: `blocks` scales and `blocks · 32` bytes per row.
+/// Activations quantized per row and block: `blocks` scales, `blocks · 32` bytes and `blocks`
+/// byte sums per row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuantRows {
     /// Blocks per row.
@@ -83,6 +123,9 @@ pub struct QuantRows {
     pub d: Vec<f32>,
     /// `[n, blocks · 32]` bytes.
     pub qs: Vec<i8>,
+    /// `[n, blocks]` sums of each block's bytes (a kernel that offsets the weights by 128 to
+    /// multiply unsigned by signed bytes takes `128 · sum` back out).
+    pub sums: Vec<i32>,
 }
 
 impl QuantRows {
@@ -91,20 +134,26 @@ impl QuantRows {
         let blocks = cols.div_ceil(BLOCK);
         let mut d = vec![0.0f32; n * blocks];
         let mut qs = vec![0i8; n * blocks * BLOCK];
-        let (qblocks, _) = qs.as_chunks_mut::<BLOCK>();
-        for (i, (q, scale)) in qblocks.iter_mut().zip(d.iter_mut()).enumerate() {
-            let (r, b) = (i / blocks, i % blocks);
-            *scale = quantize_block(block_of(&x[r * cols..(r + 1) * cols], b), q);
+        super::acts::quantize_rows(x, n, cols, BLOCK, &mut d, &mut qs);
+        let sums = qs
+            .chunks_exact(BLOCK)
+            .map(|q| q.iter().map(|&v| i32::from(v)).sum())
+            .collect();
+        Self {
+            blocks,
+            d,
+            qs,
+            sums,
         }
-        Self { blocks, d, qs }
     }
 
-    /// Row `r`'s scales and bytes.
-    pub fn row(&self, r: usize) -> (&[f32], &[i8]) {
+    /// Row `r`'s scales, bytes and block sums.
+    pub fn row(&self, r: usize) -> (&[f32], &[i8], &[i32]) {
         let b = self.blocks;
         (
             &self.d[r * b..(r + 1) * b],
             &self.qs[r * b * BLOCK..(r + 1) * b * BLOCK],
+            &self.sums[r * b..(r + 1) * b],
         )
     }
 }
@@ -115,7 +164,8 @@ pub fn dot_row(w: &[GroupQ8], j: usize, xd: &[f32], xq: &[i8]) -> f32 {
     let mut acc = 0.0f32;
     for (b, block) in w.iter().enumerate() {
         let x = &xq[b * BLOCK..(b + 1) * BLOCK];
-        let isum: i32 = block.qs[j]
+        let isum: i32 = block
+            .row(j)
             .iter()
             .zip(x)
             .map(|(&a, &c)| i32::from(a) * i32::from(c))
@@ -139,7 +189,7 @@ pub fn matmul_rows(
 ) {
     let width = out.len() / n.max(1);
     for r in 0..n {
-        let (xd, xq) = x.row(r);
+        let (xd, xq, _) = x.row(r);
         for j in 0..width {
             let o = o0 + j;
             let g = o / GROUP;

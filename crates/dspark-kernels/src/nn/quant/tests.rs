@@ -43,30 +43,82 @@ fn blocks_round_each_weight_to_half_a_step() {
     assert_eq!(qb, qw);
 }
 
+/// The kernels this CPU runs, the portable one last.
+fn kernels() -> Vec<QuantKernel> {
+    QuantKernel::ALL
+        .into_iter()
+        .filter(|k| k.available())
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 #[test]
-fn the_x86_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
+fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
     for (rows, cols) in [(16, 64), (37, 96), (5, 40), (64, 1024)] {
         let (_, q) = quantized(rows, cols, 11);
         let bias = values(rows, 5);
-        for n in [1, 3, 4, 5, 9, 13] {
+        for n in [1, 3, 4, 5, 8, 9, 13, 19] {
             let x = values(n * cols, 100 + n as u32);
             let portable = q
                 .matmul_with(QuantKernel::Portable, &x, n, Some(&bias))
                 .unwrap();
-            let best = q.matmul(&x, n, Some(&bias)).unwrap();
-            assert_eq!(
-                best.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{rows}x{cols}, {n} rows"
-            );
-            // Each row alone: the same bits (activations are quantized per row).
-            for r in 0..n {
-                let one = q
-                    .matmul(&x[r * cols..(r + 1) * cols], 1, Some(&bias))
-                    .unwrap();
-                let got = &best[r * rows..(r + 1) * rows];
-                assert!(one.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()));
+            for kernel in kernels() {
+                let got = q.matmul_with(kernel, &x, n, Some(&bias)).unwrap();
+                let at = format!("{}: {rows}x{cols}, {n} rows", kernel.name());
+                assert_eq!(bits(&got), bits(&portable), "{at}");
+                // Each row alone: the same bits (activations are quantized per row).
+                for r in 0..n {
+                    let one = q
+                        .matmul_with(kernel, &x[r * cols..(r + 1) * cols], 1, Some(&bias))
+                        .unwrap();
+                    assert_eq!(bits(&one), bits(&got[r * rows..(r + 1) * rows]), "{at}");
+                }
             }
+        }
+    }
+}
+
+#[test]
+fn extreme_bytes_stay_exact_in_every_body() {
+    // A GGUF file may hold -128 (llama.cpp's quantizer writes -127 ..= 127): weights at -128
+    // and 127 against activations at ±127, the largest sums the kernels hold.
+    let (rows, cols) = (9, 128);
+    let mut bytes = Vec::new();
+    for o in 0..rows {
+        for b in 0..cols / BLOCK {
+            bytes.extend(half::f16::from_f32(0.5 + o as f32).to_le_bytes());
+            bytes.extend((0..BLOCK).map(|i| if (i + b + o) % 3 == 0 { 0x80u8 } else { 0x7f }));
+        }
+    }
+    let m = QuantMatrix::from_gguf(&bytes, rows, cols).unwrap();
+    for sign in [1.0f32, -1.0] {
+        let n = 9;
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| sign * (1.0 + (i % 5) as f32 * 1e-3))
+            .collect();
+        let portable = m.matmul_with(QuantKernel::Portable, &x, n, None).unwrap();
+        let q = QuantRows::new(&x, n, cols);
+        for r in 0..n {
+            let (xd, xq, _) = q.row(r);
+            for o in 0..rows {
+                let block = &m.data[(o / GROUP) * m.blocks..];
+                let mut acc = 0.0f32;
+                for b in 0..m.blocks {
+                    let w = block[b].row(o % GROUP);
+                    let s: i32 = (0..BLOCK)
+                        .map(|i| i32::from(w[i]) * i32::from(xq[b * BLOCK + i]))
+                        .sum();
+                    acc = (s as f32).mul_add(block[b].d[o % GROUP].to_f32() * xd[b], acc);
+                }
+                assert_eq!(portable[r * rows + o].to_bits(), acc.to_bits());
+            }
+        }
+        for kernel in kernels() {
+            let got = m.matmul_with(kernel, &x, n, None).unwrap();
+            assert_eq!(bits(&got), bits(&portable), "{}", kernel.name());
         }
     }
 }
@@ -177,7 +229,7 @@ fn the_blocks_are_gguf_s_q8_0_both_ways() {
         for b in 0..ours.blocks {
             let block = &ours.data[(o / GROUP) * ours.blocks + b];
             bytes.extend(block.d[o % GROUP].to_le_bytes());
-            bytes.extend(block.qs[o % GROUP].map(|q| q as u8));
+            bytes.extend(block.row(o % GROUP).map(|q| q as u8));
         }
     }
     let storage =
@@ -202,4 +254,67 @@ fn the_blocks_are_gguf_s_q8_0_both_ways() {
     assert_eq!(theirs.data().unwrap().as_ref(), &bytes[..]);
     assert!(QuantMatrix::from_gguf(&bytes[1..], rows, cols).is_none());
     assert!(QuantMatrix::from_gguf(&bytes, rows, cols - 1).is_none());
+}
+
+#[test]
+fn activation_blocks_are_the_rule_s_bits_on_every_path() {
+    // Random rows, rows of exact ties (k + 0.5 after scaling), NaN, infinities, subnormals and
+    // zeros: the AVX2 body (whole blocks) and the rule (partial blocks, and everywhere without
+    // AVX2) give the same scales and bytes.
+    let cols = 32 * 9 + 7;
+    let mut x = values(6 * cols, 17);
+    for (i, v) in x[cols..2 * cols].iter_mut().enumerate() {
+        // max 127 · 0.5: every value a multiple of 0.5 after scaling, ties included.
+        *v = ((i % 255) as f32 - 127.0) * 0.5;
+    }
+    x[2 * cols + 3] = f32::NAN;
+    x[2 * cols + 40] = f32::INFINITY;
+    x[2 * cols + 80] = f32::NEG_INFINITY;
+    for v in &mut x[3 * cols..3 * cols + 64] {
+        *v *= 1e-40;
+    }
+    x[4 * cols..5 * cols].fill(0.0);
+    for block in [BLOCK, 256] {
+        let n = 6;
+        let blocks = cols.div_ceil(block);
+        let mut d = vec![0.0f32; n * blocks];
+        let mut qs = vec![0i8; n * blocks * block];
+        acts::quantize_rows(&x, n, cols, block, &mut d, &mut qs);
+        for r in 0..n {
+            let row = &x[r * cols..(r + 1) * cols];
+            for b in 0..blocks {
+                let mut want = vec![0i8; block];
+                let values = &row[(b * block).min(cols)..((b + 1) * block).min(cols)];
+                let scale = rule::quantize_block(values, &mut want);
+                let i = r * blocks + b;
+                assert_eq!(
+                    d[i].to_bits(),
+                    scale.to_bits(),
+                    "row {r} block {b} of {block}"
+                );
+                assert_eq!(
+                    &qs[i * block..(i + 1) * block],
+                    &want[..],
+                    "row {r} block {b}"
+                );
+            }
+        }
+    }
+    // The rule's rounding: half away from zero, clamped, NaN to 0.
+    let cases = [
+        (0.5, 1),
+        (-0.5, -1),
+        (1.5, 2),
+        (2.5, 3),
+        (-2.5, -3),
+        (0.49999997, 0),
+        (126.6, 127),
+        (127.5, 127),
+        (-1e9, -127),
+        (f32::NAN, 0),
+        (f32::INFINITY, 127),
+    ];
+    for (v, want) in cases {
+        assert_eq!(rule::level(v), want, "{v}");
+    }
 }

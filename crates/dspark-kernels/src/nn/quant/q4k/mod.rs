@@ -1,8 +1,8 @@
 //! 4-bit weights: [`Q4KMatrix`] keeps `W: [out, in]` as GGUF's Q4_K super-blocks (256 weights
 //! in 144 bytes: 4.5 bits a weight), groups of 8 rows interleaved super-block by super-block,
 //! and multiplies f32 activations by it, the activations quantized per row and 256-value block.
-//! The format and the arithmetic every kernel follows are in `rule.rs`; the AVX2 body in
-//! `x86.rs`.
+//! The format and the arithmetic every kernel follows are in `rule.rs`; the bodies in
+//! `zmm.rs` (AVX-512 VNNI), `vnni.rs` (VNNI on 256-bit vectors) and `x86.rs` (AVX2).
 
 use super::rule::GROUP;
 use super::{Blocks, QuantKernel, group_with, widen};
@@ -10,9 +10,13 @@ use crate::view::Floats;
 
 pub mod rule;
 #[cfg(target_arch = "x86_64")]
+mod vnni;
+#[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod zmm;
 
-pub use rule::{BLOCK_BYTES, GroupQ4K, Q8KRows, SUB, SUPER};
+pub use rule::{BLOCK_BYTES, GroupQ4K, Q8KRows, SCALE_BYTES, SUB, SUPER};
 
 /// `W: [rows, cols]` as Q4_K super-blocks in groups of 8 rows (see `rule.rs`).
 #[derive(Debug, Clone, PartialEq)]
@@ -50,7 +54,8 @@ impl Q4KMatrix {
                 let (d, dmin, scales, qs) = rule::quantize_super(x)?;
                 let block = m.block_mut(o, b);
                 let j = o % GROUP;
-                (block.d[j], block.dmin[j], block.scales[j], block.qs[j]) = (d, dmin, scales, qs);
+                (block.d[j], block.dmin[j]) = (d, dmin);
+                block.set_row(j, &scales, &qs);
             }
         }
         Some(m)
@@ -77,8 +82,9 @@ impl Q4KMatrix {
             let block = m.block_mut(o, b);
             let j = o % GROUP;
             (block.d[j], block.dmin[j]) = (d, dmin);
-            block.scales[j].copy_from_slice(&raw[4..16]);
-            block.qs[j].copy_from_slice(&raw[16..]);
+            let scales: &[u8; SCALE_BYTES] = raw[4..16].try_into().ok()?;
+            let qs: &[u8; SUPER / 2] = raw[16..].try_into().ok()?;
+            block.set_row(j, scales, qs);
         }
         Some(m)
     }
@@ -161,15 +167,18 @@ impl Blocks for Q4KMatrix {
     }
 
     fn run(&self, kernel: QuantKernel, q: &Q8KRows, n: usize, o0: usize, out: &mut [f32]) {
+        let (w, b) = (&self.data, self.blocks);
+        // SAFETY (each x86 body): `group_with` runs only a kernel whose extensions were
+        // detected; `o0` is a multiple of 8 (a task's first row), the weight holds every group
+        // of `rows` and `q` `n` rows of `blocks` blocks (same `cols`).
         match kernel {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: AVX2, FMA and F16C were detected (`group_with` keeps the portable kernel
-            // otherwise); `o0` is a multiple of 8 (a task's first row), the weight holds every
-            // group of `rows` and `q` `n` rows of `blocks` blocks (same `cols`).
-            QuantKernel::Avx2 => unsafe {
-                x86::matmul_rows(&self.data, self.blocks, q, n, o0, out)
-            },
-            _ => rule::matmul_rows(&self.data, self.blocks, q, n, o0, out),
+            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(w, b, q, n, o0, out) },
+            #[cfg(target_arch = "x86_64")]
+            QuantKernel::AvxVnni => unsafe { vnni::matmul_rows_avxvnni(w, b, q, n, o0, out) },
+            #[cfg(target_arch = "x86_64")]
+            QuantKernel::Avx2 => unsafe { x86::matmul_rows(w, b, q, n, o0, out) },
+            _ => rule::matmul_rows(w, b, q, n, o0, out),
         }
     }
 }

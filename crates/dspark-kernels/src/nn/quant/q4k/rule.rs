@@ -21,11 +21,14 @@
 //!
 //! **Layout.** Rows are stored in groups of [`GROUP`] (the last one zero-padded; a row's last
 //! super-block too): for each group and super-block, the 8 rows' `d`, their `dmin`, their scale
-//! bytes, then their nibbles ([`GroupQ4K`], 8 × 144 bytes).
+//! bytes, then their nibbles ([`GroupQ4K`], 8 × 144 bytes). Scale bytes and nibble bytes are
+//! interleaved 4 at a time across the rows ([`quad_at`]), so one 32-byte load holds the same
+//! 4 bytes of every row: the kernels unpack the 8 rows' scales together, and each nibble word
+//! against 4 activation bytes adds one partial sum per row, lane `j` row `j`'s.
 
 use half::f16;
 
-use super::super::rule::{GROUP, quantize_block};
+use super::super::rule::{GROUP, quad_at};
 
 /// Weights per super-block.
 pub const SUPER: usize = 256;
@@ -39,7 +42,11 @@ pub const SUBS: usize = SUPER / SUB;
 /// Bytes of one row's super-block in a GGUF file (`block_q4_K`).
 pub const BLOCK_BYTES: usize = 144;
 
-/// One super-block of a group of [`GROUP`] rows, in GGUF's fields.
+/// Bytes of a row's packed scales and mins.
+pub const SCALE_BYTES: usize = 12;
+
+/// One super-block of a group of [`GROUP`] rows, in GGUF's fields (bytes interleaved across the
+/// rows, [`quad_at`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[repr(C)]
 pub struct GroupQ4K {
@@ -47,10 +54,11 @@ pub struct GroupQ4K {
     pub d: [f16; GROUP],
     /// Row `j`'s scale of its sub-block mins.
     pub dmin: [f16; GROUP],
-    /// Row `j`'s 8 scales and 8 mins, 6 bits each ([`pack`]).
-    pub scales: [[u8; 12]; GROUP],
-    /// Row `j`'s 256 nibbles.
-    pub qs: [[u8; SUPER / 2]; GROUP],
+    /// The rows' 8 scales and 8 mins, 6 bits each ([`pack`]): byte `i` of row `j` at
+    /// [`quad_at`]`(j, i)`.
+    pub scales: [u8; GROUP * SCALE_BYTES],
+    /// The rows' 128 nibble bytes: byte `i` of row `j` at [`quad_at`]`(j, i)`.
+    pub qs: [u8; GROUP * SUPER / 2],
 }
 
 impl Default for GroupQ4K {
@@ -58,8 +66,30 @@ impl Default for GroupQ4K {
         Self {
             d: [f16::ZERO; GROUP],
             dmin: [f16::ZERO; GROUP],
-            scales: [[0; 12]; GROUP],
-            qs: [[0; SUPER / 2]; GROUP],
+            scales: [0; GROUP * SCALE_BYTES],
+            qs: [0; GROUP * SUPER / 2],
+        }
+    }
+}
+
+impl GroupQ4K {
+    /// Row `j`'s packed scales and mins, in GGUF's order.
+    pub fn scales_of(&self, j: usize) -> [u8; SCALE_BYTES] {
+        std::array::from_fn(|i| self.scales[quad_at(j, i)])
+    }
+
+    /// Row `j`'s 128 nibble bytes, in GGUF's order.
+    pub fn nibbles_of(&self, j: usize) -> [u8; SUPER / 2] {
+        std::array::from_fn(|i| self.qs[quad_at(j, i)])
+    }
+
+    /// Set row `j`'s packed scales and nibble bytes (GGUF's order).
+    pub fn set_row(&mut self, j: usize, scales: &[u8; SCALE_BYTES], qs: &[u8; SUPER / 2]) {
+        for (i, &v) in scales.iter().enumerate() {
+            self.scales[quad_at(j, i)] = v;
+        }
+        for (i, &v) in qs.iter().enumerate() {
+            self.qs[quad_at(j, i)] = v;
         }
     }
 }
@@ -209,11 +239,12 @@ pub fn quantize_super(x: &[f32]) -> Option<(f16, f16, [u8; 12], [u8; SUPER / 2])
 /// Row `j` of a group super-block as `f32` weights (`(d · sc) · q − dmin · m`), into `out` (its
 /// first `out.len()` weights).
 pub fn dequantize_row(block: &GroupQ4K, j: usize, out: &mut [f32]) {
-    let (sc, m) = unpack(&block.scales[j]);
+    let (sc, m) = unpack(&block.scales_of(j));
     let (d, dmin) = (block.d[j].to_f32(), block.dmin[j].to_f32());
+    let qs = block.nibbles_of(j);
     for (i, w) in out.iter_mut().enumerate() {
         let s = i / SUB;
-        let q = f32::from(nibble(&block.qs[j], i));
+        let q = f32::from(nibble(&qs, i));
         *w = d * f32::from(sc[s]) * q - dmin * f32::from(m[s]);
     }
 }
@@ -237,11 +268,7 @@ impl Q8KRows {
         let blocks = cols.div_ceil(SUPER);
         let mut d = vec![0.0f32; n * blocks];
         let mut qs = vec![0i8; n * blocks * SUPER];
-        for (i, (q, scale)) in qs.chunks_exact_mut(SUPER).zip(d.iter_mut()).enumerate() {
-            let (r, b) = (i / blocks, i % blocks);
-            let row = &x[r * cols..(r + 1) * cols];
-            *scale = quantize_block(&row[(b * SUPER).min(cols)..((b + 1) * SUPER).min(cols)], q);
-        }
+        crate::nn::quant::acts::quantize_rows(x, n, cols, SUPER, &mut d, &mut qs);
         let bsums = qs
             .chunks_exact(SUB)
             .map(|c| c.iter().map(|&v| i16::from(v)).sum())
@@ -269,12 +296,13 @@ impl Q8KRows {
 pub fn dot_row(w: &[GroupQ4K], j: usize, (xd, xq, xs): (&[f32], &[i8], &[i16])) -> f32 {
     let mut acc = 0.0f32;
     for (b, block) in w.iter().enumerate() {
-        let (sc, m) = unpack(&block.scales[j]);
+        let (sc, m) = unpack(&block.scales_of(j));
+        let qs = block.nibbles_of(j);
         let x = &xq[b * SUPER..(b + 1) * SUPER];
         let mut isum = 0i32;
         for s in 0..SUBS {
             let part: i32 = (0..SUB)
-                .map(|k| i32::from(nibble(&block.qs[j], s * SUB + k)) * i32::from(x[s * SUB + k]))
+                .map(|k| i32::from(nibble(&qs, s * SUB + k)) * i32::from(x[s * SUB + k]))
                 .sum();
             isum += i32::from(sc[s]) * part;
         }

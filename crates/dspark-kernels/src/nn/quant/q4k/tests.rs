@@ -27,8 +27,8 @@ fn gguf_bytes(m: &Q4KMatrix) -> Vec<u8> {
             let (block, j) = (&m.data[(o / GROUP) * m.blocks + b], o % GROUP);
             out.extend(block.d[j].to_le_bytes());
             out.extend(block.dmin[j].to_le_bytes());
-            out.extend(block.scales[j]);
-            out.extend(block.qs[j]);
+            out.extend(block.scales_of(j));
+            out.extend(block.nibbles_of(j));
         }
     }
     out
@@ -128,8 +128,7 @@ fn nibbles_are_the_levels_of_their_sub_blocks() {
     }
     let mut block = GroupQ4K::default();
     block.d[0] = half::f16::from_f32(0.5);
-    block.scales[0] = pack(&sc, &[0; SUBS]);
-    block.qs[0] = qs;
+    block.set_row(0, &pack(&sc, &[0; SUBS]), &qs);
     let mut out = [0.0f32; SUPER];
     rule::dequantize_row(&block, 0, &mut out);
     assert!(
@@ -139,24 +138,86 @@ fn nibbles_are_the_levels_of_their_sub_blocks() {
     );
 }
 
+/// The kernels this CPU runs, the portable one last.
+fn kernels() -> Vec<QuantKernel> {
+    QuantKernel::ALL
+        .into_iter()
+        .filter(|k| k.available())
+        .collect()
+}
+
 #[test]
-fn the_x86_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
+fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
     for (rows, cols) in [(16, 256), (37, 512), (5, 40), (64, 1024), (9, 300)] {
         let (_, q) = quantized(rows, cols, 11);
         let bias = values(rows, 5);
-        for n in [1, 2, 3, 4, 5, 9, 13] {
+        for n in [1, 2, 3, 4, 5, 8, 9, 13, 17] {
             let x = values(n * cols, 100 + n as u32);
             let portable = q
                 .matmul_with(QuantKernel::Portable, &x, n, Some(&bias))
                 .unwrap();
-            let best = q.matmul(&x, n, Some(&bias)).unwrap();
-            assert_eq!(bits(&best), bits(&portable), "{rows}x{cols}, {n} rows");
-            for r in 0..n {
-                let one = q
-                    .matmul(&x[r * cols..(r + 1) * cols], 1, Some(&bias))
-                    .unwrap();
-                assert_eq!(bits(&one), bits(&best[r * rows..(r + 1) * rows]));
+            for kernel in kernels() {
+                let got = q.matmul_with(kernel, &x, n, Some(&bias)).unwrap();
+                let at = format!("{}: {rows}x{cols}, {n} rows", kernel.name());
+                assert_eq!(bits(&got), bits(&portable), "{at}");
+                for r in 0..n {
+                    let one = q
+                        .matmul_with(kernel, &x[r * cols..(r + 1) * cols], 1, Some(&bias))
+                        .unwrap();
+                    assert_eq!(bits(&one), bits(&got[r * rows..(r + 1) * rows]), "{at}");
+                }
             }
+        }
+    }
+}
+
+#[test]
+fn extreme_levels_scales_and_activations_stay_exact_in_every_body() {
+    // Every level 15, every scale and min 63, and activations at ±127: the largest integer
+    // sums the kernels hold (a sub-block's 16-bit partial sums included).
+    let (rows, cols) = (11, 512);
+    let mut m = Q4KMatrix::zeros(rows, cols);
+    let packed = pack(&[63; SUBS], &[63; SUBS]);
+    for o in 0..rows {
+        for b in 0..m.blocks {
+            let block = m.block_mut(o, b);
+            let j = o % GROUP;
+            block.d[j] = half::f16::from_f32(0.25 + o as f32);
+            block.dmin[j] = half::f16::from_f32(0.5);
+            block.set_row(j, &packed, &[0xff; SUPER / 2]);
+        }
+    }
+    for sign in [1.0f32, -1.0] {
+        let n = 9;
+        // Alternating ±1 within a block would cancel; a constant sign makes the sums extreme.
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| sign * (1.0 + (i % 7) as f32 * 1e-3))
+            .collect();
+        let q = Q8KRows::new(&x, n, cols);
+        assert!(q.qs.iter().all(|&v| v.unsigned_abs() >= 126));
+        let portable = m.matmul_with(QuantKernel::Portable, &x, n, None).unwrap();
+        let exact = |r: usize, o: usize| {
+            let (xd, xq, _) = q.row(r);
+            let d = m.data[(o / GROUP) * m.blocks].d[o % GROUP].to_f32();
+            let mut acc = 0.0f32;
+            for b in 0..m.blocks {
+                let s: i32 = xq[b * SUPER..(b + 1) * SUPER]
+                    .iter()
+                    .map(|&v| i32::from(v))
+                    .sum();
+                acc = ((63 * 15 * s) as f32).mul_add(d * xd[b], acc);
+                acc = (-((63 * s) as f32)).mul_add(0.5 * xd[b], acc);
+            }
+            acc
+        };
+        for r in 0..n {
+            for o in 0..rows {
+                assert_eq!(portable[r * rows + o].to_bits(), exact(r, o).to_bits());
+            }
+        }
+        for kernel in kernels() {
+            let got = m.matmul_with(kernel, &x, n, None).unwrap();
+            assert_eq!(bits(&got), bits(&portable), "{}", kernel.name());
         }
     }
 }

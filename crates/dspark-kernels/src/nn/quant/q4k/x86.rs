@@ -1,38 +1,121 @@
 //! The AVX2 body of the Q4_K product: the rule of `rule.rs` over one group of 8 outputs at a
-//! time. Per group super-block, the 8 rows' scales and mins are unpacked once for every
-//! activation row. For each weight row, its 128 bytes of nibbles are split once into 8
-//! sub-blocks of 32 levels; each activation row then gives `vpmaddubsw(levels, x)` (exact: at
-//! most 2 · 15 · 128 in size) and `vpmaddwd` with the sub-block's scale, summed over the
-//! sub-blocks. The 8 rows' sums (and their `m · bsum` sums) are reduced into one vector, one
-//! lane per output (exact integer adds), widened and added with two fused multiply-adds. A tile
-//! covers up to [`ROWS`] activation rows, so a group super-block is read from memory once for
-//! all of them.
+//! time, and the scale unpacking the VNNI body shares.
+//!
+//! Per group super-block, the 8 rows' packed scales (3 interleaved words) are unpacked together
+//! ([`unpack8`]); its nibbles are 32 words, word `8c + k` holding bytes `32c + 4k ..` of every
+//! row, whose low nibbles are sub-block `2c`'s levels and high nibbles sub-block `2c + 1`'s. Per
+//! word and activation row, `vpmaddubsw(levels, x)` (4 bytes of `x` broadcast) adds two products
+//! per i16 to lane `j` (row `j`); a sub-block's 8 words stay within an i16 (`8 · 2 · 15 · 127`),
+//! and `vpmaddwd` with the rows' sub-block scales widens and scales them at once. The mins'
+//! sums are 4 `vpmaddwd` of the rows' (min, min) pairs against the row's (bsum, bsum) pairs.
+//! Lane `j` ends as row `j`'s exact `isum` and `msum`, which two fused multiply-adds scale as
+//! the rule says. A tile covers up to 3 activation rows (AVX2's 16 registers hold their 9 sums).
 
 use std::arch::x86_64::*;
 
-use super::rule::{GroupQ4K, Q8KRows, SUB, SUBS, SUPER, unpack};
-use crate::nn::quant::rule::GROUP;
-use crate::nn::quant::x86::prefetch_ahead;
+use super::rule::{GroupQ4K, Q8KRows, SUB, SUPER};
+use crate::nn::quant::simd::{Operands, broadcast4, groups, prefetch_ahead, store, tiles};
 
-/// Activation rows per tile at most: a verification's 9 (K = 8) in one pass over the weights.
-/// A tile keeps one integer sum per row in a register beside the two nibble vectors and their
-/// two scale vectors, 13 of AVX2's 16.
-const ROWS: usize = 9;
+/// A `vpshufb` control that gives every 32-bit lane the bytes `bytes` of itself (`-1`: zero).
+const fn pick(bytes: [i8; 4]) -> [i8; 32] {
+    let mut out = [0i8; 32];
+    let mut i = 0;
+    while i < 32 {
+        let b = bytes[i % 4];
+        out[i] = if b < 0 {
+            -128
+        } else {
+            b + 4 * ((i % 16) / 4) as i8
+        };
+        i += 1;
+    }
+    out
+}
 
-/// Lane `j` of the result: the sum of the 8 lanes of `v[j]` (exact integer adds).
+/// Lane `j` of an unpacked scale word to row `j`'s byte `s` (a sub-block's scale) as an i32.
+pub(crate) static SCALE32: [[i8; 32]; 4] = [
+    pick([0, -1, -1, -1]),
+    pick([1, -1, -1, -1]),
+    pick([2, -1, -1, -1]),
+    pick([3, -1, -1, -1]),
+];
+
+/// Lane `j` of an unpacked scale word to row `j`'s byte `s`, twice, as two i16.
+static SCALE16: [[i8; 32]; 4] = [
+    pick([0, -1, 0, -1]),
+    pick([1, -1, 1, -1]),
+    pick([2, -1, 2, -1]),
+    pick([3, -1, 3, -1]),
+];
+
+/// Lane `j` of an unpacked min word to row `j`'s bytes `2p` and `2p + 1`, as two i16.
+pub(crate) static MINS16: [[i8; 32]; 2] = [pick([0, -1, 1, -1]), pick([2, -1, 3, -1])];
+
+/// `word`'s bytes as the control `table` picks them.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn reduce8(v: &[__m256i; GROUP]) -> __m256i {
-    let h01 = _mm256_hadd_epi32(v[0], v[1]);
-    let h23 = _mm256_hadd_epi32(v[2], v[3]);
-    let h45 = _mm256_hadd_epi32(v[4], v[5]);
-    let h67 = _mm256_hadd_epi32(v[6], v[7]);
-    let lo = _mm256_hadd_epi32(h01, h23);
-    let hi = _mm256_hadd_epi32(h45, h67);
-    _mm256_add_epi32(
-        _mm256_permute2x128_si256::<0x20>(lo, hi),
-        _mm256_permute2x128_si256::<0x31>(lo, hi),
-    )
+pub(crate) fn shuffle(word: __m256i, table: &[i8; 32]) -> __m256i {
+    // SAFETY: the control is 32 readable bytes.
+    _mm256_shuffle_epi8(word, unsafe { _mm256_loadu_si256(table.as_ptr().cast()) })
+}
+
+/// The 8 rows' scales and mins, lane `j` row `j`'s: `(scales 0-3, scales 4-7, mins 0-3, mins
+/// 4-7)`, one byte each ([`super::rule::unpack`] on 8 rows at once).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn unpack8(block: &GroupQ4K) -> [__m256i; 4] {
+    // SAFETY: the scales are 96 readable bytes: words 0, 1 and 2 of the 8 rows.
+    let [a, b, c] =
+        [0, 1, 2].map(|w| unsafe { _mm256_loadu_si256(block.scales.as_ptr().add(32 * w).cast()) });
+    let low6 = _mm256_set1_epi8(0x3f);
+    let low4 = _mm256_set1_epi8(0x0f);
+    let low2 = _mm256_set1_epi8(0x03);
+    let top2 =
+        |v: __m256i| _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(v), low2));
+    [
+        _mm256_and_si256(a, low6),
+        _mm256_or_si256(_mm256_and_si256(c, low4), top2(a)),
+        _mm256_and_si256(b, low6),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32::<4>(c), low4), top2(b)),
+    ]
+}
+
+/// Row `t`'s `msum` per lane: the rows' mins against its 8 sub-block sums `bsums`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn min_sums(mins: [__m256i; 2], bsums: &[i16]) -> __m256i {
+    let mut msum = _mm256_setzero_si256();
+    for p in 0..4 {
+        // Lane j: row j's mins 2p and 2p + 1 as two i16; the row's bsums 2p and 2p + 1 likewise.
+        let m = shuffle(mins[p / 2], &MINS16[p % 2]);
+        // SAFETY: bsums 2p, 2p + 1 are 4 readable bytes.
+        let s = unsafe { broadcast4(bsums[2 * p..].as_ptr().cast()) };
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(m, s));
+    }
+    msum
+}
+
+/// Add a super-block's `isum` and `msum` (lane `j`: row `j`'s) to `acc` as the rule does:
+/// `fma(isum, d · d_x)` then `fma(−msum, dmin · d_x)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn scale_add(
+    block: &GroupQ4K,
+    xd: f32,
+    isum: __m256i,
+    msum: __m256i,
+    acc: __m256,
+) -> __m256 {
+    // SAFETY: the 8 f16 factors are 16 readable bytes each.
+    let (dw, mw) = unsafe {
+        (
+            _mm256_cvtph_ps(_mm_loadu_si128(block.d.as_ptr().cast())),
+            _mm256_cvtph_ps(_mm_loadu_si128(block.dmin.as_ptr().cast())),
+        )
+    };
+    let xdb = _mm256_set1_ps(xd);
+    let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, xdb), acc);
+    _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(mw, xdb), acc)
 }
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
@@ -43,103 +126,69 @@ fn reduce8(v: &[__m256i; GROUP]) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile<const R: usize>(
-    weight: &[GroupQ4K],
-    blocks: usize,
-    x: &Q8KRows,
-    (g, r): (usize, usize),
-    o0: usize,
-    width: usize,
+    op: &Operands<'_, GroupQ4K, Q8KRows>,
     out: &mut [f32],
+    g: usize,
+    r: usize,
 ) {
+    let Operands {
+        weight,
+        blocks,
+        x,
+        o0,
+        width,
+    } = *op;
     let w = &weight[g * blocks..(g + 1) * blocks];
-    let mut rows = [(&[][..], &[][..], &[][..]); R];
-    for (t, row) in rows.iter_mut().enumerate() {
-        *row = x.row(r + t);
-    }
+    let rows: [(&[f32], &[i8], &[i16]); R] = std::array::from_fn(|t| x.row(r + t));
     let low = _mm256_set1_epi8(15);
     let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); R];
     for (b, block) in w.iter().enumerate() {
         prefetch_ahead(block, std::mem::size_of::<GroupQ4K>());
-        // Row t's 256 activation bytes of this block.
-        let mut xs = [std::ptr::null::<i8>(); R];
-        for (p, (_, xq, _)) in xs.iter_mut().zip(&rows) {
-            *p = xq[b * SUPER..(b + 1) * SUPER].as_ptr();
-        }
-        let mut mins = [0u8; GROUP * SUBS];
-        let mut dots = [[zero; GROUP]; R];
-        for j in 0..GROUP {
-            let (sc, m) = unpack(&block.scales[j]);
-            mins[j * SUBS..(j + 1) * SUBS].copy_from_slice(&m);
-            // The 8 scales in every 8 bytes; `vpshufb` with (s, 0x80) pairs spreads scale s
-            // over 16 i16 lanes.
-            let scales = _mm256_set1_epi64x(i64::from_le_bytes(sc));
-            let qs = block.qs[j].as_ptr();
-            let mut sums = [zero; R];
-            for c in 0..SUBS / 2 {
-                // SAFETY: bytes 32c .. 32c + 32 of the row's 128.
-                let raw = unsafe { _mm256_loadu_si256(qs.add(c * SUB).cast()) };
-                let even = _mm256_and_si256(raw, low);
-                let odd = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low);
-                let s0 = (2 * c) as i16;
-                let sc0 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(s0 | -0x8000));
-                let sc1 = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((s0 + 1) | -0x8000));
-                for (sum, &q) in sums.iter_mut().zip(&xs) {
-                    // SAFETY: sub-blocks 2c and 2c + 1 are bytes 64c .. 64c + 64 of the 256.
-                    let (x0, x1) = unsafe {
+        let [sc_lo, sc_hi, m_lo, m_hi] = unpack8(block);
+        // Row t's 256 bytes of this block.
+        let xs: [*const i8; R] = std::array::from_fn(|t| rows[t].1[b * SUPER..][..SUPER].as_ptr());
+        let mut isum = [zero; R];
+        for c in 0..SUPER / 64 {
+            let (mut lo, mut hi) = ([zero; R], [zero; R]);
+            for k in 0..SUB / 4 {
+                // SAFETY: word 8c + k is bytes 32 (8c + k) .. + 32 of the 1,024.
+                let v =
+                    unsafe { _mm256_loadu_si256(block.qs.as_ptr().add(32 * (8 * c + k)).cast()) };
+                let (vl, vh) = (
+                    _mm256_and_si256(v, low),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+                );
+                for t in 0..R {
+                    // SAFETY: bytes 64c + 4k and 64c + 32 + 4k (4 each) of the row's 256.
+                    let (xl, xh) = unsafe {
                         (
-                            _mm256_loadu_si256(q.add(2 * c * SUB).cast()),
-                            _mm256_loadu_si256(q.add((2 * c + 1) * SUB).cast()),
+                            broadcast4(xs[t].add(64 * c + 4 * k)),
+                            broadcast4(xs[t].add(64 * c + SUB + 4 * k)),
                         )
                     };
-                    let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(even, x0), sc0);
-                    let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(odd, x1), sc1);
-                    *sum = _mm256_add_epi32(*sum, _mm256_add_epi32(p0, p1));
+                    lo[t] = _mm256_add_epi16(lo[t], _mm256_maddubs_epi16(vl, xl));
+                    hi[t] = _mm256_add_epi16(hi[t], _mm256_maddubs_epi16(vh, xh));
                 }
             }
-            for (d, &sum) in dots.iter_mut().zip(&sums) {
-                d[j] = sum;
+            // Lane j: row j's scales of sub-blocks 2c and 2c + 1, each twice as i16.
+            let word = if c < 2 { sc_lo } else { sc_hi };
+            let s_lo = shuffle(word, &SCALE16[2 * c % 4]);
+            let s_hi = shuffle(word, &SCALE16[2 * c % 4 + 1]);
+            for t in 0..R {
+                let both = _mm256_add_epi32(
+                    _mm256_madd_epi16(lo[t], s_lo),
+                    _mm256_madd_epi16(hi[t], s_hi),
+                );
+                isum[t] = _mm256_add_epi32(isum[t], both);
             }
         }
-        // Rows 2p and 2p + 1's mins, widened to i16.
-        let mut mv = [zero; GROUP / 2];
-        for (p, v) in mv.iter_mut().enumerate() {
-            // SAFETY: bytes 16p .. 16p + 16 of the 64.
-            *v = _mm256_cvtepu8_epi16(unsafe { _mm_loadu_si128(mins.as_ptr().add(16 * p).cast()) });
-        }
-        // SAFETY: the 8 f16 factors are 16 readable bytes each.
-        let (dw, mw) = unsafe {
-            (
-                _mm256_cvtph_ps(_mm_loadu_si128(block.d.as_ptr().cast())),
-                _mm256_cvtph_ps(_mm_loadu_si128(block.dmin.as_ptr().cast())),
-            )
-        };
-        for (t, (xd, _, xsum)) in rows.iter().enumerate() {
-            // SAFETY: the block's 8 sub-block sums are 16 readable bytes.
-            let bs = unsafe { _mm_loadu_si128(xsum[b * SUBS..(b + 1) * SUBS].as_ptr().cast()) };
-            let bs = _mm256_broadcastsi128_si256(bs);
-            // Lanes 0-3 of each product are row 2p's, 4-7 row 2p + 1's; per 128-bit half, the
-            // three adds leave rows 0, 2, 4, 6 (low) and 1, 3, 5, 7 (high), interleaved back.
-            let h = _mm256_hadd_epi32(
-                _mm256_hadd_epi32(_mm256_madd_epi16(mv[0], bs), _mm256_madd_epi16(mv[1], bs)),
-                _mm256_hadd_epi32(_mm256_madd_epi16(mv[2], bs), _mm256_madd_epi16(mv[3], bs)),
-            );
-            let msum = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            let isum = _mm256_cvtepi32_ps(reduce8(&dots[t]));
-            let msum = _mm256_cvtepi32_ps(msum);
-            let xdb = _mm256_set1_ps(xd[b]);
-            acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(dw, xdb), acc[t]);
-            acc[t] = _mm256_fnmadd_ps(msum, _mm256_mul_ps(mw, xdb), acc[t]);
+        for (t, (xd, _, xs)) in rows.iter().enumerate() {
+            let msum = min_sums([m_lo, m_hi], &xs[b * 8..(b + 1) * 8]);
+            acc[t] = scale_add(block, xd[b], isum[t], msum, acc[t]);
         }
     }
-    let first = g * GROUP - o0;
-    let take = GROUP.min(width - first);
-    for (t, a) in acc.iter().enumerate() {
-        let mut lanes = [0.0f32; GROUP];
-        // SAFETY: `lanes` is 8 writable floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *a) };
-        out[(r + t) * width + first..][..take].copy_from_slice(&lanes[..take]);
-    }
+    store::<_, 8, R>(&acc, (g, r), o0, width, out);
 }
 
 /// [`super::rule::matmul_rows`] with AVX2, FMA and F16C: the same bits.
@@ -158,25 +207,17 @@ pub unsafe fn matmul_rows(
     out: &mut [f32],
 ) {
     let width = out.len() / n.max(1);
-    for g in o0 / GROUP..(o0 + width).div_ceil(GROUP) {
-        let mut r = 0;
-        while r < n {
-            let at = (g, r);
-            // SAFETY: by this function's contract, for the rows each call covers.
-            unsafe {
-                match n - r {
-                    1 => tile::<1>(weight, blocks, x, at, o0, width, out),
-                    2 => tile::<2>(weight, blocks, x, at, o0, width, out),
-                    3 => tile::<3>(weight, blocks, x, at, o0, width, out),
-                    4 => tile::<4>(weight, blocks, x, at, o0, width, out),
-                    5 => tile::<5>(weight, blocks, x, at, o0, width, out),
-                    6 => tile::<6>(weight, blocks, x, at, o0, width, out),
-                    7 => tile::<7>(weight, blocks, x, at, o0, width, out),
-                    8 => tile::<8>(weight, blocks, x, at, o0, width, out),
-                    _ => tile::<ROWS>(weight, blocks, x, at, o0, width, out),
-                }
-            }
-            r += ROWS.min(n - r);
+    let op = Operands {
+        weight,
+        blocks,
+        x,
+        o0,
+        width,
+    };
+    // SAFETY: by this function's contract, for the rows each call covers.
+    unsafe {
+        for g in groups(o0, width) {
+            tiles!(n, [1, 2, 3], |r, R| tile::<R>(&op, out, g, r));
         }
     }
 }

@@ -1,0 +1,133 @@
+//! What the x86 bodies of both formats share: the weight-stream prefetch, the walk over a
+//! call's rows in tiles, the store of a tile's outputs, and the two encodings of `vpdpbusd`
+//! (AVX-512 VNNI and AVX-VNNI) behind one trait, so that one VNNI body serves both.
+
+use std::arch::x86_64::*;
+
+use super::rule::GROUP;
+
+/// How far ahead (bytes) of the block being read the kernels prefetch the weight stream.
+const PREFETCH_AHEAD: usize = 2048;
+
+/// Prefetch into L1 every cache line of the `bytes` that start [`PREFETCH_AHEAD`] bytes past
+/// `at` (a hint: it never faults, so the span may lie past the weights' end). The weights are
+/// one forward stream, group after group; the hardware prefetchers alone fell behind it.
+#[inline(always)]
+pub(crate) fn prefetch_ahead<T>(at: *const T, bytes: usize) {
+    let at = at.cast::<i8>().wrapping_add(PREFETCH_AHEAD);
+    for line in (0..bytes).step_by(64) {
+        // SAFETY: a prefetch reads nothing architecturally and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line)) };
+    }
+}
+
+/// One call's operands, as each of its tiles reads them: the weight's group-blocks (`blocks`
+/// a group), the quantized activations, and the outputs `o0 .. o0 + width` it writes.
+pub(crate) struct Operands<'a, W, X> {
+    pub weight: &'a [W],
+    pub blocks: usize,
+    pub x: &'a X,
+    pub o0: usize,
+    pub width: usize,
+}
+
+impl<W, X> Clone for Operands<'_, W, X> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<W, X> Copy for Operands<'_, W, X> {}
+
+/// The groups of outputs `o0 .. o0 + width` (`o0` a multiple of [`GROUP`]).
+#[inline(always)]
+pub(crate) fn groups(o0: usize, width: usize) -> std::ops::Range<usize> {
+    o0 / GROUP..(o0 + width).div_ceil(GROUP)
+}
+
+/// A call's `n` rows in as few tiles as the largest size allows, of near-equal sizes (9 rows
+/// at most 8 a tile: 5 and 4, not 8 and a 1-row tile that redoes the group's unpacking for one
+/// row): `tiles!(n, [1, 2, 4], |r, R| tile::<R>(…, r))` runs the body for each tile with its
+/// first row `r` and its size `R` (a const, for const generics).
+macro_rules! tiles {
+    ($n:expr, [$($k:literal),+], |$r:ident, $R:ident| $body:expr) => {{
+        const MAX: usize = { let s = [$($k),+]; s[s.len() - 1] };
+        let mut $r = 0;
+        while $r < $n {
+            let len = ($n - $r).div_ceil(($n - $r).div_ceil(MAX));
+            match len {
+                $($k => {
+                    const $R: usize = $k;
+                    $body
+                })+
+                _ => unreachable!("tile sizes run 1 ..= {MAX}"),
+            }
+            $r += len;
+        }
+    }};
+}
+pub(crate) use tiles;
+
+/// Write a tile's accumulators (lane `j` of row `t`'s: output `8g + j` of row `r + t`) into
+/// `out` (`[n, width]`, outputs from `o0`), lanes past the outputs dropped; `L` lanes a vector
+/// (8, or 16 for two groups side by side).
+#[inline(always)]
+pub(crate) fn store<V: Copy, const L: usize, const R: usize>(
+    acc: &[V; R],
+    (g, r): (usize, usize),
+    o0: usize,
+    width: usize,
+    out: &mut [f32],
+) {
+    const { assert!(std::mem::size_of::<V>() == 4 * L) };
+    let first = g * GROUP - o0;
+    let take = L.min(width - first);
+    for (t, a) in acc.iter().enumerate() {
+        // SAFETY: `V` is `L` floats (checked above), any bit pattern a float.
+        let lanes: [f32; L] = unsafe { std::mem::transmute_copy(a) };
+        out[(r + t) * width + first..][..take].copy_from_slice(&lanes[..take]);
+    }
+}
+
+/// The 4 bytes at `p`, in every 32-bit lane.
+///
+/// # Safety
+/// `p` points at 4 readable bytes.
+#[inline(always)]
+pub(crate) unsafe fn broadcast4(p: *const i8) -> __m256i {
+    // SAFETY: by the contract; AVX is enabled wherever this is inlined (every caller is an
+    // AVX2 body).
+    unsafe { _mm256_set1_epi32(p.cast::<i32>().read_unaligned()) }
+}
+
+/// `vpdpbusd`: lane `i` of `acc` plus the 4 products of lane `i`'s unsigned bytes of `u` and
+/// signed bytes of `s` (no saturation).
+pub(crate) trait Dpbusd {
+    /// `acc + Σ u8(u) · i8(s)` per 32-bit lane.
+    ///
+    /// # Safety
+    /// The CPU has the instruction's extension, and the caller enables it.
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+}
+
+/// The EVEX form (AVX-512 VNNI with VL): 32 vector registers.
+pub(crate) struct Avx512Vnni;
+
+impl Dpbusd for Avx512Vnni {
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: by the contract, AVX-512 VNNI and VL are enabled here.
+        unsafe { _mm256_dpbusd_epi32(acc, u, s) }
+    }
+}
+
+/// The VEX form (AVX-VNNI): 16 vector registers.
+pub(crate) struct AvxVnni;
+
+impl Dpbusd for AvxVnni {
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: by the contract, AVX-VNNI is enabled here.
+        unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
+    }
+}
