@@ -276,6 +276,7 @@ fn forward_cost_of(
         flops_per_token: number("flops_per_token")?,
         layers,
         dtype: WeightDtype::parse(&name("dtype"), &dtype).map_err(err)?,
+        quant: None,
         layer_seconds: Some(layer_seconds),
     };
     cost.validate().map_err(err)?;

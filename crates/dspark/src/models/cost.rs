@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::nn::WeightDtype;
+use crate::nn::quant::Quant;
 
 /// What one forward of a target costs, by its shape.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -17,6 +18,9 @@ pub struct ForwardCost {
     pub layers: usize,
     /// The dtype the weights are kept in (it sets the kernels' multiply rate).
     pub dtype: WeightDtype,
+    /// The quantized format of the layers' matrices, if any: it sets the multiply rate in
+    /// place of `dtype` (the integer kernels' rate, not the panels').
+    pub quant: Option<Quant>,
     /// Seconds a layer spends issuing its operations whatever its tokens (`None`: the engine's
     /// own, a few microseconds on a CPU and more on a device; a target driven from Python
     /// spends about 0.1 ms).
@@ -36,6 +40,7 @@ impl ForwardCost {
             flops_per_token: 2.0 * weights,
             layers,
             dtype,
+            quant: None,
             layer_seconds: None,
         }
     }

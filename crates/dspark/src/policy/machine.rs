@@ -8,7 +8,7 @@
 //! - from the cache file of this CPU model, thread count and build (debug builds time
 //!   differently), in the user's cache directory ([`cache_dir`]);
 //! - otherwise measured (about a tenth of a second: a 64 MiB read over the pool and one packed
-//!   product per weight dtype, each the best of three) and written there.
+//!   product per weight dtype and quantized format, each the best of three) and written there.
 //!
 //! A cache file that is corrupt, truncated or written for another machine is ignored and
 //! rewritten, with a warning on stderr. A directory that cannot be written (read-only, a file
@@ -24,10 +24,12 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::nn::WeightDtype;
-use crate::nn::packed::PackedMatrix;
+use crate::nn::packed::{PackedMatrix, PackedWeight};
+use crate::nn::quant::Quant;
+use crate::view::Floats;
 
 /// The cache file's format version (a file of another version is measured again).
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// Bytes read by the bandwidth measurement: past every cache level of the machines served.
 const READ_BYTES: usize = 64 << 20;
@@ -54,6 +56,11 @@ pub struct Machine {
     pub flops_f32: f64,
     /// The same with 2-byte (bf16) weights.
     pub flops_bf16: f64,
+    /// The same with Q8_0 weights (the integer kernels, the activations' quantization
+    /// included).
+    pub flops_q8_0: f64,
+    /// The same with Q4_K weights.
+    pub flops_q4_k: f64,
 }
 
 impl Machine {
@@ -70,21 +77,33 @@ impl Machine {
             read_bytes_per_s: 2.0e12,
             flops_f32: 5.0e13,
             flops_bf16: 2.0e14,
+            // A device holds quantized maps as float32 tensors.
+            flops_q8_0: 5.0e13,
+            flops_q4_k: 5.0e13,
         }
     }
 
-    /// The multiply rate with weights of `dtype` (f16 panels convert as bf16 ones do).
-    pub fn flops(&self, dtype: WeightDtype) -> f64 {
-        match dtype {
-            WeightDtype::F32 => self.flops_f32,
-            WeightDtype::BF16 | WeightDtype::F16 => self.flops_bf16,
+    /// The multiply rate with weights of `dtype` (f16 panels convert as bf16 ones do), or of
+    /// the quantized format `quant` where there is one.
+    pub fn flops(&self, dtype: WeightDtype, quant: Option<Quant>) -> f64 {
+        match (quant, dtype) {
+            (Some(Quant::Q8_0), _) => self.flops_q8_0,
+            (Some(Quant::Q4K), _) => self.flops_q4_k,
+            (None, WeightDtype::F32) => self.flops_f32,
+            (None, WeightDtype::BF16 | WeightDtype::F16) => self.flops_bf16,
         }
     }
 
     fn plausible(&self) -> bool {
-        [self.read_bytes_per_s, self.flops_f32, self.flops_bf16]
-            .iter()
-            .all(|v| PLAUSIBLE.contains(v))
+        [
+            self.read_bytes_per_s,
+            self.flops_f32,
+            self.flops_bf16,
+            self.flops_q8_0,
+            self.flops_q4_k,
+        ]
+        .iter()
+        .all(|v| PLAUSIBLE.contains(v))
     }
 }
 
@@ -281,10 +300,26 @@ pub fn measure() -> Machine {
     let bf16s = fastest(|| {
         std::hint::black_box(bf16w.matmul(&x, GEMM_ROWS, None));
     });
+    let values: Vec<f32> = (0..GEMM_DIM * GEMM_DIM)
+        .map(|i| at(i / GEMM_DIM, i % GEMM_DIM) - 0.3)
+        .collect();
+    let quant = |q: Quant| match PackedWeight::quantize(Floats::F32(&values), GEMM_DIM, GEMM_DIM, q)
+    {
+        Some(w) => {
+            flops
+                / fastest(|| {
+                    std::hint::black_box(w.matmul(&x, GEMM_ROWS, None));
+                })
+        }
+        // Unreachable for these finite weights; the f32 rate is the nearest stand-in.
+        None => flops / f32s,
+    };
     Machine {
         read_bytes_per_s: READ_BYTES as f64 / read,
         flops_f32: flops / f32s,
         flops_bf16: flops / bf16s,
+        flops_q8_0: quant(Quant::Q8_0),
+        flops_q4_k: quant(Quant::Q4K),
     }
 }
 
@@ -304,6 +339,8 @@ mod tests {
         read_bytes_per_s: 2e10,
         flops_f32: 1e11,
         flops_bf16: 8e10,
+        flops_q8_0: 2e11,
+        flops_q4_k: 1.5e11,
     };
 
     #[test]
@@ -337,7 +374,8 @@ mod tests {
         })
         .unwrap();
         let implausible = good.replace("20000000000", "0");
-        let future = good.replace("\"format\":2", "\"format\":99");
+        let future = good.replace(&format!("\"format\":{FORMAT}"), "\"format\":99");
+        assert_ne!(future, good);
         let truncated = good[..good.len() / 2].to_string();
         foreign.push(' ');
         for bad in [

@@ -39,7 +39,7 @@ pub(crate) fn seconds(
         CPU_LAYER_OVERHEAD
     });
     let read = cost.weight_bytes / machine.read_bytes_per_s;
-    let compute = tokens as f64 * cost.flops_per_token / machine.flops(cost.dtype);
+    let compute = tokens as f64 * cost.flops_per_token / machine.flops(cost.dtype, cost.quant);
     cost.layers.max(1) as f64 * overhead + read.max(compute)
 }
 
@@ -70,6 +70,8 @@ mod tests {
         read_bytes_per_s: 2e10,
         flops_f32: 1e11,
         flops_bf16: 5e10,
+        flops_q8_0: 2e11,
+        flops_q4_k: 2.5e11,
     };
 
     #[test]
@@ -80,6 +82,7 @@ mod tests {
             flops_per_token: 5e8,
             layers: 10,
             dtype: WeightDtype::F32,
+            quant: None,
             layer_seconds: None,
         };
         let t = |c: &ForwardCost, n| seconds(c, n, &M, false) - 10.0 * CPU_LAYER_OVERHEAD;
@@ -93,6 +96,16 @@ mod tests {
             ..c
         };
         assert!((t(&b, 2) - 0.025).abs() < 1e-12 && (t(&b, 10) - 0.1).abs() < 1e-12);
+        // A quantized target multiplies at its format's rate, not its panels' dtype's (f32):
+        // Q4_K here at 2.5x the f32 rate, a quarter of the bytes: 12.5 ms to read, 2 ms a
+        // token (5 ms at the f32 rate).
+        let q = ForwardCost {
+            quant: Some(crate::nn::quant::Quant::Q4K),
+            weight_bytes: 2.5e8,
+            ..c
+        };
+        assert!((t(&q, 1) - 0.0125).abs() < 1e-12, "{}", t(&q, 1));
+        assert!((t(&q, 8) - 0.016).abs() < 1e-12, "{}", t(&q, 8));
         // A device forward pays more per layer, and a target may say what it pays.
         assert!(seconds(&c, 1, &M, true) > seconds(&c, 1, &M, false));
         let py = ForwardCost {

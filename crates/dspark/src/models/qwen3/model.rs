@@ -368,6 +368,7 @@ impl TargetModel for Qwen3Target {
             flops_per_token: 2.0 * weights as f64,
             layers: c.num_hidden_layers,
             dtype: self.weight_dtype(),
+            quant: self.quant(),
             layer_seconds: None,
         }))
     }
