@@ -13,8 +13,8 @@ use crate::errors::{err, guard};
 /// tensors take (`"fast"`, or `"tensor"` when `DSPARK_KERNEL_PATH` forces the device-generic
 /// path), and the register kernel of the CPU's packed products (`"avx512-bf16"`, `"avx512"`,
 /// `"avx2"` or `"portable"`: every one gives the same bits) and of its quantized products
-/// (`"avx2"` or `"portable"`, the same bits too). An invalid `DSPARK_KERNEL_PATH`
-/// raises `InputError` (code `invalid-argument`).
+/// (`"avx512vnni"`, `"avxvnni"`, `"avx2"` or `"portable"`, the same bits too). An invalid
+/// `DSPARK_KERNEL_PATH` raises `InputError` (code `invalid-argument`).
 #[pyfunction]
 pub fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     guard(|| {
