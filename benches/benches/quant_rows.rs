@@ -39,10 +39,7 @@ fn bench_quant_rows(c: &mut Criterion) {
     let q4 = Q4KMatrix::quantize(Floats::F32(&w), ROWS, COLS).unwrap();
     let mut g = c.benchmark_group("quant_rows");
     g.sample_size(20);
-    for kernel in QuantKernel::ALL.into_iter().filter(|k| k.available()) {
-        if kernel == QuantKernel::Portable {
-            continue;
-        }
+    for kernel in QuantKernel::runnable().filter(|&k| k != QuantKernel::Portable) {
         for n in [1usize, 4, 9, 16] {
             let x = values(n * COLS, 7);
             // Weights multiplied per second: the figure that stays flat when a kernel's cost

@@ -126,15 +126,15 @@ impl QuantKernel {
         }
     }
 
+    /// Every body this CPU runs, fastest first (the portable one last).
+    pub fn runnable() -> impl Iterator<Item = Self> {
+        Self::ALL.into_iter().filter(|k| k.available())
+    }
+
     /// The fastest body this CPU runs.
     pub fn best() -> Self {
         static BEST: std::sync::OnceLock<QuantKernel> = std::sync::OnceLock::new();
-        *BEST.get_or_init(|| {
-            Self::ALL
-                .into_iter()
-                .find(|k| k.available())
-                .unwrap_or(Self::Portable)
-        })
+        *BEST.get_or_init(|| Self::runnable().next().unwrap_or(Self::Portable))
     }
 }
 
@@ -305,13 +305,15 @@ impl Blocks for QuantMatrix {
         // SAFETY (each x86 body): `group_with` runs only a kernel whose extensions were
         // detected; `o0` is a multiple of 8 (a task's first row), the weight holds every group
         // of `rows` and `q` `n` rows of `blocks` blocks (same `cols`).
+        #[cfg(target_arch = "x86_64")]
+        let op = simd::Operands::new(w, b, q, n, o0, out.len());
         match kernel {
             #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(w, b, q, n, o0, out) },
+            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(&op, n, out) },
             #[cfg(target_arch = "x86_64")]
-            QuantKernel::AvxVnni => unsafe { vnni::matmul_rows_avxvnni(w, b, q, n, o0, out) },
+            QuantKernel::AvxVnni => unsafe { vnni::matmul_rows_avxvnni(&op, n, out) },
             #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx2 => unsafe { x86::matmul_rows(w, b, q, n, o0, out) },
+            QuantKernel::Avx2 => unsafe { x86::matmul_rows(&op, n, out) },
             _ => rule::matmul_rows(w, b, q, n, o0, out),
         }
     }

@@ -24,25 +24,45 @@ pub(crate) fn prefetch_ahead<T>(at: *const T, bytes: usize) {
 /// One call's operands, as each of its tiles reads them: the weight's group-blocks (`blocks`
 /// a group), the quantized activations, and the outputs `o0 .. o0 + width` it writes.
 pub(crate) struct Operands<'a, W, X> {
-    pub weight: &'a [W],
-    pub blocks: usize,
+    weight: &'a [W],
+    blocks: usize,
+    /// The activations.
     pub x: &'a X,
-    pub o0: usize,
-    pub width: usize,
+    o0: usize,
+    width: usize,
 }
 
-impl<W, X> Clone for Operands<'_, W, X> {
-    fn clone(&self) -> Self {
-        *self
+impl<'a, W, X> Operands<'a, W, X> {
+    /// A call over `n` rows writing `out_len` outputs (`n` rows of `out_len / n`) from output
+    /// `o0` (a multiple of [`GROUP`]).
+    pub(crate) fn new(
+        weight: &'a [W],
+        blocks: usize,
+        x: &'a X,
+        n: usize,
+        o0: usize,
+        out_len: usize,
+    ) -> Self {
+        let width = out_len / n.max(1);
+        Self {
+            weight,
+            blocks,
+            x,
+            o0,
+            width,
+        }
     }
-}
 
-impl<W, X> Copy for Operands<'_, W, X> {}
+    /// Group `g`'s blocks.
+    #[inline(always)]
+    pub(crate) fn group(&self, g: usize) -> &'a [W] {
+        &self.weight[g * self.blocks..][..self.blocks]
+    }
 
-/// The groups of outputs `o0 .. o0 + width` (`o0` a multiple of [`GROUP`]).
-#[inline(always)]
-pub(crate) fn groups(o0: usize, width: usize) -> std::ops::Range<usize> {
-    o0 / GROUP..(o0 + width).div_ceil(GROUP)
+    /// The groups of the call's outputs.
+    pub(crate) fn groups(&self) -> std::ops::Range<usize> {
+        self.o0 / GROUP..(self.o0 + self.width).div_ceil(GROUP)
+    }
 }
 
 /// A call's `n` rows in as few tiles as the largest size allows, of near-equal sizes (9 rows
@@ -69,18 +89,17 @@ macro_rules! tiles {
 pub(crate) use tiles;
 
 /// Write a tile's accumulators (lane `j` of row `t`'s: output `8g + j` of row `r + t`) into
-/// `out` (`[n, width]`, outputs from `o0`), lanes past the outputs dropped; `L` lanes a vector
+/// `out` (`[n, width]`: the call's outputs), lanes past the outputs dropped; `L` lanes a vector
 /// (8, or 16 for two groups side by side).
 #[inline(always)]
-pub(crate) fn store<V: Copy, const L: usize, const R: usize>(
+pub(crate) fn store<V: Copy, const L: usize, const R: usize, W, X>(
     acc: &[V; R],
+    op: &Operands<'_, W, X>,
     (g, r): (usize, usize),
-    o0: usize,
-    width: usize,
     out: &mut [f32],
 ) {
     const { assert!(std::mem::size_of::<V>() == 4 * L) };
-    let first = g * GROUP - o0;
+    let (first, width) = (g * GROUP - op.o0, op.width);
     let take = L.min(width - first);
     for (t, a) in acc.iter().enumerate() {
         // SAFETY: `V` is `L` floats (checked above), any bit pattern a float.

@@ -43,14 +43,6 @@ fn blocks_round_each_weight_to_half_a_step() {
     assert_eq!(qb, qw);
 }
 
-/// The kernels this CPU runs, the portable one last.
-fn kernels() -> Vec<QuantKernel> {
-    QuantKernel::ALL
-        .into_iter()
-        .filter(|k| k.available())
-        .collect()
-}
-
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
@@ -65,7 +57,7 @@ fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
             let portable = q
                 .matmul_with(QuantKernel::Portable, &x, n, Some(&bias))
                 .unwrap();
-            for kernel in kernels() {
+            for kernel in QuantKernel::runnable() {
                 let got = q.matmul_with(kernel, &x, n, Some(&bias)).unwrap();
                 let at = format!("{}: {rows}x{cols}, {n} rows", kernel.name());
                 assert_eq!(bits(&got), bits(&portable), "{at}");
@@ -116,7 +108,7 @@ fn extreme_bytes_stay_exact_in_every_body() {
                 assert_eq!(portable[r * rows + o].to_bits(), acc.to_bits());
             }
         }
-        for kernel in kernels() {
+        for kernel in QuantKernel::runnable() {
             let got = m.matmul_with(kernel, &x, n, None).unwrap();
             assert_eq!(bits(&got), bits(&portable), "{}", kernel.name());
         }

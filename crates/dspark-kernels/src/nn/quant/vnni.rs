@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::rule::{BLOCK, GroupQ8, QuantRows};
-use super::simd::{self, Dpbusd, Operands, broadcast4, groups, prefetch_ahead, store, tiles};
+use super::simd::{self, Dpbusd, Operands, broadcast4, prefetch_ahead, store, tiles};
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
 ///
@@ -23,15 +23,8 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
     g: usize,
     r: usize,
 ) {
-    let Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    } = *op;
-    let w = &weight[g * blocks..(g + 1) * blocks];
-    let rows: [(&[f32], &[i8], &[i32]); R] = std::array::from_fn(|t| x.row(r + t));
+    let w = op.group(g);
+    let rows: [(&[f32], &[i8], &[i32]); R] = std::array::from_fn(|t| op.x.row(r + t));
     // SAFETY (every intrinsic below): the caller enables AVX2, FMA, F16C and `D`'s extension.
     unsafe {
         let flip = _mm256_set1_epi8(-128);
@@ -58,7 +51,7 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), s, acc[t]);
             }
         }
-        store::<_, 8, R>(&acc, (g, r), o0, width, out);
+        store::<_, 8, R, _, _>(&acc, op, (g, r), out);
     }
 }
 
@@ -68,27 +61,16 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
 /// AVX-VNNI, AVX2, FMA and F16C must be available; the rest of the contract is
 /// [`super::x86::matmul_rows`]'.
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub unsafe fn matmul_rows_avxvnni(
-    weight: &[GroupQ8],
-    blocks: usize,
-    x: &QuantRows,
+pub(crate) unsafe fn matmul_rows_avxvnni(
+    op: &Operands<'_, GroupQ8, QuantRows>,
     n: usize,
-    o0: usize,
     out: &mut [f32],
 ) {
-    let width = out.len() / n.max(1);
-    let op = Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    };
     // SAFETY: by this function's contract, for the rows each call covers.
     unsafe {
-        for g in groups(o0, width) {
+        for g in op.groups() {
             tiles!(n, [1, 2, 3, 4], |r, R| tile::<simd::AvxVnni, R>(
-                &op, out, g, r
+                op, out, g, r
             ));
         }
     }

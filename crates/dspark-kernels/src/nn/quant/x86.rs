@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::rule::{BLOCK, GroupQ8, QuantRows};
-use super::simd::{Operands, broadcast4, groups, prefetch_ahead, store, tiles};
+use super::simd::{Operands, broadcast4, prefetch_ahead, store, tiles};
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
 ///
@@ -25,15 +25,8 @@ unsafe fn tile<const R: usize>(
     g: usize,
     r: usize,
 ) {
-    let Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    } = *op;
-    let w = &weight[g * blocks..(g + 1) * blocks];
-    let rows: [(&[f32], &[i8], &[i32]); R] = std::array::from_fn(|t| x.row(r + t));
+    let w = op.group(g);
+    let rows: [(&[f32], &[i8], &[i32]); R] = std::array::from_fn(|t| op.x.row(r + t));
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); R];
     for (b, block) in w.iter().enumerate() {
@@ -58,7 +51,7 @@ unsafe fn tile<const R: usize>(
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), s, acc[t]);
         }
     }
-    store::<_, 8, R>(&acc, (g, r), o0, width, out);
+    store::<_, 8, R, _, _>(&acc, op, (g, r), out);
 }
 
 /// [`super::rule::matmul_rows`] with AVX2, FMA and F16C: the same bits.
@@ -68,26 +61,11 @@ unsafe fn tile<const R: usize>(
 /// groups of outputs `o0 .. o0 + out.len() / n` (`blocks` each) and `x` `n` rows of `blocks`
 /// blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_rows(
-    weight: &[GroupQ8],
-    blocks: usize,
-    x: &QuantRows,
-    n: usize,
-    o0: usize,
-    out: &mut [f32],
-) {
-    let width = out.len() / n.max(1);
-    let op = Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    };
+pub(crate) unsafe fn matmul_rows(op: &Operands<'_, GroupQ8, QuantRows>, n: usize, out: &mut [f32]) {
     // SAFETY: by this function's contract, for the rows each call covers.
     unsafe {
-        for g in groups(o0, width) {
-            tiles!(n, [1, 2, 3, 4], |r, R| tile::<R>(&op, out, g, r));
+        for g in op.groups() {
+            tiles!(n, [1, 2, 3, 4], |r, R| tile::<R>(op, out, g, r));
         }
     }
 }

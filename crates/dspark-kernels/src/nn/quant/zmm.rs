@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::rule::{BLOCK, GroupQ8, QuantRows};
-use super::simd::{self, Operands, groups, prefetch_ahead, store, tiles};
+use super::simd::{self, Operands, prefetch_ahead, store, tiles};
 use super::vnni;
 
 /// Word `k` (bytes `32k .. 32k + 32`) of two group-blocks' bytes, in one vector.
@@ -53,18 +53,8 @@ unsafe fn pair_tile<const R: usize>(
     g: usize,
     r: usize,
 ) {
-    let Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    } = *op;
-    let (w0, w1) = (
-        &weight[g * blocks..][..blocks],
-        &weight[(g + 1) * blocks..][..blocks],
-    );
-    let rows: [(&[f32], &[i8], &[i32]); R] = std::array::from_fn(|t| x.row(r + t));
+    let (w0, w1) = (op.group(g), op.group(g + 1));
+    let rows: [(&[f32], &[i8], &[i32]); R] = std::array::from_fn(|t| op.x.row(r + t));
     // SAFETY (every intrinsic below): the caller enables the extensions; the loads stay within
     // the group-blocks and the rows' blocks.
     unsafe {
@@ -91,7 +81,7 @@ unsafe fn pair_tile<const R: usize>(
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[t]), s, acc[t]);
             }
         }
-        store::<_, 16, R>(&acc, (g, r), o0, width, out);
+        store::<_, 16, R, _, _>(&acc, op, (g, r), out);
     }
 }
 
@@ -109,36 +99,21 @@ fn bytes_of(block: &GroupQ8) -> &[u8] {
 /// AVX-512 F, VL, BW and VNNI, AVX2, FMA and F16C must be available; the rest of the contract
 /// is [`super::x86::matmul_rows`]'.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub unsafe fn matmul_rows(
-    weight: &[GroupQ8],
-    blocks: usize,
-    x: &QuantRows,
-    n: usize,
-    o0: usize,
-    out: &mut [f32],
-) {
-    let width = out.len() / n.max(1);
-    let op = Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    };
-    let all = groups(o0, width);
+pub(crate) unsafe fn matmul_rows(op: &Operands<'_, GroupQ8, QuantRows>, n: usize, out: &mut [f32]) {
+    let all = op.groups();
     // SAFETY: by this function's contract, for the rows and groups each call covers.
     unsafe {
         for g in all.clone().step_by(2) {
             if g + 1 < all.end {
                 tiles!(n, [1, 2, 3, 4, 5, 6, 7, 8, 9], |r, R| pair_tile::<R>(
-                    &op, out, g, r
+                    op, out, g, r
                 ));
             } else {
                 tiles!(n, [1, 2, 3, 4, 5, 6, 7, 8, 9], |r, R| vnni::tile::<
                     simd::Avx512Vnni,
                     R,
                 >(
-                    &op, out, g, r
+                    op, out, g, r
                 ));
             }
         }

@@ -171,13 +171,15 @@ impl Blocks for Q4KMatrix {
         // SAFETY (each x86 body): `group_with` runs only a kernel whose extensions were
         // detected; `o0` is a multiple of 8 (a task's first row), the weight holds every group
         // of `rows` and `q` `n` rows of `blocks` blocks (same `cols`).
+        #[cfg(target_arch = "x86_64")]
+        let op = crate::nn::quant::simd::Operands::new(w, b, q, n, o0, out.len());
         match kernel {
             #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(w, b, q, n, o0, out) },
+            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(&op, n, out) },
             #[cfg(target_arch = "x86_64")]
-            QuantKernel::AvxVnni => unsafe { vnni::matmul_rows_avxvnni(w, b, q, n, o0, out) },
+            QuantKernel::AvxVnni => unsafe { vnni::matmul_rows_avxvnni(&op, n, out) },
             #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx2 => unsafe { x86::matmul_rows(w, b, q, n, o0, out) },
+            QuantKernel::Avx2 => unsafe { x86::matmul_rows(&op, n, out) },
             _ => rule::matmul_rows(w, b, q, n, o0, out),
         }
     }

@@ -138,14 +138,6 @@ fn nibbles_are_the_levels_of_their_sub_blocks() {
     );
 }
 
-/// The kernels this CPU runs, the portable one last.
-fn kernels() -> Vec<QuantKernel> {
-    QuantKernel::ALL
-        .into_iter()
-        .filter(|k| k.available())
-        .collect()
-}
-
 #[test]
 fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
     for (rows, cols) in [(16, 256), (37, 512), (5, 40), (64, 1024), (9, 300)] {
@@ -156,7 +148,7 @@ fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
             let portable = q
                 .matmul_with(QuantKernel::Portable, &x, n, Some(&bias))
                 .unwrap();
-            for kernel in kernels() {
+            for kernel in QuantKernel::runnable() {
                 let got = q.matmul_with(kernel, &x, n, Some(&bias)).unwrap();
                 let at = format!("{}: {rows}x{cols}, {n} rows", kernel.name());
                 assert_eq!(bits(&got), bits(&portable), "{at}");
@@ -215,7 +207,7 @@ fn extreme_levels_scales_and_activations_stay_exact_in_every_body() {
                 assert_eq!(portable[r * rows + o].to_bits(), exact(r, o).to_bits());
             }
         }
-        for kernel in kernels() {
+        for kernel in QuantKernel::runnable() {
             let got = m.matmul_with(kernel, &x, n, None).unwrap();
             assert_eq!(bits(&got), bits(&portable), "{}", kernel.name());
         }

@@ -7,9 +7,7 @@ use std::arch::x86_64::*;
 
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUPER};
 use super::x86::{SCALE32, min_sums, scale_add, shuffle, unpack8};
-use crate::nn::quant::simd::{
-    self, Dpbusd, Operands, broadcast4, groups, prefetch_ahead, store, tiles,
-};
+use crate::nn::quant::simd::{self, Dpbusd, Operands, broadcast4, prefetch_ahead, store, tiles};
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
 ///
@@ -23,15 +21,8 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
     g: usize,
     r: usize,
 ) {
-    let Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    } = *op;
-    let w = &weight[g * blocks..(g + 1) * blocks];
-    let rows: [(&[f32], &[i8], &[i16]); R] = std::array::from_fn(|t| x.row(r + t));
+    let w = op.group(g);
+    let rows: [(&[f32], &[i8], &[i16]); R] = std::array::from_fn(|t| op.x.row(r + t));
     // SAFETY (every intrinsic and helper below): the caller enables AVX2, FMA, F16C and `D`'s
     // extension; the loads stay within the group super-block and the rows' blocks.
     unsafe {
@@ -74,7 +65,7 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
                 acc[t] = scale_add(block, xd[b], isum[t], msum, acc[t]);
             }
         }
-        store::<_, 8, R>(&acc, (g, r), o0, width, out);
+        store::<_, 8, R, _, _>(&acc, op, (g, r), out);
     }
 }
 
@@ -84,28 +75,15 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
 /// AVX-VNNI, AVX2, FMA and F16C must be available; the rest of the contract is
 /// [`super::x86::matmul_rows`]'.
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub unsafe fn matmul_rows_avxvnni(
-    weight: &[GroupQ4K],
-    blocks: usize,
-    x: &Q8KRows,
+pub(crate) unsafe fn matmul_rows_avxvnni(
+    op: &Operands<'_, GroupQ4K, Q8KRows>,
     n: usize,
-    o0: usize,
     out: &mut [f32],
 ) {
-    let width = out.len() / n.max(1);
-    let op = Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    };
     // SAFETY: by this function's contract, for the rows each call covers.
     unsafe {
-        for g in groups(o0, width) {
-            tiles!(n, [1, 2, 3], |r, R| tile::<simd::AvxVnni, R>(
-                &op, out, g, r
-            ));
+        for g in op.groups() {
+            tiles!(n, [1, 2, 3], |r, R| tile::<simd::AvxVnni, R>(op, out, g, r));
         }
     }
 }

@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUPER};
-use crate::nn::quant::simd::{Operands, broadcast4, groups, prefetch_ahead, store, tiles};
+use crate::nn::quant::simd::{Operands, broadcast4, prefetch_ahead, store, tiles};
 
 /// A `vpshufb` control that gives every 32-bit lane the bytes `bytes` of itself (`-1`: zero).
 const fn pick(bytes: [i8; 4]) -> [i8; 32] {
@@ -131,15 +131,8 @@ unsafe fn tile<const R: usize>(
     g: usize,
     r: usize,
 ) {
-    let Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    } = *op;
-    let w = &weight[g * blocks..(g + 1) * blocks];
-    let rows: [(&[f32], &[i8], &[i16]); R] = std::array::from_fn(|t| x.row(r + t));
+    let w = op.group(g);
+    let rows: [(&[f32], &[i8], &[i16]); R] = std::array::from_fn(|t| op.x.row(r + t));
     let low = _mm256_set1_epi8(15);
     let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); R];
@@ -188,7 +181,7 @@ unsafe fn tile<const R: usize>(
             acc[t] = scale_add(block, xd[b], isum[t], msum, acc[t]);
         }
     }
-    store::<_, 8, R>(&acc, (g, r), o0, width, out);
+    store::<_, 8, R, _, _>(&acc, op, (g, r), out);
 }
 
 /// [`super::rule::matmul_rows`] with AVX2, FMA and F16C: the same bits.
@@ -198,26 +191,11 @@ unsafe fn tile<const R: usize>(
 /// groups of outputs `o0 .. o0 + out.len() / n` (`blocks` each) and `x` `n` rows of `blocks`
 /// blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_rows(
-    weight: &[GroupQ4K],
-    blocks: usize,
-    x: &Q8KRows,
-    n: usize,
-    o0: usize,
-    out: &mut [f32],
-) {
-    let width = out.len() / n.max(1);
-    let op = Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    };
+pub(crate) unsafe fn matmul_rows(op: &Operands<'_, GroupQ4K, Q8KRows>, n: usize, out: &mut [f32]) {
     // SAFETY: by this function's contract, for the rows each call covers.
     unsafe {
-        for g in groups(o0, width) {
-            tiles!(n, [1, 2, 3], |r, R| tile::<R>(&op, out, g, r));
+        for g in op.groups() {
+            tiles!(n, [1, 2, 3], |r, R| tile::<R>(op, out, g, r));
         }
     }
 }

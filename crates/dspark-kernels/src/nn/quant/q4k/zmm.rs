@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUPER};
 use super::vnni;
 use super::x86::{MINS16, SCALE32, unpack8};
-use crate::nn::quant::simd::{self, Operands, groups, prefetch_ahead, store, tiles};
+use crate::nn::quant::simd::{self, Operands, prefetch_ahead, store, tiles};
 use crate::nn::quant::zmm::{pair_f16, pair_word};
 
 /// Two 256-bit halves as one vector (`lo`: lanes 0–7).
@@ -42,18 +42,8 @@ unsafe fn pair_tile<const R: usize>(
     g: usize,
     r: usize,
 ) {
-    let Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    } = *op;
-    let (w0, w1) = (
-        &weight[g * blocks..][..blocks],
-        &weight[(g + 1) * blocks..][..blocks],
-    );
-    let rows: [(&[f32], &[i8], &[i16]); R] = std::array::from_fn(|t| x.row(r + t));
+    let (w0, w1) = (op.group(g), op.group(g + 1));
+    let rows: [(&[f32], &[i8], &[i16]); R] = std::array::from_fn(|t| op.x.row(r + t));
     // SAFETY (every intrinsic and helper below): the caller enables the extensions; the loads
     // stay within the group super-blocks and the rows' blocks.
     unsafe {
@@ -113,7 +103,7 @@ unsafe fn pair_tile<const R: usize>(
                 acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(mw, xdb), a);
             }
         }
-        store::<_, 16, R>(&acc, (g, r), o0, width, out);
+        store::<_, 16, R, _, _>(&acc, op, (g, r), out);
     }
 }
 
@@ -124,36 +114,21 @@ unsafe fn pair_tile<const R: usize>(
 /// AVX-512 F, VL, BW and VNNI, AVX2, FMA and F16C must be available; the rest of the contract
 /// is [`super::x86::matmul_rows`]'.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub unsafe fn matmul_rows(
-    weight: &[GroupQ4K],
-    blocks: usize,
-    x: &Q8KRows,
-    n: usize,
-    o0: usize,
-    out: &mut [f32],
-) {
-    let width = out.len() / n.max(1);
-    let op = Operands {
-        weight,
-        blocks,
-        x,
-        o0,
-        width,
-    };
-    let all = groups(o0, width);
+pub(crate) unsafe fn matmul_rows(op: &Operands<'_, GroupQ4K, Q8KRows>, n: usize, out: &mut [f32]) {
+    let all = op.groups();
     // SAFETY: by this function's contract, for the rows and groups each call covers.
     unsafe {
         for g in all.clone().step_by(2) {
             if g + 1 < all.end {
                 tiles!(n, [1, 2, 3, 4, 5, 6, 7, 8], |r, R| pair_tile::<R>(
-                    &op, out, g, r
+                    op, out, g, r
                 ));
             } else {
                 tiles!(n, [1, 2, 3, 4, 5, 6, 7, 8], |r, R| vnni::tile::<
                     simd::Avx512Vnni,
                     R,
                 >(
-                    &op, out, g, r
+                    op, out, g, r
                 ));
             }
         }
