@@ -88,7 +88,8 @@ impl Machine {
     pub fn flops(&self, dtype: WeightDtype, quant: Option<Quant>) -> f64 {
         match (quant, dtype) {
             (Some(Quant::Q8_0), _) => self.flops_q8_0,
-            (Some(Quant::Q4K), _) => self.flops_q4_k,
+            // Q6_K (part of a Q4_K_M file's mix) runs a K-quant body of the same shape.
+            (Some(Quant::Q4K | Quant::Q6K), _) => self.flops_q4_k,
             (None, WeightDtype::F32) => self.flops_f32,
             (None, WeightDtype::BF16 | WeightDtype::F16) => self.flops_bf16,
         }

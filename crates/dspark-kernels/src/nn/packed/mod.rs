@@ -37,6 +37,7 @@ use half::{bf16, f16};
 use crate::cpu::pages::streamed_vec;
 use crate::nn::WeightDtype;
 use crate::nn::quant::q4k::Q4KMatrix;
+use crate::nn::quant::q6k::Q6KMatrix;
 use crate::nn::quant::{Quant, QuantKernel, QuantMatrix};
 use crate::view::Floats;
 
@@ -291,7 +292,8 @@ fn convert<S: PanelElem, T: PanelElem>(src: &[S], dst: &mut [T]) {
 }
 
 /// A weight packed for the host products: a [`PackedMatrix`] in whichever float dtype it is
-/// kept in, or quantized blocks (Q8_0: [`QuantMatrix`]; Q4_K: [`Q4KMatrix`]).
+/// kept in, or quantized blocks (Q8_0: [`QuantMatrix`]; Q4_K: [`Q4KMatrix`]; Q6_K:
+/// [`Q6KMatrix`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PackedWeight {
     /// `f32` panels.
@@ -304,6 +306,8 @@ pub enum PackedWeight {
     Q8(QuantMatrix),
     /// Q4_K super-blocks (see [`crate::nn::quant::q4k`]).
     Q4K(Q4KMatrix),
+    /// Q6_K super-blocks (see [`crate::nn::quant::q6k`]).
+    Q6K(Q6KMatrix),
 }
 
 /// One product of a [`PackedWeight::matmul_group`]: the weight and its bias, if any.
@@ -319,6 +323,7 @@ macro_rules! each {
             PackedWeight::F16($m) => $body,
             PackedWeight::Q8($m) => $body,
             PackedWeight::Q4K($m) => $body,
+            PackedWeight::Q6K($m) => $body,
         }
     };
 }
@@ -333,6 +338,7 @@ macro_rules! each_float {
             PackedWeight::F16($m) => $body,
             PackedWeight::Q8($q) => $qbody,
             PackedWeight::Q4K($q) => $qbody,
+            PackedWeight::Q6K($q) => $qbody,
         }
     };
 }
@@ -354,13 +360,14 @@ impl PackedWeight {
         match quant {
             Quant::Q8_0 => QuantMatrix::quantize(w, rows, cols).map(Self::Q8),
             Quant::Q4K => Q4KMatrix::quantize(w, rows, cols).map(Self::Q4K),
+            Quant::Q6K => Q6KMatrix::quantize(w, rows, cols).map(Self::Q6K),
         }
     }
 
     /// The panels' dtype (a quantized weight: `f32`, the values its blocks dequantize to).
     pub fn dtype(&self) -> WeightDtype {
         match self {
-            Self::F32(_) | Self::Q8(_) | Self::Q4K(_) => WeightDtype::F32,
+            Self::F32(_) | Self::Q8(_) | Self::Q4K(_) | Self::Q6K(_) => WeightDtype::F32,
             Self::BF16(_) => WeightDtype::BF16,
             Self::F16(_) => WeightDtype::F16,
         }
@@ -371,6 +378,7 @@ impl PackedWeight {
         match self {
             Self::Q8(_) => Some(Quant::Q8_0),
             Self::Q4K(_) => Some(Quant::Q4K),
+            Self::Q6K(_) => Some(Quant::Q6K),
             _ => None,
         }
     }
@@ -436,6 +444,16 @@ impl PackedWeight {
                     })
                     .collect();
                 crate::nn::quant::q4k::matmul_group(&q?, x, n)
+            }
+            Self::Q6K(_) => {
+                let q: Option<Vec<_>> = parts
+                    .iter()
+                    .map(|&(w, b)| match w {
+                        Self::Q6K(q) => Some((q, b)),
+                        _ => None,
+                    })
+                    .collect();
+                crate::nn::quant::q6k::matmul_group(&q?, x, n)
             }
             Self::F32(_) => {
                 let v = views(parts, |w| if let Self::F32(m) = w { Some(m) } else { None })?;

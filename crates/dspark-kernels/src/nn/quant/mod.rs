@@ -3,9 +3,11 @@
 //! - [`QuantMatrix`]: Q8_0, blocks of 32 weights with one f16 scale (34 bytes, 1.0625 bytes a
 //!   weight); the rule every kernel follows is in `rule.rs`;
 //! - [`q4k::Q4KMatrix`]: Q4_K, super-blocks of 256 weights in 8 sub-blocks of 32, 4-bit weights
-//!   with 6-bit scales and mins (144 bytes, 0.5625 bytes a weight).
+//!   with 6-bit scales and mins (144 bytes, 0.5625 bytes a weight);
+//! - [`q6k::Q6KMatrix`]: Q6_K, super-blocks of 256 weights in 16 sub-blocks of 16, 6-bit weights
+//!   with 8-bit scales (210 bytes, 0.82 bytes a weight), as a GGUF file's Q4_K_M mix has them.
 //!
-//! Both keep groups of 8 rows interleaved block by block, their bytes 4 at a time across the
+//! All keep groups of 8 rows interleaved block by block, their bytes 4 at a time across the
 //! rows, and each row's activations are quantized on their own (`acts.rs`), so a row's result
 //! does not depend on the other rows of the call. Each format has four bodies with the same
 //! bits ([`QuantKernel`]): AVX-512 VNNI on two groups at once (`zmm.rs`), VNNI on one
@@ -23,6 +25,7 @@ use crate::view::Floats;
 
 mod acts;
 pub mod q4k;
+pub mod q6k;
 pub mod rule;
 #[cfg(target_arch = "x86_64")]
 mod simd;
@@ -43,17 +46,22 @@ pub enum Quant {
     /// Super-blocks of 256 weights: 4-bit weights, 6-bit scales and mins per 32, two f16
     /// super-scales (4.5 bits a weight).
     Q4K,
+    /// Super-blocks of 256 weights: 6-bit weights, 8-bit scales per 16, one f16 super-scale
+    /// (6.56 bits a weight). Read from GGUF files (a Q4_K_M file's head and part of its value
+    /// and down maps); not a load-time format ([`Quant::parse`] does not take it).
+    Q6K,
 }
 
 /// The names [`Quant::parse`] takes, for messages.
 pub const QUANT_NAMES: &str = "q8_0, q4_k";
 
 impl Quant {
-    /// Its name (`q8_0`, `q4_k`).
+    /// Its name (`q8_0`, `q4_k`, `q6_k`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Q8_0 => "q8_0",
             Self::Q4K => "q4_k",
+            Self::Q6K => "q6_k",
         }
     }
 

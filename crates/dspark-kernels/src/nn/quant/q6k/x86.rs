@@ -1,0 +1,185 @@
+//! The x86 body of the Q6_K product, one for three instruction sets: AVX-512 VNNI and AVX-VNNI
+//! (`vpdpbusd`), and AVX2 (`vpmaddubsw` then `vpmaddwd` by ones, exact here: a level is at most
+//! 63, so a byte pair's sum stays within 16 bits). Each 32-byte load of a group's `ql` or `qh`
+//! holds the same 4 bytes of the 8 rows; the levels of one part are assembled from a nibble of
+//! `ql` and a bit pair of `qh`, and one instruction per activation row adds 4 products to each
+//! row's lane. A 16-value sub-block's 4 words leave lane `j` with row `j`'s exact dot product,
+//! from which the body takes the activation offset and which it scales by the row's sub-block
+//! scale (`vpmulld`), as the rule does.
+
+use std::arch::x86_64::*;
+
+use super::rule::{GroupQ6K, Q6KRows, SUBS, SUPER};
+use crate::nn::quant::simd::{self, Dpbusd, Operands, broadcast4, prefetch_ahead, store, tiles};
+
+/// `vpdpbusd` on AVX2: `vpmaddubsw`, then `vpmaddwd` by ones. Exact only while a byte pair's
+/// products fit 16 bits (unsigned bytes below 128, as Q6_K's levels are).
+struct Maddubs;
+
+impl Dpbusd for Maddubs {
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: by the contract, AVX2 is enabled here.
+        unsafe {
+            let pairs = _mm256_maddubs_epi16(u, s);
+            _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        }
+    }
+}
+
+/// Lane `j`: row `j`'s scale of sub-block `s`, as i32.
+///
+/// # Safety
+/// AVX2 must be enabled by the caller.
+#[inline(always)]
+unsafe fn scale(block: &GroupQ6K, s: usize) -> __m256i {
+    // SAFETY: word `s / 4` of the scales is 32 readable bytes; AVX2 by the contract.
+    unsafe {
+        let word = _mm256_loadu_si256(block.scales.as_ptr().add(32 * (s / 4)).cast());
+        let top = _mm256_sllv_epi32(word, _mm256_set1_epi32(24 - 8 * (s % 4) as i32));
+        _mm256_srai_epi32::<24>(top)
+    }
+}
+
+/// The levels of part `p` (`0..4`) for word `k` of half `h`: lane `j`'s 4 bytes are row `j`'s
+/// levels of weights `128h + 32p + 4k .. + 4`.
+///
+/// # Safety
+/// AVX2 must be enabled by the caller.
+#[inline(always)]
+unsafe fn levels(block: &GroupQ6K, h: usize, p: usize, k: usize) -> __m256i {
+    // SAFETY: the words read lie within `ql` (16 words) and `qh` (8); AVX2 by the contract.
+    unsafe {
+        let (low, high) = (_mm256_set1_epi8(15), _mm256_set1_epi8(0x30));
+        let a = _mm256_loadu_si256(block.ql.as_ptr().add(32 * (8 * (2 * h + p % 2) + k)).cast());
+        let lo = if p < 2 {
+            _mm256_and_si256(a, low)
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16::<4>(a), low)
+        };
+        let b = _mm256_loadu_si256(block.qh.as_ptr().add(32 * (8 * h + k)).cast());
+        // Bits 2p, 2p + 1 of each byte to bits 4, 5 (a 16-bit shift: what crosses a byte
+        // boundary lands outside the mask).
+        let hi = match p {
+            0 => _mm256_slli_epi16::<4>(b),
+            1 => _mm256_slli_epi16::<2>(b),
+            2 => b,
+            _ => _mm256_srli_epi16::<2>(b),
+        };
+        _mm256_or_si256(lo, _mm256_and_si256(hi, high))
+    }
+}
+
+/// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
+///
+/// # Safety
+/// `D`'s extension, AVX2, FMA and F16C must be available and enabled by the caller; `weight`
+/// holds group `g`'s `blocks` super-blocks and `x` rows `r .. r + R`.
+#[inline(always)]
+unsafe fn tile<D: Dpbusd, const R: usize>(
+    op: &Operands<'_, GroupQ6K, Q6KRows>,
+    out: &mut [f32],
+    g: usize,
+    r: usize,
+) {
+    let w = op.group(g);
+    let rows: [(&[f32], &[i8], &[i32]); R] = std::array::from_fn(|t| op.x.row(r + t));
+    // SAFETY (every intrinsic and helper below): the caller enables AVX2, FMA, F16C and `D`'s
+    // extension; the loads stay within the group super-block and the rows' blocks.
+    unsafe {
+        let zero = _mm256_setzero_si256();
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, block) in w.iter().enumerate() {
+            prefetch_ahead(block, std::mem::size_of::<GroupQ6K>());
+            let xs: [*const i8; R] =
+                std::array::from_fn(|t| rows[t].1[b * SUPER..][..SUPER].as_ptr());
+            let offs: [&[i32]; R] = std::array::from_fn(|t| &rows[t].2[b * SUBS..][..SUBS]);
+            let mut isum = [zero; R];
+            for h in 0..2 {
+                for p in 0..4 {
+                    for half in 0..2 {
+                        let mut dot = [zero; R];
+                        for k in 4 * half..4 * half + 4 {
+                            let q = levels(block, h, p, k);
+                            for t in 0..R {
+                                let x = broadcast4(xs[t].add(128 * h + 32 * p + 4 * k));
+                                dot[t] = D::dpbusd(dot[t], q, x);
+                            }
+                        }
+                        let s = 8 * h + 2 * p + half;
+                        let sv = scale(block, s);
+                        for t in 0..R {
+                            let centred = _mm256_sub_epi32(dot[t], _mm256_set1_epi32(offs[t][s]));
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(centred, sv));
+                        }
+                    }
+                }
+            }
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(block.d.as_ptr().cast()));
+            for t in 0..R {
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(rows[t].0[b]));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), scale, acc[t]);
+            }
+        }
+        store::<_, 8, R, _, _>(&acc, op, (g, r), out);
+    }
+}
+
+/// [`super::rule::matmul_rows`] with AVX-512 VNNI (on 256-bit vectors, 32 registers): the
+/// same bits.
+///
+/// # Safety
+/// AVX-512 F, VL, BW and VNNI, AVX2, FMA and F16C must be available; `op` covers `n` rows, its
+/// weight every group of its outputs and its activations `n` rows of the weight's width.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+pub(crate) unsafe fn matmul_rows_avx512vnni(
+    op: &Operands<'_, GroupQ6K, Q6KRows>,
+    n: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: by this function's contract, for the rows each call covers.
+    unsafe {
+        for g in op.groups() {
+            tiles!(n, [1, 2, 3, 4, 5], |r, R| tile::<simd::Avx512Vnni, R>(
+                op, out, g, r
+            ));
+        }
+    }
+}
+
+/// [`super::rule::matmul_rows`] with AVX-VNNI: the same bits.
+///
+/// # Safety
+/// AVX-VNNI, AVX2, FMA and F16C must be available; the rest as
+/// [`matmul_rows_avx512vnni`].
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn matmul_rows_avxvnni(
+    op: &Operands<'_, GroupQ6K, Q6KRows>,
+    n: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: by this function's contract, for the rows each call covers.
+    unsafe {
+        for g in op.groups() {
+            tiles!(n, [1, 2, 3], |r, R| tile::<simd::AvxVnni, R>(op, out, g, r));
+        }
+    }
+}
+
+/// [`super::rule::matmul_rows`] with AVX2: the same bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; the rest as [`matmul_rows_avx512vnni`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn matmul_rows_avx2(
+    op: &Operands<'_, GroupQ6K, Q6KRows>,
+    n: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: by this function's contract, for the rows each call covers.
+    unsafe {
+        for g in op.groups() {
+            tiles!(n, [1, 2, 3], |r, R| tile::<Maddubs, R>(op, out, g, r));
+        }
+    }
+}
