@@ -84,6 +84,17 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A GGUF file is malformed, truncated, or holds what dspark does not read (another
+    /// architecture, an unsupported tensor type).
+    #[error("{}: {}{message}", path.display(), tensor.as_ref().map_or(String::new(), |t| format!("tensor `{t}`: ")))]
+    BadGguf {
+        /// The file.
+        path: PathBuf,
+        /// The tensor (GGUF's name), when one is at fault.
+        tensor: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
     /// A tensor's shape differs from what the config implies.
     #[error("tensor `{tensor}` has shape {found:?}, the config implies {expected:?}")]
     ShapeMismatch {
@@ -320,6 +331,7 @@ impl Error {
             Error::ShapeMismatch { tensor, .. }
             | Error::MissingTensor { tensor, .. }
             | Error::BadDtype { tensor, .. } => Some(tensor),
+            Error::BadGguf { tensor, .. } => tensor.as_deref(),
             Error::BadConfig { key, .. } | Error::NoiseTokenOutOfRange { key, .. } => Some(key),
             _ => None,
         }
@@ -334,6 +346,7 @@ impl Error {
             Error::MissingFile { .. } => "missing-file",
             Error::Io { .. } => "io",
             Error::BadSafetensors { .. } => "bad-safetensors",
+            Error::BadGguf { .. } => "bad-gguf",
             Error::ShapeMismatch { .. } => "shape-mismatch",
             Error::MissingTensor { .. } => "missing-tensor",
             Error::BadDtype { .. } => "bad-dtype",
@@ -370,6 +383,7 @@ impl Error {
             Error::MissingFile { .. }
             | Error::Io { .. }
             | Error::BadSafetensors { .. }
+            | Error::BadGguf { .. }
             | Error::ShapeMismatch { .. }
             | Error::MissingTensor { .. }
             | Error::BadDtype { .. }

@@ -167,6 +167,25 @@ impl Linear {
         Self::packed(packed, bias)
     }
 
+    /// A map over a weight already in blocks or panels (a GGUF file's quantized matrix),
+    /// `bias: [out]` kept in f32: on the host fast path (`device` the CPU) the blocks are kept
+    /// as they are; elsewhere the weight becomes an f32 tensor of their values on `device`, so
+    /// both paths compute with the same weights. Errors: `bad-shape` for a bias that is not
+    /// `[out]`.
+    pub fn from_packed(
+        packed: PackedWeight,
+        bias: Option<Tensor>,
+        device: &Device,
+    ) -> Result<Self> {
+        let (out, d_in) = (packed.rows(), packed.cols());
+        if !fast_on(device) || bias.as_ref().is_some_and(|b| !host_fast(b)) {
+            let values = Tensor::from_vec(packed.unpack(), (out, d_in), device)?;
+            return Self::new(values, bias);
+        }
+        let bias = checked_bias(bias, out)?;
+        Self::packed(packed, bias)
+    }
+
     /// A map over a host-packed weight, its bias (checked, f32) kept beside it as a host copy
     /// for the kernels.
     fn packed(packed: PackedWeight, bias: Option<Tensor>) -> Result<Self> {

@@ -5,7 +5,8 @@
 //! - [`packed`]: the panel-packed weight and its register-tiled kernel (x86 bodies in
 //!   `packed/x86.rs`);
 //! - [`quant`]: quantized weights in GGUF's blocks (Q8_0: [`quant::QuantMatrix`]; Q4_K:
-//!   [`quant::q4k::Q4KMatrix`]) and their products over activations quantized per row;
+//!   [`quant::q4k::Q4KMatrix`]; Q6_K: [`quant::q6k::Q6KMatrix`]) and their products over
+//!   activations quantized per row;
 //! - [`attention`]: grouped-query attention, non-causal (the drafter's block) and causal over a
 //!   KV cache (the target), with the host kernels in `attention/kernel.rs`;
 //! - [`norm`], [`rope`], [`mlp`]: RMSNorm, rotary embeddings, the SwiGLU MLP;
@@ -14,6 +15,7 @@
 //! - `fused`: the single-pass host bodies of these ops, taken for contiguous f32 CPU tensors
 //!   on the fast kernel path ([`crate::device::host_fast`]);
 //! - [`weights`]: safetensors → tensors, and the weights a target shares with its drafter;
+//! - [`gguf`]: GGUF files → float tensors and quantized blocks, checked before any is read;
 //! - [`dtype`]: the dtype weight matrices are kept in ([`WeightDtype`]: f32, or bf16 / f16
 //!   read as 2 bytes and widened in registers) and the [`LoadOptions`] that choose it.
 //!
@@ -24,6 +26,7 @@ pub mod attention;
 pub mod decoder;
 pub mod dtype;
 pub mod fused;
+pub mod gguf;
 pub mod linear;
 pub mod mlp;
 pub mod norm;

@@ -136,35 +136,47 @@ impl TensorReader {
                 ),
             ));
         }
-        let shape = info.shape.as_slice();
-        let stored = info.dtype.as_str();
-        let overflow = |(at, v): (usize, f32)| Error::NonFinite {
-            name: info.name.clone(),
-            message: format!(
-                "element {at} ({v}) overflows {} when narrowed from {stored}: load this \
-                 checkpoint in float32 or bfloat16",
-                dtype.as_str()
-            ),
-        };
-        let host = match dtype {
-            WeightDtype::F32 => Tensor::from_vec(
-                decode::<f32>(bytes, stored).map_err(overflow)?,
-                shape,
-                &Device::Cpu,
-            ),
-            WeightDtype::BF16 => Tensor::from_vec(
-                decode::<half::bf16>(bytes, stored).map_err(overflow)?,
-                shape,
-                &Device::Cpu,
-            ),
-            WeightDtype::F16 => Tensor::from_vec(
-                decode::<half::f16>(bytes, stored).map_err(overflow)?,
-                shape,
-                &Device::Cpu,
-            ),
-        }?;
-        Ok(host.to_device(&device)?)
+        decode_tensor(&info.name, bytes, &info.dtype, &info.shape, dtype, &device)
     }
+}
+
+/// Little-endian data of dtype `stored` (`F32`, `F16`, `BF16`, `F64`; `bytes` holding exactly
+/// `shape`'s elements) as a tensor of `shape` in `dtype` on `device`. Errors: `non-finite`
+/// naming `name` when narrowing turns a finite value infinite.
+pub(crate) fn decode_tensor(
+    name: &str,
+    bytes: &[u8],
+    stored: &str,
+    shape: &[usize],
+    dtype: WeightDtype,
+    device: &Device,
+) -> Result<Tensor> {
+    let overflow = |(at, v): (usize, f32)| Error::NonFinite {
+        name: name.to_string(),
+        message: format!(
+            "element {at} ({v}) overflows {} when narrowed from {stored}: load this \
+             checkpoint in float32 or bfloat16",
+            dtype.as_str()
+        ),
+    };
+    let host = match dtype {
+        WeightDtype::F32 => Tensor::from_vec(
+            decode::<f32>(bytes, stored).map_err(overflow)?,
+            shape,
+            &Device::Cpu,
+        ),
+        WeightDtype::BF16 => Tensor::from_vec(
+            decode::<half::bf16>(bytes, stored).map_err(overflow)?,
+            shape,
+            &Device::Cpu,
+        ),
+        WeightDtype::F16 => Tensor::from_vec(
+            decode::<half::f16>(bytes, stored).map_err(overflow)?,
+            shape,
+            &Device::Cpu,
+        ),
+    }?;
+    Ok(host.to_device(device)?)
 }
 
 /// Little-endian safetensors data of dtype `stored` (`F32`, `F16`, `BF16`, `F64`; the caller
