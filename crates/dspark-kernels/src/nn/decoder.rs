@@ -7,11 +7,12 @@
 
 use std::collections::BTreeMap;
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 
 use super::linear::Linear;
 use super::mlp::swiglu;
 use super::norm::rms_norm;
+use super::packed::PackedWeight;
 use super::quant::Quant;
 use super::rope::Rope;
 use crate::error::{Error, Result};
@@ -21,6 +22,10 @@ use crate::error::{Error, Result};
 pub struct Take {
     tensors: BTreeMap<String, Tensor>,
     quant: Option<Quant>,
+    /// Weights already in blocks (a GGUF file's quantized matrices), and the device their maps
+    /// go to.
+    packed: BTreeMap<String, PackedWeight>,
+    device: Device,
 }
 
 impl Take {
@@ -29,12 +34,24 @@ impl Take {
         Self {
             tensors,
             quant: None,
+            packed: BTreeMap::new(),
+            device: Device::Cpu,
         }
     }
 
     /// Linear maps built from here on are quantized as `quant` (`None`: as loaded).
     pub fn quantized(self, quant: Option<Quant>) -> Self {
         Self { quant, ..self }
+    }
+
+    /// Weights already in blocks, by name (`{prefix}.weight`): the maps over them keep them as
+    /// they are ([`Linear::from_packed`], for `device`), whatever [`Self::quantized`] asked.
+    pub fn with_packed(self, packed: BTreeMap<String, PackedWeight>, device: &Device) -> Self {
+        Self {
+            packed,
+            device: device.clone(),
+            ..self
+        }
     }
 
     /// The tensor `name`, removed from the set, if it was loaded.
@@ -53,12 +70,12 @@ impl Take {
     /// `{prefix}.weight` (and `{prefix}.bias` when `bias`) as a [`Linear`], quantized when
     /// [`Self::quantized`] asked.
     pub fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
+        if let Some(packed) = self.packed.remove(&format!("{prefix}.weight")) {
+            let bias = self.bias(prefix, bias)?;
+            return Linear::from_packed(packed, bias, &self.device);
+        }
         let weight = self.get(&format!("{prefix}.weight"))?;
-        let bias = if bias {
-            Some(self.get(&format!("{prefix}.bias"))?)
-        } else {
-            None
-        };
+        let bias = self.bias(prefix, bias)?;
         match self.quant {
             // A weight the format cannot hold is named as the checkpoint names it.
             Some(quant) => Linear::quantized(weight, bias, quant).map_err(|e| match e {
@@ -69,6 +86,12 @@ impl Take {
             }),
             None => Linear::new(weight, bias),
         }
+    }
+
+    /// `{prefix}.bias` when the map has one.
+    fn bias(&mut self, prefix: &str, bias: bool) -> Result<Option<Tensor>> {
+        bias.then(|| self.get(&format!("{prefix}.bias")))
+            .transpose()
     }
 }
 

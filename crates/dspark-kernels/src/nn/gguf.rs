@@ -248,11 +248,13 @@ impl GgufFile {
             .ok_or_else(|| self.bad_key(key, "a non-negative integer"))
     }
 
-    /// The number at `key` (a float or an integer); `bad-gguf` when it is something else.
+    /// The number at `key` (a float or an integer); `bad-gguf` when it is something else. An
+    /// f32 is read as the shortest decimal that rounds to it (the `1e-6` a converter wrote as
+    /// an f32, not `9.99999997e-7`).
     pub fn float(&self, key: &str) -> Result<Option<f64>> {
         match self.value(key) {
             None => Ok(None),
-            Some(Value::F32(x)) => Ok(Some(f64::from(*x))),
+            Some(Value::F32(x)) => Ok(Some(x.to_string().parse().unwrap_or(f64::from(*x)))),
             Some(Value::F64(x)) => Ok(Some(*x)),
             Some(_) => self
                 .uint(key)

@@ -11,6 +11,7 @@ mod targets_common;
 
 mod counts;
 mod dtype;
+mod gguf;
 mod kv_dtype;
 mod quant;
 mod qwen3;

@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 
 use crate::drafter_common::Rng;
 
+pub mod gguf;
+
 /// A tiny random Qwen3ForCausalLM.
 #[derive(Debug, Clone)]
 pub struct Tiny {

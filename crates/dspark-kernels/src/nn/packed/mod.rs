@@ -383,6 +383,16 @@ impl PackedWeight {
         }
     }
 
+    /// A quantized weight's blocks as a GGUF file stores them (`None` for float panels).
+    pub fn to_gguf(&self) -> Option<Vec<u8>> {
+        match self {
+            Self::Q8(q) => Some(q.to_gguf()),
+            Self::Q4K(q) => Some(q.to_gguf()),
+            Self::Q6K(q) => Some(q.to_gguf()),
+            Self::F32(_) | Self::BF16(_) | Self::F16(_) => None,
+        }
+    }
+
     /// Output rows (`out`).
     pub fn rows(&self) -> usize {
         each!(self, m => m.rows())

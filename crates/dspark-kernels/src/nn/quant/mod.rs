@@ -232,6 +232,19 @@ impl QuantMatrix {
         })
     }
 
+    /// The rows as a GGUF file stores them (every row's blocks in order: [`Self::from_gguf`]'s
+    /// input).
+    pub fn to_gguf(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.rows * self.blocks * (2 + BLOCK));
+        for o in 0..self.rows {
+            for block in &self.data[(o / GROUP) * self.blocks..][..self.blocks] {
+                out.extend(block.d[o % GROUP].to_le_bytes());
+                out.extend(block.row(o % GROUP).map(|q| q as u8));
+            }
+        }
+        out
+    }
+
     /// Output rows (`out`).
     pub fn rows(&self) -> usize {
         self.rows

@@ -216,14 +216,7 @@ fn the_blocks_are_gguf_s_q8_0_both_ways() {
     // from zero).
     let (rows, cols) = (11, 96);
     let (w, ours) = quantized(rows, cols, 5);
-    let mut bytes = Vec::new();
-    for o in 0..rows {
-        for b in 0..ours.blocks {
-            let block = &ours.data[(o / GROUP) * ours.blocks + b];
-            bytes.extend(block.d[o % GROUP].to_le_bytes());
-            bytes.extend(block.row(o % GROUP).map(|q| q as u8));
-        }
-    }
+    let bytes = ours.to_gguf();
     let storage =
         QStorage::from_data(Cow::Borrowed(&bytes), &Device::Cpu, GgmlDType::Q8_0).unwrap();
     let seen = QTensor::new(storage, (rows, cols)).unwrap();

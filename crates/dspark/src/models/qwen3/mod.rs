@@ -8,14 +8,17 @@
 //! [`Qwen3Target::shared_weights`] hands a drafter the embedding and lm_head without a
 //! copy.
 //!
-//! Submodules: [`cache`] ([`Qwen3Cache`]), `model` ([`Qwen3Target`], loading), `forward` (the
-//! packed forward), `device_rows` (its device-path attention).
+//! Submodules: [`cache`] ([`Qwen3Cache`]), `model` ([`Qwen3Target`], loading), `gguf` (loading
+//! a GGUF file: [`Qwen3Target::load_gguf`]), `forward` (the packed forward), `device_rows` (its
+//! device-path attention).
 
 pub mod cache;
 mod device_rows;
 mod forward;
+mod gguf;
 mod model;
 
 pub use crate::config::Qwen3Config;
 pub use cache::Qwen3Cache;
+pub use gguf::gguf_name;
 pub use model::Qwen3Target;

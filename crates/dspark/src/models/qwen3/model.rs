@@ -54,18 +54,29 @@ pub struct Qwen3Target {
 }
 
 /// Why a tensor is required.
-const WHY: &str = "part of the Qwen3 target";
+pub(super) const WHY: &str = "part of the Qwen3 target";
 
 /// One tensor the config implies: name, shape, and whether more rows are fine (padded
 /// vocabularies).
-struct Want {
-    name: String,
-    shape: Vec<usize>,
-    more_rows: bool,
+pub(super) struct Want {
+    pub(super) name: String,
+    pub(super) shape: Vec<usize>,
+    pub(super) more_rows: bool,
+}
+
+impl Want {
+    /// Whether a tensor of `shape` is this one's.
+    pub(super) fn fits(&self, shape: &[usize]) -> bool {
+        if self.more_rows {
+            shape.len() == 2 && shape[0] >= self.shape[0] && shape[1] == self.shape[1]
+        } else {
+            shape == self.shape
+        }
+    }
 }
 
 /// Every tensor a Qwen3 checkpoint with `c` must hold (`lm_head` only when untied).
-fn expected(c: &Qwen3Config) -> Vec<Want> {
+pub(super) fn expected(c: &Qwen3Config) -> Vec<Want> {
     let h = c.shape.hidden_size;
     let q = c.shape.num_attention_heads * c.shape.head_dim;
     let kv = c.shape.num_key_value_heads * c.shape.head_dim;
@@ -152,7 +163,6 @@ impl Qwen3Target {
         device: &Device,
         options: LoadOptions,
     ) -> Result<Self> {
-        let rope = Rope::new(&config.shape.rope, config.shape.head_dim, &config.source)?;
         let wants = expected(&config);
         let mut problems = Vec::new();
         for w in &wants {
@@ -167,12 +177,7 @@ impl Qwen3Target {
                 });
                 continue;
             };
-            let fits = if w.more_rows {
-                info.shape.len() == 2 && info.shape[0] >= w.shape[0] && info.shape[1] == w.shape[1]
-            } else {
-                info.shape == w.shape
-            };
-            if !fits {
+            if !w.fits(&info.shape) {
                 problems.push(Error::ShapeMismatch {
                     tensor: w.name.clone(),
                     expected: w.shape.clone(),
@@ -188,7 +193,22 @@ impl Qwen3Target {
                 tensors.insert(w.name.clone(), reader.read(info)?);
             }
         }
-        let mut t = Take::new(tensors).quantized(options.quant);
+        let t = Take::new(tensors).quantized(options.quant);
+        Self::assemble(config, t, None, options.quant, device, options)
+    }
+
+    /// The target from its loaded tensors and maps (`t`, by the checkpoint's names), `head`
+    /// the output head when the loader built it (a GGUF file's quantized one, kept as stored),
+    /// `quant` the layers' maps' format.
+    pub(super) fn assemble(
+        config: Qwen3Config,
+        mut t: Take,
+        head: Option<Linear>,
+        quant: Option<Quant>,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let rope = Rope::new(&config.shape.rope, config.shape.head_dim, &config.source)?;
         let embed = t.get(EMBED)?;
         let lm_head = if config.shape.tie_word_embeddings {
             embed.clone()
@@ -204,16 +224,18 @@ impl Qwen3Target {
             )?);
         }
         let lm_head_logical = lm_head.narrow(0, 0, config.shape.vocab_size)?;
+        let head = match (head, options.quant) {
+            (Some(head), _) => Some(head),
+            // The head quantized too (a copy beside the stored one, which embedding lookups
+            // and a drafter read), where the host kernels run.
+            (None, Some(q)) if fast_on(device) => {
+                Some(Linear::quantized(lm_head_logical.clone(), None, q.head())?)
+            }
+            (None, _) => output_head(&lm_head_logical)?,
+        };
         Ok(Self {
             norm: t.get("model.norm.weight")?,
-            head: match options.quant {
-                // The head quantized too (a copy beside the stored one, which embedding lookups
-                // and a drafter read), where the host kernels run.
-                Some(q) if fast_on(device) => {
-                    Some(Linear::quantized(lm_head_logical.clone(), None, q.head())?)
-                }
-                _ => output_head(&lm_head_logical)?,
-            },
+            head,
             lm_head_logical,
             lm_head,
             embed,
@@ -222,7 +244,7 @@ impl Qwen3Target {
             rope_cache: Default::default(),
             key_index: Default::default(),
             device: device.clone(),
-            quant: options.quant,
+            quant,
             kv_dtype: options.kv_dtype_or_default(),
             config,
         })

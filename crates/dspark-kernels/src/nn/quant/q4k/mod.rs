@@ -89,6 +89,22 @@ impl Q4KMatrix {
         Some(m)
     }
 
+    /// The rows as a GGUF file stores them (every row's super-blocks in order:
+    /// [`Self::from_gguf`]'s input).
+    pub fn to_gguf(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.rows * self.blocks * BLOCK_BYTES);
+        for o in 0..self.rows {
+            for block in &self.data[(o / GROUP) * self.blocks..][..self.blocks] {
+                let j = o % GROUP;
+                out.extend(block.d[j].to_le_bytes());
+                out.extend(block.dmin[j].to_le_bytes());
+                out.extend(block.scales_of(j));
+                out.extend(block.nibbles_of(j));
+            }
+        }
+        out
+    }
+
     /// Zero blocks for `[rows, cols]`.
     fn zeros(rows: usize, cols: usize) -> Self {
         let blocks = cols.div_ceil(SUPER);

@@ -19,21 +19,6 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-/// Row-major GGUF blocks of `m` (every row's super-blocks in order).
-fn gguf_bytes(m: &Q4KMatrix) -> Vec<u8> {
-    let mut out = Vec::new();
-    for o in 0..m.rows {
-        for b in 0..m.blocks {
-            let (block, j) = (&m.data[(o / GROUP) * m.blocks + b], o % GROUP);
-            out.extend(block.d[j].to_le_bytes());
-            out.extend(block.dmin[j].to_le_bytes());
-            out.extend(block.scales_of(j));
-            out.extend(block.nibbles_of(j));
-        }
-    }
-    out
-}
-
 #[test]
 fn six_bit_scales_and_mins_pack_and_unpack() {
     for seed in 0..64u32 {
@@ -51,7 +36,7 @@ fn the_blocks_are_gguf_s_q4_k_both_ways() {
     // file's: the same weights either way.
     let (rows, cols) = (11, 512);
     let (_, ours) = quantized(rows, cols, 5);
-    let bytes = gguf_bytes(&ours);
+    let bytes = ours.to_gguf();
     let storage = QStorage::from_data(Cow::Borrowed(&bytes), &Device::Cpu, GgmlDType::Q4K).unwrap();
     let theirs = QTensor::new(storage, (rows, cols)).unwrap();
     let seen = theirs

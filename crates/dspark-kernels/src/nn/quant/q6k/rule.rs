@@ -183,21 +183,21 @@ pub fn quantize_super(x: &[f32]) -> Option<RowQ6K> {
         scales: [0; SUBS],
         d,
     };
-    for s in 0..SUBS {
+    for (s, &step_s) in steps.iter().enumerate() {
         let sc = if df > 0.0 {
-            round(steps[s] / df).clamp(0, 127) as i8
+            round(step_s / df).clamp(0, 127) as i8
         } else {
             0
         };
         row.scales[s] = sc;
         let step = df * f32::from(sc);
-        for i in s * SUB..(s + 1) * SUB {
+        for (k, &v) in padded[s * SUB..(s + 1) * SUB].iter().enumerate() {
             let q = if step > 0.0 {
-                (round(padded[i] / step) + i32::from(ZERO_LEVEL)).clamp(0, 63) as u8
+                (round(v / step) + i32::from(ZERO_LEVEL)).clamp(0, 63) as u8
             } else {
                 ZERO_LEVEL
             };
-            set_level(&mut row, i, q);
+            set_level(&mut row, s * SUB + k, q);
         }
     }
     Some(row)
