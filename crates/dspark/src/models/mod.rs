@@ -1,6 +1,7 @@
 //! The target side of the loop: [`TargetModel`], what a forward takes ([`TargetInput`]) and
 //! what it gives back ([`TargetOutput`]); [`contract`], the suite every implementation passes;
-//! [`qwen3`], the native Qwen3 target.
+//! [`qwen3`], the native Qwen3 target; [`gguf_files`] and [`gguf_tokenizer`], what a GGUF file
+//! carries beside its tensors (config, tokenizer, chat template).
 //!
 //! Capture semantics (the one resolver in [`crate::config`]): capture id `c` is the input of
 //! decoder layer `c` (HF `hidden_states[c]`; `0` = the embedding output). Only
@@ -8,6 +9,8 @@
 
 pub mod contract;
 mod cost;
+pub mod gguf_files;
+pub mod gguf_tokenizer;
 pub mod qwen3;
 
 pub use cost::ForwardCost;

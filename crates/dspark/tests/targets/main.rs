@@ -12,6 +12,7 @@ mod targets_common;
 mod counts;
 mod dtype;
 mod gguf;
+mod gguf_tokenizer;
 mod kv_dtype;
 mod quant;
 mod qwen3;

@@ -55,7 +55,7 @@ pub fn gguf_name(hf: &str) -> Option<String> {
 
 /// The `config.json` a GGUF file's metadata stands for. Errors: `bad-gguf` for another
 /// architecture, a missing or mistyped key.
-fn config_json(f: &GgufFile) -> Result<Value> {
+pub fn gguf_config_json(f: &GgufFile) -> Result<Value> {
     let arch = f.string("general.architecture")?.unwrap_or("<none>");
     if arch != "qwen3" {
         return Err(bad_gguf(
@@ -140,7 +140,7 @@ impl Qwen3Target {
     pub fn load_gguf(path: &Path, device: &Device, options: LoadOptions) -> Result<Self> {
         let file = GgufFile::open(path)?;
         let source = path.display().to_string();
-        let config = Qwen3Config::from_value(&config_json(&file)?, &source)?;
+        let config = Qwen3Config::from_value(&gguf_config_json(&file)?, &source)?;
         let wants = expected(&config);
         let mut problems = Vec::new();
         let mut names = Vec::with_capacity(wants.len());

@@ -20,5 +20,5 @@ mod model;
 
 pub use crate::config::Qwen3Config;
 pub use cache::Qwen3Cache;
-pub use gguf::gguf_name;
+pub use gguf::{gguf_config_json, gguf_name};
 pub use model::Qwen3Target;
