@@ -15,7 +15,10 @@ bfloat16``). ``--gguf-dir`` holds ``target-bf16.gguf``, ``target-q8_0.gguf``,
 
 dspark's ``q4_k`` is the checkpoint quantized in place (every layer map in Q4_K, the head in
 Q8_0); llama.cpp's is its own Q4_K_M mix (Q4_K with Q6_K for some maps and the head) of the same
-checkpoint: the same weights, each engine's quantizer.
+checkpoint: the same weights, each engine's quantizer. With ``--gguf-dir``, dspark also runs
+llama.cpp's very files (rows ``<dtype>@gguf``: ``NativeTarget.from_pretrained(file.gguf)``, the
+blocks as ``llama-quantize`` wrote them), the fairest comparison: the same bytes in both
+engines.
 
 Rows, each interleaved with the others in every repeat (the order reversed on odd repeats):
 
@@ -77,12 +80,15 @@ def prompts(pair: Path, n: int, length: int) -> list[list[int]]:
 class Native:
     """dspark's native target in one dtype, alone and behind the bundled drafter."""
 
-    def __init__(self, pair: Path, dtype: str, tokens: int) -> None:
+    def __init__(self, pair: Path, dtype: str, tokens: int, gguf: Path | None = None) -> None:
         from dspark.drafter import Drafter
         from dspark.native_target import NativeTarget
         from dspark.speculator import Speculator
 
-        self.target = NativeTarget.from_pretrained(pair / "target", dtype=dtype)
+        if gguf is not None:
+            self.target = NativeTarget.from_pretrained(gguf)
+        else:
+            self.target = NativeTarget.from_pretrained(pair / "target", dtype=dtype)
         drafter = Drafter.from_pretrained(pair / "drafter", self.target)
         self.modes = {
             "speculative": Speculator(self.target, drafter, seed=0),
@@ -172,10 +178,14 @@ def main(argv: list[str] | None = None) -> int:
 
     text = json.loads((bundled_dir() / "heldout_prompts.json").read_text())["texts"][0]
     natives = {d: Native(args.pair, d, args.tokens) for d in dtypes}
+    if args.gguf_dir is not None:
+        for d in dtypes:
+            if (args.gguf_dir / GGUF[d]).is_file():
+                natives[f"{d}@gguf"] = Native(args.pair, d, args.tokens, args.gguf_dir / GGUF[d])
     peers = json.loads(args.peers.read_text()) if args.peers.is_file() else {}
     if not peers or args.gguf_dir is None:
         print("llama.cpp: skipped (no peers.json or no --gguf-dir)")
-    engines = [(d, m) for d in dtypes for m in ("target-only", "speculative", "full")]
+    engines = [(d, m) for d in natives for m in ("target-only", "speculative", "full")]
     engines += [(d, m) for d in dtypes for m in ("llama-bench", "draft-dspark")]
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
@@ -222,9 +232,16 @@ def main(argv: list[str] | None = None) -> int:
         if a and b:
             ratios[name] = a / b
 
-    for d in dtypes:
+    for d in natives:
+        base = d.split("@")[0]
         for k in keys:
-            if d != "bfloat16":
+            if "@" in d:
+                ratio(
+                    f"{d}/{base} target-only {k}",
+                    med(d, "target-only", k),
+                    med(base, "target-only", k),
+                )
+            if d != "bfloat16" and "@" not in d:
                 for e in ("target-only", "speculative", "full", "llama-bench", "draft-dspark"):
                     ratio(f"{d}/bf16 {e} {k}", med(d, e, k), med("bfloat16", e, k))
             ratio(
@@ -235,13 +252,13 @@ def main(argv: list[str] | None = None) -> int:
             ratio(
                 f"{d} dspark target-only / llama-bench {k}",
                 med(d, "target-only", k),
-                med(d, "llama-bench", k),
+                med(base, "llama-bench", k),
             )
             for e in ("speculative", "full"):
                 ratio(
                     f"{d} dspark {e} / draft-dspark {k}",
                     med(d, e, k),
-                    med(d, "draft-dspark", k),
+                    med(base, "draft-dspark", k),
                 )
     result = {
         "machine": {

@@ -141,6 +141,11 @@ _BuildInfo = TypedDict(  # noqa: UP013 (a class would have to exist in the modul
     },
 )
 
+def gguf_side_files(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What a GGUF model file carries beside its tensors: ``config`` (a ``config.json`` dict),
+    ``tokenizer`` (a ``tokenizer.json`` text, or ``None`` with ``tokenizer_error`` saying why),
+    ``tokenizer_config`` (chat template, special tokens) and ``generation_config``."""
+
 def build_info() -> _BuildInfo:
     """The version, CUDA support (compiled, devices usable, why none) and the host kernel path.
 

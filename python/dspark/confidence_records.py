@@ -147,16 +147,14 @@ def _drafter_kwargs() -> tuple[dict[str, Any], bool]:
 def load(target_dir: Path, drafter_dir: Path) -> Loaded:
     """The native Qwen3 target when it loads (else the transformers model), the drafter with
     raw confidences, the target's tokenizer and its stop tokens."""
-    from tokenizers import Tokenizer
-
     from dspark.drafter import Drafter
     from dspark.native_target import NativeTarget
-    from dspark.pair import check_pair_dirs
+    from dspark.pair import check_pair_dirs, target_tokenizer
 
     # The drafter's own sts.json is neither read nor checked: the confidences must be the raw
     # head's, and a stale or broken file is what calibrate replaces.
     config = check_pair_dirs(target_dir, drafter_dir, sts=False)
-    tokenizer = Tokenizer.from_file(str(target_dir / "tokenizer.json"))
+    tokenizer = target_tokenizer(target_dir)
     kwargs, sts_off = _drafter_kwargs()
     try:
         target: NativeTarget | PreTrainedModel = NativeTarget.from_pretrained(target_dir)

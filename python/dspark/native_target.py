@@ -55,7 +55,10 @@ class NativeTarget:
         dtype: str | object | None = None,
         kv_dtype: str | object | None = None,
     ) -> NativeTarget:
-        """Load an HF ``Qwen3ForCausalLM`` directory (typed ``dspark`` errors) onto ``device``:
+        """Load an HF ``Qwen3ForCausalLM`` directory, or a Qwen3 GGUF file as llama.cpp's
+        converter and ``llama-quantize`` write it (F32, F16, BF16, Q8_0, Q4_K and Q6_K tensors,
+        quantized ones kept in their blocks; its config from the file), onto ``device`` (typed
+        ``dspark`` errors; a bad file: ``CheckpointError`` ``bad-gguf`` naming it and the tensor):
         ``"cpu"`` (default), ``"cuda"`` or ``"cuda:N"`` (the CUDA wheel, ``docs/gpu.md``).
 
         ``dtype``: the dtype the weight matrices are kept in, ``"float32"``, ``"bfloat16"`` or
@@ -77,7 +80,10 @@ class NativeTarget:
         native = _native.NativeTarget.load(
             root, device, dtype_name(dtype), dtype_name(kv_dtype, "kv_dtype")
         )
-        config = read_json(root / "config.json", "target config") if root.is_dir() else {}
+        if root.is_dir():
+            config = read_json(root / "config.json", "target config")
+        else:
+            config = _native.gguf_side_files(root)["config"]
         return cls(native, root, config if isinstance(config, dict) else {})
 
     @property
@@ -118,7 +124,8 @@ class NativeTarget:
         return int(self._native_target.vocab_size)
 
     def config_dict(self) -> dict[str, Any]:
-        """The ``config.json`` the target was loaded from."""
+        """The ``config.json`` the target was loaded from (a GGUF file's: the one its metadata
+        stands for)."""
         return dict(self._config)
 
     def logits(self, input_ids: npt.ArrayLike) -> FloatArray:

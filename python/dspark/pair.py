@@ -1,4 +1,5 @@
-"""A target + drafter pair loaded from two directories, checked before anything loads.
+"""A target + drafter pair loaded from two directories (or a GGUF target file and a drafter
+directory), checked before anything loads.
 
 What ``dspark generate``, ``dspark demo`` and the benchmarks load: an HF transformers causal LM
 (``config.json``, weights and a fast-tokenizer ``tokenizer.json``) and a DSpark drafter
@@ -8,7 +9,9 @@ errors with their codes), then :func:`load_model_pair` loads through the public 
 :func:`make_speculator` puts a :class:`dspark.Speculator` over it.
 
 :func:`load_native_pair` loads the same directories with dspark's native Qwen3 target
-instead: no torch or transformers, only ``tokenizers``.
+instead: no torch or transformers, only ``tokenizers``. Its target may also be one Qwen3 GGUF
+file (llama.cpp's format): the config, tokenizer and end-of-sequence ids then come from the file
+(:func:`gguf_side`).
 
 The HF path needs ``torch``, ``transformers`` and ``tokenizers`` (imported when a pair is
 loaded).
@@ -16,6 +19,7 @@ loaded).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from dspark._args import as_int
 from dspark._errors import raise_error, raise_report_errors
 from dspark._files import MAX_TOKENIZER_BYTES, check_input_file, read_json
-from dspark._native import BackendError, CheckpointError, ConfigError, InputError
+from dspark._native import BackendError, CheckpointError, ConfigError, InputError, gguf_side_files
 from dspark._native import inspect as engine_inspect
 from dspark._threads import available_cpus
 
@@ -41,9 +45,11 @@ __all__ = [
     "QUANT_DTYPES",
     "ModelPair",
     "check_pair_dirs",
+    "gguf_side",
     "load_model_pair",
     "load_native_pair",
     "make_speculator",
+    "target_tokenizer",
 ]
 
 #: The target dtypes a pair loads in.
@@ -57,14 +63,34 @@ NATIVE_DTYPES = (*DTYPES, *QUANT_DTYPES)
 KV_DTYPES = ("float16", "bfloat16", "float32")
 
 
+@functools.lru_cache(maxsize=4)
+def gguf_side(target: Path) -> dict[str, Any] | None:
+    """What the GGUF file ``target`` carries beside its tensors (``config``, ``tokenizer``,
+    ``tokenizer_config``, ``generation_config``: :func:`dspark._native.gguf_side_files`), or
+    ``None`` when ``target`` is not a file (a checkpoint directory)."""
+    return gguf_side_files(target) if target.is_file() else None
+
+
 def check_pair_dirs(target: Path, drafter: Path, *, sts: bool = True) -> dict[str, Any]:
-    """Check the pair before loading anything; returns the target's ``config.json`` as a dict.
+    """Check the pair before loading anything; returns the target's ``config.json`` as a dict
+    (a GGUF target's: the one its metadata stands for).
 
     Raises the typed error of the first problem: a missing directory, config or
-    ``tokenizer.json`` (``missing-file``), or what ``dspark inspect`` finds (its codes; several
-    problems raise code ``multiple`` and list them all). ``sts=False``: the drafter's
-    calibration file (``sts.json``) is not checked (for a load that does not read it).
+    ``tokenizer.json`` (``missing-file``; a GGUF file without a tokenizer: ``bad-gguf``), or what
+    ``dspark inspect`` finds (its codes; several problems raise code ``multiple`` and list them
+    all). ``sts=False``: the drafter's calibration file (``sts.json``) is not checked (for a load
+    that does not read it).
     """
+    side = gguf_side(target)
+    if side is not None:
+        if not drafter.is_dir():
+            why = "not a directory" if drafter.exists() else "no such directory"
+            raise_error(CheckpointError, "missing-file", f"drafter {drafter}: {why}")
+        report = engine_inspect(drafter, target, sts=sts).to_dict()
+        raise_report_errors(report["errors"])
+        if side["tokenizer"] is None:
+            raise_error(CheckpointError, "bad-gguf", str(side["tokenizer_error"]))
+        return dict(side["config"])
     for what, path in (("target", target), ("drafter", drafter)):
         if not path.is_dir():
             why = "not a directory" if path.exists() else "no such directory"
@@ -177,6 +203,13 @@ def load_model_pair(
         raise_error(InputError, "invalid-argument", f"dtype {dtype!r}: one of {DTYPES}")
     if threads is not None:
         threads = as_int(threads, "threads", lo=1, hi=available_cpus())
+    if target.is_file():
+        raise_error(
+            InputError,
+            "invalid-argument",
+            f"{target}: a GGUF target runs on dspark's native target "
+            "(--target-backend native), not through transformers",
+        )
     config = check_pair_dirs(target, drafter)
     import torch
     from transformers import AutoModelForCausalLM
@@ -189,7 +222,7 @@ def load_model_pair(
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    tokenizer = _tokenizer(target)
+    tokenizer = target_tokenizer(target)
     try:
         model = AutoModelForCausalLM.from_pretrained(target, dtype=getattr(torch, dtype)).eval()
     except Exception as exc:  # transformers raises many types; one typed error for all
@@ -205,8 +238,9 @@ def load_model_pair(
     return pair
 
 
-def _tokenizer(target: Path) -> Tokenizer:
-    """The target's fast tokenizer (``tokenizers``; a typed error for a bad file)."""
+def target_tokenizer(target: Path) -> Tokenizer:
+    """The target's fast tokenizer (``tokenizers``; a typed error for a bad file): its
+    directory's ``tokenizer.json``, or the one a GGUF target file carries."""
     try:
         from tokenizers import Tokenizer
     except ImportError as exc:
@@ -215,6 +249,12 @@ def _tokenizer(target: Path) -> Tokenizer:
             "missing-dependency",
             f"{exc}: the pair's text needs the tokenizers package (pip install tokenizers)",
         )
+    side = gguf_side(target)
+    if side is not None:
+        try:
+            return Tokenizer.from_str(str(side["tokenizer"]))
+        except Exception as exc:  # tokenizers raises plain Exception on a bad document
+            raise_error(ConfigError, "bad-config", f"{target}: its tokenizer: {exc}")
     tok_path = target / "tokenizer.json"
     try:
         return Tokenizer.from_file(str(tok_path))
@@ -247,13 +287,17 @@ def load_native_pair(
         threads = as_int(threads, "threads", lo=1, hi=available_cpus())
         os.environ["RAYON_NUM_THREADS"] = str(threads)
     config = check_pair_dirs(target, drafter)
-    tokenizer = _tokenizer(target)
+    tokenizer = target_tokenizer(target)
     if dtype is not None and dtype not in NATIVE_DTYPES:
         raise_error(InputError, "invalid-argument", f"dtype {dtype!r}: one of {NATIVE_DTYPES}")
     model = NativeTarget.from_pretrained(target, dtype=dtype, kv_dtype=kv_dtype)
     pair = ModelPair(tokenizer, model, Drafter.from_pretrained(drafter, model))
     gen_path = target / "generation_config.json"
-    gen = read_json(gen_path, "generation config") if gen_path.is_file() else {}
+    side = gguf_side(target)
+    if side is not None:
+        gen = side["generation_config"]
+    else:
+        gen = read_json(gen_path, "generation config") if gen_path.is_file() else {}
     raw = gen.get("eos_token_id") if isinstance(gen, dict) else None
     pair.stop_ids = _stop_ids(raw, config, pair.vocab_size)
     limit = config.get("max_position_embeddings")

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use crate::checkpoint::{Inventory, LoadPlan, WeightSource};
 use crate::config::{ConfigFormat, DraftSpec, STS_FILE, StsCalibration, TargetSpec};
-use crate::error::Error;
 use crate::error::Warning;
+use crate::error::{Error, Result};
 use crate::vocab::VocabLayout;
 
 /// The outcome of inspecting a drafter against a target.
@@ -121,6 +121,17 @@ impl Default for InspectOptions {
 
 /// [`inspect`] with [`InspectOptions`].
 pub fn inspect_with(draft: &Path, target: Option<&Path>, options: &InspectOptions) -> Report {
+    let target = target.map(TargetSpec::from_path);
+    inspect_with_target(draft, target, options)
+}
+
+/// [`inspect_with`] against a target whose spec the caller read (`None`: none given, the
+/// drafter's own config stands for it; `Some(Err)`: the error reading it, reported).
+pub fn inspect_with_target(
+    draft: &Path,
+    target: Option<Result<TargetSpec>>,
+    options: &InspectOptions,
+) -> Report {
     let mut report = Report {
         spec: None,
         target: None,
@@ -133,8 +144,8 @@ pub fn inspect_with(draft: &Path, target: Option<&Path>, options: &InspectOption
         Ok(spec) => report.spec = Some(spec),
         Err(e) => report.errors.push(e),
     }
-    let target_path = target.unwrap_or(draft);
-    match TargetSpec::from_path(target_path) {
+    let given = target.is_some();
+    match target.unwrap_or_else(|| TargetSpec::from_path(draft)) {
         Ok(t) => report.target = Some(t),
         Err(e) => {
             // A DeepSeek-V4 drafter is its own target: the same file, so the same error twice helps nobody.
@@ -142,12 +153,12 @@ pub fn inspect_with(draft: &Path, target: Option<&Path>, options: &InspectOption
                 .spec
                 .as_ref()
                 .is_some_and(|s| s.format == ConfigFormat::DeepSeekV4);
-            if !(dsv4 && target.is_none() && !report.errors.is_empty()) {
+            if !(dsv4 && !given && !report.errors.is_empty()) {
                 report.errors.push(e);
             }
         }
     }
-    if target.is_none()
+    if !given
         && report
             .spec
             .as_ref()

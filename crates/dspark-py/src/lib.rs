@@ -52,6 +52,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<vocab::PyIdMap>()?;
     m.add_class::<inspect::PyReport>()?;
     m.add_function(wrap_pyfunction!(inspect::inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(native_target::gguf_side_files, m)?)?;
     m.add_function(wrap_pyfunction!(build_info::build_info, m)?)?;
     m.add_function(wrap_pyfunction!(build_info::_cuda_libraries, m)?)?;
     m.add_function(wrap_pyfunction!(serve::serve, m)?)?;

@@ -22,7 +22,8 @@ pub struct PyNativeTarget {
 
 #[pymethods]
 impl PyNativeTarget {
-    /// Load an HF `Qwen3ForCausalLM` directory (`config.json` + safetensors) onto `device`
+    /// Load an HF `Qwen3ForCausalLM` directory (`config.json` + safetensors), or a Qwen3 GGUF
+    /// file (its tensors' types kept: quantized maps as their blocks), onto `device`
     /// (`cpu`, `cuda` or `cuda:N`), its weight matrices kept in `dtype` (`float32`,
     /// `bfloat16`, `float16`; `q8_0` / `q4_k`: the layers' maps in 8-bit blocks or 4-bit
     /// super-blocks; `None`: the
@@ -44,7 +45,7 @@ impl PyNativeTarget {
                 .and_then(|o| o.with_kv_dtype_name(kv_dtype))
                 .map_err(err)?;
             let inner = py
-                .detach(|| Qwen3Target::load_with(&path, &device, options))
+                .detach(|| Qwen3Target::open(&path, &device, options))
                 .map_err(err)?;
             Ok(Self {
                 inner: Arc::new(inner),
@@ -144,4 +145,38 @@ impl PyNativeTarget {
             ))
         })
     }
+}
+
+/// What a GGUF model file carries beside its tensors, as the files a model directory holds:
+/// `{"config": {...}, "tokenizer": "<tokenizer.json text>" | None, "tokenizer_error": str |
+/// None, "tokenizer_config": {...}, "generation_config": {...}}`.
+#[pyfunction]
+pub fn gguf_side_files<'py>(
+    py: Python<'py>,
+    path: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    guard(|| {
+        let path = args::path(path, "path")?;
+        let side = py
+            .detach(|| dspark::models::gguf_files::SideFiles::read(&path))
+            .map_err(err)?;
+        let (tokenizer, error) = match &side.tokenizer {
+            Ok(t) => (
+                serde_json::Value::String(t.to_string()),
+                serde_json::Value::Null,
+            ),
+            Err(e) => (
+                serde_json::Value::Null,
+                serde_json::Value::String(e.clone()),
+            ),
+        };
+        let value = serde_json::json!({
+            "config": side.config,
+            "tokenizer": tokenizer,
+            "tokenizer_error": error,
+            "tokenizer_config": side.tokenizer_config,
+            "generation_config": side.generation_config,
+        });
+        crate::json::to_py(py, &value)
+    })
 }

@@ -91,6 +91,18 @@ impl ChatTemplate {
                 .map_err(|e| format!("{}: invalid JSON: {e}", config_path.display()))?,
             None => Json::Null,
         };
+        let jinja = || read_small(&dir.join("chat_template.jinja"));
+        Self::from_config(&config, jinja, &config_path.display().to_string())
+    }
+
+    /// The template of a `tokenizer_config.json` document (`chat_template`, a string or the list
+    /// entry named `default`; else what `fallback` reads), with its `bos_token` and
+    /// `eos_token`; `None` when there is none. `label` names the source in errors.
+    pub fn from_config(
+        config: &Json,
+        fallback: impl FnOnce() -> Result<Option<String>, String>,
+        label: &str,
+    ) -> Result<Option<Self>, String> {
         let source = match config.get("chat_template") {
             Some(Json::String(s)) => Some(s.clone()),
             // A list of named templates: the one named "default".
@@ -104,7 +116,7 @@ impl ChatTemplate {
         };
         let source = match source {
             Some(s) => s,
-            None => match read_small(&dir.join("chat_template.jinja"))? {
+            None => match fallback()? {
                 Some(s) => s,
                 None => return Ok(None),
             },
@@ -113,7 +125,7 @@ impl ChatTemplate {
         let eos = token_text(config.get("eos_token"));
         Self::new(source, bos, eos)
             .map(Some)
-            .map_err(|e| format!("{}: {e}", config_path.display()))
+            .map_err(|e| format!("{label}: {e}"))
     }
 
     /// The prompt text for `messages`; `add_generation_prompt` ends it with the assistant's

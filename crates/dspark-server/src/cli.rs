@@ -114,9 +114,10 @@ impl KvDtype {
     max_term_width = 100
 )]
 pub struct ServeArgs {
-    /// Target: a Hugging Face Qwen3ForCausalLM directory with tokenizer.json [default: the
-    /// bundled pair's target]
-    #[arg(long, value_name = "DIR")]
+    /// Target: a Hugging Face Qwen3ForCausalLM directory with tokenizer.json, or a Qwen3 GGUF
+    /// file (its tokenizer, config and chat template from the file) [default: the bundled
+    /// pair's target]
+    #[arg(long, value_name = "DIR|FILE")]
     pub target: Option<PathBuf>,
 
     /// DSpark drafter checkpoint directory for the target [default: the bundled pair's

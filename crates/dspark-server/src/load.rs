@@ -99,7 +99,7 @@ pub fn load_pair(
     let device = parse_device("--device", device)?;
     let options = LoadOptions::with_dtype_name(Some(dtype.name()))?
         .with_kv_dtype_name(kv.map(KvDtype::name))?;
-    let target = Qwen3Target::load_with(target, &device, options)?;
+    let target = Qwen3Target::open(target, &device, options)?;
     let drafter = Qwen3Drafter::builder(&target.target_spec())
         .shared(target.shared_weights())
         .device(&target.device())

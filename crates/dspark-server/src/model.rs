@@ -92,20 +92,77 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The files the server reads beside the weights: from the target directory, or as a GGUF
+/// file carries them.
+struct Files {
+    config: Value,
+    generation: Option<Value>,
+    /// `tokenizer.json`'s bytes, and what to call it in errors.
+    tokenizer: (Vec<u8>, String),
+    chat: Result<Option<ChatTemplate>, String>,
+}
+
+impl Files {
+    /// `config.json`, `generation_config.json`, `tokenizer.json` and the chat template of `dir`.
+    fn of_dir(dir: &Path) -> Result<Self, StartError> {
+        let config = read_json(&dir.join("config.json"))?.ok_or_else(|| {
+            StartError::new("missing-file", format!("{}: no config.json", dir.display()))
+        })?;
+        let generation = read_json(&dir.join("generation_config.json"))?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        let bytes =
+            dspark::files::read_bounded(&tokenizer_path, MAX_TOKENIZER_BYTES).map_err(|e| {
+                StartError::new(
+                    "tokenizer",
+                    format!(
+                        "{}: {} (the server needs the target's fast tokenizer)",
+                        tokenizer_path.display(),
+                        e.describe(MAX_TOKENIZER_BYTES)
+                    ),
+                )
+            })?;
+        Ok(Self {
+            config,
+            generation,
+            tokenizer: (bytes, tokenizer_path.display().to_string()),
+            chat: ChatTemplate::from_dir(dir),
+        })
+    }
+
+    /// The same, as the GGUF file `path` carries them
+    /// ([`dspark::models::gguf_files::SideFiles`]).
+    fn of_gguf(path: &Path) -> Result<Self, StartError> {
+        let side = dspark::models::gguf_files::SideFiles::read(path)?;
+        let tokenizer = side
+            .tokenizer
+            .map_err(|e| StartError::new("tokenizer", e))?;
+        let label = format!("{} (its tokenizer)", path.display());
+        Ok(Self {
+            chat: ChatTemplate::from_config(&side.tokenizer_config, || Ok(None), &label),
+            config: side.config,
+            generation: Some(side.generation_config),
+            tokenizer: (tokenizer.to_string().into_bytes(), label),
+        })
+    }
+}
+
 impl ModelInfo {
     /// Read the target directory `dir`: `config.json` (`vocab_size`,
     /// `max_position_embeddings`), `generation_config.json` (`eos_token_id`),
-    /// `tokenizer.json`, and the chat template (`tokenizer_config.json`). `name` defaults to
-    /// the directory's name; `max_model_len` to `max_position_embeddings`.
+    /// `tokenizer.json`, and the chat template (`tokenizer_config.json`); or what a GGUF file
+    /// `dir` carries in their place. `name` defaults to the directory's (or file's) name;
+    /// `max_model_len` to `max_position_embeddings`.
     pub fn load(
         dir: &Path,
         name: Option<String>,
         max_model_len: Option<usize>,
     ) -> Result<Self, StartError> {
-        let config = read_json(&dir.join("config.json"))?.ok_or_else(|| {
-            StartError::new("missing-file", format!("{}: no config.json", dir.display()))
-        })?;
-        let generation = read_json(&dir.join("generation_config.json"))?;
+        let files = if dir.is_file() {
+            Files::of_gguf(dir)?
+        } else {
+            Files::of_dir(dir)?
+        };
+        let (config, generation) = (&files.config, files.generation.as_ref());
         let positive = |key: &str| -> Option<usize> {
             config
                 .get(key)?
@@ -131,22 +188,10 @@ impl ModelInfo {
                 ));
             }
         };
-        let tokenizer_path = dir.join("tokenizer.json");
-        let bytes =
-            dspark::files::read_bounded(&tokenizer_path, MAX_TOKENIZER_BYTES).map_err(|e| {
-                StartError::new(
-                    "tokenizer",
-                    format!(
-                        "{}: {} (the server needs the target's fast tokenizer)",
-                        tokenizer_path.display(),
-                        e.describe(MAX_TOKENIZER_BYTES)
-                    ),
-                )
-            })?;
-        let tokenizer = Tokenizer::from_bytes(&bytes).map_err(|e| {
-            StartError::new("tokenizer", format!("{}: {e}", tokenizer_path.display()))
-        })?;
-        let chat = match ChatTemplate::from_dir(dir) {
+        let (bytes, tokenizer_label) = &files.tokenizer;
+        let tokenizer = Tokenizer::from_bytes(bytes)
+            .map_err(|e| StartError::new("tokenizer", format!("{tokenizer_label}: {e}")))?;
+        let chat = match files.chat {
             Ok(Some(t)) => Ok(t),
             Ok(None) => Err(format!(
                 "this model has no chat template (no chat_template in {}/tokenizer_config.json): \
@@ -160,8 +205,8 @@ impl ModelInfo {
                 .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
         });
         let max_token_bytes = longest_token(&tokenizer);
-        let eos_ids = eos_ids(generation.as_ref(), &config);
-        let grammars = match (serde_json::from_slice::<Value>(&bytes), eos_ids.first()) {
+        let eos_ids = eos_ids(generation, config);
+        let grammars = match (serde_json::from_slice::<Value>(bytes), eos_ids.first()) {
             (Ok(json), Some(&eos)) => {
                 crate::grammar::Grammars::new(&json, vocab_size, eos).map(Arc::new)
             }

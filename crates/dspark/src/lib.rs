@@ -54,8 +54,9 @@ pub use drafter::{
 };
 pub use error::{Error, ErrorKind, Result, Warning};
 pub use idmap::IdMap;
-pub use inspect::{InspectOptions, Report, inspect_with};
+pub use inspect::{InspectOptions, Report};
 pub use models::Qwen3Target;
+pub use models::gguf_files::inspect_with;
 pub use nn::{LoadOptions, WeightDtype};
 pub use speculator::{Speculator, TargetModel};
 pub use vocab::{VocabLayout, VocabSizes};

@@ -100,7 +100,13 @@ class Calibration:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``dspark calibrate`` options."""
-    p.add_argument("--target", type=Path, required=True, metavar="DIR", help="target model dir")
+    p.add_argument(
+        "--target",
+        type=Path,
+        required=True,
+        metavar="DIR|FILE",
+        help="target model dir, or a Qwen3 GGUF file",
+    )
     p.add_argument("--drafter", type=Path, required=True, metavar="DIR", help="drafter dir")
     p.add_argument(
         "--prompts",

@@ -56,7 +56,13 @@ DESCRIPTION = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``dspark generate`` options."""
-    p.add_argument("--target", type=Path, required=True, metavar="DIR", help="HF causal-LM dir")
+    p.add_argument(
+        "--target",
+        type=Path,
+        required=True,
+        metavar="DIR|FILE",
+        help="HF causal-LM dir, or a Qwen3 GGUF file (native target)",
+    )
     p.add_argument(
         "--drafter", type=Path, required=True, metavar="DIR", help="DSpark drafter checkpoint dir"
     )

@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--target",
         type=Path,
         default=None,
-        help="target directory with config.json, or the file (default: the drafter's own config,"
+        help="target directory with config.json, the file, or a Qwen3 GGUF file (default: the"
+        " drafter's own config,"
         " as for DeepSeek-V4 in-checkpoint drafters)",
     )
     p.add_argument("--json", action="store_true", help="print the stable JSON report")

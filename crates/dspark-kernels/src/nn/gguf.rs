@@ -288,6 +288,18 @@ impl GgufFile {
         }
     }
 
+    /// Every tensor's name, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .content
+            .tensor_infos
+            .keys()
+            .map(String::as_str)
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
     /// Whether the file holds tensor `name`.
     pub fn has(&self, name: &str) -> bool {
         self.content.tensor_infos.contains_key(name)

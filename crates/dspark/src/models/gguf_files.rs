@@ -4,12 +4,85 @@
 //! tokens' text) and `generation_config.json` (the end-of-sequence id). A server or a CLI given
 //! a `.gguf` file reads these instead of the directory's.
 
+use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::error::Result;
+use crate::config::TargetSpec;
+use crate::error::{Result, Warning};
+use crate::inspect::{InspectOptions, Report, inspect_with_target};
 use crate::nn::gguf::GgufFile;
+
+/// Whether `path` is a GGUF file (a file whose first bytes are GGUF's magic).
+pub fn is_gguf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path).is_ok_and(|mut f| f.read_exact(&mut magic).is_ok())
+        && &magic == b"GGUF"
+}
+
+/// The tensors of a GGUF file by type, in words: `Q6_K: 29 (token_embd.weight,
+/// blk.N.attn_v.weight ×14, …)`, one type after another, float types last.
+pub fn tensor_types(f: &GgufFile) -> String {
+    let mut by: BTreeMap<(bool, &str), BTreeMap<String, usize>> = BTreeMap::new();
+    for name in f.names() {
+        let t = f.type_of(name).unwrap_or("?");
+        let float = f.quant(name).is_none();
+        // Layer numbers folded: `blk.3.attn_q.weight` is `blk.N.attn_q.weight`.
+        let pattern = match name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
+            Some((_, rest)) => format!("blk.N.{rest}"),
+            None => name.to_string(),
+        };
+        *by.entry((float, t))
+            .or_default()
+            .entry(pattern)
+            .or_default() += 1;
+    }
+    by.iter()
+        .map(|((_, t), names)| {
+            let total: usize = names.values().sum();
+            let list: Vec<String> = names
+                .iter()
+                .map(|(n, &c)| {
+                    if c > 1 {
+                        format!("{n} ×{c}")
+                    } else {
+                        n.clone()
+                    }
+                })
+                .collect();
+            format!("{t}: {total} ({})", list.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// [`crate::inspect::inspect_with`], where the target may also be a GGUF file: its spec comes
+/// from the file's metadata, and a `gguf-target` warning says which tensors are quantized, in
+/// which type.
+pub fn inspect_with(draft: &Path, target: Option<&Path>, options: &InspectOptions) -> Report {
+    let Some(path) = target.filter(|p| is_gguf(p)) else {
+        return crate::inspect::inspect_with(draft, target, options);
+    };
+    let file = match GgufFile::open(path) {
+        Ok(f) => f,
+        Err(e) => return inspect_with_target(draft, Some(Err(e)), options),
+    };
+    let spec = super::qwen3::gguf_config_json(&file)
+        .and_then(|config| TargetSpec::from_value(&config, &path.display().to_string()));
+    let mut report = inspect_with_target(draft, Some(spec), options);
+    report.warnings.push(Warning::new(
+        "gguf-target",
+        format!(
+            "{}: tensors by type: {}",
+            path.display(),
+            tensor_types(&file)
+        ),
+    ));
+    report
+}
 
 /// The side files of one GGUF file.
 #[derive(Debug, Clone)]
