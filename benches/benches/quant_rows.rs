@@ -1,5 +1,6 @@
 //! Criterion bench of the quantized kernels' compute: every body this CPU runs ([`QuantKernel`])
-//! on one cache-resident `[5120, 1024]` matrix (the memory-bound pair's MLP shape) per format,
+//! on one cache-resident `[5120, 1024]` matrix (the memory-bound pair's MLP shape) per format
+//! (Q8_0, Q4_K, and Q6_K as a GGUF file's Q4_K_M mix has it),
 //! at 1, 4, 9 and 16 activation rows. `decode_matvec` (the `matvec` bench) measures the
 //! memory-bound one-row step from DRAM; this one measures what verification and prefill add per
 //! row, where the kernels are bound by their integer dot products, not by bytes.
@@ -10,6 +11,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dspark::nn::quant::q4k::Q4KMatrix;
+use dspark::nn::quant::q6k::Q6KMatrix;
 use dspark::nn::quant::{QuantKernel, QuantMatrix};
 use dspark::view::Floats;
 use std::hint::black_box;
@@ -37,6 +39,7 @@ fn bench_quant_rows(c: &mut Criterion) {
     let w = values(ROWS * COLS, 1);
     let q8 = QuantMatrix::quantize(Floats::F32(&w), ROWS, COLS).unwrap();
     let q4 = Q4KMatrix::quantize(Floats::F32(&w), ROWS, COLS).unwrap();
+    let q6 = Q6KMatrix::quantize(Floats::F32(&w), ROWS, COLS).unwrap();
     let mut g = c.benchmark_group("quant_rows");
     g.sample_size(20);
     for kernel in QuantKernel::runnable().filter(|&k| k != QuantKernel::Portable) {
@@ -51,6 +54,9 @@ fn bench_quant_rows(c: &mut Criterion) {
             });
             g.bench_with_input(id("q4_k"), &n, |b, &n| {
                 b.iter(|| black_box(q4.matmul_with(kernel, &x, n, None).unwrap()))
+            });
+            g.bench_with_input(id("q6_k"), &n, |b, &n| {
+                b.iter(|| black_box(q6.matmul_with(kernel, &x, n, None).unwrap()))
             });
         }
     }

@@ -41,32 +41,32 @@ unsafe fn scale(block: &GroupQ6K, s: usize) -> __m256i {
     }
 }
 
-/// The levels of part `p` (`0..4`) for word `k` of half `h`: lane `j`'s 4 bytes are row `j`'s
-/// levels of weights `128h + 32p + 4k .. + 4`.
+/// The levels of the 4 parts for word `k` of half `h`: part `p`'s lane `j` holds row `j`'s
+/// levels of weights `128h + 32p + 4k .. + 4`. One load each of the two `ql` words and the `qh`
+/// word they share.
 ///
 /// # Safety
 /// AVX2 must be enabled by the caller.
 #[inline(always)]
-unsafe fn levels(block: &GroupQ6K, h: usize, p: usize, k: usize) -> __m256i {
+unsafe fn levels(block: &GroupQ6K, h: usize, k: usize) -> [__m256i; 4] {
     // SAFETY: the words read lie within `ql` (16 words) and `qh` (8); AVX2 by the contract.
     unsafe {
         let (low, high) = (_mm256_set1_epi8(15), _mm256_set1_epi8(0x30));
-        let a = _mm256_loadu_si256(block.ql.as_ptr().add(32 * (8 * (2 * h + p % 2) + k)).cast());
-        let lo = if p < 2 {
-            _mm256_and_si256(a, low)
-        } else {
-            _mm256_and_si256(_mm256_srli_epi16::<4>(a), low)
+        let ql = block.ql.as_ptr();
+        let a = _mm256_loadu_si256(ql.add(32 * (16 * h + k)).cast());
+        let b = _mm256_loadu_si256(ql.add(32 * (16 * h + 8 + k)).cast());
+        let hb = _mm256_loadu_si256(block.qh.as_ptr().add(32 * (8 * h + k)).cast());
+        // Bits 2p, 2p + 1 of each byte to bits 4, 5 (16-bit shifts: what crosses a byte
+        // boundary lands outside the masks).
+        let join = |lo: __m256i, hi: __m256i| {
+            _mm256_or_si256(_mm256_and_si256(lo, low), _mm256_and_si256(hi, high))
         };
-        let b = _mm256_loadu_si256(block.qh.as_ptr().add(32 * (8 * h + k)).cast());
-        // Bits 2p, 2p + 1 of each byte to bits 4, 5 (a 16-bit shift: what crosses a byte
-        // boundary lands outside the mask).
-        let hi = match p {
-            0 => _mm256_slli_epi16::<4>(b),
-            1 => _mm256_slli_epi16::<2>(b),
-            2 => b,
-            _ => _mm256_srli_epi16::<2>(b),
-        };
-        _mm256_or_si256(lo, _mm256_and_si256(hi, high))
+        [
+            join(a, _mm256_slli_epi16::<4>(hb)),
+            join(b, _mm256_slli_epi16::<2>(hb)),
+            join(_mm256_srli_epi16::<4>(a), hb),
+            join(_mm256_srli_epi16::<4>(b), _mm256_srli_epi16::<2>(hb)),
+        ]
     }
 }
 
@@ -96,20 +96,24 @@ unsafe fn tile<D: Dpbusd, const R: usize>(
             let offs: [&[i32]; R] = std::array::from_fn(|t| &rows[t].2[b * SUBS..][..SUBS]);
             let mut isum = [zero; R];
             for h in 0..2 {
-                for p in 0..4 {
-                    for half in 0..2 {
-                        let mut dot = [zero; R];
-                        for k in 4 * half..4 * half + 4 {
-                            let q = levels(block, h, p, k);
-                            for t in 0..R {
+                for half in 0..2 {
+                    // Row t's dot products of the 4 parts' sub-blocks `8h + 2p + half`.
+                    let mut dot = [[zero; 4]; R];
+                    for k in 4 * half..4 * half + 4 {
+                        let q = levels(block, h, k);
+                        for (t, d) in dot.iter_mut().enumerate() {
+                            for (p, dp) in d.iter_mut().enumerate() {
                                 let x = broadcast4(xs[t].add(128 * h + 32 * p + 4 * k));
-                                dot[t] = D::dpbusd(dot[t], q, x);
+                                *dp = D::dpbusd(*dp, q[p], x);
                             }
                         }
+                    }
+                    for p in 0..4 {
                         let s = 8 * h + 2 * p + half;
                         let sv = scale(block, s);
                         for t in 0..R {
-                            let centred = _mm256_sub_epi32(dot[t], _mm256_set1_epi32(offs[t][s]));
+                            let off = _mm256_set1_epi32(offs[t][s]);
+                            let centred = _mm256_sub_epi32(dot[t][p], off);
                             isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(centred, sv));
                         }
                     }
@@ -140,7 +144,7 @@ pub(crate) unsafe fn matmul_rows_avx512vnni(
     // SAFETY: by this function's contract, for the rows each call covers.
     unsafe {
         for g in op.groups() {
-            tiles!(n, [1, 2, 3, 4, 5], |r, R| tile::<simd::Avx512Vnni, R>(
+            tiles!(n, [1, 2, 3, 4], |r, R| tile::<simd::Avx512Vnni, R>(
                 op, out, g, r
             ));
         }
@@ -161,7 +165,7 @@ pub(crate) unsafe fn matmul_rows_avxvnni(
     // SAFETY: by this function's contract, for the rows each call covers.
     unsafe {
         for g in op.groups() {
-            tiles!(n, [1, 2, 3], |r, R| tile::<simd::AvxVnni, R>(op, out, g, r));
+            tiles!(n, [1, 2], |r, R| tile::<simd::AvxVnni, R>(op, out, g, r));
         }
     }
 }
@@ -179,7 +183,7 @@ pub(crate) unsafe fn matmul_rows_avx2(
     // SAFETY: by this function's contract, for the rows each call covers.
     unsafe {
         for g in op.groups() {
-            tiles!(n, [1, 2, 3], |r, R| tile::<Maddubs, R>(op, out, g, r));
+            tiles!(n, [1, 2], |r, R| tile::<Maddubs, R>(op, out, g, r));
         }
     }
 }
