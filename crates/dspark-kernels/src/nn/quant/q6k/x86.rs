@@ -108,12 +108,12 @@ unsafe fn tile<D: Dpbusd, const R: usize>(
                             }
                         }
                     }
-                    for p in 0..4 {
-                        let s = 8 * h + 2 * p + half;
-                        let sv = scale(block, s);
-                        for t in 0..R {
-                            let off = _mm256_set1_epi32(offs[t][s]);
-                            let centred = _mm256_sub_epi32(dot[t][p], off);
+                    let sub = |p: usize| 8 * h + 2 * p + half;
+                    let scales: [__m256i; 4] = std::array::from_fn(|p| scale(block, sub(p)));
+                    for (t, d) in dot.iter().enumerate() {
+                        for (p, (&dp, &sv)) in d.iter().zip(&scales).enumerate() {
+                            let off = _mm256_set1_epi32(offs[t][sub(p)]);
+                            let centred = _mm256_sub_epi32(dp, off);
                             isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(centred, sv));
                         }
                     }
