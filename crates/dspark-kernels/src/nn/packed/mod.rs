@@ -38,7 +38,7 @@ use crate::cpu::pages::streamed_vec;
 use crate::nn::WeightDtype;
 use crate::nn::quant::q4k::Q4KMatrix;
 use crate::nn::quant::q6k::Q6KMatrix;
-use crate::nn::quant::{Quant, QuantKernel, QuantMatrix};
+use crate::nn::quant::{AnyQuant, Quant, QuantKernel, QuantMatrix};
 use crate::view::Floats;
 
 mod dst;
@@ -421,8 +421,8 @@ impl PackedWeight {
     /// [`matmul_group`] over packed weights with the fastest kernel: one pool dispatch for
     /// the products of `x` with every weight of `parts`, each the bits of its own
     /// [`Self::matmul`] (quantized weights: [`crate::nn::quant::matmul_group`] and its Q4_K
-    /// twin). `None` when the weights are not all of one dtype (or format), or as
-    /// [`matmul_group`].
+    /// twin; quantized weights of several formats: [`crate::nn::quant::matmul_mixed`]). `None`
+    /// when float weights are not all of one dtype, or as [`matmul_group`].
     pub fn matmul_group(parts: &[WeightPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
         fn views<'a, T: PanelElem>(
             parts: &[WeightPart<'a>],
@@ -434,6 +434,24 @@ impl PackedWeight {
                 .collect()
         }
         let kernel = Kernel::best();
+        let mixed = parts.iter().all(|(w, _)| w.quant().is_some())
+            && parts.windows(2).any(|p| p[0].0.quant() != p[1].0.quant());
+        if mixed {
+            // Quantized parts of several formats: one dispatch all the same.
+            let q: Option<Vec<_>> = parts
+                .iter()
+                .map(|&(w, b)| {
+                    let m = match w {
+                        Self::Q8(q) => AnyQuant::Q8(q),
+                        Self::Q4K(q) => AnyQuant::Q4K(q),
+                        Self::Q6K(q) => AnyQuant::Q6K(q),
+                        Self::F32(_) | Self::BF16(_) | Self::F16(_) => return None,
+                    };
+                    Some((m, b))
+                })
+                .collect();
+            return crate::nn::quant::matmul_mixed(&q?, x, n);
+        }
         match parts.first()?.0 {
             Self::Q8(_) => {
                 let q: Option<Vec<_>> = parts

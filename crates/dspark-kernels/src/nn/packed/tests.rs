@@ -459,3 +459,50 @@ fn grouped_products_give_each_products_bits() {
     assert!(PackedWeight::matmul_group(&[(&a, None)], &x[..7], 2).is_none());
     assert!(PackedWeight::matmul_group(&[], &x, 2).is_none());
 }
+
+#[test]
+fn quantized_weights_of_several_formats_group_with_each_one_s_bits() {
+    // A Q4_K_M layer's query and key in Q4_K beside its value in Q6_K (and a Q8_0 one): one
+    // dispatch, each part the bits of its own product, split over a pool or not.
+    use crate::nn::quant::Quant;
+    let cols = 512;
+    let formats = [
+        (Quant::Q4K, 64),
+        (Quant::Q4K, 24),
+        (Quant::Q6K, 24),
+        (Quant::Q8_0, 16),
+    ];
+    let ws: Vec<PackedWeight> = formats
+        .iter()
+        .map(|&(q, r)| {
+            PackedWeight::quantize(Floats::F32(&values(r * cols, r as u32)), r, cols, q).unwrap()
+        })
+        .collect();
+    let biases: Vec<Vec<f32>> = formats.iter().map(|&(_, r)| values(r, 2)).collect();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    for n in [1, 4, 9] {
+        let x = values(n * cols, n as u32 + 5);
+        for pick in [&[0usize, 1, 2][..], &[2, 0], &[0, 2, 3], &[3, 2]] {
+            let parts: Vec<WeightPart<'_>> = pick
+                .iter()
+                .map(|&i| (&ws[i], Some(&biases[i][..])))
+                .collect();
+            let want: Vec<Vec<f32>> = pick
+                .iter()
+                .map(|&i| ws[i].matmul(&x, n, Some(&biases[i])).unwrap())
+                .collect();
+            let split = pool.install(|| PackedWeight::matmul_group(&parts, &x, n));
+            assert_eq!(split.as_ref(), Some(&want), "{pick:?} n {n}");
+            let inline = crate::threads::in_round(|| PackedWeight::matmul_group(&parts, &x, n));
+            assert_eq!(inline.as_ref(), Some(&want), "{pick:?} n {n}");
+        }
+    }
+    // A float weight among quantized ones: no group.
+    let f = PackedWeight::pack(Floats::F32(&values(8 * cols, 1)), 8, cols, WeightDtype::F32);
+    let f = f.unwrap();
+    let x = values(cols, 1);
+    assert!(PackedWeight::matmul_group(&[(&ws[0], None), (&f, None)], &x, 1).is_none());
+}

@@ -19,11 +19,10 @@
 //! (a verification's 9 rows included) and splits the outputs over the pool for large weights, as
 //! the panel kernel does ([`crate::threads::split_stream`]).
 
-use rayon::prelude::*;
-
 use crate::view::Floats;
 
 mod acts;
+mod group;
 pub mod q4k;
 pub mod q6k;
 pub mod rule;
@@ -36,6 +35,8 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 mod zmm;
 
+pub use group::{AnyQuant, matmul_mixed};
+pub(crate) use group::{Blocks, group_with};
 pub use rule::{BLOCK, GROUP, GroupQ8, QuantRows};
 
 /// A quantized format for weight matrices.
@@ -152,10 +153,6 @@ pub(crate) fn widen<T: Copy + Into<f32>>(src: &[T], dst: &mut [f32]) {
         *d = s.into();
     }
 }
-
-/// Pool tasks per pool thread of a split product: several, so that a worker slowed by another
-/// process leaves its share to be stolen (as the panel products split theirs).
-const TASKS_PER_THREAD: usize = 4;
 
 /// `W: [rows, cols]` as Q8_0 blocks in groups of 8 rows (see `rule.rs`).
 #[derive(Debug, Clone, PartialEq)]
@@ -338,95 +335,6 @@ impl Blocks for QuantMatrix {
             _ => rule::matmul_rows(w, b, q, n, o0, out),
         }
     }
-}
-
-/// A weight in blocks of a quantized format, as a group product runs it: rows in groups of
-/// [`GROUP`], activations quantized per row before the product.
-pub(crate) trait Blocks: Sync {
-    /// The activations, quantized per row.
-    type Acts: Sync;
-
-    /// `(rows, cols)`.
-    fn shape(&self) -> (usize, usize);
-
-    /// Bytes of the blocks.
-    fn bytes(&self) -> usize;
-
-    /// Row-major `x: [n, cols]` quantized per row.
-    fn acts(x: &[f32], n: usize, cols: usize) -> Self::Acts;
-
-    /// Outputs `o0 .. o0 + out.len() / n` (`o0` a multiple of [`GROUP`]) of every row into
-    /// `out` (`[n, width]`) with `kernel`.
-    fn run(&self, kernel: QuantKernel, q: &Self::Acts, n: usize, o0: usize, out: &mut [f32]);
-}
-
-/// [`matmul_group`] for any block format: the activations quantized once, the parts' outputs
-/// split over the pool when the weights are large ([`TASKS_PER_THREAD`] runs of whole groups of
-/// rows per thread, each within one part), then the biases added.
-pub(crate) fn group_with<M: Blocks>(
-    kernel: QuantKernel,
-    parts: &[(&M, Option<&[f32]>)],
-    x: &[f32],
-    n: usize,
-) -> Option<Vec<Vec<f32>>> {
-    let (_, cols) = parts.first()?.0.shape();
-    let fits = |(m, b): &(&M, Option<&[f32]>)| {
-        let (rows, c) = m.shape();
-        c == cols && b.is_none_or(|b| b.len() == rows)
-    };
-    if n.checked_mul(cols) != Some(x.len()) || !parts.iter().all(fits) {
-        return None;
-    }
-    let kernel = if kernel.available() {
-        kernel
-    } else {
-        QuantKernel::Portable
-    };
-    let q = M::acts(x, n, cols);
-    let rows_of = |p: usize| parts[p].0.shape().0;
-    let mut ys: Vec<Vec<f32>> = (0..parts.len())
-        .map(|p| vec![0.0; n * rows_of(p)])
-        .collect();
-    let bytes: usize = parts.iter().map(|(m, _)| m.bytes()).sum();
-    if n > 0 && crate::threads::split_stream(bytes) {
-        // Rows per task: a multiple of GROUP, so every task starts on a group.
-        let groups: usize = (0..parts.len()).map(|p| rows_of(p).div_ceil(GROUP)).sum();
-        let tasks = rayon::current_num_threads() * TASKS_PER_THREAD;
-        let per = groups.div_ceil(tasks).max(1) * GROUP;
-        let runs: Vec<(usize, usize)> = (0..parts.len())
-            .flat_map(|p| (0..rows_of(p)).step_by(per).map(move |o0| (p, o0)))
-            .collect();
-        let done: Vec<(usize, usize, Vec<f32>)> = runs
-            .into_par_iter()
-            .map(|(p, o0)| {
-                let mut out = vec![0.0f32; n * per.min(rows_of(p) - o0)];
-                parts[p].0.run(kernel, &q, n, o0, &mut out);
-                (p, o0, out)
-            })
-            .collect();
-        for (p, o0, out) in done {
-            let rows = rows_of(p);
-            let width = out.len() / n;
-            for r in 0..n {
-                ys[p][r * rows + o0..][..width].copy_from_slice(&out[r * width..(r + 1) * width]);
-            }
-        }
-    } else if n > 0 {
-        for (y, (m, _)) in ys.iter_mut().zip(parts) {
-            m.run(kernel, &q, n, 0, y);
-        }
-    }
-    for (p, (y, (_, b))) in ys.iter_mut().zip(parts).enumerate() {
-        let rows = rows_of(p);
-        if let Some(b) = b.filter(|_| rows > 0) {
-            for row in y.chunks_exact_mut(rows) {
-                for (v, bi) in row.iter_mut().zip(b) {
-                    *v += bi;
-                }
-            }
-        }
-    }
-    Some(ys)
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! in 210 bytes: 6.56 bits a weight; the output head and half the value and down maps of a
 //! Q4_K_M file), groups of 8 rows interleaved super-block by super-block, and multiplies f32
 //! activations by it, the activations quantized per row and 256-value block. The format and the
-//! arithmetic every kernel follows are in `rule.rs`; one x86 body (`x86.rs`) serves AVX-512
-//! VNNI, AVX-VNNI and AVX2.
+//! arithmetic every kernel follows are in `rule.rs`; the bodies in `zmm.rs` (AVX-512 VNNI, two
+//! groups a vector) and `x86.rs` (256-bit, for AVX-VNNI and AVX2).
 
 use super::rule::GROUP;
 use super::{Blocks, QuantKernel, group_with, widen};
@@ -12,6 +12,8 @@ use crate::view::Floats;
 pub mod rule;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod zmm;
 
 pub use rule::{BLOCK_BYTES, GroupQ6K, Q6KRows, RowQ6K, SUB, SUPER};
 
@@ -175,7 +177,7 @@ impl Blocks for Q6KMatrix {
         let op = crate::nn::quant::simd::Operands::new(w, b, q, n, o0, out.len());
         match kernel {
             #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx512Vnni => unsafe { x86::matmul_rows_avx512vnni(&op, n, out) },
+            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(&op, n, out) },
             #[cfg(target_arch = "x86_64")]
             QuantKernel::AvxVnni => unsafe { x86::matmul_rows_avxvnni(&op, n, out) },
             #[cfg(target_arch = "x86_64")]

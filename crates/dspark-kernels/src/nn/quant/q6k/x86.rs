@@ -1,5 +1,5 @@
-//! The x86 body of the Q6_K product, one for three instruction sets: AVX-512 VNNI and AVX-VNNI
-//! (`vpdpbusd`), and AVX2 (`vpmaddubsw` then `vpmaddwd` by ones, exact here: a level is at most
+//! The 256-bit x86 body of the Q6_K product, one for three instruction sets: AVX-512 VNNI (a
+//! call's unpaired last group; `zmm.rs` pairs the others) and AVX-VNNI (`vpdpbusd`), and AVX2 (`vpmaddubsw` then `vpmaddwd` by ones, exact here: a level is at most
 //! 63, so a byte pair's sum stays within 16 bits). Each 32-byte load of a group's `ql` or `qh`
 //! holds the same 4 bytes of the 8 rows; the levels of one part are assembled from a nibble of
 //! `ql` and a bit pair of `qh`, and one instruction per activation row adds 4 products to each
@@ -76,7 +76,7 @@ unsafe fn levels(block: &GroupQ6K, h: usize, k: usize) -> [__m256i; 4] {
 /// `D`'s extension, AVX2, FMA and F16C must be available and enabled by the caller; `weight`
 /// holds group `g`'s `blocks` super-blocks and `x` rows `r .. r + R`.
 #[inline(always)]
-unsafe fn tile<D: Dpbusd, const R: usize>(
+pub(super) unsafe fn tile<D: Dpbusd, const R: usize>(
     op: &Operands<'_, GroupQ6K, Q6KRows>,
     out: &mut [f32],
     g: usize,
@@ -129,33 +129,11 @@ unsafe fn tile<D: Dpbusd, const R: usize>(
     }
 }
 
-/// [`super::rule::matmul_rows`] with AVX-512 VNNI (on 256-bit vectors, 32 registers): the
-/// same bits.
-///
-/// # Safety
-/// AVX-512 F, VL, BW and VNNI, AVX2, FMA and F16C must be available; `op` covers `n` rows, its
-/// weight every group of its outputs and its activations `n` rows of the weight's width.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub(crate) unsafe fn matmul_rows_avx512vnni(
-    op: &Operands<'_, GroupQ6K, Q6KRows>,
-    n: usize,
-    out: &mut [f32],
-) {
-    // SAFETY: by this function's contract, for the rows each call covers.
-    unsafe {
-        for g in op.groups() {
-            tiles!(n, [1, 2, 3, 4], |r, R| tile::<simd::Avx512Vnni, R>(
-                op, out, g, r
-            ));
-        }
-    }
-}
-
 /// [`super::rule::matmul_rows`] with AVX-VNNI: the same bits.
 ///
 /// # Safety
-/// AVX-VNNI, AVX2, FMA and F16C must be available; the rest as
-/// [`matmul_rows_avx512vnni`].
+/// AVX-VNNI, AVX2, FMA and F16C must be available; `op` covers `n` rows, its weight every group
+/// of its outputs and its activations `n` rows of the weight's width.
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 pub(crate) unsafe fn matmul_rows_avxvnni(
     op: &Operands<'_, GroupQ6K, Q6KRows>,
@@ -173,7 +151,7 @@ pub(crate) unsafe fn matmul_rows_avxvnni(
 /// [`super::rule::matmul_rows`] with AVX2: the same bits.
 ///
 /// # Safety
-/// AVX2, FMA and F16C must be available; the rest as [`matmul_rows_avx512vnni`].
+/// AVX2, FMA and F16C must be available; the rest as [`matmul_rows_avxvnni`].
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matmul_rows_avx2(
     op: &Operands<'_, GroupQ6K, Q6KRows>,

@@ -1,0 +1,193 @@
+//! Group products: several weights multiplied by one `x` in one pool dispatch (a layer's q, k
+//! and v projections, its gate and up), the activations quantized once per format. Every
+//! part's outputs are the bits of its own product.
+//!
+//! [`group_with`] runs parts of one format ([`Blocks`]); [`matmul_mixed`] parts of several (a
+//! `Q4_K_M` file's Q4_K query and key maps beside a Q6_K value map), Q4_K and Q6_K sharing
+//! their activations (Q6_K's are Q4_K's and 16-value offsets).
+
+use rayon::prelude::*;
+
+use super::q4k::{Q4KMatrix, Q8KRows};
+use super::q6k::{Q6KMatrix, Q6KRows};
+use super::rule::GROUP;
+use super::{QuantKernel, QuantMatrix, QuantRows};
+
+/// Pool tasks per pool thread of a split product: several, so that a worker slowed by another
+/// process leaves its share to be stolen (as the panel products split theirs).
+const TASKS_PER_THREAD: usize = 4;
+
+/// A weight in blocks of a quantized format, as a group product runs it: rows in groups of
+/// [`GROUP`], activations quantized per row before the product.
+pub(crate) trait Blocks: Sync {
+    /// The activations, quantized per row.
+    type Acts: Sync;
+
+    /// `(rows, cols)`.
+    fn shape(&self) -> (usize, usize);
+
+    /// Bytes of the blocks.
+    fn bytes(&self) -> usize;
+
+    /// Row-major `x: [n, cols]` quantized per row.
+    fn acts(x: &[f32], n: usize, cols: usize) -> Self::Acts;
+
+    /// Outputs `o0 .. o0 + out.len() / n` (`o0` a multiple of [`GROUP`]) of every row into
+    /// `out` (`[n, width]`) with `kernel`.
+    fn run(&self, kernel: QuantKernel, q: &Self::Acts, n: usize, o0: usize, out: &mut [f32]);
+}
+
+/// A part's `(rows, cols)` and bias.
+type Shape<'a> = ((usize, usize), Option<&'a [f32]>);
+
+/// Whether `parts` (shapes and biases) fit one `x: [n, cols]`: `Some(cols)` when every part has
+/// `x`'s width and each bias its part's rows.
+fn fits(parts: &[Shape<'_>], x: &[f32], n: usize) -> Option<usize> {
+    let ((_, cols), _) = *parts.first()?;
+    let ok = |&((rows, c), b): &Shape<'_>| c == cols && b.is_none_or(|b| b.len() == rows);
+    (n.checked_mul(cols) == Some(x.len()) && parts.iter().all(ok)).then_some(cols)
+}
+
+/// The outputs of parts of `rows[p]` rows each (`bytes` of weights in all) for `n` activation
+/// rows: `run(p, o0, out)` writes part `p`'s outputs `o0 ..` into `out` (`[n, width]`), split
+/// over the pool when the weights are large ([`TASKS_PER_THREAD`] runs of whole groups of rows
+/// per thread, each within one part); then each part's bias is added.
+fn dispatch(
+    rows: &[usize],
+    biases: &[Option<&[f32]>],
+    bytes: usize,
+    n: usize,
+    run: impl Fn(usize, usize, &mut [f32]) + Sync,
+) -> Vec<Vec<f32>> {
+    let mut ys: Vec<Vec<f32>> = rows.iter().map(|&r| vec![0.0; n * r]).collect();
+    if n > 0 && crate::threads::split_stream(bytes) {
+        // Rows per task: a multiple of GROUP, so every task starts on a group.
+        let groups: usize = rows.iter().map(|r| r.div_ceil(GROUP)).sum();
+        let tasks = rayon::current_num_threads() * TASKS_PER_THREAD;
+        let per = groups.div_ceil(tasks).max(1) * GROUP;
+        let runs: Vec<(usize, usize)> = (0..rows.len())
+            .flat_map(|p| (0..rows[p]).step_by(per).map(move |o0| (p, o0)))
+            .collect();
+        let done: Vec<(usize, usize, Vec<f32>)> = runs
+            .into_par_iter()
+            .map(|(p, o0)| {
+                let mut out = vec![0.0f32; n * per.min(rows[p] - o0)];
+                run(p, o0, &mut out);
+                (p, o0, out)
+            })
+            .collect();
+        for (p, o0, out) in done {
+            let width = out.len() / n;
+            for r in 0..n {
+                ys[p][r * rows[p] + o0..][..width]
+                    .copy_from_slice(&out[r * width..(r + 1) * width]);
+            }
+        }
+    } else if n > 0 {
+        for (p, y) in ys.iter_mut().enumerate() {
+            run(p, 0, y);
+        }
+    }
+    for ((y, &rows), b) in ys.iter_mut().zip(rows).zip(biases) {
+        if let Some(b) = b.filter(|_| rows > 0) {
+            for row in y.chunks_exact_mut(rows) {
+                for (v, bi) in row.iter_mut().zip(b) {
+                    *v += bi;
+                }
+            }
+        }
+    }
+    ys
+}
+
+/// The kernel a product runs: `kernel`, or the portable one where this CPU lacks it.
+fn runnable(kernel: QuantKernel) -> QuantKernel {
+    if kernel.available() {
+        kernel
+    } else {
+        QuantKernel::Portable
+    }
+}
+
+/// [`super::matmul_group`] for any block format: the activations quantized once, the parts'
+/// outputs in one pool dispatch, then the biases added. `None` when a part's width is not `x`'s
+/// or a bias is not its part's rows long.
+pub(crate) fn group_with<M: Blocks>(
+    kernel: QuantKernel,
+    parts: &[(&M, Option<&[f32]>)],
+    x: &[f32],
+    n: usize,
+) -> Option<Vec<Vec<f32>>> {
+    let shapes: Vec<_> = parts.iter().map(|(m, b)| (m.shape(), *b)).collect();
+    let cols = fits(&shapes, x, n)?;
+    let kernel = runnable(kernel);
+    let q = M::acts(x, n, cols);
+    let rows: Vec<usize> = parts.iter().map(|(m, _)| m.shape().0).collect();
+    let biases: Vec<_> = parts.iter().map(|(_, b)| *b).collect();
+    let bytes = parts.iter().map(|(m, _)| m.bytes()).sum();
+    Some(dispatch(&rows, &biases, bytes, n, |p, o0, out| {
+        parts[p].0.run(kernel, &q, n, o0, out);
+    }))
+}
+
+/// A quantized weight of any format, for [`matmul_mixed`].
+#[derive(Debug, Clone, Copy)]
+pub enum AnyQuant<'a> {
+    /// Q8_0 blocks.
+    Q8(&'a QuantMatrix),
+    /// Q4_K super-blocks.
+    Q4K(&'a Q4KMatrix),
+    /// Q6_K super-blocks.
+    Q6K(&'a Q6KMatrix),
+}
+
+impl AnyQuant<'_> {
+    fn shape(&self) -> (usize, usize) {
+        match self {
+            Self::Q8(m) => m.shape(),
+            Self::Q4K(m) => m.shape(),
+            Self::Q6K(m) => m.shape(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Self::Q8(m) => Blocks::bytes(*m),
+            Self::Q4K(m) => Blocks::bytes(*m),
+            Self::Q6K(m) => Blocks::bytes(*m),
+        }
+    }
+}
+
+/// `y_i = x · W_iᵀ (+ bias_i)` for parts of any quantized formats, with the fastest body: each
+/// format's activations quantized once (Q4_K reading Q6_K's when both are there), every part's
+/// outputs in one pool dispatch, each the bits of its own product. `None` as [`group_with`].
+pub fn matmul_mixed(
+    parts: &[(AnyQuant<'_>, Option<&[f32]>)],
+    x: &[f32],
+    n: usize,
+) -> Option<Vec<Vec<f32>>> {
+    let shapes: Vec<_> = parts.iter().map(|(m, b)| (m.shape(), *b)).collect();
+    let cols = fits(&shapes, x, n)?;
+    let kernel = runnable(QuantKernel::best());
+    let has = |f: fn(&AnyQuant<'_>) -> bool| parts.iter().any(|(m, _)| f(m));
+    let q8 = has(|m| matches!(m, AnyQuant::Q8(_))).then(|| QuantRows::new(x, n, cols));
+    let q6 = has(|m| matches!(m, AnyQuant::Q6K(_))).then(|| Q6KRows::new(x, n, cols));
+    let q4 = match &q6 {
+        None if has(|m| matches!(m, AnyQuant::Q4K(_))) => Some(Q8KRows::new(x, n, cols)),
+        _ => None,
+    };
+    let k_acts = q6.as_ref().map(|q| &q.x).or(q4.as_ref());
+    let rows: Vec<usize> = shapes.iter().map(|((r, _), _)| *r).collect();
+    let biases: Vec<_> = parts.iter().map(|(_, b)| *b).collect();
+    let bytes = parts.iter().map(|(m, _)| m.bytes()).sum();
+    Some(dispatch(&rows, &biases, bytes, n, |p, o0, out| {
+        match (parts[p].0, &q8, k_acts, &q6) {
+            (AnyQuant::Q8(m), Some(q), _, _) => m.run(kernel, q, n, o0, out),
+            (AnyQuant::Q4K(m), _, Some(q), _) => m.run(kernel, q, n, o0, out),
+            (AnyQuant::Q6K(m), _, _, Some(q)) => m.run(kernel, q, n, o0, out),
+            // Every format present had its activations quantized above.
+            _ => {}
+        }
+    }))
+}
