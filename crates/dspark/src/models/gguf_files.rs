@@ -104,8 +104,19 @@ impl SideFiles {
     pub fn read(path: &Path) -> Result<Self> {
         let f = GgufFile::open(path)?;
         let config = super::qwen3::gguf_config_json(&f)?;
-        let tokenizer = super::gguf_tokenizer::tokenizer_json(&f).map_err(|e| e.to_string());
         let tokens = f.strings("tokenizer.ggml.tokens")?.unwrap_or_default();
+        let vocab = config["vocab_size"].as_u64().unwrap_or(0);
+        let tokenizer = if tokens.len() as u64 > vocab {
+            // Ids past the embedding's rows would be out of the model's (and its drafter's)
+            // vocabulary.
+            Err(format!(
+                "{}: the tokenizer has {} tokens, more than the model's {vocab} embedding rows",
+                path.display(),
+                tokens.len()
+            ))
+        } else {
+            super::gguf_tokenizer::tokenizer_json(&f).map_err(|e| e.to_string())
+        };
         let text = |id: Option<u64>| {
             id.and_then(|i| tokens.get(usize::try_from(i).ok()?))
                 .map(|t| t.to_string())

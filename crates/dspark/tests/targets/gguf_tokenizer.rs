@@ -16,13 +16,21 @@ fn strings(v: &[&str]) -> G {
     G::Array(v.iter().map(|s| G::String(s.to_string())).collect())
 }
 
-/// A tiny model's GGUF file with `meta` added, and its side files.
-fn side(dir: &Path, meta: &[(&str, G)]) -> SideFiles {
-    let t = Tiny::default();
-    let t = Tiny { rows: t.vocab, ..t };
+/// A tiny model's GGUF file (a vocabulary of `vocab`) with `meta` added, and its side files.
+fn side_of(dir: &Path, vocab: usize, meta: &[(&str, G)]) -> SideFiles {
+    let t = Tiny {
+        vocab,
+        rows: vocab,
+        ..Tiny::default()
+    };
     let path = dir.join("m.gguf");
     write_gguf(&t.config(), &t.tensors(), &path, |_, _| Kind::F32, meta);
     SideFiles::read(&path).unwrap()
+}
+
+/// [`side_of`] with a vocabulary of 50.
+fn side(dir: &Path, meta: &[(&str, G)]) -> SideFiles {
+    side_of(dir, 50, meta)
 }
 
 fn tokenizer(s: &SideFiles) -> Tokenizer {
@@ -69,8 +77,9 @@ fn a_byte_level_bpe_encodes_as_the_tokenizer_it_was_written_from() {
         .collect();
     let merge_refs: Vec<&str> = merges.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
-    let s = side(
+    let s = side_of(
         dir.path(),
+        tokens.len(),
         &[
             ("tokenizer.ggml.model", G::String("gpt2".into())),
             ("tokenizer.ggml.pre", G::String("default".into())),
@@ -98,8 +107,9 @@ fn a_byte_level_bpe_encodes_as_the_tokenizer_it_was_written_from() {
 
     // Qwen2's split regex (`pre = qwen2`) makes a working tokenizer of the same vocabulary.
     let dir = tempfile::tempdir().unwrap();
-    let s = side(
+    let s = side_of(
         dir.path(),
+        tokens.len(),
         &[
             ("tokenizer.ggml.model", G::String("gpt2".into())),
             ("tokenizer.ggml.pre", G::String("qwen2".into())),
@@ -186,4 +196,16 @@ fn a_file_without_a_tokenizer_says_so() {
         ],
     );
     assert!(s.tokenizer.unwrap_err().contains("bert"));
+    // More tokens than the model has embedding rows (the tiny model's vocabulary is 50).
+    let many: Vec<String> = (0..60).map(|i| format!("t{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let s = side(
+        dir.path(),
+        &[
+            ("tokenizer.ggml.model", G::String("gpt2".into())),
+            ("tokenizer.ggml.tokens", strings(&many)),
+        ],
+    );
+    let e = s.tokenizer.unwrap_err();
+    assert!(e.contains("60 tokens") && e.contains("50"), "{e}");
 }
