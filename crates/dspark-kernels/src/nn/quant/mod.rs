@@ -28,6 +28,7 @@ pub mod q6k;
 pub mod rule;
 #[cfg(target_arch = "x86_64")]
 mod simd;
+pub mod superblock;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 #[cfg(target_arch = "x86_64")]

@@ -2,11 +2,11 @@
 //! in 144 bytes: 4.5 bits a weight), groups of 8 rows interleaved super-block by super-block,
 //! and multiplies f32 activations by it, the activations quantized per row and 256-value block.
 //! The format and the arithmetic every kernel follows are in `rule.rs`; the bodies in
-//! `zmm.rs` (AVX-512 VNNI), `vnni.rs` (VNNI on 256-bit vectors) and `x86.rs` (AVX2).
+//! `zmm.rs` (AVX-512 VNNI), `vnni.rs` (VNNI on 256-bit vectors) and `x86.rs` (AVX2); the
+//! matrix itself is the K-quants' [`SuperMatrix`].
 
-use super::rule::GROUP;
-use super::{Blocks, QuantKernel, group_with, widen};
-use crate::view::Floats;
+use super::QuantKernel;
+use super::superblock::{SuperGroup, SuperMatrix};
 
 pub mod rule;
 #[cfg(target_arch = "x86_64")]
@@ -19,171 +19,57 @@ mod zmm;
 pub use rule::{BLOCK_BYTES, GroupQ4K, Q8KRows, SCALE_BYTES, SUB, SUPER};
 
 /// `W: [rows, cols]` as Q4_K super-blocks in groups of 8 rows (see `rule.rs`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Q4KMatrix {
-    rows: usize,
-    cols: usize,
-    /// Super-blocks per row (`⌈cols / 256⌉`).
-    blocks: usize,
-    /// `[⌈rows / 8⌉, blocks]` group super-blocks.
-    data: Vec<GroupQ4K>,
-}
+pub type Q4KMatrix = SuperMatrix<GroupQ4K>;
 
-impl Q4KMatrix {
-    /// Quantize row-major `w: [rows, cols]` (any float dtype; a row's last super-block
-    /// zero-padded). `None` when `w.len() != rows · cols`, a weight is not finite, or a factor
-    /// does not fit an f16.
-    pub fn quantize(w: Floats<'_>, rows: usize, cols: usize) -> Option<Self> {
-        if rows.checked_mul(cols) != Some(w.len()) {
-            return None;
-        }
-        let mut m = Self::zeros(rows, cols);
-        let mut row = vec![0.0f32; cols];
-        for o in 0..rows {
-            let at = o * cols;
-            match w {
-                Floats::F32(s) => row.copy_from_slice(&s[at..at + cols]),
-                Floats::BF16(s) => widen(&s[at..at + cols], &mut row),
-                Floats::F16(s) => widen(&s[at..at + cols], &mut row),
-            }
-            if !row.iter().all(|v| v.is_finite()) {
-                return None;
-            }
-            for b in 0..m.blocks {
-                let x = &row[(b * SUPER).min(cols)..((b + 1) * SUPER).min(cols)];
-                let (d, dmin, scales, qs) = rule::quantize_super(x)?;
-                let block = m.block_mut(o, b);
-                let j = o % GROUP;
-                (block.d[j], block.dmin[j]) = (d, dmin);
-                block.set_row(j, &scales, &qs);
-            }
-        }
-        Some(m)
-    }
+impl SuperGroup for GroupQ4K {
+    const RAW: usize = BLOCK_BYTES;
 
-    /// The matrix a GGUF file stores as `Q4_K`: `rows` rows of `cols / 256` blocks of
-    /// [`BLOCK_BYTES`] bytes, row-major, as read from the file (regrouped, not widened).
-    /// `None` when `cols` is not a multiple of 256, `bytes` is not that long, or a factor is
-    /// not finite.
-    pub fn from_gguf(bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
-        if !cols.is_multiple_of(SUPER)
-            || rows.checked_mul(cols / SUPER * BLOCK_BYTES) != Some(bytes.len())
-        {
-            return None;
-        }
-        let mut m = Self::zeros(rows, cols);
-        let f16_at = |b: &[u8], i: usize| half::f16::from_le_bytes([b[i], b[i + 1]]);
-        for (i, raw) in bytes.chunks_exact(BLOCK_BYTES).enumerate() {
-            let (o, b) = (i / m.blocks, i % m.blocks);
-            let (d, dmin) = (f16_at(raw, 0), f16_at(raw, 2));
-            if !(d.is_finite() && dmin.is_finite()) {
-                return None;
-            }
-            let block = m.block_mut(o, b);
-            let j = o % GROUP;
-            (block.d[j], block.dmin[j]) = (d, dmin);
-            let scales: &[u8; SCALE_BYTES] = raw[4..16].try_into().ok()?;
-            let qs: &[u8; SUPER / 2] = raw[16..].try_into().ok()?;
-            block.set_row(j, scales, qs);
-        }
-        Some(m)
-    }
-
-    /// The rows as a GGUF file stores them (every row's super-blocks in order:
-    /// [`Self::from_gguf`]'s input).
-    pub fn to_gguf(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.rows * self.blocks * BLOCK_BYTES);
-        for o in 0..self.rows {
-            for block in &self.data[(o / GROUP) * self.blocks..][..self.blocks] {
-                let j = o % GROUP;
-                out.extend(block.d[j].to_le_bytes());
-                out.extend(block.dmin[j].to_le_bytes());
-                out.extend(block.scales_of(j));
-                out.extend(block.nibbles_of(j));
-            }
-        }
-        out
-    }
-
-    /// Zero blocks for `[rows, cols]`.
-    fn zeros(rows: usize, cols: usize) -> Self {
-        let blocks = cols.div_ceil(SUPER);
-        Self {
-            rows,
-            cols,
-            blocks,
-            data: crate::cpu::pages::streamed_vec(rows.div_ceil(GROUP) * blocks),
-        }
-    }
-
-    /// Row `o`'s group super-block `b`.
-    fn block_mut(&mut self, o: usize, b: usize) -> &mut GroupQ4K {
-        &mut self.data[(o / GROUP) * self.blocks + b]
-    }
-
-    /// Output rows (`out`).
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Input columns (`in`).
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// Bytes of the super-blocks (144 per 256 weights; a last group of fewer than 8 rows and a
-    /// row's last super-block are padded).
-    pub fn bytes(&self) -> usize {
-        self.data.len() * std::mem::size_of::<GroupQ4K>()
-    }
-
-    /// The row-major matrix the super-blocks hold, as `f32` (`(d · sc) · q − dmin · m`).
-    pub fn dequantize(&self) -> Vec<f32> {
-        let mut out = vec![0.0f32; self.rows * self.cols];
-        for (o, row) in out.chunks_exact_mut(self.cols.max(1)).enumerate() {
-            let g = o / GROUP;
-            for (b, chunk) in row.chunks_mut(SUPER).enumerate() {
-                rule::dequantize_row(&self.data[g * self.blocks + b], o % GROUP, chunk);
-            }
-        }
-        out
-    }
-
-    /// `y = x · Wᵀ (+ bias)` for row-major `x: [n, cols]`, with the fastest body: row-major
-    /// `[n, rows]`. `None` when `x.len() != n · cols` or a bias is not `rows` long.
-    pub fn matmul(&self, x: &[f32], n: usize, bias: Option<&[f32]>) -> Option<Vec<f32>> {
-        self.matmul_with(QuantKernel::best(), x, n, bias)
-    }
-
-    /// [`Self::matmul`] with `kernel` (the portable one where AVX2 is missing).
-    pub fn matmul_with(
-        &self,
-        kernel: QuantKernel,
-        x: &[f32],
-        n: usize,
-        bias: Option<&[f32]>,
-    ) -> Option<Vec<f32>> {
-        group_with(kernel, &[(self, bias)], x, n)?.pop()
-    }
-}
-
-impl Blocks for Q4KMatrix {
     type Acts = Q8KRows;
 
-    fn shape(&self) -> (usize, usize) {
-        (self.rows, self.cols)
+    fn quantize(&mut self, j: usize, x: &[f32]) -> Option<()> {
+        let (d, dmin, scales, qs) = rule::quantize_super(x)?;
+        (self.d[j], self.dmin[j]) = (d, dmin);
+        self.set_row(j, &scales, &qs);
+        Some(())
     }
 
-    fn bytes(&self) -> usize {
-        Q4KMatrix::bytes(self)
+    fn read(&mut self, j: usize, raw: &[u8]) -> Option<()> {
+        let f16_at = |i: usize| half::f16::from_le_bytes([raw[i], raw[i + 1]]);
+        let (d, dmin) = (f16_at(0), f16_at(2));
+        if !(d.is_finite() && dmin.is_finite()) {
+            return None;
+        }
+        (self.d[j], self.dmin[j]) = (d, dmin);
+        let scales: &[u8; SCALE_BYTES] = raw.get(4..16)?.try_into().ok()?;
+        let qs: &[u8; SUPER / 2] = raw.get(16..BLOCK_BYTES)?.try_into().ok()?;
+        self.set_row(j, scales, qs);
+        Some(())
+    }
+
+    fn write(&self, j: usize, out: &mut Vec<u8>) {
+        out.extend(self.d[j].to_le_bytes());
+        out.extend(self.dmin[j].to_le_bytes());
+        out.extend(self.scales_of(j));
+        out.extend(self.nibbles_of(j));
+    }
+
+    fn dequantize(&self, j: usize, out: &mut [f32]) {
+        rule::dequantize_row(self, j, out);
     }
 
     fn acts(x: &[f32], n: usize, cols: usize) -> Q8KRows {
         Q8KRows::new(x, n, cols)
     }
 
-    fn run(&self, kernel: QuantKernel, q: &Q8KRows, n: usize, o0: usize, out: &mut [f32]) {
-        let (w, b) = (&self.data, self.blocks);
+    fn run(
+        kernel: QuantKernel,
+        w: &[Self],
+        b: usize,
+        q: &Q8KRows,
+        n: usize,
+        o0: usize,
+        out: &mut [f32],
+    ) {
         // SAFETY (each x86 body): `group_with` runs only a kernel whose extensions were
         // detected; `o0` is a multiple of 8 (a task's first row), the weight holds every group
         // of `rows` and `q` `n` rows of `blocks` blocks (same `cols`).
@@ -207,7 +93,7 @@ pub type Q4KPart<'a> = (&'a Q4KMatrix, Option<&'a [f32]>);
 /// [`super::matmul_group`] for Q4_K weights: the activations quantized once, every part's
 /// outputs in one pool dispatch, each the bits of its own [`Q4KMatrix::matmul`].
 pub fn matmul_group(parts: &[Q4KPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
-    group_with(QuantKernel::best(), parts, x, n)
+    super::superblock::matmul_group(parts, x, n)
 }
 
 #[cfg(test)]

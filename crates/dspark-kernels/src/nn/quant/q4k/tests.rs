@@ -6,8 +6,10 @@ use half::bf16;
 
 use super::rule::{SUBS, nibble, pack, unpack};
 use super::*;
+use crate::nn::quant::GROUP;
 use crate::nn::quant::Quant;
 use crate::test_values::values;
+use crate::view::Floats;
 
 fn quantized(rows: usize, cols: usize, seed: u32) -> (Vec<f32>, Q4KMatrix) {
     let w = values(rows * cols, seed);

@@ -5,7 +5,9 @@ use candle_core::{Device, Tensor};
 
 use super::rule::{SUBS, ZERO_LEVEL, level};
 use super::*;
+use crate::nn::quant::GROUP;
 use crate::test_values::values;
+use crate::view::Floats;
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()

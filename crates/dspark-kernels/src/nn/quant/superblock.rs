@@ -1,0 +1,208 @@
+//! What the K-quant formats share: a matrix of 256-weight super-blocks in groups of 8 rows
+//! ([`SuperMatrix`]), generic over the group super-block ([`SuperGroup`]: Q4_K's
+//! [`super::q4k::GroupQ4K`], Q6_K's [`super::q6k::GroupQ6K`]): quantizing, GGUF's rows read and
+//! written, dequantizing, and the product through the group dispatch ([`Blocks`]).
+
+use super::rule::GROUP;
+use super::{Blocks, QuantKernel, group_with, widen};
+use crate::view::Floats;
+
+/// Weights per super-block.
+pub const SUPER: usize = 256;
+
+/// One super-block of a group of [`GROUP`] rows in a K-quant format.
+pub trait SuperGroup: Copy + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static {
+    /// Bytes of one row's super-block in a GGUF file.
+    const RAW: usize;
+
+    /// The activations the product reads, quantized per row.
+    type Acts: Sync;
+
+    /// Quantize row `j`'s super-block `x` (at most [`SUPER`] finite values; missing ones count
+    /// as 0) into this group super-block. `None` when a factor does not fit an f16.
+    fn quantize(&mut self, j: usize, x: &[f32]) -> Option<()>;
+
+    /// Set row `j` from a GGUF file's [`Self::RAW`] bytes. `None` when a factor is not finite.
+    fn read(&mut self, j: usize, raw: &[u8]) -> Option<()>;
+
+    /// Append row `j`'s super-block as a GGUF file stores it.
+    fn write(&self, j: usize, out: &mut Vec<u8>);
+
+    /// Row `j`'s first `out.len()` weights as `f32`.
+    fn dequantize(&self, j: usize, out: &mut [f32]);
+
+    /// Row-major `x: [n, cols]` quantized per row.
+    fn acts(x: &[f32], n: usize, cols: usize) -> Self::Acts;
+
+    /// [`Blocks::run`] over `weight` (`blocks` group super-blocks a group).
+    fn run(
+        kernel: QuantKernel,
+        weight: &[Self],
+        blocks: usize,
+        q: &Self::Acts,
+        n: usize,
+        o0: usize,
+        out: &mut [f32],
+    );
+}
+
+/// `W: [rows, cols]` as super-blocks `G` in groups of 8 rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SuperMatrix<G> {
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+    /// Super-blocks per row (`⌈cols / 256⌉`).
+    pub(super) blocks: usize,
+    /// `[⌈rows / 8⌉, blocks]` group super-blocks.
+    pub(super) data: Vec<G>,
+}
+
+impl<G: SuperGroup> SuperMatrix<G> {
+    /// Quantize row-major `w: [rows, cols]` (any float dtype; a row's last super-block
+    /// zero-padded). `None` when `w.len() != rows · cols`, a weight is not finite, or a factor
+    /// does not fit an f16.
+    pub fn quantize(w: Floats<'_>, rows: usize, cols: usize) -> Option<Self> {
+        if rows.checked_mul(cols) != Some(w.len()) {
+            return None;
+        }
+        let mut m = Self::zeros(rows, cols);
+        let mut row = vec![0.0f32; cols];
+        for o in 0..rows {
+            let at = o * cols;
+            match w {
+                Floats::F32(s) => row.copy_from_slice(&s[at..at + cols]),
+                Floats::BF16(s) => widen(&s[at..at + cols], &mut row),
+                Floats::F16(s) => widen(&s[at..at + cols], &mut row),
+            }
+            if !row.iter().all(|v| v.is_finite()) {
+                return None;
+            }
+            for b in 0..m.blocks {
+                let x = &row[(b * SUPER).min(cols)..((b + 1) * SUPER).min(cols)];
+                m.block_mut(o, b).quantize(o % GROUP, x)?;
+            }
+        }
+        Some(m)
+    }
+
+    /// The matrix a GGUF file stores: `rows` rows of `cols / 256` super-blocks of
+    /// [`SuperGroup::RAW`] bytes, row-major, as read from the file (regrouped, not widened).
+    /// `None` when `cols` is not a multiple of 256, `bytes` is not that long, or a factor is
+    /// not finite.
+    pub fn from_gguf(bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
+        if !cols.is_multiple_of(SUPER)
+            || rows.checked_mul(cols / SUPER * G::RAW) != Some(bytes.len())
+        {
+            return None;
+        }
+        let mut m = Self::zeros(rows, cols);
+        for (i, raw) in bytes.chunks_exact(G::RAW).enumerate() {
+            let (o, b) = (i / m.blocks, i % m.blocks);
+            m.block_mut(o, b).read(o % GROUP, raw)?;
+        }
+        Some(m)
+    }
+
+    /// The rows as a GGUF file stores them (every row's super-blocks in order:
+    /// [`Self::from_gguf`]'s input).
+    pub fn to_gguf(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.rows * self.blocks * G::RAW);
+        for o in 0..self.rows {
+            for block in &self.data[(o / GROUP) * self.blocks..][..self.blocks] {
+                block.write(o % GROUP, &mut out);
+            }
+        }
+        out
+    }
+
+    /// Zero blocks for `[rows, cols]` (each format's default: weights of 0).
+    pub(super) fn zeros(rows: usize, cols: usize) -> Self {
+        let blocks = cols.div_ceil(SUPER);
+        Self {
+            rows,
+            cols,
+            blocks,
+            data: crate::cpu::pages::streamed_vec(rows.div_ceil(GROUP) * blocks),
+        }
+    }
+
+    /// Row `o`'s group super-block `b`.
+    pub(super) fn block_mut(&mut self, o: usize, b: usize) -> &mut G {
+        &mut self.data[(o / GROUP) * self.blocks + b]
+    }
+
+    /// Output rows (`out`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input columns (`in`).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes of the super-blocks (a last group of fewer than 8 rows and a row's last
+    /// super-block are padded).
+    pub fn bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<G>()
+    }
+
+    /// The row-major matrix the super-blocks hold, as `f32`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0.0f32; self.rows * self.cols];
+        for (o, row) in out.chunks_exact_mut(self.cols.max(1)).enumerate() {
+            let g = o / GROUP;
+            for (b, chunk) in row.chunks_mut(SUPER).enumerate() {
+                self.data[g * self.blocks + b].dequantize(o % GROUP, chunk);
+            }
+        }
+        out
+    }
+
+    /// `y = x · Wᵀ (+ bias)` for row-major `x: [n, cols]`, with the fastest body: row-major
+    /// `[n, rows]`. `None` when `x.len() != n · cols` or a bias is not `rows` long.
+    pub fn matmul(&self, x: &[f32], n: usize, bias: Option<&[f32]>) -> Option<Vec<f32>> {
+        self.matmul_with(QuantKernel::best(), x, n, bias)
+    }
+
+    /// [`Self::matmul`] with `kernel` (the portable one where this CPU lacks it).
+    pub fn matmul_with(
+        &self,
+        kernel: QuantKernel,
+        x: &[f32],
+        n: usize,
+        bias: Option<&[f32]>,
+    ) -> Option<Vec<f32>> {
+        group_with(kernel, &[(self, bias)], x, n)?.pop()
+    }
+}
+
+impl<G: SuperGroup> Blocks for SuperMatrix<G> {
+    type Acts = G::Acts;
+
+    fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    fn bytes(&self) -> usize {
+        SuperMatrix::bytes(self)
+    }
+
+    fn acts(x: &[f32], n: usize, cols: usize) -> G::Acts {
+        G::acts(x, n, cols)
+    }
+
+    fn run(&self, kernel: QuantKernel, q: &G::Acts, n: usize, o0: usize, out: &mut [f32]) {
+        G::run(kernel, &self.data, self.blocks, q, n, o0, out);
+    }
+}
+
+/// [`super::matmul_group`] for one K-quant format: the activations quantized once, every
+/// part's outputs in one pool dispatch, each the bits of its own [`SuperMatrix::matmul`].
+pub fn matmul_group<G: SuperGroup>(
+    parts: &[(&SuperMatrix<G>, Option<&[f32]>)],
+    x: &[f32],
+    n: usize,
+) -> Option<Vec<Vec<f32>>> {
+    group_with(QuantKernel::best(), parts, x, n)
+}
