@@ -24,7 +24,7 @@ use crate::device::fast_on;
 use crate::error::{Error, Result};
 use crate::nn::decoder::Take;
 use crate::nn::gguf::{GgufFile, GgufTensor, bad_gguf};
-use crate::nn::{Linear, LoadOptions};
+use crate::nn::{Linear, LoadOptions, Rope};
 
 /// GGUF's name for a `Qwen3ForCausalLM` tensor name (`None` for a name Qwen3 does not have).
 pub fn gguf_name(hf: &str) -> Option<String> {
@@ -141,6 +141,7 @@ impl Qwen3Target {
         let file = GgufFile::open(path)?;
         let source = path.display().to_string();
         let config = Qwen3Config::from_value(&gguf_config_json(&file)?, &source)?;
+        let rope = Rope::new(&config.shape.rope, config.shape.head_dim, &config.source)?;
         let wants = expected(&config);
         let mut problems = Vec::new();
         let mut names = Vec::with_capacity(wants.len());
@@ -194,7 +195,7 @@ impl Qwen3Target {
         let t = Take::new(tensors)
             .quantized(options.quant)
             .with_packed(packed, device);
-        Self::assemble(config, t, head, quant, device, options)
+        Self::assemble(config, rope, t, head, quant, (device, options))
     }
 
     /// [`Self::load_gguf`] for a file, [`Self::load_with`] for a checkpoint directory.

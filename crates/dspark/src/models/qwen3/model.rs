@@ -163,6 +163,7 @@ impl Qwen3Target {
         device: &Device,
         options: LoadOptions,
     ) -> Result<Self> {
+        let rope = Rope::new(&config.shape.rope, config.shape.head_dim, &config.source)?;
         let wants = expected(&config);
         let mut problems = Vec::new();
         for w in &wants {
@@ -194,7 +195,7 @@ impl Qwen3Target {
             }
         }
         let t = Take::new(tensors).quantized(options.quant);
-        Self::assemble(config, t, None, options.quant, device, options)
+        Self::assemble(config, rope, t, None, options.quant, (device, options))
     }
 
     /// The target from its loaded tensors and maps (`t`, by the checkpoint's names), `head`
@@ -202,13 +203,12 @@ impl Qwen3Target {
     /// `quant` the layers' maps' format.
     pub(super) fn assemble(
         config: Qwen3Config,
+        rope: Rope,
         mut t: Take,
         head: Option<Linear>,
         quant: Option<Quant>,
-        device: &Device,
-        options: LoadOptions,
+        (device, options): (&Device, LoadOptions),
     ) -> Result<Self> {
-        let rope = Rope::new(&config.shape.rope, config.shape.head_dim, &config.source)?;
         let embed = t.get(EMBED)?;
         let lm_head = if config.shape.tie_word_embeddings {
             embed.clone()
