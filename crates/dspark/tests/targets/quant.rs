@@ -99,7 +99,9 @@ fn greedy_speculative_equals_target_only_on_quantized_targets() {
 }
 
 fn greedy_speculative_equals_target_only(quant: Quant) {
-    let prompts: [&[u32]; 3] = [&[5, 88, 301, 17, 1200, 42], &[900, 14, 2, 77], &[3]];
+    // Prompts of 1 to 1,000 tokens (the long one: a deterministic walk over the vocabulary).
+    let long: Vec<u32> = (0..1000u32).map(|i| (i * 7919 + 13) % 2999 + 1).collect();
+    let prompts: [&[u32]; 4] = [&[5, 88, 301, 17, 1200, 42], &[900, 14, 2, 77], &[3], &long];
     let requests: Vec<Request> = prompts
         .iter()
         .map(|p| Request::new(p.to_vec(), 32))
