@@ -7,40 +7,21 @@
 //! file and the tensor.
 use std::path::{Path, PathBuf};
 
+use candle_core::Device;
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::Value as G;
-use candle_core::{DType, Device};
 use dspark::models::qwen3::Qwen3Target;
 use dspark::nn::quant::Quant;
 use dspark::speculator::contract::check_target;
-use dspark::speculator::{
-    LogitRows, Request, Speculator, SpeculatorOptions, TargetInput, VerifyPolicy,
-};
-use dspark::{LoadOptions, Qwen3Drafter, TargetModel};
+use dspark::speculator::{Request, Speculator, SpeculatorOptions, VerifyPolicy};
+use dspark::{LoadOptions, Qwen3Drafter};
 
-use crate::targets_common::Tiny;
 use crate::targets_common::gguf::{Kind, read_safetensors, write_gguf};
+use crate::targets_common::{Tiny, all_logits};
 
+/// Every position's logits, as bits.
 fn logits(t: &Qwen3Target, tokens: &[u32]) -> Vec<u32> {
-    let mut cache = t.new_cache(1).unwrap();
-    let input = TargetInput {
-        tokens,
-        width: tokens.len(),
-        num_tokens: &[tokens.len()],
-        logits: LogitRows::All,
-    };
-    let o = t.forward(&mut cache, &input, &[]).unwrap();
-    let v = o
-        .logits
-        .to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap();
-    v.to_vec1::<f32>()
-        .unwrap()
-        .iter()
-        .map(|x| x.to_bits())
-        .collect()
+    all_logits(t, tokens).iter().map(|x| x.to_bits()).collect()
 }
 
 fn keep() -> LoadOptions {

@@ -7,15 +7,13 @@
 //! blocks' values as f32 tensors, and the same holds.
 use std::path::{Path, PathBuf};
 
-use crate::targets_common::Tiny;
-use candle_core::{DType, Device};
+use crate::targets_common::{Tiny, all_logits as logits};
+use candle_core::Device;
 use dspark::models::qwen3::Qwen3Target;
 use dspark::nn::quant::Quant;
 use dspark::speculator::contract::check_target;
-use dspark::speculator::{
-    LogitRows, Request, Speculator, SpeculatorOptions, TargetInput, VerifyPolicy,
-};
-use dspark::{LoadOptions, Qwen3Drafter, TargetModel};
+use dspark::speculator::{Request, Speculator, SpeculatorOptions, VerifyPolicy};
+use dspark::{LoadOptions, Qwen3Drafter};
 
 fn bundled_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny")
@@ -27,25 +25,6 @@ fn q8() -> LoadOptions {
 
 fn quantized(quant: Quant) -> LoadOptions {
     LoadOptions::with_dtype_name(Some(quant.as_str())).unwrap()
-}
-
-/// Every position's logits of `tokens` from an empty cache.
-fn logits(t: &Qwen3Target, tokens: &[u32]) -> Vec<f32> {
-    let mut cache = t.new_cache(1).unwrap();
-    let input = TargetInput {
-        tokens,
-        width: tokens.len(),
-        num_tokens: &[tokens.len()],
-        logits: LogitRows::All,
-    };
-    let o = t.forward(&mut cache, &input, &[]).unwrap();
-    o.logits
-        .to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
 }
 
 #[test]

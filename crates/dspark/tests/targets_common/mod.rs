@@ -269,3 +269,19 @@ impl Tiny {
         (dir, t.unwrap())
     }
 }
+
+/// Every position's logits of `tokens` from an empty cache, as f32.
+pub fn all_logits(t: &Qwen3Target, tokens: &[u32]) -> Vec<f32> {
+    use dspark::TargetModel;
+    use dspark::speculator::{LogitRows, TargetInput};
+    let mut cache = t.new_cache(1).unwrap();
+    let input = TargetInput {
+        tokens,
+        width: tokens.len(),
+        num_tokens: &[tokens.len()],
+        logits: LogitRows::All,
+    };
+    let o = t.forward(&mut cache, &input, &[]).unwrap();
+    let v = o.logits.to_dtype(candle_core::DType::F32).unwrap();
+    v.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
