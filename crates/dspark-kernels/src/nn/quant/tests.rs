@@ -43,8 +43,32 @@ fn blocks_round_each_weight_to_half_a_step() {
     assert_eq!(qb, qw);
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
+pub(crate) fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Every body this CPU runs gives the portable kernel's bits for a `[rows, cols]` weight at
+/// each row count of `ns`, and each activation row alone gives its rows' bits (activations are
+/// quantized per row): `product(kernel, x, n)` is the weight's product with its bias. Shared by
+/// every format's tests.
+pub(crate) fn assert_bodies_agree(
+    (rows, cols): (usize, usize),
+    ns: &[usize],
+    product: impl Fn(QuantKernel, &[f32], usize) -> Option<Vec<f32>>,
+) {
+    for &n in ns {
+        let x = values(n * cols, 100 + n as u32);
+        let portable = product(QuantKernel::Portable, &x, n).unwrap();
+        for kernel in QuantKernel::runnable() {
+            let got = product(kernel, &x, n).unwrap();
+            let at = format!("{}: {rows}x{cols}, {n} rows", kernel.name());
+            assert_eq!(bits(&got), bits(&portable), "{at}");
+            for r in 0..n {
+                let one = product(kernel, &x[r * cols..(r + 1) * cols], 1).unwrap();
+                assert_eq!(bits(&one), bits(&got[r * rows..(r + 1) * rows]), "{at}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -52,24 +76,10 @@ fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
     for (rows, cols) in [(16, 64), (37, 96), (5, 40), (64, 1024)] {
         let (_, q) = quantized(rows, cols, 11);
         let bias = values(rows, 5);
-        for n in [1, 3, 4, 5, 8, 9, 13, 19] {
-            let x = values(n * cols, 100 + n as u32);
-            let portable = q
-                .matmul_with(QuantKernel::Portable, &x, n, Some(&bias))
-                .unwrap();
-            for kernel in QuantKernel::runnable() {
-                let got = q.matmul_with(kernel, &x, n, Some(&bias)).unwrap();
-                let at = format!("{}: {rows}x{cols}, {n} rows", kernel.name());
-                assert_eq!(bits(&got), bits(&portable), "{at}");
-                // Each row alone: the same bits (activations are quantized per row).
-                for r in 0..n {
-                    let one = q
-                        .matmul_with(kernel, &x[r * cols..(r + 1) * cols], 1, Some(&bias))
-                        .unwrap();
-                    assert_eq!(bits(&one), bits(&got[r * rows..(r + 1) * rows]), "{at}");
-                }
-            }
-        }
+        let ns = [1, 3, 4, 5, 8, 9, 13, 19];
+        assert_bodies_agree((rows, cols), &ns, |k, x, n| {
+            q.matmul_with(k, x, n, Some(&bias))
+        });
     }
 }
 

@@ -127,23 +127,10 @@ fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
     for (rows, cols) in [(16, 256), (37, 512), (5, 40), (64, 1024), (9, 300)] {
         let (_, q) = quantized(rows, cols, 11);
         let bias = values(rows, 5);
-        for n in [1, 2, 3, 4, 5, 8, 9, 13, 17] {
-            let x = values(n * cols, 100 + n as u32);
-            let portable = q
-                .matmul_with(QuantKernel::Portable, &x, n, Some(&bias))
-                .unwrap();
-            for kernel in QuantKernel::runnable() {
-                let got = q.matmul_with(kernel, &x, n, Some(&bias)).unwrap();
-                let at = format!("{}: {rows}x{cols}, {n} rows", kernel.name());
-                assert_eq!(bits(&got), bits(&portable), "{at}");
-                for r in 0..n {
-                    let one = q
-                        .matmul_with(kernel, &x[r * cols..(r + 1) * cols], 1, Some(&bias))
-                        .unwrap();
-                    assert_eq!(bits(&one), bits(&got[r * rows..(r + 1) * rows]), "{at}");
-                }
-            }
-        }
+        let ns = [1, 2, 3, 4, 5, 8, 9, 13, 17];
+        crate::nn::quant::tests::assert_bodies_agree((rows, cols), &ns, |k, x, n| {
+            q.matmul_with(k, x, n, Some(&bias))
+        });
     }
 }
 
