@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use candle_core::Device;
+use candle_core::{Device, Tensor};
 use serde_json::{Map, Value, json};
 
 use super::model::{WHY, expected};
@@ -181,7 +181,8 @@ impl Qwen3Target {
                 GgufTensor::Quantized(q) if w.name == EMBED || w.name == LM_HEAD => {
                     // Looked up (and shared with a drafter) as its exact values; the head
                     // multiplies by the stored blocks where the host kernels run.
-                    tensors.insert(w.name.clone(), file.read_f32(name, device)?);
+                    let values = Tensor::from_vec(q.unpack(), (q.rows(), q.cols()), device)?;
+                    tensors.insert(w.name.clone(), values);
                     if is_head && fast_on(device) && q.rows() == config.shape.vocab_size {
                         head = Some(Linear::from_packed(q, None, device)?);
                     }
