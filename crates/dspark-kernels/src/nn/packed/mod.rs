@@ -420,9 +420,9 @@ impl PackedWeight {
 
     /// [`matmul_group`] over packed weights with the fastest kernel: one pool dispatch for
     /// the products of `x` with every weight of `parts`, each the bits of its own
-    /// [`Self::matmul`] (quantized weights: [`crate::nn::quant::matmul_group`] and its Q4_K
-    /// twin; quantized weights of several formats: [`crate::nn::quant::matmul_mixed`]). `None`
-    /// when float weights are not all of one dtype, or as [`matmul_group`].
+    /// [`Self::matmul`] (quantized weights, of one format or several:
+    /// [`crate::nn::quant::matmul_mixed`]). `None` when the weights are not all quantized or
+    /// all floats of one dtype, or as [`matmul_group`].
     pub fn matmul_group(parts: &[WeightPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
         fn views<'a, T: PanelElem>(
             parts: &[WeightPart<'a>],
@@ -434,10 +434,9 @@ impl PackedWeight {
                 .collect()
         }
         let kernel = Kernel::best();
-        let mixed = parts.iter().all(|(w, _)| w.quant().is_some())
-            && parts.windows(2).any(|p| p[0].0.quant() != p[1].0.quant());
-        if mixed {
-            // Quantized parts of several formats: one dispatch all the same.
+        if parts.iter().all(|(w, _)| w.quant().is_some()) {
+            // Quantized parts, of one format or several: one dispatch, each format's
+            // activations quantized once.
             let q: Option<Vec<_>> = parts
                 .iter()
                 .map(|&(w, b)| {
@@ -453,36 +452,7 @@ impl PackedWeight {
             return crate::nn::quant::matmul_mixed(&q?, x, n);
         }
         match parts.first()?.0 {
-            Self::Q8(_) => {
-                let q: Option<Vec<_>> = parts
-                    .iter()
-                    .map(|&(w, b)| match w {
-                        Self::Q8(q) => Some((q, b)),
-                        _ => None,
-                    })
-                    .collect();
-                crate::nn::quant::matmul_group(&q?, x, n)
-            }
-            Self::Q4K(_) => {
-                let q: Option<Vec<_>> = parts
-                    .iter()
-                    .map(|&(w, b)| match w {
-                        Self::Q4K(q) => Some((q, b)),
-                        _ => None,
-                    })
-                    .collect();
-                crate::nn::quant::q4k::matmul_group(&q?, x, n)
-            }
-            Self::Q6K(_) => {
-                let q: Option<Vec<_>> = parts
-                    .iter()
-                    .map(|&(w, b)| match w {
-                        Self::Q6K(q) => Some((q, b)),
-                        _ => None,
-                    })
-                    .collect();
-                crate::nn::quant::q6k::matmul_group(&q?, x, n)
-            }
+            Self::Q8(_) | Self::Q4K(_) | Self::Q6K(_) => None,
             Self::F32(_) => {
                 let v = views(parts, |w| if let Self::F32(m) = w { Some(m) } else { None })?;
                 matmul_group(kernel, &v, x, n)

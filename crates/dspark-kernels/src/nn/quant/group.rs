@@ -11,6 +11,8 @@ use rayon::prelude::*;
 use super::q4k::{Q4KMatrix, Q8KRows};
 use super::q6k::{Q6KMatrix, Q6KRows};
 use super::rule::GROUP;
+#[cfg(target_arch = "x86_64")]
+use super::simd::Operands;
 use super::{QuantKernel, QuantMatrix, QuantRows};
 
 /// Pool tasks per pool thread of a split product: several, so that a worker slowed by another
@@ -35,6 +37,54 @@ pub(crate) trait Blocks: Sync {
     /// Outputs `o0 .. o0 + out.len() / n` (`o0` a multiple of [`GROUP`]) of every row into
     /// `out` (`[n, width]`) with `kernel`.
     fn run(&self, kernel: QuantKernel, q: &Self::Acts, n: usize, o0: usize, out: &mut [f32]);
+}
+
+/// An x86 body of a format's product: every output of the call's groups (see [`Bodies::run`]).
+#[cfg(target_arch = "x86_64")]
+pub(crate) type X86Body<W, X> = unsafe fn(&Operands<'_, W, X>, usize, &mut [f32]);
+
+/// A format's product bodies, all with the same bits: the rule's one output, and on x86 one
+/// body per SIMD kernel.
+pub struct Bodies<W: 'static, X: 'static> {
+    /// The rule: output slot `j` of a group's blocks `w` against row `r` of the activations.
+    pub(crate) dot: fn(&[W], usize, &X, usize) -> f32,
+    /// The AVX-512 VNNI, AVX-VNNI and AVX2 bodies (the order of [`QuantKernel::ALL`]).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) x86: [X86Body<W, X>; 3],
+}
+
+impl<W, X> Bodies<W, X> {
+    /// Outputs `o0 .. o0 + out.len() / n` (`o0` a multiple of [`GROUP`]) of every row of `q`
+    /// into `out` (`[n, width]`) with `kernel`, which this CPU runs; `weight` holds `blocks`
+    /// blocks a group, every group of the outputs, and `q` `n` rows of the same width.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run(
+        &self,
+        kernel: QuantKernel,
+        weight: &[W],
+        blocks: usize,
+        q: &X,
+        n: usize,
+        o0: usize,
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(i) = QuantKernel::ALL[..3].iter().position(|&k| k == kernel) {
+            let op = Operands::new(weight, blocks, q, n, o0, out.len());
+            // SAFETY: the caller runs only a kernel whose extensions were detected, over
+            // operands that hold every group of the outputs and `n` rows.
+            unsafe { self.x86[i](&op, n, out) };
+            return;
+        }
+        let width = out.len() / n.max(1);
+        for r in 0..n {
+            for j in 0..width {
+                let o = o0 + j;
+                let w = &weight[(o / GROUP) * blocks..][..blocks];
+                out[r * width + j] = (self.dot)(w, o % GROUP, q, r);
+            }
+        }
+    }
 }
 
 /// A part's `(rows, cols)` and bias.

@@ -37,7 +37,7 @@ mod x86;
 mod zmm;
 
 pub use group::{AnyQuant, matmul_mixed};
-pub(crate) use group::{Blocks, group_with};
+pub(crate) use group::{Blocks, Bodies, group_with};
 pub use rule::{BLOCK, GROUP, GroupQ8, QuantRows};
 
 /// A quantized format for weight matrices.
@@ -304,6 +304,20 @@ pub fn matmul_group(parts: &[QuantPart<'_>], x: &[f32], n: usize) -> Option<Vec<
     group_with(QuantKernel::best(), parts, x, n)
 }
 
+/// The Q8_0 product's bodies.
+pub(crate) const Q8_BODIES: Bodies<GroupQ8, QuantRows> = Bodies {
+    dot: |w, j, x, r| {
+        let (xd, xq, _) = x.row(r);
+        rule::dot_row(w, j, xd, xq)
+    },
+    #[cfg(target_arch = "x86_64")]
+    x86: [
+        zmm::matmul_rows,
+        vnni::matmul_rows_avxvnni,
+        x86::matmul_rows,
+    ],
+};
+
 impl Blocks for QuantMatrix {
     type Acts = QuantRows;
 
@@ -320,21 +334,7 @@ impl Blocks for QuantMatrix {
     }
 
     fn run(&self, kernel: QuantKernel, q: &QuantRows, n: usize, o0: usize, out: &mut [f32]) {
-        let (w, b) = (&self.data, self.blocks);
-        // SAFETY (each x86 body): `group_with` runs only a kernel whose extensions were
-        // detected; `o0` is a multiple of 8 (a task's first row), the weight holds every group
-        // of `rows` and `q` `n` rows of `blocks` blocks (same `cols`).
-        #[cfg(target_arch = "x86_64")]
-        let op = simd::Operands::new(w, b, q, n, o0, out.len());
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(&op, n, out) },
-            #[cfg(target_arch = "x86_64")]
-            QuantKernel::AvxVnni => unsafe { vnni::matmul_rows_avxvnni(&op, n, out) },
-            #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx2 => unsafe { x86::matmul_rows(&op, n, out) },
-            _ => rule::matmul_rows(w, b, q, n, o0, out),
-        }
+        Q8_BODIES.run(kernel, &self.data, self.blocks, q, n, o0, out);
     }
 }
 

@@ -175,26 +175,3 @@ pub fn dot_row(w: &[GroupQ8], j: usize, xd: &[f32], xq: &[i8]) -> f32 {
     }
     acc
 }
-
-/// The portable kernel: outputs `o0 .. o0 + out.len() / n` (`o0` a multiple of [`GROUP`];
-/// `out` row-major `[n, width]`) of every row of `x`; `weight` holds `blocks` group-blocks per
-/// group.
-pub fn matmul_rows(
-    weight: &[GroupQ8],
-    blocks: usize,
-    x: &QuantRows,
-    n: usize,
-    o0: usize,
-    out: &mut [f32],
-) {
-    let width = out.len() / n.max(1);
-    for r in 0..n {
-        let (xd, xq, _) = x.row(r);
-        for j in 0..width {
-            let o = o0 + j;
-            let g = o / GROUP;
-            let w = &weight[g * blocks..(g + 1) * blocks];
-            out[r * width + j] = dot_row(w, o % GROUP, xd, xq);
-        }
-    }
-}

@@ -3,6 +3,7 @@
 //! [`super::q4k::GroupQ4K`], Q6_K's [`super::q6k::GroupQ6K`]): quantizing, GGUF's rows read and
 //! written, dequantizing, and the product through the group dispatch ([`Blocks`]).
 
+use super::group::Bodies;
 use super::rule::GROUP;
 use super::{Blocks, QuantKernel, group_with, widen};
 use crate::view::Floats;
@@ -34,16 +35,8 @@ pub trait SuperGroup: Copy + Default + PartialEq + std::fmt::Debug + Send + Sync
     /// Row-major `x: [n, cols]` quantized per row.
     fn acts(x: &[f32], n: usize, cols: usize) -> Self::Acts;
 
-    /// [`Blocks::run`] over `weight` (`blocks` group super-blocks a group).
-    fn run(
-        kernel: QuantKernel,
-        weight: &[Self],
-        blocks: usize,
-        q: &Self::Acts,
-        n: usize,
-        o0: usize,
-        out: &mut [f32],
-    );
+    /// The product's bodies.
+    const BODIES: Bodies<Self, Self::Acts>;
 }
 
 /// `W: [rows, cols]` as super-blocks `G` in groups of 8 rows.
@@ -193,7 +186,7 @@ impl<G: SuperGroup> Blocks for SuperMatrix<G> {
     }
 
     fn run(&self, kernel: QuantKernel, q: &G::Acts, n: usize, o0: usize, out: &mut [f32]) {
-        G::run(kernel, &self.data, self.blocks, q, n, o0, out);
+        G::BODIES.run(kernel, &self.data, self.blocks, q, n, o0, out);
     }
 }
 

@@ -71,6 +71,88 @@ pub(crate) fn assert_bodies_agree(
     }
 }
 
+/// Every body this CPU runs gives `portable`'s bits: `product(kernel)`.
+pub(crate) fn assert_runnable_give(
+    portable: &[f32],
+    product: impl Fn(QuantKernel) -> Option<Vec<f32>>,
+) {
+    for kernel in QuantKernel::runnable() {
+        let got = product(kernel).unwrap();
+        assert_eq!(bits(&got), bits(portable), "{}", kernel.name());
+    }
+}
+
+/// `bytes` (a GGUF tensor of `dtype`, `[rows, cols]`) as candle reads them: the weights.
+pub(crate) fn candle_reads(
+    bytes: &[u8],
+    (rows, cols): (usize, usize),
+    dtype: GgmlDType,
+) -> Vec<f32> {
+    let storage = QStorage::from_data(Cow::Borrowed(bytes), &Device::Cpu, dtype).unwrap();
+    let t = QTensor::new(storage, (rows, cols)).unwrap();
+    let w = t.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap();
+    w.to_vec1().unwrap()
+}
+
+/// `w: [rows, cols]` quantized by candle (llama.cpp's reference quantizers) to `dtype`: the
+/// GGUF bytes and the weights they hold.
+pub(crate) fn candle_quantizes(
+    w: Vec<f32>,
+    (rows, cols): (usize, usize),
+    dtype: GgmlDType,
+) -> (Vec<u8>, Vec<f32>) {
+    let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, dtype).unwrap();
+    let back = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap();
+    (q.data().unwrap().to_vec(), back.to_vec1().unwrap())
+}
+
+/// A group product over `parts` (one over 1 MiB: split over the pool), with and without
+/// biases, gives each part the bits of `alone` (its own product); a part of another width
+/// (`narrow`) is refused.
+pub(crate) fn assert_group_gives_each_part_its_bits<M: Blocks>(
+    parts: &[M],
+    narrow: &M,
+    alone: impl Fn(&M, &[f32], usize, Option<&[f32]>) -> Option<Vec<f32>>,
+) {
+    let cols = parts[0].shape().1;
+    let biases: Vec<Vec<f32>> = parts.iter().map(|m| values(m.shape().0, 9)).collect();
+    for n in [1, 9] {
+        let x = values(n * cols, 31);
+        let group: Vec<(&M, Option<&[f32]>)> = parts
+            .iter()
+            .zip(&biases)
+            .enumerate()
+            .map(|(i, (m, b))| (m, (i != 1).then_some(b.as_slice())))
+            .collect();
+        let ys = group_with(QuantKernel::best(), &group, &x, n).unwrap();
+        for ((m, b), y) in group.iter().zip(&ys) {
+            assert_eq!(bits(&alone(m, &x, n, *b).unwrap()), bits(y));
+        }
+    }
+    let mixed = [(&parts[0], None), (narrow, None)];
+    assert!(group_with(QuantKernel::best(), &mixed, &values(cols, 1), 1).is_none());
+}
+
+/// The K-quants' every-body check, partial super-blocks included.
+fn k_quant_bodies_agree<G: superblock::SuperGroup>() {
+    for (rows, cols) in [(16, 256), (37, 512), (5, 40), (64, 1024), (9, 300)] {
+        let w = values(rows * cols, 11);
+        let q = superblock::SuperMatrix::<G>::quantize(Floats::F32(&w), rows, cols).unwrap();
+        let bias = values(rows, 5);
+        let ns = [1, 2, 3, 4, 5, 8, 9, 13, 17];
+        assert_bodies_agree((rows, cols), &ns, |k, x, n| {
+            q.matmul_with(k, x, n, Some(&bias))
+        });
+    }
+}
+
+#[test]
+fn every_k_quant_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
+    k_quant_bodies_agree::<q4k::GroupQ4K>();
+    k_quant_bodies_agree::<q6k::GroupQ6K>();
+}
+
 #[test]
 fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
     for (rows, cols) in [(16, 64), (37, 96), (5, 40), (64, 1024)] {
@@ -118,10 +200,7 @@ fn extreme_bytes_stay_exact_in_every_body() {
                 assert_eq!(portable[r * rows + o].to_bits(), acc.to_bits());
             }
         }
-        for kernel in QuantKernel::runnable() {
-            let got = m.matmul_with(kernel, &x, n, None).unwrap();
-            assert_eq!(bits(&got), bits(&portable), "{}", kernel.name());
-        }
+        assert_runnable_give(&portable, |k| m.matmul_with(k, &x, n, None));
     }
 }
 
@@ -158,10 +237,12 @@ fn a_split_product_writes_every_output_once() {
     let x = values(n * cols, 4);
     let y = q.matmul(&x, n, None).unwrap();
     let mut want = vec![0.0f32; n * rows];
-    rule::matmul_rows(
+    let acts = QuantRows::new(&x, n, cols);
+    Q8_BODIES.run(
+        QuantKernel::Portable,
         &q.data,
         q.blocks,
-        &QuantRows::new(&x, n, cols),
+        &acts,
         n,
         0,
         &mut want,
@@ -192,30 +273,14 @@ fn bad_shapes_and_unrepresentable_scales_are_refused() {
 
 #[test]
 fn a_group_gives_each_part_its_own_bits() {
-    // A q/k/v-like group (one part over 1 MiB: split over the pool), with and without biases.
-    let cols = 512;
+    // A q/k/v-like group, with and without biases.
     let parts: Vec<QuantMatrix> = [(2200, 3), (40, 4), (17, 5)]
         .iter()
-        .map(|&(rows, seed)| quantized(rows, cols, seed).1)
+        .map(|&(rows, seed)| quantized(rows, 512, seed).1)
         .collect();
-    let biases: Vec<Vec<f32>> = parts.iter().map(|m| values(m.rows(), 9)).collect();
-    for n in [1, 9] {
-        let x = values(n * cols, 31);
-        let group: Vec<QuantPart<'_>> = parts
-            .iter()
-            .zip(&biases)
-            .enumerate()
-            .map(|(i, (m, b))| (m, (i != 1).then_some(b.as_slice())))
-            .collect();
-        let ys = matmul_group(&group, &x, n).unwrap();
-        for ((m, b), y) in group.iter().zip(&ys) {
-            let alone = m.matmul(&x, n, *b).unwrap();
-            assert!(alone.iter().zip(y).all(|(a, c)| a.to_bits() == c.to_bits()));
-        }
-    }
-    let narrow = quantized(4, 64, 1).1;
-    let mixed: [QuantPart<'_>; 2] = [(&parts[0], None), (&narrow, None)];
-    assert!(matmul_group(&mixed, &values(cols, 1), 1).is_none());
+    assert_group_gives_each_part_its_bits(&parts, &quantized(4, 64, 1).1, |m, x, n, b| {
+        m.matmul(x, n, b)
+    });
     assert!(matmul_group(&[], &[], 0).is_none());
 }
 
@@ -227,26 +292,13 @@ fn the_blocks_are_gguf_s_q8_0_both_ways() {
     let (rows, cols) = (11, 96);
     let (w, ours) = quantized(rows, cols, 5);
     let bytes = ours.to_gguf();
-    let storage =
-        QStorage::from_data(Cow::Borrowed(&bytes), &Device::Cpu, GgmlDType::Q8_0).unwrap();
-    let seen = QTensor::new(storage, (rows, cols)).unwrap();
-    let seen = seen
-        .dequantize(&Device::Cpu)
-        .unwrap()
-        .flatten_all()
-        .unwrap();
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(
-        bits(&seen.to_vec1::<f32>().unwrap()),
-        bits(&ours.dequantize())
-    );
+    let seen = candle_reads(&bytes, (rows, cols), GgmlDType::Q8_0);
+    assert_eq!(bits(&seen), bits(&ours.dequantize()));
     assert_eq!(
         QuantMatrix::from_gguf(&bytes, rows, cols).as_ref(),
         Some(&ours)
     );
-    let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
-    let theirs = QTensor::quantize(&t, GgmlDType::Q8_0).unwrap();
-    assert_eq!(theirs.data().unwrap().as_ref(), &bytes[..]);
+    assert_eq!(candle_quantizes(w, (rows, cols), GgmlDType::Q8_0).0, bytes);
     assert!(QuantMatrix::from_gguf(&bytes[1..], rows, cols).is_none());
     assert!(QuantMatrix::from_gguf(&bytes, rows, cols - 1).is_none());
 }

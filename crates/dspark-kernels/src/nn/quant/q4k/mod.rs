@@ -5,7 +5,7 @@
 //! `zmm.rs` (AVX-512 VNNI), `vnni.rs` (VNNI on 256-bit vectors) and `x86.rs` (AVX2); the
 //! matrix itself is the K-quants' [`SuperMatrix`].
 
-use super::QuantKernel;
+use super::group::Bodies;
 use super::superblock::{SuperGroup, SuperMatrix};
 
 pub mod rule;
@@ -61,39 +61,15 @@ impl SuperGroup for GroupQ4K {
         Q8KRows::new(x, n, cols)
     }
 
-    fn run(
-        kernel: QuantKernel,
-        w: &[Self],
-        b: usize,
-        q: &Q8KRows,
-        n: usize,
-        o0: usize,
-        out: &mut [f32],
-    ) {
-        // SAFETY (each x86 body): `group_with` runs only a kernel whose extensions were
-        // detected; `o0` is a multiple of 8 (a task's first row), the weight holds every group
-        // of `rows` and `q` `n` rows of `blocks` blocks (same `cols`).
+    const BODIES: Bodies<Self, Q8KRows> = Bodies {
+        dot: |w, j, x, r| rule::dot_row(w, j, x.row(r)),
         #[cfg(target_arch = "x86_64")]
-        let op = crate::nn::quant::simd::Operands::new(w, b, q, n, o0, out.len());
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(&op, n, out) },
-            #[cfg(target_arch = "x86_64")]
-            QuantKernel::AvxVnni => unsafe { vnni::matmul_rows_avxvnni(&op, n, out) },
-            #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx2 => unsafe { x86::matmul_rows(&op, n, out) },
-            _ => rule::matmul_rows(w, b, q, n, o0, out),
-        }
-    }
-}
-
-/// One product of a Q4_K group: the weight and its bias (`rows` values), if any.
-pub type Q4KPart<'a> = (&'a Q4KMatrix, Option<&'a [f32]>);
-
-/// [`super::matmul_group`] for Q4_K weights: the activations quantized once, every part's
-/// outputs in one pool dispatch, each the bits of its own [`Q4KMatrix::matmul`].
-pub fn matmul_group(parts: &[Q4KPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
-    super::superblock::matmul_group(parts, x, n)
+        x86: [
+            zmm::matmul_rows,
+            vnni::matmul_rows_avxvnni,
+            x86::matmul_rows,
+        ],
+    };
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
-use std::borrow::Cow;
-
-use candle_core::quantized::{GgmlDType, QStorage, QTensor};
-use candle_core::{Device, Tensor};
+use candle_core::quantized::GgmlDType;
 use half::bf16;
 
 use super::rule::{SUBS, nibble, pack, unpack};
 use super::*;
 use crate::nn::quant::GROUP;
-use crate::nn::quant::Quant;
+use crate::nn::quant::tests::{
+    assert_group_gives_each_part_its_bits, assert_runnable_give, bits, candle_quantizes,
+    candle_reads,
+};
+use crate::nn::quant::{Quant, QuantKernel};
 use crate::test_values::values;
 use crate::view::Floats;
 
@@ -15,10 +16,6 @@ fn quantized(rows: usize, cols: usize, seed: u32) -> (Vec<f32>, Q4KMatrix) {
     let w = values(rows * cols, seed);
     let q = Q4KMatrix::quantize(Floats::F32(&w), rows, cols).unwrap();
     (w, q)
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 #[test]
@@ -39,30 +36,16 @@ fn the_blocks_are_gguf_s_q4_k_both_ways() {
     let (rows, cols) = (11, 512);
     let (_, ours) = quantized(rows, cols, 5);
     let bytes = ours.to_gguf();
-    let storage = QStorage::from_data(Cow::Borrowed(&bytes), &Device::Cpu, GgmlDType::Q4K).unwrap();
-    let theirs = QTensor::new(storage, (rows, cols)).unwrap();
-    let seen = theirs
-        .dequantize(&Device::Cpu)
-        .unwrap()
-        .flatten_all()
-        .unwrap();
-    assert_eq!(
-        bits(&seen.to_vec1::<f32>().unwrap()),
-        bits(&ours.dequantize())
-    );
+    let seen = candle_reads(&bytes, (rows, cols), GgmlDType::Q4K);
+    assert_eq!(bits(&seen), bits(&ours.dequantize()));
     assert_eq!(
         Q4KMatrix::from_gguf(&bytes, rows, cols).as_ref(),
         Some(&ours)
     );
 
-    let w = Tensor::from_vec(values(rows * cols, 9), (rows, cols), &Device::Cpu).unwrap();
-    let q = QTensor::quantize(&w, GgmlDType::Q4K).unwrap();
-    let back = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap();
-    let read = Q4KMatrix::from_gguf(&q.data().unwrap(), rows, cols).unwrap();
-    assert_eq!(
-        bits(&read.dequantize()),
-        bits(&back.to_vec1::<f32>().unwrap())
-    );
+    let (raw, back) = candle_quantizes(values(rows * cols, 9), (rows, cols), GgmlDType::Q4K);
+    let read = Q4KMatrix::from_gguf(&raw, rows, cols).unwrap();
+    assert_eq!(bits(&read.dequantize()), bits(&back));
     // Wrong lengths and widths are refused.
     assert!(Q4KMatrix::from_gguf(&bytes[1..], rows, cols).is_none());
     assert!(Q4KMatrix::from_gguf(&bytes, rows, cols - 1).is_none());
@@ -126,18 +109,6 @@ fn nibbles_are_the_levels_of_their_sub_blocks() {
 }
 
 #[test]
-fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
-    for (rows, cols) in [(16, 256), (37, 512), (5, 40), (64, 1024), (9, 300)] {
-        let (_, q) = quantized(rows, cols, 11);
-        let bias = values(rows, 5);
-        let ns = [1, 2, 3, 4, 5, 8, 9, 13, 17];
-        crate::nn::quant::tests::assert_bodies_agree((rows, cols), &ns, |k, x, n| {
-            q.matmul_with(k, x, n, Some(&bias))
-        });
-    }
-}
-
-#[test]
 fn extreme_levels_scales_and_activations_stay_exact_in_every_body() {
     // Every level 15, every scale and min 63, and activations at ±127: the largest integer
     // sums the kernels hold (a sub-block's 16-bit partial sums included).
@@ -181,10 +152,7 @@ fn extreme_levels_scales_and_activations_stay_exact_in_every_body() {
                 assert_eq!(portable[r * rows + o].to_bits(), exact(r, o).to_bits());
             }
         }
-        for kernel in QuantKernel::runnable() {
-            let got = m.matmul_with(kernel, &x, n, None).unwrap();
-            assert_eq!(bits(&got), bits(&portable), "{}", kernel.name());
-        }
+        assert_runnable_give(&portable, |k| m.matmul_with(k, &x, n, None));
     }
 }
 
@@ -216,30 +184,14 @@ fn products_follow_the_dequantized_product_closely() {
 
 #[test]
 fn a_split_group_gives_each_part_its_own_bits() {
-    // A q/k/v-like group (one part over 1 MiB: split over the pool), with and without biases.
-    let cols = 1024;
+    // A q/k/v-like group, with and without biases.
     let parts: Vec<Q4KMatrix> = [(2200, 3), (40, 4), (17, 5)]
         .iter()
-        .map(|&(rows, seed)| quantized(rows, cols, seed).1)
+        .map(|&(rows, seed)| quantized(rows, 1024, seed).1)
         .collect();
-    let biases: Vec<Vec<f32>> = parts.iter().map(|m| values(m.rows(), 9)).collect();
-    for n in [1, 9] {
-        let x = values(n * cols, 31);
-        let group: Vec<Q4KPart<'_>> = parts
-            .iter()
-            .zip(&biases)
-            .enumerate()
-            .map(|(i, (m, b))| (m, (i != 1).then_some(b.as_slice())))
-            .collect();
-        let ys = matmul_group(&group, &x, n).unwrap();
-        for ((m, b), y) in group.iter().zip(&ys) {
-            let alone = m.matmul_with(QuantKernel::Portable, &x, n, *b).unwrap();
-            assert_eq!(bits(&alone), bits(y));
-        }
-    }
-    let narrow = quantized(4, 256, 1).1;
-    let mixed: [Q4KPart<'_>; 2] = [(&parts[0], None), (&narrow, None)];
-    assert!(matmul_group(&mixed, &values(cols, 1), 1).is_none());
+    assert_group_gives_each_part_its_bits(&parts, &quantized(4, 256, 1).1, |m, x, n, b| {
+        m.matmul_with(QuantKernel::Portable, x, n, b)
+    });
 }
 
 #[test]
@@ -288,15 +240,7 @@ fn in_place_quantization_is_as_close_as_llama_cpp_s() {
     let ours = mse(&Q4KMatrix::quantize(Floats::F32(&w), rows, cols)
         .unwrap()
         .dequantize());
-    let t = Tensor::from_vec(w.clone(), (rows, cols), &Device::Cpu).unwrap();
-    let q = QTensor::quantize(&t, GgmlDType::Q4K).unwrap();
-    let theirs = mse(&q
-        .dequantize(&Device::Cpu)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap());
+    let theirs = mse(&candle_quantizes(w.clone(), (rows, cols), GgmlDType::Q4K).1);
 
     assert!(ours <= 1.05 * theirs, "{ours} vs {theirs}");
 }

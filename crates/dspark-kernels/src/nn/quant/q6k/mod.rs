@@ -6,7 +6,7 @@
 //! groups a vector) and `x86.rs` (256-bit, for AVX-VNNI and AVX2); the matrix itself is the
 //! K-quants' [`SuperMatrix`].
 
-use super::QuantKernel;
+use super::group::Bodies;
 use super::superblock::{SuperGroup, SuperMatrix};
 
 pub mod rule;
@@ -48,39 +48,15 @@ impl SuperGroup for GroupQ6K {
         Q6KRows::new(x, n, cols)
     }
 
-    fn run(
-        kernel: QuantKernel,
-        w: &[Self],
-        b: usize,
-        q: &Q6KRows,
-        n: usize,
-        o0: usize,
-        out: &mut [f32],
-    ) {
-        // SAFETY (each x86 body): `group_with` runs only a kernel whose extensions were
-        // detected; `o0` is a multiple of 8 (a task's first row), the weight holds every group
-        // of `rows` and `q` `n` rows of `blocks` blocks (same `cols`).
+    const BODIES: Bodies<Self, Q6KRows> = Bodies {
+        dot: |w, j, x, r| rule::dot_row(w, j, x.row(r)),
         #[cfg(target_arch = "x86_64")]
-        let op = crate::nn::quant::simd::Operands::new(w, b, q, n, o0, out.len());
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx512Vnni => unsafe { zmm::matmul_rows(&op, n, out) },
-            #[cfg(target_arch = "x86_64")]
-            QuantKernel::AvxVnni => unsafe { x86::matmul_rows_avxvnni(&op, n, out) },
-            #[cfg(target_arch = "x86_64")]
-            QuantKernel::Avx2 => unsafe { x86::matmul_rows_avx2(&op, n, out) },
-            _ => rule::matmul_rows(w, b, q, n, o0, out),
-        }
-    }
-}
-
-/// One product of a Q6_K group: the weight and its bias (`rows` values), if any.
-pub type Q6KPart<'a> = (&'a Q6KMatrix, Option<&'a [f32]>);
-
-/// [`super::matmul_group`] for Q6_K weights: the activations quantized once, every part's
-/// outputs in one pool dispatch, each the bits of its own [`Q6KMatrix::matmul`].
-pub fn matmul_group(parts: &[Q6KPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
-    super::superblock::matmul_group(parts, x, n)
+        x86: [
+            zmm::matmul_rows,
+            x86::matmul_rows_avxvnni,
+            x86::matmul_rows_avx2,
+        ],
+    };
 }
 
 #[cfg(test)]

@@ -1,17 +1,11 @@
-use std::borrow::Cow;
-
-use candle_core::quantized::{GgmlDType, QStorage, QTensor};
-use candle_core::{Device, Tensor};
+use candle_core::quantized::GgmlDType;
 
 use super::rule::{SUBS, ZERO_LEVEL, level};
 use super::*;
-use crate::nn::quant::GROUP;
+use crate::nn::quant::tests::{assert_runnable_give, bits, candle_quantizes, candle_reads};
+use crate::nn::quant::{GROUP, QuantKernel};
 use crate::test_values::values;
 use crate::view::Floats;
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 fn quantized(rows: usize, cols: usize, seed: u32) -> (Vec<f32>, Q6KMatrix) {
     let w = values(rows * cols, seed);
@@ -23,34 +17,15 @@ fn quantized(rows: usize, cols: usize, seed: u32) -> (Vec<f32>, Q6KMatrix) {
 fn the_blocks_are_gguf_s_q6_k_both_ways() {
     // candle's Q6_K blocks read as a GGUF file's, and ours read by candle: the same weights.
     let (rows, cols) = (11, 512);
-    let w = Tensor::from_vec(values(rows * cols, 9), (rows, cols), &Device::Cpu).unwrap();
-    let theirs = QTensor::quantize(&w, GgmlDType::Q6K).unwrap();
-    let back = theirs
-        .dequantize(&Device::Cpu)
-        .unwrap()
-        .flatten_all()
-        .unwrap();
-    let raw = theirs.data().unwrap();
+    let (raw, back) = candle_quantizes(values(rows * cols, 9), (rows, cols), GgmlDType::Q6K);
     let read = Q6KMatrix::from_gguf(&raw, rows, cols).unwrap();
-    assert_eq!(
-        bits(&read.dequantize()),
-        bits(&back.to_vec1::<f32>().unwrap())
-    );
-    assert_eq!(read.to_gguf(), raw.to_vec());
+    assert_eq!(bits(&read.dequantize()), bits(&back));
+    assert_eq!(read.to_gguf(), raw);
 
     let (_, ours) = quantized(rows, cols, 5);
     let bytes = ours.to_gguf();
-    let storage = QStorage::from_data(Cow::Borrowed(&bytes), &Device::Cpu, GgmlDType::Q6K).unwrap();
-    let seen = QTensor::new(storage, (rows, cols))
-        .unwrap()
-        .dequantize(&Device::Cpu)
-        .unwrap()
-        .flatten_all()
-        .unwrap();
-    assert_eq!(
-        bits(&seen.to_vec1::<f32>().unwrap()),
-        bits(&ours.dequantize())
-    );
+    let seen = candle_reads(&bytes, (rows, cols), GgmlDType::Q6K);
+    assert_eq!(bits(&seen), bits(&ours.dequantize()));
     assert_eq!(
         Q6KMatrix::from_gguf(&bytes, rows, cols).as_ref(),
         Some(&ours)
@@ -83,15 +58,7 @@ fn levels_sit_where_gguf_puts_them() {
     assert!((0..SUPER).all(|i| usize::from(level(&row, i)) == i % 64));
     let bytes = row.to_bytes();
     assert_eq!(RowQ6K::from_bytes(&bytes), Some(row));
-    let storage = QStorage::from_data(Cow::Borrowed(&bytes), &Device::Cpu, GgmlDType::Q6K).unwrap();
-    let seen = QTensor::new(storage, (1, SUPER))
-        .unwrap()
-        .dequantize(&Device::Cpu)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
+    let seen = candle_reads(&bytes, (1, SUPER), GgmlDType::Q6K);
     let want: Vec<f32> = (0..SUPER).map(|i| (i % 64) as f32 - 32.0).collect();
     assert_eq!(seen, want);
 }
@@ -120,18 +87,6 @@ fn super_blocks_keep_each_weight_within_its_sub_block_s_step() {
     assert!((0..SUPER).all(|i| level(&q.data[0].row(1), i) == ZERO_LEVEL));
     assert!(Q6KMatrix::quantize(Floats::F32(&[f32::NAN; 256]), 1, 256).is_none());
     assert!(Q6KMatrix::quantize(Floats::F32(&[1.0; 10]), 2, 6).is_none());
-}
-
-#[test]
-fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
-    for (rows, cols) in [(16, 256), (37, 512), (5, 40), (64, 1024), (9, 300)] {
-        let (_, q) = quantized(rows, cols, 11);
-        let bias = values(rows, 5);
-        let ns = [1, 2, 3, 4, 5, 8, 9, 13, 17];
-        crate::nn::quant::tests::assert_bodies_agree((rows, cols), &ns, |k, x, n| {
-            q.matmul_with(k, x, n, Some(&bias))
-        });
-    }
 }
 
 #[test]
@@ -202,10 +157,7 @@ fn extreme_levels_scales_and_activations_stay_exact_in_every_body() {
                     assert_eq!(portable[r * rows + o].to_bits(), acc.to_bits());
                 }
             }
-            for kernel in QuantKernel::runnable() {
-                let got = m.matmul_with(kernel, &x, n, None).unwrap();
-                assert_eq!(bits(&got), bits(&portable), "{}", kernel.name());
-            }
+            assert_runnable_give(&portable, |k| m.matmul_with(k, &x, n, None));
         }
     }
 }
