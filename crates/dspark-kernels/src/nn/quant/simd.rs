@@ -88,6 +88,62 @@ macro_rules! tiles {
 }
 pub(crate) use tiles;
 
+/// Define `unsafe fn $name(op, n, out)`, one x86 body of a format's product
+/// ([`super::group::X86Body`]): with `$features` enabled, every group of the call's outputs in
+/// tiles of the listed row counts ([`tiles!`]), `$tile` run on each with the tile's group `g`,
+/// first row `r` and size `R`.
+///
+/// The body's contract (its `# Safety`): the CPU has `$features`; `op` covers `n` rows, its
+/// weight every group of its outputs (from a multiple of [`GROUP`]) and its activations `n`
+/// rows of the weight's width.
+macro_rules! group_body {
+    ($(#[$doc:meta])* $name:ident($W:ty, $X:ty), $features:literal, [$($k:literal),+],
+     |$op:ident, $out:ident, $g:ident, $r:ident, $R:ident| $tile:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// See [`crate::nn::quant::simd::group_body`].
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name($op: &Operands<'_, $W, $X>, n: usize, $out: &mut [f32]) {
+            // SAFETY: by this function's contract, for the rows each call covers.
+            unsafe {
+                for $g in $op.groups() {
+                    $crate::nn::quant::simd::tiles!(n, [$($k),+], |$r, $R| $tile);
+                }
+            }
+        }
+    };
+}
+pub(crate) use group_body;
+
+/// [`group_body!`] for AVX-512 VNNI bodies on two groups at once: `$pair` runs the tile of
+/// groups `g` and `g + 1`, `$single` a call's unpaired last group.
+macro_rules! pair_body {
+    ($(#[$doc:meta])* $name:ident($W:ty, $X:ty), [$($k:literal),+],
+     |$op:ident, $out:ident, $g:ident, $r:ident, $R:ident| $pair:expr, $single:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// See [`crate::nn::quant::simd::group_body`]; AVX-512 F, VL, BW and VNNI, AVX2, FMA
+        /// and F16C.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        pub(crate) unsafe fn $name($op: &Operands<'_, $W, $X>, n: usize, $out: &mut [f32]) {
+            let all = $op.groups();
+            // SAFETY: by this function's contract, for the rows and groups each call covers.
+            unsafe {
+                for $g in all.clone().step_by(2) {
+                    if $g + 1 < all.end {
+                        $crate::nn::quant::simd::tiles!(n, [$($k),+], |$r, $R| $pair);
+                    } else {
+                        $crate::nn::quant::simd::tiles!(n, [$($k),+], |$r, $R| $single);
+                    }
+                }
+            }
+        }
+    };
+}
+pub(crate) use pair_body;
+
 /// Write a tile's accumulators (lane `j` of row `t`'s: output `8g + j` of row `r + t`) into
 /// `out` (`[n, width]`: the call's outputs), lanes past the outputs dropped; `L` lanes a vector
 /// (8, or 16 for two groups side by side).

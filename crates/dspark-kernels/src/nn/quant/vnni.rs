@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::rule::{BLOCK, GroupQ8, QuantRows};
-use super::simd::{self, Dpbusd, Operands, broadcast4, prefetch_ahead, store, tiles};
+use super::simd::{self, Dpbusd, Operands, broadcast4, group_body, prefetch_ahead, store};
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
 ///
@@ -55,23 +55,8 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
     }
 }
 
-/// [`super::rule::matmul_rows`] with AVX-VNNI: the same bits.
-///
-/// # Safety
-/// AVX-VNNI, AVX2, FMA and F16C must be available; the rest of the contract is
-/// [`super::x86::matmul_rows`]'.
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(crate) unsafe fn matmul_rows_avxvnni(
-    op: &Operands<'_, GroupQ8, QuantRows>,
-    n: usize,
-    out: &mut [f32],
-) {
-    // SAFETY: by this function's contract, for the rows each call covers.
-    unsafe {
-        for g in op.groups() {
-            tiles!(n, [1, 2, 3, 4], |r, R| tile::<simd::AvxVnni, R>(
-                op, out, g, r
-            ));
-        }
-    }
-}
+group_body!(
+    /// The rule's product with AVX-VNNI: the same bits.
+    matmul_rows_avxvnni(GroupQ8, QuantRows), "avx2,fma,f16c,avxvnni", [1, 2, 3, 4],
+    |op, out, g, r, R| tile::<simd::AvxVnni, R>(op, out, g, r)
+);

@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::rule::{BLOCK, GroupQ8, QuantRows};
-use super::simd::{Operands, broadcast4, prefetch_ahead, store, tiles};
+use super::simd::{Operands, broadcast4, group_body, prefetch_ahead, store};
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
 ///
@@ -54,18 +54,8 @@ unsafe fn tile<const R: usize>(
     store::<_, 8, R, _, _>(&acc, op, (g, r), out);
 }
 
-/// [`super::rule::matmul_rows`] with AVX2, FMA and F16C: the same bits.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available; `o0` is a multiple of [`GROUP`], `weight` holds the
-/// groups of outputs `o0 .. o0 + out.len() / n` (`blocks` each) and `x` `n` rows of `blocks`
-/// blocks.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matmul_rows(op: &Operands<'_, GroupQ8, QuantRows>, n: usize, out: &mut [f32]) {
-    // SAFETY: by this function's contract, for the rows each call covers.
-    unsafe {
-        for g in op.groups() {
-            tiles!(n, [1, 2, 3, 4], |r, R| tile::<R>(op, out, g, r));
-        }
-    }
-}
+group_body!(
+    /// The rule's product with AVX2, FMA and F16C: the same bits.
+    matmul_rows(GroupQ8, QuantRows), "avx2,fma,f16c", [1, 2, 3, 4],
+    |op, out, g, r, R| tile::<R>(op, out, g, r)
+);

@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::rule::{BLOCK, GroupQ8, QuantRows};
-use super::simd::{self, Operands, prefetch_ahead, store, tiles};
+use super::simd::{self, Operands, pair_body, prefetch_ahead, store};
 use super::vnni;
 
 /// Word `k` (bytes `32k .. 32k + 32`) of two group-blocks' bytes, in one vector.
@@ -92,30 +92,10 @@ fn bytes_of(block: &GroupQ8) -> &[u8] {
     unsafe { std::slice::from_raw_parts(block.qs.as_ptr().cast(), block.qs.len()) }
 }
 
-/// [`super::rule::matmul_rows`] with AVX-512 VNNI on 512-bit vectors (the 256-bit VNNI body
-/// for an unpaired last group): the same bits.
-///
-/// # Safety
-/// AVX-512 F, VL, BW and VNNI, AVX2, FMA and F16C must be available; the rest of the contract
-/// is [`super::x86::matmul_rows`]'.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub(crate) unsafe fn matmul_rows(op: &Operands<'_, GroupQ8, QuantRows>, n: usize, out: &mut [f32]) {
-    let all = op.groups();
-    // SAFETY: by this function's contract, for the rows and groups each call covers.
-    unsafe {
-        for g in all.clone().step_by(2) {
-            if g + 1 < all.end {
-                tiles!(n, [1, 2, 3, 4, 5, 6, 7, 8, 9], |r, R| pair_tile::<R>(
-                    op, out, g, r
-                ));
-            } else {
-                tiles!(n, [1, 2, 3, 4, 5, 6, 7, 8, 9], |r, R| vnni::tile::<
-                    simd::Avx512Vnni,
-                    R,
-                >(
-                    op, out, g, r
-                ));
-            }
-        }
-    }
-}
+pair_body!(
+    /// The rule's product with AVX-512 VNNI on 512-bit vectors (the 256-bit VNNI body for an
+    /// unpaired last group): the same bits.
+    matmul_rows(GroupQ8, QuantRows), [1, 2, 3, 4, 5, 6, 7, 8, 9],
+    |op, out, g, r, R| pair_tile::<R>(op, out, g, r),
+    vnni::tile::<simd::Avx512Vnni, R>(op, out, g, r)
+);

@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUPER};
-use crate::nn::quant::simd::{Operands, broadcast4, prefetch_ahead, store, tiles};
+use crate::nn::quant::simd::{Operands, broadcast4, group_body, prefetch_ahead, store};
 
 /// A `vpshufb` control that gives every 32-bit lane the bytes `bytes` of itself (`-1`: zero).
 const fn pick(bytes: [i8; 4]) -> [i8; 32] {
@@ -184,18 +184,8 @@ unsafe fn tile<const R: usize>(
     store::<_, 8, R, _, _>(&acc, op, (g, r), out);
 }
 
-/// [`super::rule::matmul_rows`] with AVX2, FMA and F16C: the same bits.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available; `o0` is a multiple of [`GROUP`], `weight` holds the
-/// groups of outputs `o0 .. o0 + out.len() / n` (`blocks` each) and `x` `n` rows of `blocks`
-/// blocks.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matmul_rows(op: &Operands<'_, GroupQ4K, Q8KRows>, n: usize, out: &mut [f32]) {
-    // SAFETY: by this function's contract, for the rows each call covers.
-    unsafe {
-        for g in op.groups() {
-            tiles!(n, [1, 2, 3], |r, R| tile::<R>(op, out, g, r));
-        }
-    }
-}
+group_body!(
+    /// The rule's product with AVX2, FMA and F16C: the same bits.
+    matmul_rows(GroupQ4K, Q8KRows), "avx2,fma,f16c", [1, 2, 3],
+    |op, out, g, r, R| tile::<R>(op, out, g, r)
+);

@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUPER};
 use super::vnni;
 use super::x86::{MINS16, SCALE32, unpack8};
-use crate::nn::quant::simd::{self, Operands, prefetch_ahead, store, tiles};
+use crate::nn::quant::simd::{self, Operands, pair_body, prefetch_ahead, store};
 use crate::nn::quant::zmm::{pair_f16, pair_word};
 
 /// Two 256-bit halves as one vector (`lo`: lanes 0–7).
@@ -107,30 +107,10 @@ unsafe fn pair_tile<const R: usize>(
     }
 }
 
-/// [`super::rule::matmul_rows`] with AVX-512 VNNI on 512-bit vectors (the 256-bit VNNI body
-/// for an unpaired last group): the same bits.
-///
-/// # Safety
-/// AVX-512 F, VL, BW and VNNI, AVX2, FMA and F16C must be available; the rest of the contract
-/// is [`super::x86::matmul_rows`]'.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub(crate) unsafe fn matmul_rows(op: &Operands<'_, GroupQ4K, Q8KRows>, n: usize, out: &mut [f32]) {
-    let all = op.groups();
-    // SAFETY: by this function's contract, for the rows and groups each call covers.
-    unsafe {
-        for g in all.clone().step_by(2) {
-            if g + 1 < all.end {
-                tiles!(n, [1, 2, 3, 4, 5, 6, 7, 8], |r, R| pair_tile::<R>(
-                    op, out, g, r
-                ));
-            } else {
-                tiles!(n, [1, 2, 3, 4, 5, 6, 7, 8], |r, R| vnni::tile::<
-                    simd::Avx512Vnni,
-                    R,
-                >(
-                    op, out, g, r
-                ));
-            }
-        }
-    }
-}
+pair_body!(
+    /// The rule's product with AVX-512 VNNI on 512-bit vectors (the 256-bit VNNI body for an
+    /// unpaired last group): the same bits.
+    matmul_rows(GroupQ4K, Q8KRows), [1, 2, 3, 4, 5, 6, 7, 8],
+    |op, out, g, r, R| pair_tile::<R>(op, out, g, r),
+    vnni::tile::<simd::Avx512Vnni, R>(op, out, g, r)
+);

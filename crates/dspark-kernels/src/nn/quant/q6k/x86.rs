@@ -10,7 +10,9 @@
 use std::arch::x86_64::*;
 
 use super::rule::{GroupQ6K, Q6KRows, SUBS, SUPER};
-use crate::nn::quant::simd::{self, Dpbusd, Operands, broadcast4, prefetch_ahead, store, tiles};
+use crate::nn::quant::simd::{
+    self, Dpbusd, Operands, broadcast4, group_body, prefetch_ahead, store,
+};
 
 /// `vpdpbusd` on AVX2: `vpmaddubsw`, then `vpmaddwd` by ones. Exact only while a byte pair's
 /// products fit 16 bits (unsigned bytes below 128, as Q6_K's levels are).
@@ -129,39 +131,14 @@ pub(super) unsafe fn tile<D: Dpbusd, const R: usize>(
     }
 }
 
-/// [`super::rule::matmul_rows`] with AVX-VNNI: the same bits.
-///
-/// # Safety
-/// AVX-VNNI, AVX2, FMA and F16C must be available; `op` covers `n` rows, its weight every group
-/// of its outputs and its activations `n` rows of the weight's width.
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(crate) unsafe fn matmul_rows_avxvnni(
-    op: &Operands<'_, GroupQ6K, Q6KRows>,
-    n: usize,
-    out: &mut [f32],
-) {
-    // SAFETY: by this function's contract, for the rows each call covers.
-    unsafe {
-        for g in op.groups() {
-            tiles!(n, [1, 2], |r, R| tile::<simd::AvxVnni, R>(op, out, g, r));
-        }
-    }
-}
+group_body!(
+    /// The rule's product with AVX-VNNI: the same bits.
+    matmul_rows_avxvnni(GroupQ6K, Q6KRows), "avx2,fma,f16c,avxvnni", [1, 2],
+    |op, out, g, r, R| tile::<simd::AvxVnni, R>(op, out, g, r)
+);
 
-/// [`super::rule::matmul_rows`] with AVX2: the same bits.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available; the rest as [`matmul_rows_avxvnni`].
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matmul_rows_avx2(
-    op: &Operands<'_, GroupQ6K, Q6KRows>,
-    n: usize,
-    out: &mut [f32],
-) {
-    // SAFETY: by this function's contract, for the rows each call covers.
-    unsafe {
-        for g in op.groups() {
-            tiles!(n, [1, 2], |r, R| tile::<Maddubs, R>(op, out, g, r));
-        }
-    }
-}
+group_body!(
+    /// The rule's product with AVX2: the same bits.
+    matmul_rows_avx2(GroupQ6K, Q6KRows), "avx2,fma,f16c", [1, 2],
+    |op, out, g, r, R| tile::<Maddubs, R>(op, out, g, r)
+);

@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use super::rule::{GroupQ6K, Q6KRows, SUBS, SUPER};
 use super::x86;
-use crate::nn::quant::simd::{self, Operands, prefetch_ahead, store, tiles};
+use crate::nn::quant::simd::{self, Operands, pair_body, prefetch_ahead, store};
 use crate::nn::quant::zmm::pair_f16;
 
 /// Word `w` (32 bytes: the same 4 bytes of the 8 rows) of two groups' byte arrays, group `a`'s
@@ -127,25 +127,10 @@ unsafe fn pair_tile<const R: usize>(
     }
 }
 
-/// [`super::rule::matmul_rows`] with AVX-512 VNNI on 512-bit vectors (the 256-bit body for an
-/// unpaired last group): the same bits.
-///
-/// # Safety
-/// AVX-512 F, VL, BW and VNNI, AVX2, FMA and F16C must be available; `op` covers `n` rows, its
-/// weight every group of its outputs and its activations `n` rows of the weight's width.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub(crate) unsafe fn matmul_rows(op: &Operands<'_, GroupQ6K, Q6KRows>, n: usize, out: &mut [f32]) {
-    let all = op.groups();
-    // SAFETY: by this function's contract, for the rows and groups each call covers.
-    unsafe {
-        for g in all.clone().step_by(2) {
-            if g + 1 < all.end {
-                tiles!(n, [1, 2, 3, 4], |r, R| pair_tile::<R>(op, out, g, r));
-            } else {
-                tiles!(n, [1, 2, 3, 4], |r, R| x86::tile::<simd::Avx512Vnni, R>(
-                    op, out, g, r
-                ));
-            }
-        }
-    }
-}
+pair_body!(
+    /// The rule's product with AVX-512 VNNI on 512-bit vectors (the 256-bit body for an
+    /// unpaired last group): the same bits.
+    matmul_rows(GroupQ6K, Q6KRows), [1, 2, 3, 4],
+    |op, out, g, r, R| pair_tile::<R>(op, out, g, r),
+    x86::tile::<simd::Avx512Vnni, R>(op, out, g, r)
+);
