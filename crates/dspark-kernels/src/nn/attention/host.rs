@@ -10,6 +10,28 @@ use crate::error::Result;
 use crate::nn::fused::fast_f32;
 use crate::nn::packed::PANEL;
 
+/// `q: [Q, heads, hd]`'s `(Q, heads, hd)`, when its heads are a multiple of `kv_heads` and
+/// neither count nor `hd` is zero.
+fn query_dims(q: &Tensor, kv_heads: usize) -> Option<(usize, usize, usize)> {
+    let &[q_len, heads, hd] = q.dims() else {
+        return None;
+    };
+    let ok = hd > 0 && kv_heads > 0 && heads > 0 && heads.is_multiple_of(kv_heads);
+    ok.then_some((q_len, heads, hd))
+}
+
+/// `f(q, k, v)` over the three tensors' f32 storage, as a `[Q, width]` tensor on `q`'s device:
+/// `None` where a tensor is not contiguous f32 on the CPU, the tensor path is forced, or `f`
+/// declines.
+fn over_storage(
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    (q_len, width): (usize, usize),
+    f: impl FnOnce(&[f32], &[f32], &[f32]) -> Option<Vec<f32>>,
+) -> Option<Result<Tensor>> {
+    let out = fast_f32(q, |qs| fast_f32(k, |ks| fast_f32(v, |vs| f(qs, ks, vs))))????;
+    Some(Tensor::from_vec(out, (q_len, width), q.device()).map_err(Into::into))
+}
+
 /// Non-causal grouped-query attention of `q: [Q, heads, hd]` against head-major `k`, `v:
 /// [kv_heads, S, hd]`, giving `[Q, heads·hd]` (the drafter's block over its context), through
 /// [`attention::grouped`].
@@ -19,28 +41,27 @@ pub(crate) fn gqa_attention(
     v: &Tensor,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    let &[q_len, heads, hd] = q.dims() else {
-        return None;
-    };
     let &[kvh, s, khd] = k.dims() else {
         return None;
     };
-    if v.dims() != k.dims() || khd != hd || hd == 0 || s == 0 || kvh == 0 {
+    let (q_len, heads, hd) = query_dims(q, kvh)?;
+    if v.dims() != k.dims() || khd != hd || s == 0 {
         return None;
     }
-    if heads == 0 || !heads.is_multiple_of(kvh) {
-        return None;
-    }
-    let out = fast_f32(q, |qs| {
-        fast_f32(k, |ks| {
-            fast_f32(v, |vs| {
-                let view = |data, kh: usize| HeadView::new(data, kh * s * hd, hd, s);
-                let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
-                attention::grouped(qs, q_len, heads, kvh, hd, kv, scale as f32, |_| s)
-            })
-        })
-    })???;
-    Some(Tensor::from_vec(out, (q_len, heads * hd), q.device()).map_err(Into::into))
+    over_storage((q, k, v), (q_len, heads * hd), |qs, ks, vs| {
+        let view = |data, kh: usize| HeadView::new(data, kh * s * hd, hd, s);
+        let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
+        Some(attention::grouped(
+            qs,
+            q_len,
+            heads,
+            kvh,
+            hd,
+            kv,
+            scale as f32,
+            |_| s,
+        ))
+    })
 }
 
 /// Causal grouped-query attention of `q: [Q, heads, hd]` against token-major `k`, `v:
@@ -53,29 +74,28 @@ pub(crate) fn causal_attention(
     v: &Tensor,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    let &[q_len, heads, hd] = q.dims() else {
-        return None;
-    };
     let &[s, kvh, khd] = k.dims() else {
         return None;
     };
-    if v.dims() != k.dims() || khd != hd || hd == 0 || s < q_len || kvh == 0 {
-        return None;
-    }
-    if heads == 0 || !heads.is_multiple_of(kvh) {
+    let (q_len, heads, hd) = query_dims(q, kvh)?;
+    if v.dims() != k.dims() || khd != hd || s < q_len {
         return None;
     }
     let (past, scale) = (s - q_len, scale as f32);
-    let out = fast_f32(q, |qs| {
-        fast_f32(k, |ks| {
-            fast_f32(v, |vs| {
-                let view = |data, kh: usize| HeadView::new(data, kh * hd, kvh * hd, s);
-                let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
-                attention::grouped(qs, q_len, heads, kvh, hd, kv, scale, |i| past + i + 1)
-            })
-        })
-    })???;
-    Some(Tensor::from_vec(out, (q_len, heads * hd), q.device()).map_err(Into::into))
+    over_storage((q, k, v), (q_len, heads * hd), |qs, ks, vs| {
+        let view = |data, kh: usize| HeadView::new(data, kh * hd, kvh * hd, s);
+        let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
+        Some(attention::grouped(
+            qs,
+            q_len,
+            heads,
+            kvh,
+            hd,
+            kv,
+            scale,
+            |i| past + i + 1,
+        ))
+    })
 }
 
 /// [`causal_attention`] against a cache that keeps its keys transposed: `kt: [kv_heads, hd,
@@ -90,28 +110,18 @@ pub(crate) fn causal_attention_kt(
     s: usize,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    let &[q_len, heads, hd] = q.dims() else {
-        return None;
-    };
     let &[kvh, khd, cap] = kt.dims() else {
         return None;
     };
-    if v.dims() != [cap, kvh, hd] || khd != hd || hd == 0 || kvh == 0 {
+    let (q_len, heads, hd) = query_dims(q, kvh)?;
+    if v.dims() != [cap, kvh, hd] || khd != hd {
         return None;
     }
     if s < q_len || s > cap || !cap.is_multiple_of(PANEL) {
         return None;
     }
-    if heads == 0 || !heads.is_multiple_of(kvh) {
-        return None;
-    }
-    let out = fast_f32(q, |qs| {
-        fast_f32(kt, |ks| {
-            fast_f32(v, |vs| {
-                let kv = (ks, vs);
-                attention::causal_transposed(qs, q_len, heads, kvh, hd, kv, cap, s, scale as f32)
-            })
-        })
-    })????;
-    Some(Tensor::from_vec(out, (q_len, heads * hd), q.device()).map_err(Into::into))
+    over_storage((q, kt, v), (q_len, heads * hd), |qs, ks, vs| {
+        let kv = (ks, vs);
+        attention::causal_transposed(qs, q_len, heads, kvh, hd, kv, cap, s, scale as f32)
+    })
 }

@@ -55,12 +55,7 @@ pub fn gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<T
         let vt = v.get(h)?.t()?.contiguous()?;
         outs.push(matmul_t(&probs, &vt, None)?);
     }
-    let out = Tensor::stack(&outs, 0)?; // [kv, groups·Q, hd]
-    Ok(out
-        .reshape((heads, q_len, hd))?
-        .transpose(0, 1)?
-        .contiguous()?
-        .reshape((q_len, heads * hd))?)
+    heads_to_rows(&outs, (q_len, heads, hd))
 }
 
 /// [`causal_gqa_attention`] against a cache that keeps its keys transposed, `kt: [kv_heads, hd,
@@ -134,7 +129,13 @@ pub fn causal_gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> R
         let probs = softmax_last(&scores)?.reshape((groups * q_len, s))?;
         outs.push(probs.matmul(&vh)?); // [groups·Q, hd]
     }
-    let out = Tensor::stack(&outs, 0)?; // [kv, groups·Q, hd]
+    heads_to_rows(&outs, (q_len, heads, hd))
+}
+
+/// Per-key/value-head outputs `[groups·Q, hd]` (query `i` of head `kh·groups + g` at row
+/// `g·Q + i` of `outs[kh]`) as `[Q, heads·hd]`.
+fn heads_to_rows(outs: &[Tensor], (q_len, heads, hd): (usize, usize, usize)) -> Result<Tensor> {
+    let out = Tensor::stack(outs, 0)?; // [kv, groups·Q, hd]
     Ok(out
         .reshape((heads, q_len, hd))?
         .transpose(0, 1)?
