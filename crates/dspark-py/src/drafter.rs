@@ -123,6 +123,7 @@ impl PyDrafter {
             let shared = SharedWeights {
                 embed: take(embed_tokens, share_embed, "embed_tokens")?,
                 lm_head: take(lm_head, share_head, "lm_head")?,
+                head: None,
             };
             let inner = Sts::from_py(sts)?.load(py, &path, &target, shared, &device, options)?;
             Ok(Self {

@@ -29,6 +29,11 @@ pub struct SharedWeights {
     pub embed: Option<Tensor>,
     /// The target's output head `[rows >= V_t, H]`.
     pub lm_head: Option<Tensor>,
+    /// The target's output head as its kernels multiply by it (packed, or quantized: a GGUF
+    /// file's blocks), over its `V_t` rows. A drafter that takes `lm_head` from the target and
+    /// drafts over those same rows multiplies by this one (the same bytes, no second packed
+    /// copy), unless its [`LoadOptions`] ask for another dtype.
+    pub head: Option<crate::nn::Linear>,
 }
 
 /// Memory maps of the checkpoint files, opened on first use.

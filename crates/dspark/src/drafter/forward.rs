@@ -268,8 +268,16 @@ impl Qwen3Drafter {
         let logits = match &self.head {
             Some(head) => head.forward(&rows)?,
             None => matmul_t(&rows, &self.lm_head, None)?,
-        }
-        .reshape((b, k, self.info.vocab.draft))?;
+        };
+        // A head borrowed from the target covers its `V_t` rows; a padded draft vocabulary's
+        // further rows of `lm_head` are zeros, whose logits are 0.
+        let pad = self.info.vocab.draft.saturating_sub(logits.dim(1)?);
+        let logits = if pad > 0 {
+            logits.pad_with_zeros(1, 0, pad)?
+        } else {
+            logits
+        };
+        let logits = logits.reshape((b, k, self.info.vocab.draft))?;
         Ok(match self.spec.final_logit_softcapping {
             Some(c) if c > 0.0 => ((logits / c)?.tanh()? * c)?,
             _ => logits,

@@ -16,7 +16,7 @@ use candle_core::{Device, Tensor};
 
 use super::cache::DraftState;
 use super::{Drafter, DrafterInfo, Proposal, ProposeOptions};
-use crate::checkpoint::{Inventory, LoadPlan, shapes};
+use crate::checkpoint::{Inventory, LoadPlan, WeightSource, shapes};
 use crate::config::{ConfigFormat, DraftSpec, MarkovHeadType, TargetSpec};
 use crate::error::Warning;
 use crate::error::{Error, Result};
@@ -368,7 +368,7 @@ impl Qwen3Drafter {
             device: device.clone(),
             embed,
             layers,
-            head: crate::nn::output_head(&lm_head)?,
+            head: drafter_head(&lm_head, shared.head.as_ref(), &plan, options)?,
             lm_head,
             markov_w1,
             markov_w2,
@@ -395,6 +395,13 @@ impl Qwen3Drafter {
     /// Non-fatal findings from the config and the load plan.
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings
+    }
+
+    /// The output head as the CPU kernels multiply by it: the target's own (packed, or
+    /// quantized as the target keeps it) when borrowed ([`SharedWeights::head`]); `None` where
+    /// candle's product over `lm_head` runs.
+    pub fn head(&self) -> Option<&Linear> {
+        self.head.as_ref()
     }
 
     /// Markov rank `r` (0 = DFlash).
@@ -508,5 +515,31 @@ impl Qwen3Drafter {
         }
         let p = super::propose_through_states(self, context, anchors, start_positions, opts)?;
         Ok((p, None))
+    }
+}
+
+/// The drafter's output head for the CPU kernels: the target's own ([`SharedWeights::head`],
+/// packed or quantized as the target keeps it) when the drafter takes `lm_head` from the
+/// target, drafts over all of its `V_t` rows (a padded draft vocabulary's further rows are
+/// zeros: their logits are padded with 0, see `base_logits`) and its options keep the target's
+/// dtype; else `lm_head` packed ([`crate::nn::output_head`]).
+fn drafter_head(
+    lm_head: &Tensor,
+    target_head: Option<&Linear>,
+    plan: &LoadPlan,
+    options: LoadOptions,
+) -> Result<Option<Linear>> {
+    let borrowed = target_head.filter(|h| {
+        plan.lm_head != WeightSource::Own
+            && h.out_dim() == plan.vocab.target
+            && plan.vocab.target <= plan.vocab.draft
+            && options
+                .dtype
+                .is_none_or(|d| h.quant().is_none() && d == h.weight_dtype())
+            && crate::device::fast_on(lm_head.device())
+    });
+    match borrowed {
+        Some(h) => Ok(Some(h.clone())),
+        None => crate::nn::output_head(lm_head),
     }
 }

@@ -101,6 +101,7 @@ fn shared_weights_are_used_exactly() {
     let shared = SharedWeights {
         embed: Some(as_tensor("embed_tokens.weight")),
         lm_head: Some(as_tensor("lm_head.weight")),
+        head: None,
     };
     let d = Qwen3Drafter::load(dir.path(), &bare.target(), shared).unwrap();
     assert_eq!(d.info().embed_source, WeightSource::SharedTarget);

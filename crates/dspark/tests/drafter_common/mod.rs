@@ -314,6 +314,7 @@ impl Tiny {
         SharedWeights {
             embed: Some(Tensor::from_vec(rng.vec(v * H, 1.0), (v, H), &Device::Cpu).unwrap()),
             lm_head: Some(Tensor::from_vec(rng.vec(v * H, 0.25), (v, H), &Device::Cpu).unwrap()),
+            head: None,
         }
     }
 }

@@ -111,6 +111,65 @@ fn greedy_speculative_equals_target_only(quant: Quant) {
     assert!(tau > 1.5, "{quant:?}: acceptance length {tau}");
 }
 
+/// The bundled drafter without its own output head, in a temporary directory: a DSpark
+/// checkpoint that borrows its target's (the bundled target has the drafter's width; the
+/// drafter keeps its embedding, whose rows past the target's hold its mask token).
+fn borrowing_drafter() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = bundled_dir().join("drafter");
+    std::fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
+    let path = src.join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(path, &Device::Cpu).unwrap();
+    tensors.remove("lm_head.weight").unwrap();
+    candle_core::safetensors::save(&tensors, dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+#[test]
+fn a_drafter_without_a_head_borrows_the_quantized_target_s() {
+    let dir = borrowing_drafter();
+    let prompts: [&[u32]; 2] = [&[5, 88, 301, 17, 1200, 42], &[900, 14, 2, 77]];
+    let requests: Vec<Request> = prompts
+        .iter()
+        .map(|p| Request::new(p.to_vec(), 24))
+        .collect();
+    for quant in [Quant::Q8_0, Quant::Q4K] {
+        let target = Qwen3Target::load_with(
+            &bundled_dir().join("target"),
+            &Device::Cpu,
+            quantized(quant),
+        )
+        .unwrap();
+        let shared = target.shared_weights();
+        let load = |options: LoadOptions| {
+            Qwen3Drafter::builder(&target.target_spec())
+                .shared(shared.clone())
+                .options(options)
+                .load(dir.path())
+                .unwrap()
+        };
+        // The target's quantized head, not a packed copy of its own (where the host kernels
+        // run); a drafter asked for f32 weights packs its own.
+        if dspark::device::fast_on(&Device::Cpu) {
+            let head = load(LoadOptions::default()).head().and_then(|h| h.quant());
+            assert_eq!(head, Some(quant.head()), "{quant:?}");
+        }
+        let f32s = LoadOptions::with_dtype_name(Some("float32")).unwrap();
+        assert_eq!(load(f32s).head().and_then(|h| h.quant()), None);
+        // Its padded draft vocabulary's rows past the target's are never drafted, and greedy
+        // speculative decoding is still target-only decoding.
+        let drafter = load(LoadOptions::default());
+        let options = SpeculatorOptions {
+            verify: VerifyPolicy::Full,
+            ..SpeculatorOptions::default()
+        };
+        let s = Speculator::new(target, drafter, options).unwrap();
+        let spec = s.generate(&requests, None).unwrap();
+        let base = s.generate_target_only(&requests, None).unwrap();
+        assert_eq!(spec.tokens, base.tokens, "{quant:?}");
+    }
+}
+
 #[test]
 fn a_drafter_refuses_quantized_layers() {
     let target = Qwen3Target::load(&bundled_dir().join("target"), &Device::Cpu).unwrap();

@@ -294,12 +294,14 @@ impl Qwen3Target {
         layers + head
     }
 
-    /// The embedding and output head as kept (cheap handle copies: a drafter loaded with
-    /// them shares their memory).
+    /// The embedding and output head as kept, and the head as its kernels read it (cheap
+    /// handle copies: a drafter loaded with them shares their memory and, for the head, the
+    /// same packed or quantized bytes).
     pub fn shared_weights(&self) -> SharedWeights {
         SharedWeights {
             embed: Some(self.embed.clone()),
             lm_head: Some(self.lm_head.clone()),
+            head: self.head.clone(),
         }
     }
 
