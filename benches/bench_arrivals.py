@@ -34,6 +34,7 @@ import platform
 import random
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,17 @@ def summarize(
     }
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What both servers are given: the prompts, their arrival times (seconds from the start),
+    the new-token budget of each request and the stop ids."""
+
+    prompts: list[list[int]]
+    arrive: list[float]
+    new: int
+    stops: list[int] | None
+
+
 class Timeline:
     """One run's clock and, per request, the time of its first token, the time it finished and
     the tokens it generated (seconds since the run started; NaN until they happen)."""
@@ -116,27 +128,19 @@ class Timeline:
         self.count[i] += len(new_tokens)
 
 
-def run_continuous(
-    target: Any,
-    drafter: Any,
-    prompts: list[list[int]],
-    arrive: list[float],
-    new: int,
-    eos: int | None,
-) -> dict[str, float]:
+def run_continuous(target: Any, drafter: Any, work: Workload) -> dict[str, float]:
     eng = dspark.Engine(target, drafter)
-    stops = [eos] if eos is not None else None
-    n = len(prompts)
+    n = len(work.prompts)
     index: dict[int, int] = {}
     nxt = 0
     run = Timeline(n)
     while nxt < n or eng.has_work():
         now = run.now()
-        while nxt < n and arrive[nxt] <= now:
-            index[eng.add_request(prompts[nxt], new, stop_token_ids=stops)] = nxt
+        while nxt < n and work.arrive[nxt] <= now:
+            index[eng.add_request(work.prompts[nxt], work.new, stop_token_ids=work.stops)] = nxt
             nxt += 1
         if not eng.has_work():
-            time.sleep(max(0.0, arrive[nxt] - run.now()))
+            time.sleep(max(0.0, work.arrive[nxt] - run.now()))
             continue
         for u in eng.step():
             i = index[u.request_id]
@@ -144,29 +148,21 @@ def run_continuous(
             run.tokens(i, u.new_tokens, t)
             if u.finish_reason is not None:
                 run.done[i] = t
-    return summarize(arrive, run.first, run.done, run.count)
+    return summarize(work.arrive, run.first, run.done, run.count)
 
 
-def run_static(
-    target: Any,
-    drafter: Any,
-    prompts: list[list[int]],
-    arrive: list[float],
-    new: int,
-    eos: int | None,
-) -> dict[str, float]:
+def run_static(target: Any, drafter: Any, work: Workload) -> dict[str, float]:
     spec = dspark.Speculator(target, drafter, seed=0)
-    stops = [eos] if eos is not None else None
-    n = len(prompts)
+    n = len(work.prompts)
     nxt = 0
     run = Timeline(n)
     while nxt < n:
         now = run.now()
-        if arrive[nxt] > now:
-            time.sleep(arrive[nxt] - now)
+        if work.arrive[nxt] > now:
+            time.sleep(work.arrive[nxt] - now)
             now = run.now()
         batch = []
-        while nxt < n and arrive[nxt] <= now:
+        while nxt < n and work.arrive[nxt] <= now:
             batch.append(nxt)
             nxt += 1
 
@@ -176,7 +172,7 @@ def run_static(
                 run.tokens(j, toks, t)
 
         res = spec.generate(
-            [prompts[i] for i in batch], new, stop_token_ids=stops, on_round=on_round
+            [work.prompts[i] for i in batch], work.new, stop_token_ids=work.stops, on_round=on_round
         )
         t = run.now()
         for j, toks in zip(batch, res.tokens, strict=True):
@@ -184,7 +180,7 @@ def run_static(
             run.count[j] = len(toks)
             if math.isnan(run.first[j]):
                 run.first[j] = t
-    return summarize(arrive, run.first, run.done, run.count)
+    return summarize(work.arrive, run.first, run.done, run.count)
 
 
 def overhead(
@@ -250,12 +246,13 @@ def main() -> None:
     for load_ in args.loads:
         rate = load_ * capacity
         arrive = trace(args.requests, rate, seed=int(1000 * load_))
+        work = Workload(prompts, arrive, args.new_tokens, [eos] if eos is not None else None)
         runs: dict[str, list[dict[str, float]]] = {"continuous": [], "static": []}
         for r in range(args.repeats):
             order = ["continuous", "static"] if r % 2 == 0 else ["static", "continuous"]
             for name in order:
                 fn = run_continuous if name == "continuous" else run_static
-                runs[name].append(fn(target, drafter, prompts, arrive, args.new_tokens, eos))
+                runs[name].append(fn(target, drafter, work))
         for name, rs in runs.items():
             med = sorted(rs, key=lambda x: x["throughput_tokens_per_s"])[len(rs) // 2]
             rows.append({"load": load_, "rate_per_s": rate, "server": name, **med})
