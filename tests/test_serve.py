@@ -229,12 +229,17 @@ def test_a_second_server_on_a_taken_port_fails_cleanly(server: Server) -> None:
     assert "[bind]" in r.stderr
 
 
-def _rss_bytes(pid: int) -> int:
+def _status_bytes(pid: int, field: str) -> int:
+    """A size field of ``/proc/PID/status`` (``VmRSS``, ``VmHWM``, ...) in bytes; 0 if absent."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _rss_bytes(pid: int) -> int:
+    return _status_bytes(pid, "VmRSS")
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
@@ -281,11 +286,7 @@ def test_bounded_load_completes_or_refuses_every_request_without_growth() -> Non
 
 
 def _peak_rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return _status_bytes(pid, "VmHWM")
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
