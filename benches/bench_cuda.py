@@ -51,6 +51,7 @@ from pathlib import Path
 import torch
 
 import dspark
+from dspark.example import _qwen3_layer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from torch_reference import markov_block as torch_block
@@ -241,18 +242,18 @@ def drafter_checkpoint(
         "confidence_head.proj.bias": torch.zeros(1),
     }
     for i in range(layers):
-        p = f"layers.{i}."
-        t[p + "self_attn.q_proj.weight"] = w(heads * hd, h)
-        t[p + "self_attn.k_proj.weight"] = w(kvh * hd, h)
-        t[p + "self_attn.v_proj.weight"] = w(kvh * hd, h)
-        t[p + "self_attn.o_proj.weight"] = w(h, heads * hd)
-        t[p + "self_attn.q_norm.weight"] = torch.ones(hd)
-        t[p + "self_attn.k_norm.weight"] = torch.ones(hd)
-        t[p + "mlp.gate_proj.weight"] = w(ffn, h)
-        t[p + "mlp.up_proj.weight"] = w(ffn, h)
-        t[p + "mlp.down_proj.weight"] = w(h, ffn)
-        t[p + "input_layernorm.weight"] = torch.ones(h)
-        t[p + "post_attention_layernorm.weight"] = torch.ones(h)
+        t.update(
+            _qwen3_layer(
+                f"layers.{i}.",
+                w,
+                torch.ones,
+                hidden=h,
+                heads=heads,
+                kv_heads=kvh,
+                head_dim=hd,
+                intermediate=ffn,
+            )
+        )
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(cfg))
     save_file(t, root / "model.safetensors")

@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -97,19 +97,22 @@ def target_tensors(seed: int = 0) -> dict[str, np.ndarray]:
     return t
 
 
+_Tensor = TypeVar("_Tensor")
+
+
 def _qwen3_layer(
     prefix: str,
-    w: Callable[..., np.ndarray],
-    ones: Callable[[int], np.ndarray],
+    w: Callable[..., _Tensor],
+    ones: Callable[[int], _Tensor],
     *,
     hidden: int = HIDDEN,
     heads: int = HEADS,
     kv_heads: int = KV_HEADS,
     head_dim: int = HEAD_DIM,
     intermediate: int = INTERMEDIATE,
-) -> dict[str, np.ndarray]:
-    """One Qwen3 decoder layer's tensors under ``prefix`` (``w`` draws in a fixed order); the
-    example's shape unless given."""
+) -> dict[str, _Tensor]:
+    """One Qwen3 decoder layer's tensors under ``prefix``, made by ``w`` (weights) and ``ones``
+    (norms), called in a fixed order; the example's shape unless given."""
     t = {
         "self_attn.q_proj.weight": w(heads * head_dim, hidden),
         "self_attn.k_proj.weight": w(kv_heads * head_dim, hidden),
