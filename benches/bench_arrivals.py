@@ -34,6 +34,7 @@ import platform
 import random
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,85 +96,91 @@ def summarize(
     }
 
 
-def run_continuous(
-    target: Any,
-    drafter: Any,
-    prompts: list[list[int]],
-    arrive: list[float],
-    new: int,
-    eos: int | None,
-) -> dict[str, float]:
+@dataclass(frozen=True)
+class Workload:
+    """What both servers are given: the prompts, their arrival times (seconds from the start),
+    the new-token budget of each request and the stop ids."""
+
+    prompts: list[list[int]]
+    arrive: list[float]
+    new: int
+    stops: list[int] | None
+
+
+class Timeline:
+    """One run's clock and, per request, the time of its first token, the time it finished and
+    the tokens it generated (seconds since the run started; NaN until they happen)."""
+
+    def __init__(self, n: int) -> None:
+        self.first = [math.nan] * n
+        self.done = [math.nan] * n
+        self.count = [0] * n
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        """Seconds since the run started."""
+        return time.perf_counter() - self.t0
+
+    def tokens(self, i: int, new_tokens: list[int], t: float) -> None:
+        """Request ``i`` generated ``new_tokens`` by time ``t`` (its first token if it had none)."""
+        if new_tokens and self.count[i] == 0:
+            self.first[i] = t
+        self.count[i] += len(new_tokens)
+
+
+def run_continuous(target: Any, drafter: Any, work: Workload) -> dict[str, float]:
     eng = dspark.Engine(target, drafter)
-    stops = [eos] if eos is not None else None
-    n = len(prompts)
-    first = [math.nan] * n
-    done = [math.nan] * n
-    count = [0] * n
+    n = len(work.prompts)
     index: dict[int, int] = {}
     nxt = 0
-    t0 = time.perf_counter()
+    run = Timeline(n)
     while nxt < n or eng.has_work():
-        now = time.perf_counter() - t0
-        while nxt < n and arrive[nxt] <= now:
-            index[eng.add_request(prompts[nxt], new, stop_token_ids=stops)] = nxt
+        now = run.now()
+        while nxt < n and work.arrive[nxt] <= now:
+            index[eng.add_request(work.prompts[nxt], work.new, stop_token_ids=work.stops)] = nxt
             nxt += 1
         if not eng.has_work():
-            time.sleep(max(0.0, arrive[nxt] - (time.perf_counter() - t0)))
+            time.sleep(max(0.0, work.arrive[nxt] - run.now()))
             continue
         for u in eng.step():
             i = index[u.request_id]
-            t = time.perf_counter() - t0
-            if u.new_tokens and count[i] == 0:
-                first[i] = t
-            count[i] += len(u.new_tokens)
+            t = run.now()
+            run.tokens(i, u.new_tokens, t)
             if u.finish_reason is not None:
-                done[i] = t
-    return summarize(arrive, first, done, count)
+                run.done[i] = t
+    return summarize(work.arrive, run.first, run.done, run.count)
 
 
-def run_static(
-    target: Any,
-    drafter: Any,
-    prompts: list[list[int]],
-    arrive: list[float],
-    new: int,
-    eos: int | None,
-) -> dict[str, float]:
+def run_static(target: Any, drafter: Any, work: Workload) -> dict[str, float]:
     spec = dspark.Speculator(target, drafter, seed=0)
-    stops = [eos] if eos is not None else None
-    n = len(prompts)
-    first = [math.nan] * n
-    done = [math.nan] * n
-    count = [0] * n
+    n = len(work.prompts)
     nxt = 0
-    t0 = time.perf_counter()
+    run = Timeline(n)
     while nxt < n:
-        now = time.perf_counter() - t0
-        if arrive[nxt] > now:
-            time.sleep(arrive[nxt] - now)
-            now = time.perf_counter() - t0
+        now = run.now()
+        if work.arrive[nxt] > now:
+            time.sleep(work.arrive[nxt] - now)
+            now = run.now()
         batch = []
-        while nxt < n and arrive[nxt] <= now:
+        while nxt < n and work.arrive[nxt] <= now:
             batch.append(nxt)
             nxt += 1
 
         def on_round(new_tokens: list[list[int]], batch: list[int] = batch) -> None:
-            t = time.perf_counter() - t0
+            t = run.now()
             for j, toks in zip(batch, new_tokens, strict=True):
-                if toks and count[j] == 0:
-                    first[j] = t
-                count[j] += len(toks)
+                run.tokens(j, toks, t)
 
         res = spec.generate(
-            [prompts[i] for i in batch], new, stop_token_ids=stops, on_round=on_round
+            [work.prompts[i] for i in batch], work.new, stop_token_ids=work.stops, on_round=on_round
         )
-        t = time.perf_counter() - t0
+        t = run.now()
         for j, toks in zip(batch, res.tokens, strict=True):
-            done[j] = t
-            count[j] = len(toks)
-            if math.isnan(first[j]):
-                first[j] = t
-    return summarize(arrive, first, done, count)
+            run.done[j] = t
+            run.count[j] = len(toks)
+            if math.isnan(run.first[j]):
+                run.first[j] = t
+    return summarize(work.arrive, run.first, run.done, run.count)
 
 
 def overhead(
@@ -239,12 +246,13 @@ def main() -> None:
     for load_ in args.loads:
         rate = load_ * capacity
         arrive = trace(args.requests, rate, seed=int(1000 * load_))
+        work = Workload(prompts, arrive, args.new_tokens, [eos] if eos is not None else None)
         runs: dict[str, list[dict[str, float]]] = {"continuous": [], "static": []}
         for r in range(args.repeats):
             order = ["continuous", "static"] if r % 2 == 0 else ["static", "continuous"]
             for name in order:
                 fn = run_continuous if name == "continuous" else run_static
-                runs[name].append(fn(target, drafter, prompts, arrive, args.new_tokens, eos))
+                runs[name].append(fn(target, drafter, work))
         for name, rs in runs.items():
             med = sorted(rs, key=lambda x: x["throughput_tokens_per_s"])[len(rs) // 2]
             rows.append({"load": load_, "rate_per_s": rate, "server": name, **med})

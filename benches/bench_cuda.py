@@ -51,6 +51,7 @@ from pathlib import Path
 import torch
 
 import dspark
+from dspark.example import _qwen3_layer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from torch_reference import markov_block as torch_block
@@ -74,6 +75,21 @@ def timeit(fn: Callable[[], object], device: torch.device, *, runs: int, warmup:
         sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def versus(t_ours: float, t_ref: float, ref: str) -> dict[str, float]:
+    """A row's timing columns: dspark's and ``ref``'s milliseconds and the speedup over ``ref``."""
+    return {
+        "dspark_ms": t_ours * 1e3,
+        f"{ref}_ms": t_ref * 1e3,
+        f"speedup_vs_{ref}": t_ref / t_ours,
+    }
+
+
+def emit(rows: list[dict], row: dict) -> None:
+    """Append ``row`` to ``rows`` and print it as one JSON line (as soon as it is measured)."""
+    rows.append(row)
+    print(json.dumps(row), flush=True)
 
 
 def read_bandwidth(device: torch.device, mib: int) -> float:
@@ -115,7 +131,8 @@ def verify_rows(args: argparse.Namespace, device: torch.device, bw: float) -> li
             t_ours = timeit(ours, device, runs=args.runs)
             t_ref = timeit(ref, device, runs=args.runs)
             floor = (target.numel() + draft.numel()) * target.element_size() / bw
-            rows.append(
+            emit(
+                rows,
                 {
                     "kernel": "verify",
                     "path": kernel_path(),
@@ -128,9 +145,8 @@ def verify_rows(args: argparse.Namespace, device: torch.device, bw: float) -> li
                     "floor_ms": floor * 1e3,
                     "speedup_vs_torch": t_ref / t_ours,
                     "x_floor": t_ours / floor,
-                }
+                },
             )
-            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -151,7 +167,8 @@ def block_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
 
             t_ours = timeit(ours, device, runs=args.runs)
             t_ref = timeit(ref, device, runs=args.runs)
-            rows.append(
+            emit(
+                rows,
                 {
                     "kernel": "sample_block",
                     "path": kernel_path(),
@@ -160,12 +177,9 @@ def block_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
                     "K": args.k,
                     "V": args.vocab,
                     "rank": rank,
-                    "dspark_ms": t_ours * 1e3,
-                    "torch_ms": t_ref * 1e3,
-                    "speedup_vs_torch": t_ref / t_ours,
-                }
+                    **versus(t_ours, t_ref, "torch"),
+                },
             )
-            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -228,18 +242,18 @@ def drafter_checkpoint(
         "confidence_head.proj.bias": torch.zeros(1),
     }
     for i in range(layers):
-        p = f"layers.{i}."
-        t[p + "self_attn.q_proj.weight"] = w(heads * hd, h)
-        t[p + "self_attn.k_proj.weight"] = w(kvh * hd, h)
-        t[p + "self_attn.v_proj.weight"] = w(kvh * hd, h)
-        t[p + "self_attn.o_proj.weight"] = w(h, heads * hd)
-        t[p + "self_attn.q_norm.weight"] = torch.ones(hd)
-        t[p + "self_attn.k_norm.weight"] = torch.ones(hd)
-        t[p + "mlp.gate_proj.weight"] = w(ffn, h)
-        t[p + "mlp.up_proj.weight"] = w(ffn, h)
-        t[p + "mlp.down_proj.weight"] = w(h, ffn)
-        t[p + "input_layernorm.weight"] = torch.ones(h)
-        t[p + "post_attention_layernorm.weight"] = torch.ones(h)
+        t.update(
+            _qwen3_layer(
+                f"layers.{i}.",
+                w,
+                torch.ones,
+                hidden=h,
+                heads=heads,
+                kv_heads=kvh,
+                head_dim=hd,
+                intermediate=ffn,
+            )
+        )
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(cfg))
     save_file(t, root / "model.safetensors")
@@ -271,19 +285,17 @@ def drafter_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
                 anchors = torch.randint(0, dims["vocab"] - 1, (b,), device=device, generator=g)
                 t_ours = timeit(partial(ours.propose, context, anchors), device, runs=args.runs)
                 t_ref = timeit(partial(ref.propose, context, anchors), device, runs=args.runs)
-                rows.append(
+                emit(
+                    rows,
                     {
                         "kernel": "drafter_propose",
                         "dtype": name,
                         "B": b,
                         "context": 64,
                         "dims": dims,
-                        "dspark_ms": t_ours * 1e3,
-                        "torch_drafter_ms": t_ref * 1e3,
-                        "speedup_vs_torch_drafter": t_ref / t_ours,
-                    }
+                        **versus(t_ours, t_ref, "torch_drafter"),
+                    },
                 )
-                print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -398,7 +410,8 @@ def profile_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
                 kernels.setdefault(key[:60], []).append(e.device_time_total)
         total_us = sum(sum(v) for v in kernels.values())
         top = sorted(kernels.items(), key=lambda kv: sum(kv[1]), reverse=True)[:5]
-        rows.append(
+        emit(
+            rows,
             {
                 "kernel": f"profile_{name}",
                 "path": kernel_path(),
@@ -407,9 +420,8 @@ def profile_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
                 "kernel_ms": total_us / 1e3,
                 "copies": copies,
                 "longest": {k: round(sum(v) / 1e3, 4) for k, v in top},
-            }
+            },
         )
-        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -434,7 +446,8 @@ def speculator_rows(args: argparse.Namespace, device: torch.device) -> list[dict
             out[where] = spec.generate(prompts, new).tokens
             secs[where] = time.perf_counter() - t0
         tokens = sum(len(t) for t in out["cpu"])
-        rows.append(
+        emit(
+            rows,
             {
                 "kernel": "speculator",
                 "B": b,
@@ -443,9 +456,8 @@ def speculator_rows(args: argparse.Namespace, device: torch.device) -> list[dict
                 "cpu_tokens_per_s": tokens / secs["cpu"],
                 "speedup_vs_cpu": secs["cpu"] / secs[str(device)],
                 "greedy_equal": out["cpu"] == out[str(device)],
-            }
+            },
         )
-        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 

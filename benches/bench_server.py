@@ -40,16 +40,17 @@ import asyncio
 import json
 import os
 import random
-import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from dspark.bundled import bundled_dir
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from output_watch import watch_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(os.environ.get("DSPARK_PEERS_DIR", "/var/tmp/dspark-peers"))
@@ -67,25 +68,13 @@ class Proc:
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         self.log: list[str] = []
-        self.url = f"http://127.0.0.1:{port}" if port else ""
-        found = threading.Event()
-
-        def read() -> None:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                self.log.append(line)
-                m = re.search(pattern, line)
-                if m and not found.is_set():
-                    if not port:
-                        self.url = m.group(1)
-                    found.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while not found.wait(0.2):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("server did not start:\n" + "".join(self.log[-20:]))
+        m = watch_for(
+            self.proc, self.proc.stdout, pattern, self.log, timeout=START_TIMEOUT, poll=0.2
+        )
+        if m is None:
+            self.stop()
+            raise RuntimeError("server did not start:\n" + "".join(self.log[-20:]))
+        self.url = f"http://127.0.0.1:{port}" if port else m.group(1)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

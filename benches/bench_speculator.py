@@ -31,6 +31,7 @@ from tiny_models import greedy_reference, make_target, write_drafter
 
 import dspark
 from dspark._safetensors import save_file
+from dspark.example import _drafter_head, _qwen3_layer
 
 
 def best_of(fn: Callable[[], Any], repeats: int) -> float:
@@ -112,34 +113,23 @@ def write_stack(
     def w(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
 
-    t: dict[str, np.ndarray] = {
-        "fc.weight": w(hidden, n_ctx * hidden),
-        "hidden_norm.weight": np.ones(hidden, np.float16),
-        "norm.weight": np.ones(hidden, np.float16),
-        "markov_head.markov_w1.weight": w(vocab, rank),
-        "markov_head.markov_w2.weight": w(vocab, rank),
-        "confidence_head.proj.weight": w(1, hidden + rank),
-        "confidence_head.proj.bias": np.zeros(1, np.float16),
-    }
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, np.float16)
+
+    t = _drafter_head(w, hidden=hidden, ctx_width=n_ctx * hidden, v_in=vocab, v_d=vocab, rank=rank)
     for i in range(layers):
-        p = f"layers.{i}."
-        for name, shape in {
-            "self_attn.q_proj.weight": (heads * head_dim, hidden),
-            "self_attn.k_proj.weight": (kv * head_dim, hidden),
-            "self_attn.v_proj.weight": (kv * head_dim, hidden),
-            "self_attn.o_proj.weight": (hidden, heads * head_dim),
-            "mlp.gate_proj.weight": (inter, hidden),
-            "mlp.up_proj.weight": (inter, hidden),
-            "mlp.down_proj.weight": (hidden, inter),
-        }.items():
-            t[p + name] = w(*shape)
-        for name, n in {
-            "self_attn.q_norm.weight": head_dim,
-            "self_attn.k_norm.weight": head_dim,
-            "input_layernorm.weight": hidden,
-            "post_attention_layernorm.weight": hidden,
-        }.items():
-            t[p + name] = np.ones(n, np.float16)
+        t.update(
+            _qwen3_layer(
+                f"layers.{i}.",
+                w,
+                ones,
+                hidden=hidden,
+                heads=heads,
+                kv_heads=kv,
+                head_dim=head_dim,
+                intermediate=inter,
+            )
+        )
     target_cfg = {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",

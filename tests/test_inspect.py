@@ -92,20 +92,21 @@ def test_reduced_needs_lm_head_and_d2t_each_reported(tmp_path: Path) -> None:
     assert {"missing-lm-head", "missing-d2t"} <= codes(report)
 
 
-def test_reduced_with_only_d2t_missing(tmp_path: Path) -> None:
-    tensors = draft_tensors("reduced")
-    del tensors["d2t"]
-    drafter = write_drafter(tmp_path / "d", draft_config("reduced"), tensors)
+@pytest.mark.parametrize(
+    ("layout", "tensor", "code"),
+    [
+        ("reduced", "d2t", "missing-d2t"),  # a reduced vocabulary with only d2t missing
+        ("padded", "embed_tokens.weight", "missing-embed-tokens"),  # expanded input vocabulary
+    ],
+)
+def test_one_missing_tensor_is_the_one_problem(
+    tmp_path: Path, layout: str, tensor: str, code: str
+) -> None:
+    tensors = draft_tensors(layout)
+    del tensors[tensor]
+    drafter = write_drafter(tmp_path / "d", draft_config(layout), tensors)
     _, target = example_pair(tmp_path / "pair", "full")
-    assert codes(dspark.inspect(drafter, target)) == {"missing-d2t"}
-
-
-def test_expanded_input_needs_embed_tokens(tmp_path: Path) -> None:
-    tensors = draft_tensors("padded")
-    del tensors["embed_tokens.weight"]
-    drafter = write_drafter(tmp_path / "d", draft_config("padded"), tensors)
-    _, target = example_pair(tmp_path / "pair", "full")
-    assert codes(dspark.inspect(drafter, target)) == {"missing-embed-tokens"}
+    assert codes(dspark.inspect(drafter, target)) == {code}
 
 
 @pytest.mark.parametrize(

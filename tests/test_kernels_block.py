@@ -215,28 +215,16 @@ class TestTorch:
         if tv is not None and d2t is None:
             base[..., tv:] = 1e4
         anchors = rng.integers(0, V_T, batch)
-        got = dspark.sample_block(
-            torch.from_numpy(base),
-            torch.from_numpy(w1),
-            torch.from_numpy(w2),
-            torch.from_numpy(anchors),
-            temperature=0.0,
-            target_vocab_size=tv,
-            d2t=None if d2t is None else torch.from_numpy(d2t),
-            top_k=top_k,
-            logit_scale=scale,
-        )
-        ref = markov_block(
-            torch.from_numpy(base),
-            torch.from_numpy(w1),
-            torch.from_numpy(w2),
-            torch.from_numpy(anchors),
-            temperature=0.0,
-            target_vocab=tv,
-            d2t=None if d2t is None else torch.from_numpy(d2t),
-            top_k=top_k,
-            logit_scale=scale,
-        )
+        # The same tensors and options for both (only the vocabulary keyword is named apart).
+        tensors = [torch.from_numpy(a) for a in (base, w1, w2, anchors)]
+        options = {
+            "temperature": 0.0,
+            "d2t": None if d2t is None else torch.from_numpy(d2t),
+            "top_k": top_k,
+            "logit_scale": scale,
+        }
+        got = dspark.sample_block(*tensors, target_vocab_size=tv, **options)
+        ref = markov_block(*tensors, target_vocab=tv, **options)
         assert isinstance(got.tokens, torch.Tensor) and got.tokens.dtype == torch.int64
         assert torch.equal(got.tokens, ref.tokens)
         assert torch.equal(got.prev_embeddings, ref.prev_embeddings)

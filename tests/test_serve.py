@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from output_watch import watch_for
 
 import dspark
 from dspark.bundled import bundled_dir
@@ -38,24 +38,18 @@ class Server:
         cmd = [sys.executable, "-m", "dspark", "serve", "--port", "0", "--threads", "2", *args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
-        found = threading.Event()
-        self.url = ""
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.log.append(line)
-                m = re.search(r"listening on (http://\S+)", line)
-                if m and not found.is_set():
-                    self.url = m.group(1)
-                    found.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while not found.wait(0.1):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                raise AssertionError("the server did not start:\n" + "".join(self.log))
+        m = watch_for(
+            self.proc,
+            self.proc.stderr,
+            r"listening on (http://\S+)",
+            self.log,
+            timeout=START_TIMEOUT,
+            poll=0.1,
+        )
+        if m is None:
+            self.proc.kill()
+            raise AssertionError("the server did not start:\n" + "".join(self.log))
+        self.url = m.group(1)
 
     def post(self, path: str, body: bytes | dict[str, Any]) -> tuple[int, bytes]:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -229,12 +223,17 @@ def test_a_second_server_on_a_taken_port_fails_cleanly(server: Server) -> None:
     assert "[bind]" in r.stderr
 
 
-def _rss_bytes(pid: int) -> int:
+def _status_bytes(pid: int, field: str) -> int:
+    """A size field of ``/proc/PID/status`` (``VmRSS``, ``VmHWM``, ...) in bytes; 0 if absent."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _rss_bytes(pid: int) -> int:
+    return _status_bytes(pid, "VmRSS")
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
@@ -281,11 +280,7 @@ def test_bounded_load_completes_or_refuses_every_request_without_growth() -> Non
 
 
 def _peak_rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return _status_bytes(pid, "VmHWM")
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")

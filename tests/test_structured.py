@@ -94,36 +94,29 @@ def test_greedy_under_a_grammar_is_target_only_greedy(client: Any) -> None:
 
 def test_regexes_match_whole_and_drafting_goes_on(client: Any) -> None:
     model = client.models.list().data[0].id
+
+    def complete(prompt: str, response_format: dict[str, str], **options: Any) -> Any:
+        return client.completions.create(
+            model=model,
+            prompt=prompt,
+            extra_body={"response_format": response_format},
+            **options,
+        )
+
     rx = "[0-9]{3}-[0-9]{4}"
-    r = client.completions.create(
-        model=model,
-        prompt="call me at ",
-        max_tokens=20,
-        temperature=0.7,
-        seed=3,
-        extra_body={"response_format": {"type": "regex", "regex": rx}},
+    r = complete(
+        "call me at ", {"type": "regex", "regex": rx}, max_tokens=20, temperature=0.7, seed=3
     )
     assert re.fullmatch(rx, r.choices[0].text), r.choices[0].text
     assert r.choices[0].finish_reason == "stop"
     # A grammar the drafter can follow: output stays in it (that its drafts are verified is
     # the engine tests' check: the server's scheduler may choose plain rounds here).
     lines = r"(import [a-z]{1,8}\n){1,3}"
-    g = client.completions.create(
-        model=model,
-        prompt="import os\n",
-        max_tokens=60,
-        temperature=0,
-        extra_body={"response_format": {"type": "regex", "regex": lines}},
-    )
+    g = complete("import os\n", {"type": "regex", "regex": lines}, max_tokens=60, temperature=0)
     assert re.fullmatch(lines, g.choices[0].text), g.choices[0].text
     lark = 'start: "yes" | "no" | "maybe"'
-    y = client.completions.create(
-        model=model,
-        prompt="Is it? ",
-        max_tokens=8,
-        temperature=1.0,
-        seed=1,
-        extra_body={"response_format": {"type": "grammar", "grammar": lark}},
+    y = complete(
+        "Is it? ", {"type": "grammar", "grammar": lark}, max_tokens=8, temperature=1.0, seed=1
     )
     assert y.choices[0].text in ("yes", "no", "maybe")
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import dspark
 import dspark._native as native
@@ -45,6 +47,8 @@ TYPING_DUNDERS = {
 
 #: ``(name, kind, has default)`` of every parameter but ``self`` / ``cls``.
 Params = list[tuple[str, str, bool]]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -229,11 +233,15 @@ def test_every_module_name_is_stubbed_as_what_it_is() -> None:
     assert not problems, "\n".join(problems)
 
 
+def _with_runtime(entries: dict[str, T]) -> Iterator[tuple[str, T, object]]:
+    """``(name, stub entry, the extension's object of that name or None)``, by name."""
+    for name, entry in sorted(entries.items()):
+        yield name, entry, getattr(native, name, None)
+
+
 def test_module_function_signatures_match() -> None:
-    stub = read_stub()
     problems = []
-    for name, params in sorted(stub.functions.items()):
-        value = getattr(native, name, None)
+    for name, params, value in _with_runtime(read_stub().functions):
         if value is None:
             continue  # reported by the name test
         got = runtime_params(value, bound=False)
@@ -243,10 +251,8 @@ def test_module_function_signatures_match() -> None:
 
 
 def test_class_bases_match() -> None:
-    stub = read_stub()
     problems = []
-    for name, cls in sorted(stub.classes.items()):
-        value = getattr(native, name, None)
+    for name, cls, value in _with_runtime(read_stub().classes):
         if not isinstance(value, type):
             continue
         got = [b.__name__ for b in value.__bases__ if b is not object]
@@ -256,10 +262,8 @@ def test_class_bases_match() -> None:
 
 
 def test_class_members_and_their_signatures_match() -> None:
-    stub = read_stub()
     problems = []
-    for name, cls in sorted(stub.classes.items()):
-        value = getattr(native, name, None)
+    for name, cls, value in _with_runtime(read_stub().classes):
         if not isinstance(value, type) or issubclass(value, BaseException):
             # Exceptions: their attributes (.code, .problems) are set per instance.
             continue

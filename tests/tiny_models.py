@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from dspark._safetensors import save_file
+from dspark.example import _qwen3_layer
 from dspark.protocols import DraftProposal
 
 VOCAB = 256
@@ -128,18 +129,19 @@ def draft_tensors(
         t["confidence_head.proj.weight"] = w(1, h + rank)
         t["confidence_head.proj.bias"] = w(1)
     for i in range(DRAFT_LAYERS):
-        p = f"layers.{i}."
-        t[p + "self_attn.q_proj.weight"] = w(HEADS * HEAD_DIM, h)
-        t[p + "self_attn.k_proj.weight"] = w(KV_HEADS * HEAD_DIM, h)
-        t[p + "self_attn.v_proj.weight"] = w(KV_HEADS * HEAD_DIM, h)
-        t[p + "self_attn.o_proj.weight"] = w(h, HEADS * HEAD_DIM)
-        t[p + "self_attn.q_norm.weight"] = norm(HEAD_DIM)
-        t[p + "self_attn.k_norm.weight"] = norm(HEAD_DIM)
-        t[p + "mlp.gate_proj.weight"] = w(INTERMEDIATE, h)
-        t[p + "mlp.up_proj.weight"] = w(INTERMEDIATE, h)
-        t[p + "mlp.down_proj.weight"] = w(h, INTERMEDIATE)
-        t[p + "input_layernorm.weight"] = norm(h)
-        t[p + "post_attention_layernorm.weight"] = norm(h)
+        # Drawn in the builder's fixed order: the projections and norms as the layer lists them.
+        t.update(
+            _qwen3_layer(
+                f"layers.{i}.",
+                w,
+                norm,
+                hidden=h,
+                heads=HEADS,
+                kv_heads=KV_HEADS,
+                head_dim=HEAD_DIM,
+                intermediate=INTERMEDIATE,
+            )
+        )
     if own_embed:
         t["embed_tokens.weight"] = w(v_in, h)
     if own_lm:

@@ -29,8 +29,7 @@ from dspark import _native
 from dspark._args import as_bool, as_float, as_int, as_seed
 from dspark._errors import raise_error
 from dspark._native import InputError, RequestUpdate
-from dspark.protocols import DRAFTER_MEMBERS
-from dspark.speculator import _engine_target, _verify_mode
+from dspark.speculator import _engine_pair, _verify_mode
 
 if TYPE_CHECKING:
     import torch
@@ -78,17 +77,9 @@ class Engine:
                 :class:`NativeTarget`'s own directory, or an HF model's local
                 ``name_or_path``. Read at the first such request.
         """
-        missing = [m for m in DRAFTER_MEMBERS if not hasattr(drafter, m)]
-        if missing:
-            raise_error(InputError, "invalid-argument", f"drafter lacks contract members {missing}")
-        self.target, engine_target = _engine_target(target)
+        self.target, engine_target, native_drafter = _engine_pair(target, drafter)
         self.drafter = drafter
-        mode, threshold = _verify_mode(verify)
-        if mode == "pipelined" and steps_per_second is None:
-            raise_error(InputError, "invalid-argument", "verify='pipelined' needs steps_per_second")
-        native_drafter = getattr(drafter, "_native", None)
-        if not isinstance(native_drafter, _native.Drafter):
-            native_drafter = drafter
+        mode, threshold = _verify_mode(verify, steps_per_second)
         table = list(steps_per_second) if steps_per_second is not None else None
         self._native = _native.Engine(
             engine_target,

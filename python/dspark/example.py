@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -97,24 +97,53 @@ def target_tensors(seed: int = 0) -> dict[str, np.ndarray]:
     return t
 
 
+_Tensor = TypeVar("_Tensor")
+
+
 def _qwen3_layer(
-    prefix: str, w: Callable[..., np.ndarray], ones: Callable[[int], np.ndarray]
-) -> dict[str, np.ndarray]:
-    """One Qwen3 decoder layer's tensors under ``prefix`` (``w`` draws in a fixed order)."""
+    prefix: str,
+    w: Callable[..., _Tensor],
+    ones: Callable[[int], _Tensor],
+    *,
+    hidden: int = HIDDEN,
+    heads: int = HEADS,
+    kv_heads: int = KV_HEADS,
+    head_dim: int = HEAD_DIM,
+    intermediate: int = INTERMEDIATE,
+) -> dict[str, _Tensor]:
+    """One Qwen3 decoder layer's tensors under ``prefix``, made by ``w`` (weights) and ``ones``
+    (norms), called in a fixed order; the example's shape unless given."""
     t = {
-        "self_attn.q_proj.weight": w(HEADS * HEAD_DIM, HIDDEN),
-        "self_attn.k_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
-        "self_attn.v_proj.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
-        "self_attn.o_proj.weight": w(HIDDEN, HEADS * HEAD_DIM),
-        "self_attn.q_norm.weight": ones(HEAD_DIM),
-        "self_attn.k_norm.weight": ones(HEAD_DIM),
-        "mlp.gate_proj.weight": w(INTERMEDIATE, HIDDEN),
-        "mlp.up_proj.weight": w(INTERMEDIATE, HIDDEN),
-        "mlp.down_proj.weight": w(HIDDEN, INTERMEDIATE),
-        "input_layernorm.weight": ones(HIDDEN),
-        "post_attention_layernorm.weight": ones(HIDDEN),
+        "self_attn.q_proj.weight": w(heads * head_dim, hidden),
+        "self_attn.k_proj.weight": w(kv_heads * head_dim, hidden),
+        "self_attn.v_proj.weight": w(kv_heads * head_dim, hidden),
+        "self_attn.o_proj.weight": w(hidden, heads * head_dim),
+        "self_attn.q_norm.weight": ones(head_dim),
+        "self_attn.k_norm.weight": ones(head_dim),
+        "mlp.gate_proj.weight": w(intermediate, hidden),
+        "mlp.up_proj.weight": w(intermediate, hidden),
+        "mlp.down_proj.weight": w(hidden, intermediate),
+        "input_layernorm.weight": ones(hidden),
+        "post_attention_layernorm.weight": ones(hidden),
     }
     return {prefix + k: v for k, v in t.items()}
+
+
+def _drafter_head(
+    w: Callable[..., np.ndarray], *, hidden: int, ctx_width: int, v_in: int, v_d: int, rank: int
+) -> dict[str, np.ndarray]:
+    """A drafter's float16 tensors outside its layers: ``fc`` (from the ``ctx_width`` target
+    features), the norms, the Markov head (``v_in`` to ``v_d``) and the confidence head (``w``
+    draws in a fixed order)."""
+    return {
+        "fc.weight": w(hidden, ctx_width),
+        "hidden_norm.weight": np.ones(hidden, np.float16),
+        "norm.weight": np.ones(hidden, np.float16),
+        "markov_head.markov_w1.weight": w(v_in, rank),
+        "markov_head.markov_w2.weight": w(v_d, rank),
+        "confidence_head.proj.weight": w(1, hidden + rank),
+        "confidence_head.proj.bias": np.zeros(1, np.float16),
+    }
 
 
 def _byte_symbols() -> list[str]:
@@ -223,15 +252,9 @@ def draft_tensors(layout: Layout, seed: int = 0) -> dict[str, np.ndarray]:
     def w(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * 0.05).astype(np.float16)
 
-    t: dict[str, np.ndarray] = {
-        "fc.weight": w(HIDDEN, HIDDEN * len(LAYER_IDS)),
-        "hidden_norm.weight": np.ones(HIDDEN, np.float16),
-        "norm.weight": np.ones(HIDDEN, np.float16),
-        "markov_head.markov_w1.weight": w(v_in, RANK),
-        "markov_head.markov_w2.weight": w(v_d, RANK),
-        "confidence_head.proj.weight": w(1, HIDDEN + RANK),
-        "confidence_head.proj.bias": np.zeros(1, np.float16),
-    }
+    t = _drafter_head(
+        w, hidden=HIDDEN, ctx_width=HIDDEN * len(LAYER_IDS), v_in=v_in, v_d=v_d, rank=RANK
+    )
     for i in range(DRAFT_LAYERS):
         t.update(_qwen3_layer(f"layers.{i}.", w, lambda n: np.ones(n, np.float16)))
     if layout == "padded":

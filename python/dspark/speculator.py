@@ -133,10 +133,7 @@ class Speculator:
                 it, as :meth:`dspark.Engine.add_request` does (output follows the changed
                 distribution exactly; :meth:`generate_target_only` applies them too).
         """
-        missing = [m for m in DRAFTER_MEMBERS if not hasattr(drafter, m)]
-        if missing:
-            raise_error(InputError, "invalid-argument", f"drafter lacks contract members {missing}")
-        self.target, engine_target = _engine_target(target)
+        self.target, engine_target, native_drafter = _engine_pair(target, drafter)
         self.drafter = drafter
         # At most the drafter's block: the engine checks it against the block it reads.
         n = None
@@ -153,9 +150,7 @@ class Speculator:
             top_p = as_float(top_p, "top_p")
             if not 0.0 < top_p <= 1.0:
                 raise_error(InputError, "invalid-argument", f"top_p {top_p}: must be in (0, 1]")
-        mode, threshold = _verify_mode(verify)
-        if mode == "pipelined" and steps_per_second is None:
-            raise_error(InputError, "invalid-argument", "verify='pipelined' needs steps_per_second")
+        mode, threshold = _verify_mode(verify, steps_per_second)
         self.seed = None if seed is None else as_seed(seed)
         self.verify = verify
         self.steps_per_second = (
@@ -164,9 +159,6 @@ class Speculator:
             else steps_per_second
         )
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        native_drafter = getattr(drafter, "_native", None)
-        if not isinstance(native_drafter, _native.Drafter):
-            native_drafter = drafter
         self._native = _native.Speculator(
             engine_target,
             native_drafter,
@@ -278,9 +270,28 @@ class Speculator:
         return self._native.vocab_size
 
 
-def _verify_mode(verify: object) -> tuple[str, float | None]:
-    """``(mode, threshold)`` of a ``verify`` argument (typed errors)."""
+def _engine_pair(
+    target: object, drafter: object
+) -> tuple[object, _native.NativeTarget | TargetModel[Any], object]:
+    """Check that ``drafter`` has every contract member; then ``(front target, engine-side
+    target, engine-side drafter)`` (see :func:`_engine_target`; a :class:`dspark.Drafter` runs
+    natively, any other drafter through the protocol)."""
+    missing = [m for m in DRAFTER_MEMBERS if not hasattr(drafter, m)]
+    if missing:
+        raise_error(InputError, "invalid-argument", f"drafter lacks contract members {missing}")
+    front, engine_target = _engine_target(target)
+    native_drafter = getattr(drafter, "_native", None)
+    if not isinstance(native_drafter, _native.Drafter):
+        native_drafter = drafter
+    return front, engine_target, native_drafter
+
+
+def _verify_mode(verify: object, steps_per_second: object) -> tuple[str, float | None]:
+    """``(mode, threshold)`` of a ``verify`` argument (typed errors; ``"pipelined"`` needs a
+    ``steps_per_second`` table)."""
     if isinstance(verify, str) and verify in ("full", "scheduled", "pipelined"):
+        if verify == "pipelined" and steps_per_second is None:
+            raise_error(InputError, "invalid-argument", "verify='pipelined' needs steps_per_second")
         return verify, None
     if isinstance(verify, (int, float)) and not isinstance(verify, bool) and 0 <= verify <= 1:
         return "threshold", float(verify)

@@ -51,14 +51,20 @@ _FloatArray = npt.NDArray[np.float64]
 # -- pure functions ------------------------------------------------------------------------
 
 
-def _as_conf(conf: npt.ArrayLike, name: str = "conf") -> _FloatArray:
-    """A 1-D float64 array of confidences in [0, 1] (typed errors)."""
+def _as_vector(values: npt.ArrayLike, name: str, kind: str) -> _FloatArray:
+    """``values`` as a 1-D float64 array (typed errors: not ``kind``, or not 1-D)."""
     try:
-        arr = np.asarray(conf, dtype=np.float64)
+        arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise_error(InputError, "invalid-argument", f"{name}: not numbers ({exc})")
+        raise_error(InputError, "invalid-argument", f"{name}: not {kind} ({exc})")
     if arr.ndim != 1:
         raise_error(InputError, "bad-shape", f"{name}: expected a 1-D sequence, got {arr.shape}")
+    return arr
+
+
+def _as_conf(conf: npt.ArrayLike, name: str = "conf") -> _FloatArray:
+    """A 1-D float64 array of confidences in [0, 1] (typed errors)."""
+    arr = _as_vector(conf, name, "numbers")
     if not np.all(np.isfinite(arr)):
         raise_error(InputError, "non-finite", f"{name}: contains NaN or infinity")
     if arr.size and (arr.min() < 0.0 or arr.max() > 1.0):
@@ -68,12 +74,7 @@ def _as_conf(conf: npt.ArrayLike, name: str = "conf") -> _FloatArray:
 
 def _as_outcomes(accepted: npt.ArrayLike, n: int) -> _FloatArray:
     """A 1-D float64 array of 0/1 outcomes of length ``n`` (typed errors)."""
-    try:
-        arr = np.asarray(accepted, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise_error(InputError, "invalid-argument", f"accepted: not booleans ({exc})")
-    if arr.ndim != 1:
-        raise_error(InputError, "bad-shape", f"accepted: expected a 1-D sequence, got {arr.shape}")
+    arr = _as_vector(accepted, "accepted", "booleans")
     if arr.shape[0] != n:
         raise_error(InputError, "bad-shape", f"accepted has {arr.shape[0]} entries, conf has {n}")
     if arr.size and not np.all((arr == 0.0) | (arr == 1.0)):

@@ -68,8 +68,7 @@ class HFCache:
 
     @valid.setter
     def valid(self, value: torch.Tensor) -> None:
-        if self._valid is None:
-            self._token_pos = self.token_pos
+        self._leave_dense()
         self._valid = value
         self.width = int(value.shape[1])
 
@@ -82,9 +81,13 @@ class HFCache:
 
     @token_pos.setter
     def token_pos(self, value: torch.Tensor) -> None:
-        if self._valid is None:
-            self._valid = self.valid
+        self._leave_dense()
         self._token_pos = value
+
+    def _leave_dense(self) -> None:
+        """Store both views explicitly (the dense ones) before one of them is replaced."""
+        if self._valid is None:
+            self._valid, self._token_pos = self.valid, self.token_pos
 
 
 def _text_config(config: Any) -> Any:
@@ -325,14 +328,7 @@ class HFTarget:
         if n == 0:
             return
         if cache.width > 0:
-            refs = _kv_refs(cache.kv)
-            if refs is None:
-                raise_error(
-                    InputError,
-                    "invalid-argument",
-                    "grow: this transformers cache keeps its tensors where dspark cannot add rows",
-                )
-            for ref in refs:
+            for ref in _row_refs(cache, "grow", "add"):
                 t = _get(ref)
                 pad = t.new_zeros((n, *t.shape[1:]))
                 _put(ref, torch.cat([t, pad], dim=0))
@@ -358,15 +354,7 @@ class HFTarget:
             )
         idx = torch.tensor([i for i, k in enumerate(flags) if k], dtype=torch.long)
         if cache.width > 0:
-            refs = _kv_refs(cache.kv)
-            if refs is None:
-                raise_error(
-                    InputError,
-                    "invalid-argument",
-                    "retain: this transformers cache keeps its tensors where dspark cannot drop "
-                    "rows",
-                )
-            for ref in refs:
+            for ref in _row_refs(cache, "retain", "drop"):
                 t = _get(ref)
                 _put(ref, t.index_select(0, idx.to(t.device)))
             if not cache.dense:
@@ -411,6 +399,19 @@ def _restore_dense(cache: HFCache) -> None:
     if bool(cache.valid.all()) and bool((cache.token_pos == cols).all()):
         cache._valid = None
         cache._token_pos = None
+
+
+def _row_refs(cache: HFCache, op: str, verb: str) -> list[tuple[Any, str | int]]:
+    """The cache's KV tensor slots, for ``op`` to ``verb`` rows (``invalid-argument`` when
+    this transformers cache keeps them where dspark cannot)."""
+    refs = _kv_refs(cache.kv)
+    if refs is None:
+        raise_error(
+            InputError,
+            "invalid-argument",
+            f"{op}: this transformers cache keeps its tensors where dspark cannot {verb} rows",
+        )
+    return refs
 
 
 def _kv_refs(kv: Any) -> list[tuple[Any, str | int]] | None:

@@ -40,13 +40,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from dspark._files import check_output_file, write_atomic
-from dspark.cli.options import existing_file, positive_int, seed_int, temperature, token_count
+from dspark.cli.options import (
+    add_pair_arguments,
+    existing_file,
+    positive_int,
+    seed_int,
+    temperature,
+    token_count,
+)
+from dspark.cli.terminal import std_streams
 from dspark.confidence_records import (
     DEFAULT_BATCH,
     DEFAULT_NEW_TOKENS,
@@ -100,14 +107,9 @@ class Calibration:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``dspark calibrate`` options."""
-    p.add_argument(
-        "--target",
-        type=Path,
-        required=True,
-        metavar="DIR|FILE",
-        help="target model dir, or a Qwen3 GGUF file",
+    add_pair_arguments(
+        p, target_help="target model dir, or a Qwen3 GGUF file", drafter_help="drafter dir"
     )
-    p.add_argument("--drafter", type=Path, required=True, metavar="DIR", help="drafter dir")
     p.add_argument(
         "--prompts",
         type=existing_file,
@@ -217,8 +219,7 @@ def main(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``dspark calibrate``; returns the exit code (0 when the file was written)."""
-    out = out or sys.stdout
-    err = err or sys.stderr
+    out, err = std_streams(out, err)
     target_dir, drafter_dir = Path(args.target), Path(args.drafter)
     if args.prompts is not None:
         texts, prompt_source = load_texts(Path(args.prompts)), str(args.prompts)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,6 +66,7 @@ from dspark.cli.terminal import (
     is_tty,
     legend,
     markers,
+    std_streams,
 )
 from dspark.measure import speculative, target_only
 
@@ -301,8 +301,7 @@ def run(
     """Run the demo; returns the summary (also printed)."""
     from dspark.speculator import Speculator
 
-    out = out if out is not None else sys.stdout
-    err = err if err is not None else sys.stderr
+    out, err = std_streams(out, err)
     args = _with_defaults(args)
     _validate(args)
     check_plot(args.plot)

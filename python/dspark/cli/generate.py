@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 from dspark._errors import raise_error
@@ -26,6 +24,7 @@ from dspark._native import InputError
 from dspark.cli.backend import BACKENDS, choose_backend, engine_threads, need_torch
 from dspark.cli.errors import EXIT_OK
 from dspark.cli.options import (
+    add_pair_arguments,
     add_sampling_arguments,
     existing_file,
     prompt_text,
@@ -34,7 +33,7 @@ from dspark.cli.options import (
     token_count,
     verify_mode,
 )
-from dspark.cli.terminal import Stage, Style, TokenPrinter, is_tty
+from dspark.cli.terminal import Stage, Style, TokenPrinter, is_tty, std_streams
 from dspark.pair import (
     KV_DTYPES,
     NATIVE_DTYPES,
@@ -56,15 +55,10 @@ DESCRIPTION = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``dspark generate`` options."""
-    p.add_argument(
-        "--target",
-        type=Path,
-        required=True,
-        metavar="DIR|FILE",
-        help="HF causal-LM dir, or a Qwen3 GGUF file (native target)",
-    )
-    p.add_argument(
-        "--drafter", type=Path, required=True, metavar="DIR", help="DSpark drafter checkpoint dir"
+    add_pair_arguments(
+        p,
+        target_help="HF causal-LM dir, or a Qwen3 GGUF file (native target)",
+        drafter_help="DSpark drafter checkpoint dir",
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", type=prompt_text, metavar="TEXT", help="text to continue (UTF-8)")
@@ -129,8 +123,7 @@ def run(
     args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
 ) -> dict[str, Any]:
     """Run ``dspark generate``; returns the summary (also printed)."""
-    out = out if out is not None else sys.stdout
-    err = err if err is not None else sys.stderr
+    out, err = std_streams(out, err)
     text = args.prompt if args.prompt is not None else read_prompt(args.prompt_file)
     backend = choose_backend(args.target_backend, args.target)
     native = backend == "native"

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_PROMPT_BYTES",
     "MAX_TEMPERATURE",
     "MAX_TOKENS",
+    "add_pair_arguments",
     "add_sampling_arguments",
     "bounded_int",
     "existing_file",
@@ -124,14 +125,16 @@ def verify_mode(text: str) -> str | float:
         raise argparse.ArgumentTypeError(
             f"expected 'full', 'scheduled' or a confidence threshold in [0, 1], got {text!r}"
         ) from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"a threshold must be in [0, 1], got {value}")
-    return value
+    return _in_unit_interval(value)
 
 
 def threshold(text: str) -> float:
     """A confidence threshold in ``[0, 1]``."""
-    value = _float(text)
+    return _in_unit_interval(_float(text))
+
+
+def _in_unit_interval(value: float) -> float:
+    """``value``, checked to be a threshold in ``[0, 1]``."""
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"a threshold must be in [0, 1], got {value}")
     return value
@@ -157,6 +160,13 @@ def existing_file(text: str) -> Path:
 
 
 # -- shared options ------------------------------------------------------------------------
+
+
+def add_pair_arguments(p: argparse.ArgumentParser, target_help: str, drafter_help: str) -> None:
+    """The required ``--target DIR|FILE`` and ``--drafter DIR``: shared by ``generate`` and
+    ``calibrate``."""
+    p.add_argument("--target", type=Path, required=True, metavar="DIR|FILE", help=target_help)
+    p.add_argument("--drafter", type=Path, required=True, metavar="DIR", help=drafter_help)
 
 
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "distinct_ngrams",
     "is_tty",
     "legend",
+    "std_streams",
 ]
 
 Style = Literal["color", "markers", "plain"]
@@ -36,6 +37,12 @@ Style = Literal["color", "markers", "plain"]
 DRAFT_COLOR = "\x1b[32m"  # green: accepted drafts
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
+
+
+def std_streams(out: TextIO | None, err: TextIO | None) -> tuple[TextIO, TextIO]:
+    """``(out, err)``, each the standard stream where it is ``None`` (read at the call, so a
+    redirected ``sys.stdout`` applies)."""
+    return (out if out is not None else sys.stdout, err if err is not None else sys.stderr)
 
 
 def is_tty(stream: object) -> bool:
