@@ -117,7 +117,7 @@ impl PyDrafter {
             let (share_embed, share_head) =
                 py.detach(|| plan_sharing(&path, &target)).map_err(err)?;
             let take = |obj: Option<&Bound<'_, PyAny>>, needed: bool, name: &str| match obj {
-                Some(o) if needed && !o.is_none() => tensor_f32(o, name).map(Some),
+                Some(o) if needed && !o.is_none() => tensor_f32(o, name).map(|t| Some(t.into())),
                 _ => Ok(None),
             };
             let shared = SharedWeights {

@@ -199,6 +199,23 @@ impl Linear {
         })
     }
 
+    /// A map over host-packed rows already shared (an output head tied to a packed embedding:
+    /// one copy of the blocks for both), without a bias.
+    pub fn from_shared(packed: Arc<PackedWeight>) -> Self {
+        Self {
+            weight: Weight::Packed(packed, None),
+            bias: None,
+        }
+    }
+
+    /// The packed weight, when the map keeps one (the host fast path).
+    pub fn packed_weight(&self) -> Option<&Arc<PackedWeight>> {
+        match &self.weight {
+            Weight::Packed(w, _) => Some(w),
+            Weight::Tensor(_) => None,
+        }
+    }
+
     /// The quantized format of the weight, when it is quantized.
     pub fn quant(&self) -> Option<Quant> {
         match &self.weight {

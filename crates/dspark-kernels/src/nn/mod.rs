@@ -33,6 +33,7 @@ pub mod norm;
 pub mod packed;
 pub mod quant;
 pub mod rope;
+pub mod vocab;
 pub mod weights;
 
 pub use crate::cpu::par::PAR_MIN_MACS;
@@ -42,4 +43,5 @@ pub use linear::{Linear, PACKED_HEAD_MAX, SMALL_ROWS, f32_of, matmul_t, output_h
 pub use mlp::swiglu;
 pub use norm::rms_norm;
 pub use rope::Rope;
+pub use vocab::VocabWeight;
 pub use weights::SharedWeights;

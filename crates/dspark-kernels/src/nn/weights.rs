@@ -16,19 +16,21 @@ use candle_core::{Device, Tensor};
 use memmap2::Mmap;
 
 use super::packed::PanelElem;
+use super::vocab::VocabWeight;
 use super::{LoadOptions, WeightDtype};
 use crate::checkpoint::{Inventory, LoadPlan, TensorInfo, WeightSource};
 use crate::error::{Error, Result};
 
 /// Embedding and output head handed over by the target model, used where the load plan says
-/// [`WeightSource::SharedTarget`]. f32, bf16 or f16: a drafter keeps them in their dtype
-/// (shared, not copied, when the rows match) unless its [`LoadOptions`] choose another.
+/// [`WeightSource::SharedTarget`]. f32, bf16 or f16 tensors, or packed rows (a quantized
+/// target's): a drafter keeps them as they are (shared, not copied, when the rows match)
+/// unless its [`LoadOptions`] choose another dtype.
 #[derive(Debug, Clone, Default)]
 pub struct SharedWeights {
     /// The target's input embedding `[rows >= V_in, H]`.
-    pub embed: Option<Tensor>,
+    pub embed: Option<VocabWeight>,
     /// The target's output head `[rows >= V_t, H]`.
-    pub lm_head: Option<Tensor>,
+    pub lm_head: Option<VocabWeight>,
     /// The target's output head as its kernels multiply by it (packed, or quantized: a GGUF
     /// file's blocks), over its `V_t` rows. A drafter that takes `lm_head` from the target and
     /// drafts over those same rows multiplies by this one (the same bytes, no second packed
@@ -255,17 +257,18 @@ pub fn load_planned(
 
 /// A weight taken from the target: present when the plan shares it, 2-D with `cols` columns
 /// and at least `min_rows` rows; rows beyond `rows` are dropped and missing rows up to `rows`
-/// (padded vocabularies) are zero-filled. Returned on `device` in the options' dtype, else
-/// its own (f32, bf16 or f16; anything else becomes f32): no copy when that is the given
-/// tensor's dtype and device and its rows match.
+/// (padded vocabularies) are zeros. Packed rows stay packed (shared, never widened) on the
+/// host fast path when the options keep the target's dtype; otherwise the weight is a tensor
+/// on `device` in the options' dtype, else its own (f32, bf16 or f16; anything else becomes
+/// f32): no copy when that is the given tensor's dtype and device and its rows match.
 pub fn shared_weight(
     what: &'static str,
-    given: Option<&Tensor>,
+    given: Option<&VocabWeight>,
     source: WeightSource,
     [min_rows, rows, cols]: [usize; 3],
     device: &Device,
     options: LoadOptions,
-) -> Result<Option<Tensor>> {
+) -> Result<Option<VocabWeight>> {
     if source == WeightSource::Own {
         return Ok(None);
     }
@@ -278,24 +281,30 @@ pub fn shared_weight(
     let bad_shape = || Error::ShapeMismatch {
         tensor: format!("{what} (from the target)"),
         expected: vec![rows, cols],
-        found: t.dims().to_vec(),
+        found: match t.dims() {
+            Some((n, c)) => vec![n, c],
+            None => match t {
+                VocabWeight::Tensor(t) => t.dims().to_vec(),
+                VocabWeight::Packed { .. } => Vec::new(),
+            },
+        },
     };
-    let &[n, c] = t.dims() else {
+    let Some((n, c)) = t.dims() else {
         return Err(bad_shape());
     };
     if c != cols || n < min_rows {
         return Err(bad_shape());
     }
+    if let VocabWeight::Packed { weight, .. } = t
+        && options.dtype.is_none()
+        && crate::device::fast_on(device)
+    {
+        let weight = weight.clone();
+        return Ok(Some(VocabWeight::Packed { weight, rows }));
+    }
     let dtype = match options.dtype {
         Some(d) => d,
         None => WeightDtype::of_candle(t.dtype()).unwrap_or(WeightDtype::F32),
     };
-    let t = t.to_device(device)?.to_dtype(dtype.candle())?;
-    let t = if n >= rows {
-        t.narrow(0, 0, rows)?
-    } else {
-        let pad = Tensor::zeros((rows - n, cols), dtype.candle(), device)?;
-        Tensor::cat(&[&t, &pad], 0)?
-    };
-    Ok(Some(t.contiguous()?))
+    Ok(Some(t.dense(rows, device, dtype.candle())?.into()))
 }

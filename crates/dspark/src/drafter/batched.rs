@@ -152,7 +152,7 @@ impl Qwen3Drafter {
         let n = b_n * q_len;
         let ids = ids_and_positions.narrow(0, 0, n)?;
         let positions = ids_and_positions.narrow(0, n, n)?;
-        let mut x = f32_of(&self.embed.index_select(&ids, 0)?)?;
+        let mut x = self.embed.lookup(&ids, "input_ids")?;
         let (cos, sin) = self
             .rope
             .tables_at(&self.rope_cache, &positions, &host[..n])?;

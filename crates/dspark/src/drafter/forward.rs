@@ -182,7 +182,7 @@ impl Qwen3Drafter {
             .collect();
         let n = b_n * q_len;
         let ids = Tensor::from_vec(ids, n, &self.device)?;
-        let mut x = f32_of(&self.embed.index_select(&ids, 0)?)?;
+        let mut x = self.embed.lookup(&ids, "input_ids")?;
         let (cos, sin) = self.rope.tables(&positions, &self.device)?;
         let eps = self.spec.shape.rms_norm_eps;
         let scale = 1.0 / (hd as f64).sqrt();
@@ -267,7 +267,12 @@ impl Qwen3Drafter {
         let rows = hidden.reshape((b * k, h))?;
         let logits = match &self.head {
             Some(head) => head.forward(&rows)?,
-            None => matmul_t(&rows, &self.lm_head, None)?,
+            None => {
+                let w = self.lm_head.as_ref().ok_or_else(|| Error::Internal {
+                    message: "a drafter without a head keeps lm_head".into(),
+                })?;
+                matmul_t(&rows, w, None)?
+            }
         };
         // A head borrowed from the target covers its `V_t` rows; a padded draft vocabulary's
         // further rows of `lm_head` are zeros, whose logits are 0.

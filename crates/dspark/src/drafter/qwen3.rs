@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::nn::decoder::{Layer, Take};
 use crate::nn::weights::{SharedWeights, load_planned, shared_weight};
-use crate::nn::{Linear, LoadOptions, Rope, f32_of};
+use crate::nn::{Linear, LoadOptions, Rope, VocabWeight, f32_of};
 use crate::sampling::StsCalibration;
 
 /// The confidence head: `sigmoid(w·[h ; e] + b)`.
@@ -58,14 +58,15 @@ pub struct Qwen3Drafter {
     pub(crate) to_draft: std::sync::Arc<Vec<u32>>,
     pub(crate) device: Device,
     /// `[V_in, H]`.
-    pub(crate) embed: Tensor,
+    pub(crate) embed: VocabWeight,
     pub(crate) fc: Linear,
     pub(crate) hidden_norm: Tensor,
     pub(crate) layers: Vec<Layer>,
     pub(crate) norm: Tensor,
-    /// `[V_d, H]`.
-    pub(crate) lm_head: Tensor,
-    /// `lm_head` packed for the CPU kernel (see [`crate::nn::output_head`]).
+    /// `[V_d, H]` as a tensor, where `head` is not the target's (borrowed: `None`).
+    pub(crate) lm_head: Option<Tensor>,
+    /// `lm_head` packed for the CPU kernel (see [`crate::nn::output_head`]), or the target's
+    /// head ([`SharedWeights::head`]).
     pub(crate) head: Option<Linear>,
     /// `[V_in · r]` on the host (the Markov kernel reads host memory).
     pub(crate) markov_w1: Vec<f32>,
@@ -290,7 +291,7 @@ impl Qwen3Drafter {
             options,
         )? {
             Some(w) => w,
-            None => t.get(shapes::EMBED)?,
+            None => VocabWeight::Tensor(t.get(shapes::EMBED)?),
         };
         let lm_head = match shared_weight(
             shapes::LM_HEAD,
@@ -301,7 +302,14 @@ impl Qwen3Drafter {
             options,
         )? {
             Some(w) => w,
-            None => t.get(shapes::LM_HEAD)?,
+            None => VocabWeight::Tensor(t.get(shapes::LM_HEAD)?),
+        };
+        let (head, lm_head) = match borrowed_head(shared.head.as_ref(), &plan, options, device) {
+            Some(head) => (Some(head.clone()), None),
+            None => {
+                let lm_head = lm_head.into_dense(device)?;
+                (crate::nn::output_head(&lm_head)?, Some(lm_head))
+            }
         };
         let bias = spec.shape.attention_bias;
         let mut layers = Vec::with_capacity(spec.shape.num_hidden_layers);
@@ -368,7 +376,7 @@ impl Qwen3Drafter {
             device: device.clone(),
             embed,
             layers,
-            head: drafter_head(&lm_head, shared.head.as_ref(), &plan, options)?,
+            head,
             lm_head,
             markov_w1,
             markov_w2,
@@ -518,28 +526,23 @@ impl Qwen3Drafter {
     }
 }
 
-/// The drafter's output head for the CPU kernels: the target's own ([`SharedWeights::head`],
-/// packed or quantized as the target keeps it) when the drafter takes `lm_head` from the
-/// target, drafts over all of its `V_t` rows (a padded draft vocabulary's further rows are
-/// zeros: their logits are padded with 0, see `base_logits`) and its options keep the target's
-/// dtype; else `lm_head` packed ([`crate::nn::output_head`]).
-fn drafter_head(
-    lm_head: &Tensor,
-    target_head: Option<&Linear>,
+/// The target's output head ([`SharedWeights::head`], packed or quantized as the target keeps
+/// it), when the drafter takes `lm_head` from the target, drafts over all of its `V_t` rows (a
+/// padded draft vocabulary's further rows are zeros: their logits are padded with 0, see
+/// `base_logits`), its options keep the target's dtype and the host kernels run on `device`.
+fn borrowed_head<'a>(
+    target_head: Option<&'a Linear>,
     plan: &LoadPlan,
     options: LoadOptions,
-) -> Result<Option<Linear>> {
-    let borrowed = target_head.filter(|h| {
+    device: &Device,
+) -> Option<&'a Linear> {
+    target_head.filter(|h| {
         plan.lm_head != WeightSource::Own
             && h.out_dim() == plan.vocab.target
             && plan.vocab.target <= plan.vocab.draft
             && options
                 .dtype
                 .is_none_or(|d| h.quant().is_none() && d == h.weight_dtype())
-            && crate::device::fast_on(lm_head.device())
-    });
-    match borrowed {
-        Some(h) => Ok(Some(h.clone())),
-        None => crate::nn::output_head(lm_head),
-    }
+            && crate::device::fast_on(device)
+    })
 }

@@ -99,8 +99,8 @@ fn shared_weights_are_used_exactly() {
         t.remove("lm_head.weight");
     });
     let shared = SharedWeights {
-        embed: Some(as_tensor("embed_tokens.weight")),
-        lm_head: Some(as_tensor("lm_head.weight")),
+        embed: Some(as_tensor("embed_tokens.weight").into()),
+        lm_head: Some(as_tensor("lm_head.weight").into()),
         head: None,
     };
     let d = Qwen3Drafter::load(dir.path(), &bare.target(), shared).unwrap();
@@ -147,7 +147,7 @@ fn missing_or_misshapen_shared_weight_is_a_typed_error() {
         dir.path(),
         &target,
         SharedWeights {
-            embed: Some(narrow),
+            embed: Some(narrow.into()),
             ..full.clone()
         },
     )
@@ -158,7 +158,7 @@ fn missing_or_misshapen_shared_weight_is_a_typed_error() {
         dir.path(),
         &target,
         SharedWeights {
-            lm_head: Some(short),
+            lm_head: Some(short.into()),
             ..full
         },
     )
@@ -170,7 +170,7 @@ fn missing_or_misshapen_shared_weight_is_a_typed_error() {
         dir.path(),
         &target,
         SharedWeights {
-            embed: Some(wide),
+            embed: Some(wide.into()),
             ..bare.target_weights()
         },
     );

@@ -312,8 +312,16 @@ impl Tiny {
         let mut rng = Rng::new(self.seed ^ 0xABCD);
         let v = self.target_vocab;
         SharedWeights {
-            embed: Some(Tensor::from_vec(rng.vec(v * H, 1.0), (v, H), &Device::Cpu).unwrap()),
-            lm_head: Some(Tensor::from_vec(rng.vec(v * H, 0.25), (v, H), &Device::Cpu).unwrap()),
+            embed: Some(
+                Tensor::from_vec(rng.vec(v * H, 1.0), (v, H), &Device::Cpu)
+                    .unwrap()
+                    .into(),
+            ),
+            lm_head: Some(
+                Tensor::from_vec(rng.vec(v * H, 0.25), (v, H), &Device::Cpu)
+                    .unwrap()
+                    .into(),
+            ),
             head: None,
         }
     }

@@ -138,6 +138,13 @@ fn a_q4_k_m_mix_keeps_its_blocks_and_the_target_contract() {
         // for Q6_K, against 1024 in f32 (the head included, in Q6_K).
         let ratio = g.weight_bytes_per_step() as f64 / wide.weight_bytes_per_step() as f64;
         assert!((0.14..=0.21).contains(&ratio), "{ratio}");
+        // The tied embedding is the head's blocks, once: looked up where they lie, and handed
+        // so to a drafter.
+        let w = g.shared_weights();
+        let (embed, head) = (w.embed.unwrap(), w.head.unwrap());
+        let rows = embed.as_packed().unwrap();
+        assert!(std::sync::Arc::ptr_eq(rows, head.packed_weight().unwrap()));
+        assert_eq!(rows.quant(), Some(Quant::Q6K));
     }
     check_target(&g, &[0, 1]).unwrap();
 }

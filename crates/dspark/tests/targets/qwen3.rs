@@ -97,6 +97,7 @@ fn contract_bf16_sharded_tied_with_bias() {
     // Tied: one storage for embed and lm_head, handed to a drafter without a copy.
     let w = t.shared_weights();
     let (e, l) = (w.embed.unwrap(), w.lm_head.unwrap());
+    let (e, l) = (e.as_tensor().unwrap(), l.as_tensor().unwrap());
     let (se, _) = e.storage_and_layout();
     let (sl, _) = l.storage_and_layout();
     assert!(std::ptr::eq(&*se, &*sl));

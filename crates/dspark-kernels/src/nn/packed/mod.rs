@@ -238,15 +238,25 @@ impl<T: PanelElem> PackedMatrix<T> {
     /// as the zeros packing stored).
     pub fn unpack(&self) -> Vec<f32> {
         let mut w = vec![0f32; self.rows * self.cols];
-        let len = pairs::panel_len::<T>(self.cols);
         for (o, dst) in w.chunks_exact_mut(self.cols.max(1)).enumerate() {
-            let (p, j) = (o / PANEL, o % PANEL);
-            let panel = &self.data[p * len..];
-            for (k, d) in dst.iter_mut().enumerate() {
-                *d = panel[pairs::slot_index::<T>(k, j)].to_f32();
-            }
+            self.row_into(o, dst);
         }
         w
+    }
+
+    /// Row `o`'s `cols` values (as [`Self::unpack`] gives them) into `out`. Panics when
+    /// `o >= rows` or `out` is not `cols` long.
+    pub fn row_into(&self, o: usize, out: &mut [f32]) {
+        assert!(
+            o < self.rows && out.len() == self.cols,
+            "row {o} of {}",
+            self.rows
+        );
+        let (p, j) = (o / PANEL, o % PANEL);
+        let panel = &self.data[p * pairs::panel_len::<T>(self.cols)..];
+        for (k, d) in out.iter_mut().enumerate() {
+            *d = panel[pairs::slot_index::<T>(k, j)].to_f32();
+        }
     }
 
     /// `y = x · Wᵀ (+ bias)` for row-major `x: [n, cols]`, giving row-major `[n, rows]`, with
@@ -411,6 +421,12 @@ impl PackedWeight {
     /// The row-major matrix back as `f32` (exact; a quantized one's dequantized values).
     pub fn unpack(&self) -> Vec<f32> {
         each_float!(self, m => m.unpack(), q => q.dequantize())
+    }
+
+    /// Row `o`'s values (as [`Self::unpack`] gives them) into `out` (`cols` long). Panics when
+    /// `o >= rows` or `out` is not `cols` long.
+    pub fn row_into(&self, o: usize, out: &mut [f32]) {
+        each!(self, m => m.row_into(o, out))
     }
 
     /// [`PackedMatrix::matmul`].

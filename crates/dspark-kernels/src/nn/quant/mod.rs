@@ -260,19 +260,29 @@ impl QuantMatrix {
 
     /// The row-major matrix the blocks hold, as `f32` (`d · q`).
     pub fn dequantize(&self) -> Vec<f32> {
-        let mut out = Vec::with_capacity(self.rows * self.cols);
-        for o in 0..self.rows {
-            let (g, j) = (o / GROUP, o % GROUP);
-            for (b, block) in self.data[g * self.blocks..(g + 1) * self.blocks]
-                .iter()
-                .enumerate()
-            {
-                let d = block.d[j].to_f32();
-                let take = BLOCK.min(self.cols - b * BLOCK);
-                out.extend(block.row(j)[..take].iter().map(|&q| d * f32::from(q)));
-            }
+        let mut out = vec![0.0f32; self.rows * self.cols];
+        for (o, row) in out.chunks_exact_mut(self.cols.max(1)).enumerate() {
+            self.row_into(o, row);
         }
         out
+    }
+
+    /// Row `o`'s `cols` values (as [`Self::dequantize`] gives them) into `out`. Panics when
+    /// `o >= rows` or `out` is not `cols` long.
+    pub fn row_into(&self, o: usize, out: &mut [f32]) {
+        assert!(
+            o < self.rows && out.len() == self.cols,
+            "row {o} of {}",
+            self.rows
+        );
+        let (g, j) = (o / GROUP, o % GROUP);
+        let group = &self.data[g * self.blocks..][..self.blocks];
+        for (block, chunk) in group.iter().zip(out.chunks_mut(BLOCK)) {
+            let d = block.d[j].to_f32();
+            for (v, q) in chunk.iter_mut().zip(block.row(j)) {
+                *v = d * f32::from(q);
+            }
+        }
     }
 
     /// `y = x · Wᵀ (+ bias)` for row-major `x: [n, cols]`, with the fastest body: row-major

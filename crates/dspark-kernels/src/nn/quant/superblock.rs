@@ -144,12 +144,23 @@ impl<G: SuperGroup> SuperMatrix<G> {
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = vec![0.0f32; self.rows * self.cols];
         for (o, row) in out.chunks_exact_mut(self.cols.max(1)).enumerate() {
-            let g = o / GROUP;
-            for (b, chunk) in row.chunks_mut(SUPER).enumerate() {
-                self.data[g * self.blocks + b].dequantize(o % GROUP, chunk);
-            }
+            self.row_into(o, row);
         }
         out
+    }
+
+    /// Row `o`'s `cols` values (as [`Self::dequantize`] gives them) into `out`. Panics when
+    /// `o >= rows` or `out` is not `cols` long.
+    pub fn row_into(&self, o: usize, out: &mut [f32]) {
+        assert!(
+            o < self.rows && out.len() == self.cols,
+            "row {o} of {}",
+            self.rows
+        );
+        let group = &self.data[(o / GROUP) * self.blocks..][..self.blocks];
+        for (block, chunk) in group.iter().zip(out.chunks_mut(SUPER)) {
+            block.dequantize(o % GROUP, chunk);
+        }
     }
 
     /// `y = x · Wᵀ (+ bias)` for row-major `x: [n, cols]`, with the fastest body: row-major

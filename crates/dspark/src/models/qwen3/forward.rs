@@ -16,7 +16,7 @@ use super::model::Qwen3Target;
 use crate::error::{Error, Result};
 use crate::limits::{MAX_POSITION, output_elements};
 use crate::models::{LogitRows, TargetInput, TargetOutput};
-use crate::nn::{causal_gqa_attention_kt, f32_of, matmul_t, rms_norm};
+use crate::nn::{causal_gqa_attention_kt, matmul_t, rms_norm};
 
 /// Where each request's new tokens sit in the packed batch.
 struct Packed {
@@ -174,7 +174,7 @@ impl Qwen3Target {
                 self.rope.tables(&p.positions, &self.device)?,
             ),
         };
-        let mut x = f32_of(&self.embed.index_select(&ids, 0)?)?;
+        let mut x = self.embed.lookup(&ids, "input_ids")?;
         let heads = self.heads();
         let scale = 1.0 / (heads.head_dim as f64).sqrt();
         let mut captured: Vec<Option<Tensor>> = vec![None; self.layers.len()];
@@ -269,7 +269,15 @@ impl Qwen3Target {
         };
         let logits = match &self.head {
             Some(head) => head.forward(&selected)?,
-            None => matmul_t(&selected, &self.lm_head_logical, None)?,
+            None => {
+                let w = self
+                    .lm_head_logical
+                    .as_ref()
+                    .ok_or_else(|| Error::Internal {
+                        message: "a target without a packed head keeps its dense rows".into(),
+                    })?;
+                matmul_t(&selected, w, None)?
+            }
         };
         let logits = scatter(&logits, &slots, (b_n, out_rows, v))?;
         self.finish_forward(cache, &p, logits, &captured, capture, width)

@@ -8,11 +8,12 @@
 //! problem at once, by the file's names) before any is read. Quantized maps keep the file's
 //! blocks ([`crate::nn::gguf`]), so a decode step reads the file's bytes; float maps follow the
 //! [`LoadOptions`] as a safetensors checkpoint's do (and are quantized when they ask). A
-//! quantized embedding is looked up from its exact f32 values; the output head keeps the
-//! stored blocks.
+//! quantized embedding and output head keep the stored blocks, once (a tied head's are the
+//! embedding's): rows are looked up where they lie, with their exact values.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use serde_json::{Map, Value, json};
@@ -24,7 +25,7 @@ use crate::device::fast_on;
 use crate::error::{Error, Result};
 use crate::nn::decoder::Take;
 use crate::nn::gguf::{GgufFile, GgufTensor, bad_gguf};
-use crate::nn::{Linear, LoadOptions, Rope};
+use crate::nn::{Linear, LoadOptions, Rope, VocabWeight};
 
 /// GGUF's name for a `Qwen3ForCausalLM` tensor name (`None` for a name Qwen3 does not have).
 pub fn gguf_name(hf: &str) -> Option<String> {
@@ -169,6 +170,7 @@ impl Qwen3Target {
 
         let mut tensors = BTreeMap::new();
         let mut packed = BTreeMap::new();
+        let mut vocab = BTreeMap::new();
         let mut head = None;
         for (w, name) in wants.iter().zip(&names) {
             let is_head =
@@ -179,12 +181,18 @@ impl Qwen3Target {
                     tensors.insert(w.name.clone(), t);
                 }
                 GgufTensor::Quantized(q) if w.name == EMBED || w.name == LM_HEAD => {
-                    // Looked up (and shared with a drafter) as its exact values; the head
-                    // multiplies by the stored blocks where the host kernels run.
-                    let values = Tensor::from_vec(q.unpack(), (q.rows(), q.cols()), device)?;
-                    tensors.insert(w.name.clone(), values);
-                    if is_head && fast_on(device) && q.rows() == config.shape.vocab_size {
-                        head = Some(Linear::from_packed(q, None, device)?);
+                    if fast_on(device) {
+                        // Kept as the file's blocks, once: looked up where they lie (and
+                        // shared so with a drafter), and the head multiplies by them.
+                        let q = Arc::new(q);
+                        if is_head && q.rows() == config.shape.vocab_size {
+                            head = Some(Linear::from_shared(q.clone()));
+                        }
+                        vocab.insert(w.name.clone(), VocabWeight::packed(q));
+                    } else {
+                        // The device-generic path computes with the blocks' exact values.
+                        let values = Tensor::from_vec(q.unpack(), (q.rows(), q.cols()), device)?;
+                        tensors.insert(w.name.clone(), values);
                     }
                 }
                 GgufTensor::Quantized(q) => {
@@ -196,7 +204,7 @@ impl Qwen3Target {
         let t = Take::new(tensors)
             .quantized(options.quant)
             .with_packed(packed, device);
-        Self::assemble(config, rope, t, head, quant, (device, options))
+        Self::assemble(config, rope, (t, vocab), head, quant, (device, options))
     }
 
     /// [`Self::load_gguf`] for a file, [`Self::load_with`] for a checkpoint directory.

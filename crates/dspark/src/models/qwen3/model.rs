@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 use super::cache::Qwen3Cache;
 use crate::checkpoint::Inventory;
@@ -24,7 +24,7 @@ use crate::nn::decoder::{Heads, Layer, Take};
 use crate::nn::quant::Quant;
 use crate::nn::weights::TensorReader;
 use crate::nn::{Linear, Rope, output_head};
-use crate::nn::{LoadOptions, SharedWeights};
+use crate::nn::{LoadOptions, SharedWeights, VocabWeight};
 
 /// A Qwen3 causal LM on candle: the native [`TargetModel`].
 #[derive(Debug, Clone)]
@@ -33,14 +33,15 @@ pub struct Qwen3Target {
     pub(crate) device: Device,
     /// The layers' maps' quantized format (on the device-generic path, the values they hold).
     pub(crate) quant: Option<Quant>,
-    /// `[rows >= V_t, H]` as stored.
-    pub(crate) embed: Tensor,
+    /// `[rows >= V_t, H]` as stored (a GGUF file's quantized blocks: looked up where they lie).
+    pub(crate) embed: VocabWeight,
     pub(crate) layers: Vec<Layer>,
     pub(crate) norm: Tensor,
     /// `[rows >= V_t, H]` as stored (the embedding itself when tied).
-    pub(crate) lm_head: Tensor,
-    /// The first `V_t` rows of `lm_head` (a view).
-    pub(crate) lm_head_logical: Tensor,
+    pub(crate) lm_head: VocabWeight,
+    /// The first `V_t` rows of `lm_head` (a view) as a tensor, where `head` does not multiply
+    /// by packed rows (`None` beside a GGUF file's quantized head: no widened copy).
+    pub(crate) lm_head_logical: Option<Tensor>,
     /// `lm_head_logical` packed for the CPU kernel (see [`output_head`]), or quantized with the
     /// layers.
     pub(crate) head: Option<Linear>,
@@ -195,25 +196,38 @@ impl Qwen3Target {
             }
         }
         let t = Take::new(tensors).quantized(options.quant);
-        Self::assemble(config, rope, t, None, options.quant, (device, options))
+        let vocab = BTreeMap::new();
+        Self::assemble(
+            config,
+            rope,
+            (t, vocab),
+            None,
+            options.quant,
+            (device, options),
+        )
     }
 
-    /// The target from its loaded tensors and maps (`t`, by the checkpoint's names), `head`
-    /// the output head when the loader built it (a GGUF file's quantized one, kept as stored),
-    /// `quant` the layers' maps' format.
+    /// The target from its loaded tensors and maps (`t`, by the checkpoint's names) and its
+    /// packed embedding or head (`vocab`: a GGUF file's quantized ones, by the same names),
+    /// `head` the output head when the loader built it (a GGUF file's quantized one, kept as
+    /// stored), `quant` the layers' maps' format.
     pub(super) fn assemble(
         config: Qwen3Config,
         rope: Rope,
-        mut t: Take,
+        (mut t, mut vocab): (Take, BTreeMap<String, VocabWeight>),
         head: Option<Linear>,
         quant: Option<Quant>,
         (device, options): (&Device, LoadOptions),
     ) -> Result<Self> {
-        let embed = t.get(EMBED)?;
+        let mut take = |name: &str| match vocab.remove(name) {
+            Some(w) => Ok(w),
+            None => t.get(name).map(VocabWeight::Tensor),
+        };
+        let embed = take(EMBED)?;
         let lm_head = if config.shape.tie_word_embeddings {
             embed.clone()
         } else {
-            t.get(LM_HEAD)?
+            take(LM_HEAD)?
         };
         let mut layers = Vec::with_capacity(config.shape.num_hidden_layers);
         for i in 0..config.shape.num_hidden_layers {
@@ -223,15 +237,26 @@ impl Qwen3Target {
                 config.shape.attention_bias,
             )?);
         }
-        let lm_head_logical = lm_head.narrow(0, 0, config.shape.vocab_size)?;
-        let head = match (head, options.quant) {
-            (Some(head), _) => Some(head),
-            // The head quantized too (a copy beside the stored one, which embedding lookups
-            // and a drafter read), where the host kernels run.
-            (None, Some(q)) if fast_on(device) => {
-                Some(Linear::quantized(lm_head_logical.clone(), None, q.head())?)
+        let v = config.shape.vocab_size;
+        let (head, lm_head_logical) = match head {
+            Some(head) => (Some(head), None),
+            None => {
+                // A view of the stored head's first `V_t` rows (packed rows without a packed
+                // head: their values, once).
+                let logical = match &lm_head {
+                    VocabWeight::Tensor(w) => w.narrow(0, 0, v)?,
+                    VocabWeight::Packed { .. } => lm_head.dense(v, device, DType::F32)?,
+                };
+                let head = match options.quant {
+                    // The head quantized too (a copy beside the stored one, which embedding
+                    // lookups and a drafter read), where the host kernels run.
+                    Some(q) if fast_on(device) => {
+                        Some(Linear::quantized(logical.clone(), None, q.head())?)
+                    }
+                    _ => output_head(&logical)?,
+                };
+                (head, Some(logical))
             }
-            (None, _) => output_head(&lm_head_logical)?,
         };
         Ok(Self {
             norm: t.get("model.norm.weight")?,
@@ -285,11 +310,10 @@ impl Qwen3Target {
     /// and the embedding rows looked up aside).
     pub fn weight_bytes_per_step(&self) -> usize {
         let layers: usize = self.layers.iter().map(Layer::weight_bytes).sum();
-        let head = match &self.head {
-            Some(h) => h.weight_bytes(),
-            None => {
-                self.lm_head_logical.elem_count() * self.lm_head_logical.dtype().size_in_bytes()
-            }
+        let head = match (&self.head, &self.lm_head_logical) {
+            (Some(h), _) => h.weight_bytes(),
+            (None, Some(w)) => w.elem_count() * w.dtype().size_in_bytes(),
+            (None, None) => 0,
         };
         layers + head
     }
