@@ -139,11 +139,11 @@ pub struct LoadOptions {
     /// are kept as `f32` tensors holding these values (rounded to the chosen dtype first), so
     /// both paths compute the same model.
     pub dtype: Option<WeightDtype>,
-    /// Quantize the decoder layers' linear maps at load (a native target's `q8_0` or `q4_k`; its
-    /// output head gets a quantized copy on the host path, in [`Quant::head`]'s format); the
-    /// embedding and the norms keep
-    /// [`Self::dtype`]. `None`: no quantization. On the device-generic path the maps hold the
-    /// quantized values as f32 tensors.
+    /// Quantize the decoder layers' linear maps at load (a native target's `q8_0` or `q4_k`; on
+    /// the host path its output head and embedding too, in [`Quant::head`]'s format, held once
+    /// when tied); the norms keep [`Self::dtype`]. `None`: no quantization. On the
+    /// device-generic path the maps hold the quantized values as f32 tensors (the embedding and
+    /// head as stored).
     pub quant: Option<Quant>,
     /// The element type of a native target's KV cache (`float32`, `float16` or `bfloat16`;
     /// arithmetic stays f32, keys and values are rounded to nearest even as they are written).

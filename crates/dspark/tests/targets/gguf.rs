@@ -78,9 +78,9 @@ fn a_float_file_is_its_checkpoint_bit_for_bit() {
 
 #[test]
 fn quantized_maps_from_a_file_are_in_place_quantization_bit_for_bit() {
-    // The maps in dspark's blocks, the head in Q8_0 (in-place quantization's head format on the
-    // host path; the device-generic path keeps the stored head), the embedding and norms in f32:
-    // the file holds what in-place quantization makes.
+    // The maps in dspark's blocks, the embedding and head in Q8_0 (in-place quantization's
+    // format for them on the host path; the device-generic path keeps the stored ones), the
+    // norms in f32: the file holds what in-place quantization makes.
     let host = dspark::device::fast_on(&Device::Cpu);
     let tokens = [5u32, 8, 30, 17, 12, 42, 3];
     for quant in [Quant::Q8_0, Quant::Q4K] {
@@ -88,9 +88,11 @@ fn quantized_maps_from_a_file_are_in_place_quantization_bit_for_bit() {
         let t = tiny(false);
         let path = both(&t, dir.path(), "q.gguf", |name, shape| {
             match (name, shape.len()) {
-                ("model.embed_tokens.weight", _) | (_, 1) => Kind::F32,
-                ("lm_head.weight", _) if host => Kind::Ours(quant.head()),
-                ("lm_head.weight", _) => Kind::F32,
+                (_, 1) => Kind::F32,
+                ("model.embed_tokens.weight" | "lm_head.weight", _) if host => {
+                    Kind::Ours(quant.head())
+                }
+                ("model.embed_tokens.weight" | "lm_head.weight", _) => Kind::F32,
                 _ => Kind::Ours(quant),
             }
         });

@@ -71,6 +71,35 @@ fn quantized_layers_read_their_format_s_bytes_and_stay_close_to_f32() {
 }
 
 #[test]
+fn the_embedding_is_quantized_too_and_held_once_with_a_tied_head() {
+    if !dspark::device::fast_on(&Device::Cpu) {
+        return; // The device-generic path keeps the stored embedding and head.
+    }
+    // (tied, stored rows): a padded tied embedding keeps its own blocks beside the head's.
+    for (tie, rows) in [(false, 50), (true, 50), (true, 56)] {
+        let dir = tempfile::tempdir().unwrap();
+        let tiny = Tiny {
+            tie,
+            vocab: 50,
+            rows,
+            hidden: 256,
+            inter: 512,
+            heads: 4,
+            hd: 64,
+            ..Tiny::default()
+        };
+        tiny.write_with(dir.path(), |_| {}, |_| {});
+        let q = Qwen3Target::load_with(dir.path(), &Device::Cpu, q8()).unwrap();
+        let w = q.shared_weights();
+        let (embed, head) = (w.embed.unwrap(), w.head.unwrap());
+        let packed = embed.as_packed().expect("a quantized embedding");
+        assert_eq!((packed.quant(), packed.rows()), (Some(Quant::Q8_0), rows));
+        let shared = std::sync::Arc::ptr_eq(packed, head.packed_weight().unwrap());
+        assert_eq!(shared, tie && rows == 50, "tie={tie} rows={rows}");
+    }
+}
+
+#[test]
 fn greedy_speculative_equals_target_only_on_quantized_targets() {
     for quant in [Quant::Q8_0, Quant::Q4K] {
         greedy_speculative_equals_target_only(quant);

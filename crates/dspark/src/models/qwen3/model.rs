@@ -248,8 +248,7 @@ impl Qwen3Target {
                     VocabWeight::Packed { .. } => lm_head.dense(v, device, DType::F32)?,
                 };
                 let head = match options.quant {
-                    // The head quantized too (a copy beside the stored one, which embedding
-                    // lookups and a drafter read), where the host kernels run.
+                    // The head quantized too, where the host kernels run.
                     Some(q) if fast_on(device) => {
                         Some(Linear::quantized(logical.clone(), None, q.head())?)
                     }
@@ -257,6 +256,13 @@ impl Qwen3Target {
                 };
                 (head, Some(logical))
             }
+        };
+        let (embed, lm_head, lm_head_logical) = match options.quant {
+            Some(q) if fast_on(device) => {
+                let (embed, lm_head) = quantized_vocab(embed, lm_head, head.as_ref(), q, &config)?;
+                (embed, lm_head, None)
+            }
+            _ => (embed, lm_head, lm_head_logical),
         };
         Ok(Self {
             norm: t.get("model.norm.weight")?,
@@ -420,4 +426,40 @@ impl TargetModel for Qwen3Target {
             layer_seconds: None,
         }))
     }
+}
+
+/// In-place quantization's embedding and stored head on the host: the embedding in the
+/// head's format ([`Quant::head`]; rows looked up from its blocks), held once with a head of
+/// the same rows (tied, or an untied head's stored rows all logical), so neither stays in its
+/// stored dtype beside the blocks. Already packed ones (a GGUF file's) stay as they are.
+fn quantized_vocab(
+    embed: VocabWeight,
+    lm_head: VocabWeight,
+    head: Option<&Linear>,
+    quant: Quant,
+    config: &Qwen3Config,
+) -> Result<(VocabWeight, VocabWeight)> {
+    let head_rows = head.and_then(Linear::packed_weight);
+    let all_rows = |w: &VocabWeight| -> Option<VocabWeight> {
+        let h = head_rows?;
+        (w.dims().map(|d| d.0) == Some(h.rows())).then(|| VocabWeight::packed(h.clone()))
+    };
+    let lm_head = match &lm_head {
+        VocabWeight::Tensor(_) => all_rows(&lm_head).unwrap_or(lm_head),
+        VocabWeight::Packed { .. } => lm_head,
+    };
+    let tied = config.shape.tie_word_embeddings;
+    let embed = match &embed {
+        VocabWeight::Tensor(_) if tied && lm_head.as_packed().is_some() => lm_head.clone(),
+        VocabWeight::Tensor(e) => {
+            let q = Linear::quantized(e.clone(), None, quant.head())?;
+            match q.packed_weight() {
+                Some(rows) => VocabWeight::packed(rows.clone()),
+                None => embed,
+            }
+        }
+        VocabWeight::Packed { .. } => embed,
+    };
+    let lm_head = if tied { embed.clone() } else { lm_head };
+    Ok((embed, lm_head))
 }
