@@ -19,8 +19,6 @@
 //! (a verification's 9 rows included) and splits the outputs over the pool for large weights, as
 //! the panel kernel does ([`crate::threads::split_stream`]).
 
-use crate::view::Floats;
-
 mod acts;
 mod group;
 pub mod q4k;
@@ -39,6 +37,7 @@ mod zmm;
 pub use group::{AnyQuant, matmul_mixed};
 pub(crate) use group::{Blocks, Bodies, group_with};
 pub use rule::{BLOCK, GROUP, GroupQ8, QuantRows};
+use superblock::{SuperGroup, SuperMatrix};
 
 /// A quantized format for weight matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -156,151 +155,59 @@ pub(crate) fn widen<T: Copy + Into<f32>>(src: &[T], dst: &mut [f32]) {
 }
 
 /// `W: [rows, cols]` as Q8_0 blocks in groups of 8 rows (see `rule.rs`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct QuantMatrix {
-    rows: usize,
-    cols: usize,
-    /// Blocks per row (`⌈cols / 32⌉`).
-    blocks: usize,
-    /// `[⌈rows / 8⌉, blocks]` group-blocks.
-    data: Vec<GroupQ8>,
-}
+pub type QuantMatrix = SuperMatrix<GroupQ8>;
 
-impl QuantMatrix {
-    /// Quantize row-major `w: [rows, cols]` (any float dtype). `None` when `w.len() != rows ·
-    /// cols`, a weight is not finite, or a block's scale does not fit an f16 (a weight above
-    /// 65504 · 127 in size).
-    pub fn quantize(w: Floats<'_>, rows: usize, cols: usize) -> Option<Self> {
-        if rows.checked_mul(cols) != Some(w.len()) {
-            return None;
-        }
-        let blocks = cols.div_ceil(BLOCK);
-        let mut data = crate::cpu::pages::streamed_vec(rows.div_ceil(GROUP) * blocks);
-        let mut row = vec![0.0f32; cols];
-        for o in 0..rows {
-            let at = o * cols;
-            match w {
-                Floats::F32(s) => row.copy_from_slice(&s[at..at + cols]),
-                Floats::BF16(s) => widen(&s[at..at + cols], &mut row),
-                Floats::F16(s) => widen(&s[at..at + cols], &mut row),
-            }
-            if !row.iter().all(|v| v.is_finite()) {
-                return None;
-            }
-            let g = o / GROUP;
-            rule::quantize_weight_row(&row, o % GROUP, &mut data[g * blocks..(g + 1) * blocks]);
-        }
-        data.iter()
-            .all(|b: &GroupQ8| b.d.iter().all(|d| d.is_finite()))
-            .then_some(Self {
-                rows,
-                cols,
-                blocks,
-                data,
-            })
+impl SuperGroup for GroupQ8 {
+    const WEIGHTS: usize = BLOCK;
+    /// An f16 scale, then 32 signed bytes.
+    const RAW: usize = 2 + BLOCK;
+
+    type Acts = QuantRows;
+
+    fn quantize(&mut self, j: usize, x: &[f32]) -> Option<()> {
+        let mut q = [0i8; BLOCK];
+        let d = half::f16::from_f32(rule::quantize_block(x, &mut q));
+        self.set_row(j, &q);
+        self.d[j] = d;
+        d.is_finite().then_some(())
     }
 
-    /// The matrix a GGUF file stores as `Q8_0`: `rows` rows of `cols / 32` blocks of 34 bytes
-    /// (an f16 scale, then 32 signed bytes), row-major, as read from the file (regrouped, not
-    /// widened). `None` when `cols` is not a multiple of 32, `bytes` is not that long, or a
-    /// scale is not finite.
-    pub fn from_gguf(bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
-        const RAW: usize = 2 + BLOCK;
-        if !cols.is_multiple_of(BLOCK) || rows.checked_mul(cols / BLOCK * RAW) != Some(bytes.len())
-        {
-            return None;
-        }
-        let blocks = cols / BLOCK;
-        let mut data: Vec<GroupQ8> = crate::cpu::pages::streamed_vec(rows.div_ceil(GROUP) * blocks);
-        for (i, raw) in bytes.chunks_exact(RAW).enumerate() {
-            let (o, b) = (i / blocks, i % blocks);
-            let d = half::f16::from_le_bytes([raw[0], raw[1]]);
-            if !d.is_finite() {
-                return None;
-            }
-            let block = &mut data[(o / GROUP) * blocks + b];
-            block.d[o % GROUP] = d;
-            block.set_row(o % GROUP, &std::array::from_fn(|i| raw[2 + i] as i8));
-        }
-        Some(Self {
-            rows,
-            cols,
-            blocks,
-            data,
-        })
+    fn read(&mut self, j: usize, raw: &[u8]) -> Option<()> {
+        let d = half::f16::from_le_bytes([*raw.first()?, *raw.get(1)?]);
+        let q: &[u8; BLOCK] = raw.get(2..2 + BLOCK)?.try_into().ok()?;
+        self.d[j] = d;
+        self.set_row(j, &q.map(|b| b as i8));
+        d.is_finite().then_some(())
     }
 
-    /// The rows as a GGUF file stores them (every row's blocks in order: [`Self::from_gguf`]'s
-    /// input).
-    pub fn to_gguf(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.rows * self.blocks * (2 + BLOCK));
-        for o in 0..self.rows {
-            for block in &self.data[(o / GROUP) * self.blocks..][..self.blocks] {
-                out.extend(block.d[o % GROUP].to_le_bytes());
-                out.extend(block.row(o % GROUP).map(|q| q as u8));
-            }
-        }
-        out
+    fn write(&self, j: usize, out: &mut Vec<u8>) {
+        out.extend(self.d[j].to_le_bytes());
+        out.extend(self.row(j).map(|q| q as u8));
     }
 
-    /// Output rows (`out`).
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Input columns (`in`).
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// Bytes of the blocks (34 per 32 weights; a last group of fewer than 8 rows is padded).
-    pub fn bytes(&self) -> usize {
-        self.data.len() * std::mem::size_of::<GroupQ8>()
-    }
-
-    /// The row-major matrix the blocks hold, as `f32` (`d · q`).
-    pub fn dequantize(&self) -> Vec<f32> {
-        let mut out = vec![0.0f32; self.rows * self.cols];
-        for (o, row) in out.chunks_exact_mut(self.cols.max(1)).enumerate() {
-            self.row_into(o, row);
-        }
-        out
-    }
-
-    /// Row `o`'s `cols` values (as [`Self::dequantize`] gives them) into `out`. Panics when
-    /// `o >= rows` or `out` is not `cols` long.
-    pub fn row_into(&self, o: usize, out: &mut [f32]) {
-        assert!(
-            o < self.rows && out.len() == self.cols,
-            "row {o} of {}",
-            self.rows
-        );
-        let (g, j) = (o / GROUP, o % GROUP);
-        let group = &self.data[g * self.blocks..][..self.blocks];
-        for (block, chunk) in group.iter().zip(out.chunks_mut(BLOCK)) {
-            let d = block.d[j].to_f32();
-            for (v, q) in chunk.iter_mut().zip(block.row(j)) {
-                *v = d * f32::from(q);
-            }
+    fn dequantize(&self, j: usize, out: &mut [f32]) {
+        let d = self.d[j].to_f32();
+        for (v, q) in out.iter_mut().zip(self.row(j)) {
+            *v = d * f32::from(q);
         }
     }
 
-    /// `y = x · Wᵀ (+ bias)` for row-major `x: [n, cols]`, with the fastest body: row-major
-    /// `[n, rows]`. `None` when `x.len() != n · cols` or a bias is not `rows` long.
-    pub fn matmul(&self, x: &[f32], n: usize, bias: Option<&[f32]>) -> Option<Vec<f32>> {
-        self.matmul_with(QuantKernel::best(), x, n, bias)
+    fn acts(x: &[f32], n: usize, cols: usize) -> QuantRows {
+        QuantRows::new(x, n, cols)
     }
 
-    /// [`Self::matmul`] with `kernel` (the portable one where AVX2 is missing).
-    pub fn matmul_with(
-        &self,
-        kernel: QuantKernel,
-        x: &[f32],
-        n: usize,
-        bias: Option<&[f32]>,
-    ) -> Option<Vec<f32>> {
-        group_with(kernel, &[(self, bias)], x, n)?.pop()
-    }
+    const BODIES: Bodies<Self, QuantRows> = Bodies {
+        dot: |w, j, x, r| {
+            let (xd, xq, _) = x.row(r);
+            rule::dot_row(w, j, xd, xq)
+        },
+        #[cfg(target_arch = "x86_64")]
+        x86: [
+            zmm::matmul_rows,
+            vnni::matmul_rows_avxvnni,
+            x86::matmul_rows,
+        ],
+    };
 }
 
 /// One product of a group: the weight and its bias (`rows` values), if any.
@@ -312,40 +219,6 @@ pub type QuantPart<'a> = (&'a QuantMatrix, Option<&'a [f32]>);
 /// is not `x`'s (`x.len() != n · cols`) or a bias is not its `rows` long.
 pub fn matmul_group(parts: &[QuantPart<'_>], x: &[f32], n: usize) -> Option<Vec<Vec<f32>>> {
     group_with(QuantKernel::best(), parts, x, n)
-}
-
-/// The Q8_0 product's bodies.
-pub(crate) const Q8_BODIES: Bodies<GroupQ8, QuantRows> = Bodies {
-    dot: |w, j, x, r| {
-        let (xd, xq, _) = x.row(r);
-        rule::dot_row(w, j, xd, xq)
-    },
-    #[cfg(target_arch = "x86_64")]
-    x86: [
-        zmm::matmul_rows,
-        vnni::matmul_rows_avxvnni,
-        x86::matmul_rows,
-    ],
-};
-
-impl Blocks for QuantMatrix {
-    type Acts = QuantRows;
-
-    fn shape(&self) -> (usize, usize) {
-        (self.rows, self.cols)
-    }
-
-    fn bytes(&self) -> usize {
-        QuantMatrix::bytes(self)
-    }
-
-    fn acts(x: &[f32], n: usize, cols: usize) -> QuantRows {
-        QuantRows::new(x, n, cols)
-    }
-
-    fn run(&self, kernel: QuantKernel, q: &QuantRows, n: usize, o0: usize, out: &mut [f32]) {
-        Q8_BODIES.run(kernel, &self.data, self.blocks, q, n, o0, out);
-    }
 }
 
 #[cfg(test)]

@@ -97,22 +97,6 @@ pub fn level(v: f32) -> i8 {
     r.clamp(-127, 127) as i8
 }
 
-/// Block `b` of `row`: its values `32b .. 32b + 32` (fewer, or none, past the row's end).
-fn block_of(row: &[f32], b: usize) -> &[f32] {
-    &row[(b * BLOCK).min(row.len())..((b + 1) * BLOCK).min(row.len())]
-}
-
-/// Weight row `row` into slot `j` of its group's blocks (`out`: the group's blocks; the last
-/// block zero-padded).
-pub fn quantize_weight_row(row: &[f32], j: usize, out: &mut [GroupQ8]) {
-    let mut q = [0i8; BLOCK];
-    for (b, block) in out.iter_mut().enumerate() {
-        let d = quantize_block(block_of(row, b), &mut q);
-        block.set_row(j, &q);
-        block.d[j] = f16::from_f32(d);
-    }
-}
-
 /// Activations quantized per row and block: `blocks` scales, `blocks · 32` bytes and `blocks`
 /// byte sums per row.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,32 +1,36 @@
-//! What the K-quant formats share: a matrix of 256-weight super-blocks in groups of 8 rows
-//! ([`SuperMatrix`]), generic over the group super-block ([`SuperGroup`]: Q4_K's
-//! [`super::q4k::GroupQ4K`], Q6_K's [`super::q6k::GroupQ6K`]): quantizing, GGUF's rows read and
-//! written, dequantizing, and the product through the group dispatch ([`Blocks`]).
+//! What every block format shares: a matrix of blocks in groups of 8 rows ([`SuperMatrix`]),
+//! generic over the group block ([`SuperGroup`]: Q8_0's 32-weight [`super::GroupQ8`], Q4_K's
+//! and Q6_K's 256-weight super-blocks [`super::q4k::GroupQ4K`] and [`super::q6k::GroupQ6K`]):
+//! quantizing, GGUF's rows read and written, dequantizing, rows looked up, and the product
+//! through the group dispatch ([`Blocks`]).
 
 use super::group::Bodies;
 use super::rule::GROUP;
 use super::{Blocks, QuantKernel, group_with, widen};
 use crate::view::Floats;
 
-/// Weights per super-block.
+/// Weights per K-quant super-block.
 pub const SUPER: usize = 256;
 
-/// One super-block of a group of [`GROUP`] rows in a K-quant format.
+/// One block of a group of [`GROUP`] rows in a block format.
 pub trait SuperGroup: Copy + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static {
-    /// Bytes of one row's super-block in a GGUF file.
+    /// Weights of one row's block (32 for Q8_0, [`SUPER`] for the K-quants).
+    const WEIGHTS: usize;
+
+    /// Bytes of one row's block in a GGUF file.
     const RAW: usize;
 
     /// The activations the product reads, quantized per row.
     type Acts: Sync;
 
-    /// Quantize row `j`'s super-block `x` (at most [`SUPER`] finite values; missing ones count
-    /// as 0) into this group super-block. `None` when a factor does not fit an f16.
+    /// Quantize row `j`'s block `x` (at most [`Self::WEIGHTS`] finite values; missing ones count
+    /// as 0) into this group block. `None` when a factor does not fit an f16.
     fn quantize(&mut self, j: usize, x: &[f32]) -> Option<()>;
 
     /// Set row `j` from a GGUF file's [`Self::RAW`] bytes. `None` when a factor is not finite.
     fn read(&mut self, j: usize, raw: &[u8]) -> Option<()>;
 
-    /// Append row `j`'s super-block as a GGUF file stores it.
+    /// Append row `j`'s block as a GGUF file stores it.
     fn write(&self, j: usize, out: &mut Vec<u8>);
 
     /// Row `j`'s first `out.len()` weights as `f32`.
@@ -39,19 +43,19 @@ pub trait SuperGroup: Copy + Default + PartialEq + std::fmt::Debug + Send + Sync
     const BODIES: Bodies<Self, Self::Acts>;
 }
 
-/// `W: [rows, cols]` as super-blocks `G` in groups of 8 rows.
+/// `W: [rows, cols]` as blocks `G` in groups of 8 rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SuperMatrix<G> {
     pub(super) rows: usize,
     pub(super) cols: usize,
-    /// Super-blocks per row (`⌈cols / 256⌉`).
+    /// Blocks per row (`⌈cols / G::WEIGHTS⌉`).
     pub(super) blocks: usize,
-    /// `[⌈rows / 8⌉, blocks]` group super-blocks.
+    /// `[⌈rows / 8⌉, blocks]` group blocks.
     pub(super) data: Vec<G>,
 }
 
 impl<G: SuperGroup> SuperMatrix<G> {
-    /// Quantize row-major `w: [rows, cols]` (any float dtype; a row's last super-block
+    /// Quantize row-major `w: [rows, cols]` (any float dtype; a row's last block
     /// zero-padded). `None` when `w.len() != rows · cols`, a weight is not finite, or a factor
     /// does not fit an f16.
     pub fn quantize(w: Floats<'_>, rows: usize, cols: usize) -> Option<Self> {
@@ -71,20 +75,20 @@ impl<G: SuperGroup> SuperMatrix<G> {
                 return None;
             }
             for b in 0..m.blocks {
-                let x = &row[(b * SUPER).min(cols)..((b + 1) * SUPER).min(cols)];
+                let x = &row[(b * G::WEIGHTS).min(cols)..((b + 1) * G::WEIGHTS).min(cols)];
                 m.block_mut(o, b).quantize(o % GROUP, x)?;
             }
         }
         Some(m)
     }
 
-    /// The matrix a GGUF file stores: `rows` rows of `cols / 256` super-blocks of
+    /// The matrix a GGUF file stores: `rows` rows of `cols / G::WEIGHTS` blocks of
     /// [`SuperGroup::RAW`] bytes, row-major, as read from the file (regrouped, not widened).
-    /// `None` when `cols` is not a multiple of 256, `bytes` is not that long, or a factor is
+    /// `None` when `cols` is not a multiple of a block, `bytes` is not that long, or a factor is
     /// not finite.
     pub fn from_gguf(bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
-        if !cols.is_multiple_of(SUPER)
-            || rows.checked_mul(cols / SUPER * G::RAW) != Some(bytes.len())
+        if !cols.is_multiple_of(G::WEIGHTS)
+            || rows.checked_mul(cols / G::WEIGHTS * G::RAW) != Some(bytes.len())
         {
             return None;
         }
@@ -96,7 +100,7 @@ impl<G: SuperGroup> SuperMatrix<G> {
         Some(m)
     }
 
-    /// The rows as a GGUF file stores them (every row's super-blocks in order:
+    /// The rows as a GGUF file stores them (every row's blocks in order:
     /// [`Self::from_gguf`]'s input).
     pub fn to_gguf(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.rows * self.blocks * G::RAW);
@@ -110,7 +114,7 @@ impl<G: SuperGroup> SuperMatrix<G> {
 
     /// Zero blocks for `[rows, cols]` (each format's default: weights of 0).
     pub(super) fn zeros(rows: usize, cols: usize) -> Self {
-        let blocks = cols.div_ceil(SUPER);
+        let blocks = cols.div_ceil(G::WEIGHTS);
         Self {
             rows,
             cols,
@@ -119,7 +123,7 @@ impl<G: SuperGroup> SuperMatrix<G> {
         }
     }
 
-    /// Row `o`'s group super-block `b`.
+    /// Row `o`'s group block `b`.
     pub(super) fn block_mut(&mut self, o: usize, b: usize) -> &mut G {
         &mut self.data[(o / GROUP) * self.blocks + b]
     }
@@ -134,13 +138,13 @@ impl<G: SuperGroup> SuperMatrix<G> {
         self.cols
     }
 
-    /// Bytes of the super-blocks (a last group of fewer than 8 rows and a row's last
-    /// super-block are padded).
+    /// Bytes of the blocks (a last group of fewer than 8 rows and a row's last block are
+    /// padded).
     pub fn bytes(&self) -> usize {
         self.data.len() * std::mem::size_of::<G>()
     }
 
-    /// The row-major matrix the super-blocks hold, as `f32`.
+    /// The row-major matrix the blocks hold, as `f32`.
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = vec![0.0f32; self.rows * self.cols];
         for (o, row) in out.chunks_exact_mut(self.cols.max(1)).enumerate() {
@@ -158,7 +162,7 @@ impl<G: SuperGroup> SuperMatrix<G> {
             self.rows
         );
         let group = &self.data[(o / GROUP) * self.blocks..][..self.blocks];
-        for (block, chunk) in group.iter().zip(out.chunks_mut(SUPER)) {
+        for (block, chunk) in group.iter().zip(out.chunks_mut(G::WEIGHTS)) {
             block.dequantize(o % GROUP, chunk);
         }
     }

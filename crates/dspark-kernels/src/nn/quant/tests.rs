@@ -6,6 +6,7 @@ use half::bf16;
 
 use super::*;
 use crate::test_values::values;
+use crate::view::Floats;
 
 fn quantized(rows: usize, cols: usize, seed: u32) -> (Vec<f32>, QuantMatrix) {
     let w = values(rows * cols, seed);
@@ -238,7 +239,7 @@ fn a_split_product_writes_every_output_once() {
     let y = q.matmul(&x, n, None).unwrap();
     let mut want = vec![0.0f32; n * rows];
     let acts = QuantRows::new(&x, n, cols);
-    Q8_BODIES.run(
+    GroupQ8::BODIES.run(
         QuantKernel::Portable,
         &q.data,
         q.blocks,

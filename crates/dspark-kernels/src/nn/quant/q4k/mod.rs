@@ -22,6 +22,7 @@ pub use rule::{BLOCK_BYTES, GroupQ4K, Q8KRows, SCALE_BYTES, SUB, SUPER};
 pub type Q4KMatrix = SuperMatrix<GroupQ4K>;
 
 impl SuperGroup for GroupQ4K {
+    const WEIGHTS: usize = SUPER;
     const RAW: usize = BLOCK_BYTES;
 
     type Acts = Q8KRows;

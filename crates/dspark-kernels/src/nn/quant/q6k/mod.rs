@@ -21,6 +21,7 @@ pub use rule::{BLOCK_BYTES, GroupQ6K, Q6KRows, RowQ6K, SUB, SUPER};
 pub type Q6KMatrix = SuperMatrix<GroupQ6K>;
 
 impl SuperGroup for GroupQ6K {
+    const WEIGHTS: usize = SUPER;
     const RAW: usize = BLOCK_BYTES;
 
     type Acts = Q6KRows;
