@@ -4,6 +4,7 @@
 
 mod chat;
 mod completions;
+mod head;
 mod health;
 mod metrics;
 mod models;
