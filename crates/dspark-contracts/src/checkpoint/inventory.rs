@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::header::{self, PREFIX_LEN, TensorInfo};
 use crate::error::{Error, Result};
-use crate::files::{ReadError, read_bounded};
+use crate::files::read_bounded;
 use crate::limits::{MAX_NAME_BYTES, MAX_TENSORS, MAX_VOCAB};
 
 /// Name of the shard index of a sharded checkpoint.
@@ -342,16 +342,10 @@ fn io_error(path: &Path, source: std::io::Error, what: &str) -> Error {
 /// Read `weight_map` (tensor name → shard file name) from a shard index.
 fn read_weight_map(index: &Path) -> Result<BTreeMap<String, String>> {
     let limit = crate::limits::MAX_INDEX_BYTES;
-    let bytes = read_bounded(index, limit).map_err(|e| match e {
-        ReadError::NotFound => Error::MissingFile {
-            path: index.to_path_buf(),
-            what: "shard index".into(),
-        },
-        ReadError::Io(source) => Error::Io {
-            path: index.to_path_buf(),
-            source,
-        },
-        other => bad(index, format!("shard index: {}", other.describe(limit))),
+    let bytes = read_bounded(index, limit).map_err(|e| {
+        e.into_error(index, "shard index", limit, |why| {
+            bad(index, format!("shard index: {why}"))
+        })
     })?;
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| bad(index, format!("shard index is not valid JSON: {e}")))?;

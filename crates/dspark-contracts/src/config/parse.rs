@@ -129,9 +129,7 @@ impl DraftSpec {
     /// Normalize a parsed draft config in any accepted shape (see [`detect_format`] for how
     /// the shape is chosen). `file` names the source in error messages.
     pub fn from_value(value: &Value, file: &str) -> Result<Self> {
-        let root = value
-            .as_object()
-            .ok_or_else(|| Error::bad_config(file, "<root>", "expected a JSON object"))?;
+        let root = super::json::root_object(value, file)?;
         let format = detect_format(root, file)?;
         let root_fields = Fields::new(file, root, "");
         let root_model_type = root_fields.string("model_type")?;

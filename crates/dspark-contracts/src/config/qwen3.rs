@@ -15,7 +15,7 @@ use super::json::read_json;
 use super::rope::read_rope;
 use super::shape::ModelShape;
 use super::target::TargetSpec;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::limits::{MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB};
 
 /// transformers' `Qwen3Config.head_dim` default (not `hidden_size / num_attention_heads`).
@@ -44,9 +44,7 @@ impl Qwen3Config {
 
     /// Normalize parsed JSON; `file` names the source in errors.
     pub fn from_value(value: &Value, file: &str) -> Result<Self> {
-        let root = value
-            .as_object()
-            .ok_or_else(|| Error::bad_config(file, "<root>", "expected a JSON object"))?;
+        let root = super::json::root_object(value, file)?;
         let f = Fields::new(file, root, "");
         if let Some(t) = f.string("model_type")?
             && t != "qwen3"

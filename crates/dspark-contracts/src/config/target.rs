@@ -33,9 +33,7 @@ impl TargetSpec {
     /// under `text_config` (or `thinker_config.text_config`); the nested one is used then.
     /// Sizes are bounded by [`crate::limits`] (`bad-config` naming the key).
     pub fn from_value(value: &Value, file: &str) -> Result<Self> {
-        let root = value
-            .as_object()
-            .ok_or_else(|| Error::bad_config(file, "<root>", "expected a JSON object"))?;
+        let root = super::json::root_object(value, file)?;
         let text = root
             .get("text_config")
             .or_else(|| {
