@@ -200,20 +200,11 @@ fn half_precision_targets_match_f32_on_the_rounded_values() {
     let rbf: Vec<f32> = bf.iter().map(|x| x.to_f32()).collect();
     let r16: Vec<f32> = f16.iter().map(|x| x.to_f32()).collect();
     let dims = [b, k + 1, v];
-    let got = verify_slices(
-        Rows3::new(Floats::BF16(&bf), dims).unwrap(),
-        Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap(),
-        None,
-        &o,
-    );
-    assert_eq!(got.unwrap(), run(&rbf, dims, &drafts, None, &o).unwrap());
-    let got = verify_slices(
-        Rows3::new(Floats::F16(&f16), dims).unwrap(),
-        Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap(),
-        None,
-        &o,
-    );
-    assert_eq!(got.unwrap(), run(&r16, dims, &drafts, None, &o).unwrap());
+    for (held, widened) in [(Floats::BF16(&bf), &rbf), (Floats::F16(&f16), &r16)] {
+        let tokens = Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap();
+        let got = verify_slices(Rows3::new(held, dims).unwrap(), tokens, None, &o);
+        assert_eq!(got.unwrap(), run(widened, dims, &drafts, None, &o).unwrap());
+    }
 }
 
 #[test]
