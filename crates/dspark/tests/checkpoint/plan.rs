@@ -5,21 +5,7 @@ use dspark::checkpoint::plan::{
     W_CONFIDENCE_HEAD_DISABLED, W_CONFIDENCE_HEAD_IGNORED, W_PADDED_SHARED_LM_HEAD,
     W_UNEXPECTED_TENSOR,
 };
-use dspark::{DraftSpec, Inventory, LoadPlan, VocabLayout, WeightSource};
-
-fn plan(spec: &DraftSpec, v_t: usize, tensors: &[T]) -> dspark::Result<LoadPlan> {
-    let (_g, dir) = checkpoint_dir(tensors);
-    let inv = Inventory::open(&dir)?;
-    let plan = LoadPlan::build(spec, &target(v_t), &inv);
-    if let Ok(p) = &plan {
-        // Every checkpoint tensor is either loaded or deliberately ignored.
-        assert_eq!(
-            p.tensors.len() + p.ignored.len() + p.target_owned,
-            inv.len()
-        );
-    }
-    plan
-}
+use dspark::{DraftSpec, VocabLayout, WeightSource};
 
 fn err(spec: &DraftSpec, v_t: usize, tensors: &[T]) -> dspark::Error {
     plan(spec, v_t, tensors).unwrap_err()
@@ -142,19 +128,10 @@ fn reduced_drafter_uses_its_d2t() {
 #[test]
 fn reduced_drafter_needs_lm_head_and_d2t() {
     let spec = qwen3_spec(100, 40);
-    let e = err(
-        &spec,
-        100,
-        &without(reduced_tensors(&spec), &["lm_head.weight"]),
-    );
-    assert_eq!(codes(&e), ["missing-lm-head"]);
-    let e = err(&spec, 100, &without(reduced_tensors(&spec), &["d2t"]));
-    assert_eq!(codes(&e), ["missing-d2t"]);
-    let e = err(
-        &spec,
-        100,
-        &without(reduced_tensors(&spec), &["d2t", "lm_head.weight"]),
-    );
+    let missing = |names: &[&str]| err(&spec, 100, &without(reduced_tensors(&spec), names));
+    assert_eq!(codes(&missing(&["lm_head.weight"])), ["missing-lm-head"]);
+    assert_eq!(codes(&missing(&["d2t"])), ["missing-d2t"]);
+    let e = missing(&["d2t", "lm_head.weight"]);
     assert_eq!(e.code(), "multiple");
     assert_eq!(codes(&e), ["missing-d2t", "missing-lm-head"]);
 }
