@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
+use dspark::ConfigFormat::{self, DeepSeekV4, DeepSpec, Speculators};
 use dspark::config::spec::RopeSpec;
-use dspark::{ConfigFormat, DraftSpec, MarkovHeadType, NoiseTokenSource, TargetSpec};
+use dspark::{DraftSpec, MarkovHeadType, NoiseTokenSource, TargetSpec};
 use serde_json::Value;
 
 fn spec(v: &Value) -> DraftSpec {
@@ -62,7 +63,7 @@ fn fixture_files_match() {
 #[test]
 fn qwen3_4b_deepspec() {
     let s = spec(&crate::config_common::qwen3_4b_deepspec());
-    assert_kind(&s, ConfigFormat::DeepSpec, "Qwen3DSparkModel", "qwen3");
+    assert_kind(&s, DeepSpec, "Qwen3DSparkModel", "qwen3");
     assert_eq!(s.block_size, 7);
     assert!(s.sample_from_anchor);
     assert_eq!(noise(&s), (151669, NoiseTokenSource::MaskTokenId));
@@ -105,12 +106,7 @@ fn qwen3_4b_deepspec() {
 #[test]
 fn gemma4_12b_deepspec() {
     let s = spec(&crate::config_common::gemma4_12b_deepspec());
-    assert_kind(
-        &s,
-        ConfigFormat::DeepSpec,
-        "Gemma4DSparkModel",
-        "gemma4_text",
-    );
+    assert_kind(&s, DeepSpec, "Gemma4DSparkModel", "gemma4_text");
     assert_eq!(noise(&s), (4, NoiseTokenSource::MaskTokenId));
     assert_eq!(s.target_layer_ids, [5, 17, 29, 41, 46]);
     assert_eq!(s.capture_layer_ids, [6, 18, 30, 42, 47]);
@@ -137,7 +133,7 @@ fn gemma4_12b_deepspec() {
 #[test]
 fn glm52_speculators() {
     let s = spec(&crate::config_common::glm52_speculators());
-    assert_kind(&s, ConfigFormat::Speculators, "DSparkDraftModel", "qwen3");
+    assert_kind(&s, Speculators, "DSparkDraftModel", "qwen3");
     assert_eq!(s.block_size, 8);
     // Absent sample_from_anchor: the speculators default (1+K layout), loudly.
     assert!(!s.sample_from_anchor);
@@ -189,12 +185,7 @@ fn dflash_nested() {
 fn deepseek_v4_flash() {
     let cfg = crate::config_common::deepseek_v4_flash();
     let s = spec(&cfg);
-    assert_kind(
-        &s,
-        ConfigFormat::DeepSeekV4,
-        "DeepseekV4ForCausalLM",
-        "deepseek_v4",
-    );
+    assert_kind(&s, DeepSeekV4, "DeepseekV4ForCausalLM", "deepseek_v4");
     assert_eq!(s.block_size, 5);
     assert!(s.sample_from_anchor);
     assert_eq!(noise(&s), (128799, NoiseTokenSource::DsparkNoiseTokenId));
@@ -227,12 +218,7 @@ fn deepseek_v4_flash() {
 fn deepseek_v41_flash() {
     let cfg = crate::config_common::deepseek_v41_flash();
     let s = spec(&cfg);
-    assert_kind(
-        &s,
-        ConfigFormat::DeepSeekV4,
-        "DeepseekV41ForCausalLM",
-        "deepseek_v41",
-    );
+    assert_kind(&s, DeepSeekV4, "DeepseekV41ForCausalLM", "deepseek_v41");
     // deepseek_v41: the ids are capture ids as-is.
     assert_eq!(s.capture_layer_ids, [37, 38, 39]);
     assert_eq!(s.target_layer_ids, [36, 37, 38]);
