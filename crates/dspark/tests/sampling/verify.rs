@@ -207,13 +207,24 @@ fn half_precision_targets_match_f32_on_the_rounded_values() {
     }
 }
 
-#[test]
-fn per_request_seeds_make_results_independent_of_batch_order_and_threads() {
-    let mut rng = TestRng(7);
-    let (b, k, v) = (8, 3, 300);
+/// From `TestRng(seed)`: target rows `[b, k + 1, v]` and draft rows `[b, k, v]` (std 1), and
+/// drafts `i · stride mod v`.
+fn rows_and_drafts(
+    seed: u64,
+    [b, k, v]: [usize; 3],
+    stride: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<i64>) {
+    let mut rng = TestRng(seed);
     let target = rng.normals(b * (k + 1) * v, 1.0);
     let q = rng.normals(b * k * v, 1.0);
-    let drafts: Vec<i64> = (0..b * k).map(|i| (i * 53 % v) as i64).collect();
+    let drafts = (0..b * k).map(|i| (i * stride % v) as i64).collect();
+    (target, q, drafts)
+}
+
+#[test]
+fn per_request_seeds_make_results_independent_of_batch_order_and_threads() {
+    let (b, k, v) = (8, 3, 300);
+    let (target, q, drafts) = rows_and_drafts(7, [b, k, v], 53);
     let seeds: Vec<u64> = (0..b as u64).map(|i| 77 + i * 3).collect();
     let temps: Vec<f32> = (0..b).map(|i| [0.0, 0.5, 1.0, 1.5][i % 4]).collect();
     let o = |seeds: Vec<u64>, temps: Vec<f32>| VerifyOptions {
@@ -255,11 +266,8 @@ fn per_request_seeds_make_results_independent_of_batch_order_and_threads() {
 #[test]
 fn tensor_front_matches_the_slice_core() {
     use candle_core::{DType, Device, Tensor};
-    let mut rng = TestRng(8);
     let (b, k, v) = (3, 2, 50);
-    let target = rng.normals(b * (k + 1) * v, 1.0);
-    let q = rng.normals(b * k * v, 1.0);
-    let drafts: Vec<i64> = (0..b * k).map(|i| (i * 11 % v) as i64).collect();
+    let (target, q, drafts) = rows_and_drafts(8, [b, k, v], 11);
     let o = VerifyOptions::default();
     let dev = Device::Cpu;
     let tt = Tensor::from_vec(target.clone(), (b, k + 1, v), &dev).unwrap();
