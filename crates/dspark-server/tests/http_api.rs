@@ -138,11 +138,7 @@ async fn chat_needs_a_template_and_renders_it() {
     assert_eq!(r["choices"][0]["message"]["role"], "assistant");
     // A target without one answers chat with a 400 that says so.
     let bare = target_with_config(&json!({}));
-    let s = Server::start(Setup {
-        target: bare.path().to_path_buf(),
-        ..Setup::default()
-    })
-    .await;
+    let s = Server::start(Setup::for_target(bare.path())).await;
     let (status, _, e) = s.post("/v1/chat/completions", &msg).await;
     assert_eq!(status, 400, "{e}");
     assert!(
@@ -153,11 +149,7 @@ async fn chat_needs_a_template_and_renders_it() {
     let template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}\
                     {% if add_generation_prompt %}<assistant>{% endif %}";
     let dir = target_with_config(&json!({"chat_template": template}));
-    let s = Server::start(Setup {
-        target: dir.path().to_path_buf(),
-        ..Setup::default()
-    })
-    .await;
+    let s = Server::start(Setup::for_target(dir.path())).await;
     let (status, _, r) = s.post("/v1/chat/completions", &msg).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["object"], "chat.completion");

@@ -31,6 +31,14 @@ pub struct Setup {
 }
 
 impl Setup {
+    /// The default setup over the target directory `dir`.
+    pub fn for_target(dir: &Path) -> Self {
+        Self {
+            target: dir.to_path_buf(),
+            ..Self::default()
+        }
+    }
+
     /// The default setup over an echo engine that spends `step_ms` on every step.
     pub fn slow(step_ms: u64) -> Self {
         Self {
