@@ -21,6 +21,16 @@ pub fn read_json(path: &Path) -> Result<(String, Value)> {
     Ok((shown, value))
 }
 
+/// The config read by [`read_json`] from `path`, normalized by `from_value` (which gets the
+/// file name for its messages).
+pub(crate) fn read_config<T>(
+    path: &Path,
+    from_value: impl FnOnce(&Value, &str) -> Result<T>,
+) -> Result<T> {
+    let (file, value) = read_json(path)?;
+    from_value(&value, &file)
+}
+
 /// Read the UTF-8 text of the regular file at `path`, at most
 /// [`crate::limits::MAX_CONFIG_BYTES`]: the path as shown in messages, and the text
 /// (`missing-file` naming `what`, `io`, or `bad-config` naming `<file>`).

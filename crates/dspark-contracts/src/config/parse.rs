@@ -7,7 +7,6 @@ use serde_json::{Map, Value};
 use super::backbone::read_backbone;
 use super::fields::{Fields, describe};
 use super::formats::read_dspark_keys;
-use super::json::read_json;
 use super::noise::resolve_noise_token_in;
 use super::spec::{ConfigFormat, DraftSpec};
 use crate::error::{Error, Result};
@@ -122,8 +121,7 @@ fn dsv4_root(root: &Map<String, Value>) -> Option<(&Map<String, Value>, &'static
 impl DraftSpec {
     /// Read a draft config from a `config.json` path or a directory holding one.
     pub fn from_path(path: &Path) -> Result<Self> {
-        let (file, value) = read_json(path)?;
-        Self::from_value(&value, &file)
+        super::json::read_config(path, Self::from_value)
     }
 
     /// Normalize a parsed draft config in any accepted shape (see [`detect_format`] for how

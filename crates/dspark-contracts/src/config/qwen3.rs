@@ -11,7 +11,6 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::fields::{Fields, describe};
-use super::json::read_json;
 use super::rope::read_rope;
 use super::shape::ModelShape;
 use super::target::TargetSpec;
@@ -38,8 +37,7 @@ const WHY: &str = "the Qwen3 target shape";
 impl Qwen3Config {
     /// Read `config.json` from a model directory (or a config file path).
     pub fn from_path(path: &Path) -> Result<Self> {
-        let (file, value) = read_json(path)?;
-        Self::from_value(&value, &file)
+        super::json::read_config(path, Self::from_value)
     }
 
     /// Normalize parsed JSON; `file` names the source in errors.

@@ -25,8 +25,7 @@ pub struct TargetSpec {
 impl TargetSpec {
     /// Read a target config from a `config.json` path or a directory holding one.
     pub fn from_path(path: &Path) -> Result<Self> {
-        let (file, value) = super::json::read_json(path)?;
-        Self::from_value(&value, &file)
+        super::json::read_config(path, Self::from_value)
     }
 
     /// Read a target config from parsed JSON. Multimodal configs may nest the language model
