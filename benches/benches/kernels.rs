@@ -9,9 +9,10 @@ use candle_core::{DType, Device, Tensor};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dspark::IdMap;
 use dspark::sampling::{
-    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions, mask_padded_rows,
-    sample_block, sample_block_slices, verify, verify_slices,
+    BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, Verification, VerifyOptions,
+    mask_padded_rows, sample_block, sample_block_slices, verify, verify_slices,
 };
+use dspark_benches::parallel_sum;
 use std::hint::black_box;
 
 /// Deterministic pseudo-normal values (sum of 4 uniforms), cheap to generate.
@@ -31,38 +32,15 @@ fn normals(n: usize, seed: u64, std: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Sum of a buffer split over all cores (the read-bandwidth floor the kernels are compared to).
-fn parallel_sum(data: &[f32]) -> f32 {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = data.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = data
-            .chunks(chunk)
-            .map(|c| {
-                s.spawn(move || {
-                    let mut acc = [0f32; 16];
-                    let it = c.chunks_exact(16);
-                    let tail: f32 = it.remainder().iter().sum();
-                    for v in it {
-                        for i in 0..16 {
-                            acc[i] += v[i];
-                        }
-                    }
-                    acc.iter().sum::<f32>() + tail
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).sum()
-    })
-}
-
+/// The read bandwidth over all cores.
 fn bandwidth(c: &mut Criterion) {
     let data = vec![1.0f32; 64 << 20]; // 256 MiB
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut g = c.benchmark_group("bandwidth");
     g.sample_size(10);
     g.throughput(Throughput::Bytes((data.len() * 4) as u64));
     g.bench_function("sum_f32_256MiB", |b| {
-        b.iter(|| black_box(parallel_sum(&data)))
+        b.iter(|| black_box(parallel_sum(&data, threads)))
     });
     g.finish();
 }
@@ -145,6 +123,24 @@ fn block(c: &mut Criterion) {
 
 /// Target logits `[B, K+1, V]` where every draft has probability ~1 (so every row is read),
 /// drafts `[B, K]`, and draft logits equal to the target rows.
+/// `verify_slices` of f32 target rows `[b, k + 1, v]` for `drafts` `[b, k]`, with the draft
+/// rows `q` `[b, k, v]` when given.
+fn verify_f32(
+    target: &[f32],
+    drafts: &[i64],
+    q: Option<&[f32]>,
+    [b, k, v]: [usize; 3],
+    o: &VerifyOptions,
+) -> Verification {
+    verify_slices(
+        Rows3::new(Floats::F32(target), [b, k + 1, v]).unwrap(),
+        Tokens::new(drafts, [b, k]).unwrap(),
+        q.map(|q| Rows3::new(Floats::F32(q), [b, k, v]).unwrap()),
+        o,
+    )
+    .unwrap()
+}
+
 fn verify_inputs(b: usize, k: usize, v: usize) -> (Vec<f32>, Vec<i64>, Vec<f32>) {
     let mut target = normals(b * (k + 1) * v, 5, 1.0);
     let drafts: Vec<i64> = (0..b * k).map(|i| ((i * 7919) % v) as i64).collect();
@@ -167,39 +163,18 @@ fn verify_bench(c: &mut Criterion) {
     for v in [32_000usize, 151_936] {
         for b in [1usize, 8, 32] {
             let (target, drafts, q) = verify_inputs(b, k, v);
-            let dims = [b, k + 1, v];
             let tbytes = (b * (k + 1) * v * 4) as u64;
             g.throughput(Throughput::Bytes(tbytes));
             g.bench_with_input(
                 BenchmarkId::new(format!("f32_onehot_V{v}"), b),
                 &b,
                 |bch, _| {
-                    bch.iter(|| {
-                        black_box(
-                            verify_slices(
-                                Rows3::new(Floats::F32(&target), dims).unwrap(),
-                                Tokens::new(&drafts, [b, k]).unwrap(),
-                                None,
-                                &opts,
-                            )
-                            .unwrap(),
-                        )
-                    })
+                    bch.iter(|| black_box(verify_f32(&target, &drafts, None, [b, k, v], &opts)))
                 },
             );
             g.throughput(Throughput::Bytes(tbytes + (b * k * v * 4) as u64));
             g.bench_with_input(BenchmarkId::new(format!("f32_q_V{v}"), b), &b, |bch, _| {
-                bch.iter(|| {
-                    black_box(
-                        verify_slices(
-                            Rows3::new(Floats::F32(&target), dims).unwrap(),
-                            Tokens::new(&drafts, [b, k]).unwrap(),
-                            Some(Rows3::new(Floats::F32(&q), [b, k, v]).unwrap()),
-                            &opts,
-                        )
-                        .unwrap(),
-                    )
-                })
+                bch.iter(|| black_box(verify_f32(&target, &drafts, Some(&q), [b, k, v], &opts)))
             });
             let sampled = VerifyOptions {
                 temperature: dspark::sampling::PerRequest::All(1.0),
@@ -210,15 +185,7 @@ fn verify_bench(c: &mut Criterion) {
                 &b,
                 |bch, _| {
                     bch.iter(|| {
-                        black_box(
-                            verify_slices(
-                                Rows3::new(Floats::F32(&target), dims).unwrap(),
-                                Tokens::new(&drafts, [b, k]).unwrap(),
-                                Some(Rows3::new(Floats::F32(&q), [b, k, v]).unwrap()),
-                                &sampled,
-                            )
-                            .unwrap(),
-                        )
+                        black_box(verify_f32(&target, &drafts, Some(&q), [b, k, v], &sampled))
                     })
                 },
             );
@@ -245,17 +212,7 @@ fn verify_bench(c: &mut Criterion) {
     let (target, drafts, _) = verify_inputs(b, k, v);
     g.throughput(Throughput::Bytes((b * (k + 1) * v * 4) as u64));
     g.bench_function(format!("f32_onehot_topk50_topp0.9_V{v}/{b}"), |bch| {
-        bch.iter(|| {
-            black_box(
-                verify_slices(
-                    Rows3::new(Floats::F32(&target), [b, k + 1, v]).unwrap(),
-                    Tokens::new(&drafts, [b, k]).unwrap(),
-                    None,
-                    &topk,
-                )
-                .unwrap(),
-            )
-        })
+        bch.iter(|| black_box(verify_f32(&target, &drafts, None, [b, k, v], &topk)))
     });
     g.finish();
 }

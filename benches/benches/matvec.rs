@@ -23,6 +23,7 @@ use dspark::nn::WeightDtype;
 use dspark::nn::packed::PackedWeight;
 use dspark::nn::quant::Quant;
 use dspark::view::Floats;
+use dspark_benches::parallel_sum;
 use std::hint::black_box;
 
 #[global_allocator]
@@ -56,30 +57,6 @@ fn values(n: usize, seed: usize) -> Vec<f32> {
     (0..n)
         .map(|i| ((i.wrapping_mul(2_654_435_761) + seed) % 1000) as f32 / 1000.0 - 0.5)
         .collect()
-}
-
-/// Sum of `data` over `threads` threads (each a contiguous share), 16 lanes per thread.
-fn parallel_sum(data: &[f32], threads: usize) -> f32 {
-    let chunk = data.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = data
-            .chunks(chunk)
-            .map(|c| {
-                s.spawn(move || {
-                    let mut acc = [0f32; 16];
-                    let it = c.chunks_exact(16);
-                    let tail: f32 = it.remainder().iter().sum();
-                    for v in it {
-                        for (a, x) in acc.iter_mut().zip(v) {
-                            *a += x;
-                        }
-                    }
-                    acc.iter().sum::<f32>() + tail
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).sum()
-    })
 }
 
 fn bench_matvec(c: &mut Criterion) {

@@ -38,6 +38,28 @@ impl ReadError {
             }
         }
     }
+
+    /// The crate's error for a failed read of `path` under `limit`: `missing-file` naming
+    /// `what`, `io`, or what `other` makes of the description of any other failure.
+    pub(crate) fn into_error(
+        self,
+        path: &Path,
+        what: &str,
+        limit: u64,
+        other: impl FnOnce(String) -> crate::error::Error,
+    ) -> crate::error::Error {
+        match self {
+            ReadError::NotFound => crate::error::Error::MissingFile {
+                path: path.to_path_buf(),
+                what: what.into(),
+            },
+            ReadError::Io(source) => crate::error::Error::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+            other_failure => other(other_failure.describe(limit)),
+        }
+    }
 }
 
 fn kind_of(meta: &std::fs::Metadata) -> &'static str {

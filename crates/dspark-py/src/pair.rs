@@ -88,35 +88,48 @@ fn wrong() -> Error {
     }
 }
 
+/// `$e` on whichever model the `$kind` enum `$any` holds (native or Python), bound to `$m`.
+macro_rules! each {
+    ($kind:ident, $any:expr, |$m:ident| $e:expr) => {
+        match $any {
+            $kind::Native($m) => $e,
+            $kind::Py($m) => $e,
+        }
+    };
+}
+
+/// `$e` on the model `$any` (a `$kind`) and its `$state` `$st` (bound to `$m` and `$s`) when
+/// both are of one kind; `$other` when they are not.
+macro_rules! each_with {
+    (
+        $kind:ident, $state:ident; $any:expr, $st:expr =>
+        |$m:ident, $s:ident| $e:expr; else $other:expr
+    ) => {
+        match ($any, $st) {
+            ($kind::Native($m), $state::Native($s)) => $e,
+            ($kind::Py($m), $state::Py($s)) => $e,
+            _ => $other,
+        }
+    };
+}
+
 impl TargetModel for AnyTarget {
     type Cache = AnyCache;
 
     fn vocab_size(&self) -> usize {
-        match self {
-            AnyTarget::Native(t) => t.vocab_size(),
-            AnyTarget::Py(t) => t.vocab_size(),
-        }
+        each!(AnyTarget, self, |t| t.vocab_size())
     }
 
     fn num_hidden_layers(&self) -> usize {
-        match self {
-            AnyTarget::Native(t) => t.num_hidden_layers(),
-            AnyTarget::Py(t) => t.num_hidden_layers(),
-        }
+        each!(AnyTarget, self, |t| t.num_hidden_layers())
     }
 
     fn hidden_size(&self) -> usize {
-        match self {
-            AnyTarget::Native(t) => t.hidden_size(),
-            AnyTarget::Py(t) => t.hidden_size(),
-        }
+        each!(AnyTarget, self, |t| t.hidden_size())
     }
 
     fn device(&self) -> Device {
-        match self {
-            AnyTarget::Native(t) => t.device(),
-            AnyTarget::Py(t) => t.device(),
-        }
+        each!(AnyTarget, self, |t| t.device())
     }
 
     fn new_cache(&self, batch: usize) -> Result<AnyCache> {
@@ -132,64 +145,37 @@ impl TargetModel for AnyTarget {
         input: &TargetInput<'_>,
         capture_layer_ids: &[usize],
     ) -> Result<TargetOutput> {
-        match (self, cache) {
-            (AnyTarget::Native(t), AnyCache::Native(c)) => t.forward(c, input, capture_layer_ids),
-            (AnyTarget::Py(t), AnyCache::Py(c)) => t.forward(c, input, capture_layer_ids),
-            _ => Err(wrong()),
-        }
+        each_with!(AnyTarget, AnyCache; self, cache =>
+            |t, c| t.forward(c, input, capture_layer_ids); else Err(wrong()))
     }
 
     fn truncate(&self, cache: &mut AnyCache, lengths: &[usize]) -> Result<()> {
-        match (self, cache) {
-            (AnyTarget::Native(t), AnyCache::Native(c)) => t.truncate(c, lengths),
-            (AnyTarget::Py(t), AnyCache::Py(c)) => t.truncate(c, lengths),
-            _ => Err(wrong()),
-        }
+        each_with!(AnyTarget, AnyCache; self, cache =>
+            |t, c| t.truncate(c, lengths); else Err(wrong()))
     }
 
     fn cache_lengths(&self, cache: &AnyCache) -> Vec<usize> {
-        match (self, cache) {
-            (AnyTarget::Native(t), AnyCache::Native(c)) => t.cache_lengths(c),
-            (AnyTarget::Py(t), AnyCache::Py(c)) => t.cache_lengths(c),
-            _ => Vec::new(),
-        }
+        each_with!(AnyTarget, AnyCache; self, cache => |t, c| t.cache_lengths(c); else Vec::new())
     }
 
     fn resizable(&self) -> bool {
-        match self {
-            AnyTarget::Native(t) => t.resizable(),
-            AnyTarget::Py(t) => t.resizable(),
-        }
+        each!(AnyTarget, self, |t| t.resizable())
     }
 
     fn grow(&self, cache: &mut AnyCache, n: usize) -> Result<()> {
-        match (self, cache) {
-            (AnyTarget::Native(t), AnyCache::Native(c)) => t.grow(c, n),
-            (AnyTarget::Py(t), AnyCache::Py(c)) => t.grow(c, n),
-            _ => Err(wrong()),
-        }
+        each_with!(AnyTarget, AnyCache; self, cache => |t, c| t.grow(c, n); else Err(wrong()))
     }
 
     fn retain(&self, cache: &mut AnyCache, keep: &[bool]) -> Result<()> {
-        match (self, cache) {
-            (AnyTarget::Native(t), AnyCache::Native(c)) => t.retain(c, keep),
-            (AnyTarget::Py(t), AnyCache::Py(c)) => t.retain(c, keep),
-            _ => Err(wrong()),
-        }
+        each_with!(AnyTarget, AnyCache; self, cache => |t, c| t.retain(c, keep); else Err(wrong()))
     }
 
     fn ragged(&self) -> bool {
-        match self {
-            AnyTarget::Native(t) => t.ragged(),
-            AnyTarget::Py(t) => t.ragged(),
-        }
+        each!(AnyTarget, self, |t| t.ragged())
     }
 
     fn forward_cost(&self) -> Result<Option<dspark::models::ForwardCost>> {
-        match self {
-            AnyTarget::Native(t) => t.forward_cost(),
-            AnyTarget::Py(t) => t.forward_cost(),
-        }
+        each!(AnyTarget, self, |t| t.forward_cost())
     }
 }
 
@@ -207,15 +193,6 @@ pub enum AnyState {
     Native(DraftState),
     /// Python.
     Py(Py<PyAny>),
-}
-
-macro_rules! each {
-    ($self:ident, $d:ident => $e:expr) => {
-        match $self {
-            AnyDrafter::Native($d) => $e,
-            AnyDrafter::Py($d) => $e,
-        }
-    };
 }
 
 /// The native states of a batch (`wrong()` when one is a Python drafter's).
@@ -244,11 +221,11 @@ impl Drafter for AnyDrafter {
     type State = AnyState;
 
     fn info(&self) -> &DrafterInfo {
-        each!(self, d => d.info())
+        each!(AnyDrafter, self, |d| d.info())
     }
 
     fn id_map(&self) -> &IdMap {
-        each!(self, d => d.id_map())
+        each!(AnyDrafter, self, |d| d.id_map())
     }
 
     fn new_state(&self) -> Result<AnyState> {
@@ -259,27 +236,17 @@ impl Drafter for AnyDrafter {
     }
 
     fn extend(&self, state: &mut AnyState, features: &Tensor, start: usize) -> Result<()> {
-        match (self, state) {
-            (AnyDrafter::Native(d), AnyState::Native(s)) => d.extend(s, features, start),
-            (AnyDrafter::Py(d), AnyState::Py(s)) => d.extend(s, features, start),
-            _ => Err(wrong()),
-        }
+        each_with!(AnyDrafter, AnyState; self, state =>
+            |d, s| d.extend(s, features, start); else Err(wrong()))
     }
 
     fn truncate(&self, state: &mut AnyState, len: usize) -> Result<()> {
-        match (self, state) {
-            (AnyDrafter::Native(d), AnyState::Native(s)) => Drafter::truncate(&**d, s, len),
-            (AnyDrafter::Py(d), AnyState::Py(s)) => d.truncate(s, len),
-            _ => Err(wrong()),
-        }
+        each_with!(AnyDrafter, AnyState; self, state =>
+            |d, s| Drafter::truncate(d, s, len); else Err(wrong()))
     }
 
     fn state_end(&self, state: &AnyState) -> usize {
-        match (self, state) {
-            (AnyDrafter::Native(d), AnyState::Native(s)) => d.state_end(s),
-            (AnyDrafter::Py(d), AnyState::Py(s)) => d.state_end(s),
-            _ => 0,
-        }
+        each_with!(AnyDrafter, AnyState; self, state => |d, s| d.state_end(s); else 0)
     }
 
     fn propose_cached(
@@ -316,6 +283,11 @@ impl Drafter for AnyDrafter {
         start_positions: &[usize],
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
-        each!(self, d => d.propose(context, anchors, start_positions, opts))
+        each!(AnyDrafter, self, |d| d.propose(
+            context,
+            anchors,
+            start_positions,
+            opts
+        ))
     }
 }

@@ -229,28 +229,20 @@ mod tests {
                               {"name": "default", "template": "{{ bos_token }}D"}],
             "bos_token": {"content": "<b>", "lstrip": false},
         });
-        std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
-        let t = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
-        assert_eq!(t.render(&[msg("user", "x")], true).unwrap(), "<b>D");
-        std::fs::write(dir.path().join("tokenizer_config.json"), "{not json").unwrap();
-        assert!(
-            ChatTemplate::from_dir(dir.path())
-                .unwrap_err()
-                .contains("invalid JSON")
-        );
-        std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
-        std::fs::write(
-            dir.path().join("chat_template.jinja"),
-            "J{{ messages|length }}",
-        )
-        .unwrap();
-        let t = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
-        assert_eq!(t.render(&[msg("user", "x")], true).unwrap(), "J1");
-        std::fs::write(dir.path().join("chat_template.jinja"), "{% if %}").unwrap();
-        assert!(
-            ChatTemplate::from_dir(dir.path())
-                .unwrap_err()
-                .contains("compile")
-        );
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        let rendered = || {
+            let t = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
+            t.render(&[msg("user", "x")], true).unwrap()
+        };
+        let refusal = || ChatTemplate::from_dir(dir.path()).unwrap_err();
+        write("tokenizer_config.json", &config.to_string());
+        assert_eq!(rendered(), "<b>D");
+        write("tokenizer_config.json", "{not json");
+        assert!(refusal().contains("invalid JSON"));
+        write("tokenizer_config.json", "{}");
+        write("chat_template.jinja", "J{{ messages|length }}");
+        assert_eq!(rendered(), "J1");
+        write("chat_template.jinja", "{% if %}");
+        assert!(refusal().contains("compile"));
     }
 }

@@ -171,6 +171,26 @@ impl Writer {
         self.sample(name, "", value);
     }
 
+    /// A counter family with one sample per value of `label`: `values[i]` counted in
+    /// `counts[i]`.
+    fn counters(
+        &mut self,
+        name: &str,
+        help: &str,
+        label: &str,
+        values: &[&str],
+        counts: &[AtomicU64],
+    ) {
+        self.family(name, "counter", help);
+        for (value, count) in values.iter().zip(counts) {
+            self.sample(
+                name,
+                &format!("{label}=\"{value}\""),
+                count.load(Ordering::Relaxed) as f64,
+            );
+        }
+    }
+
     fn histogram(&mut self, name: &str, help: &str, h: &Mutex<Histogram>) {
         let h = h.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.family(name, "histogram", help);
@@ -300,41 +320,27 @@ pub fn render(
     );
 
     let s = server;
-    let name = "dspark:request_success_total";
-    w.family(name, "counter", "Finished requests by finish reason.");
-    for (reason, i) in [("stop", 0), ("length", 1), ("abort", 2)] {
-        w.sample(
-            name,
-            &format!("finished_reason=\"{reason}\""),
-            s.success[i].load(Ordering::Relaxed) as f64,
-        );
-    }
-    let name = "dspark:request_aborts_total";
-    w.family(
-        name,
-        "counter",
+    w.counters(
+        "dspark:request_success_total",
+        "Finished requests by finish reason.",
+        "finished_reason",
+        &["stop", "length", "abort"],
+        &s.success,
+    );
+    w.counters(
+        "dspark:request_aborts_total",
         "Requests the server aborted in the engine, by cause.",
+        "cause",
+        &["client_disconnect", "error"],
+        &s.aborts,
     );
-    for (cause, i) in [("client_disconnect", 0), ("error", 1)] {
-        w.sample(
-            name,
-            &format!("cause=\"{cause}\""),
-            s.aborts[i].load(Ordering::Relaxed) as f64,
-        );
-    }
-    let name = "dspark:request_rejections_total";
-    w.family(
-        name,
-        "counter",
+    w.counters(
+        "dspark:request_rejections_total",
         "Requests refused before the engine: queue_full (429), unavailable (503).",
+        "reason",
+        &["queue_full", "unavailable"],
+        &s.rejected,
     );
-    for (reason, i) in [("queue_full", 0), ("unavailable", 1)] {
-        w.sample(
-            name,
-            &format!("reason=\"{reason}\""),
-            s.rejected[i].load(Ordering::Relaxed) as f64,
-        );
-    }
     w.histogram(
         "dspark:time_to_first_token_seconds",
         "Time from arrival to the first token.",

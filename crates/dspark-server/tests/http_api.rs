@@ -18,16 +18,22 @@ const DISCONNECTS: &str =
 
 /// The text of every chunk of a completion stream, and the parsed chunks.
 fn stream_text(data: &[String]) -> (String, Vec<Value>) {
-    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let chunks = common::sse_chunks(data);
     let text = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["text"].as_str())
         .collect();
     (text, chunks)
+}
+
+/// Check that the completion stream `body` (SSE text) ends with `[DONE]` after a chunk that
+/// finishes with `length`.
+fn assert_stream_runs_to_length(body: &str) {
+    let (_, chunks) = stream_text(&common::sse_data(body));
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
 }
 
 #[tokio::test]
@@ -132,11 +138,7 @@ async fn chat_needs_a_template_and_renders_it() {
     assert_eq!(r["choices"][0]["message"]["role"], "assistant");
     // A target without one answers chat with a 400 that says so.
     let bare = target_with_config(&json!({}));
-    let s = Server::start(Setup {
-        target: bare.path().to_path_buf(),
-        ..Setup::default()
-    })
-    .await;
+    let s = Server::start(Setup::for_target(bare.path())).await;
     let (status, _, e) = s.post("/v1/chat/completions", &msg).await;
     assert_eq!(status, 400, "{e}");
     assert!(
@@ -147,11 +149,7 @@ async fn chat_needs_a_template_and_renders_it() {
     let template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}\
                     {% if add_generation_prompt %}<assistant>{% endif %}";
     let dir = target_with_config(&json!({"chat_template": template}));
-    let s = Server::start(Setup {
-        target: dir.path().to_path_buf(),
-        ..Setup::default()
-    })
-    .await;
+    let s = Server::start(Setup::for_target(dir.path())).await;
     let (status, _, r) = s.post("/v1/chat/completions", &msg).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["object"], "chat.completion");
@@ -165,10 +163,8 @@ async fn chat_needs_a_template_and_renders_it() {
     streamed["stream"] = json!(true);
     let (status, data) = s.stream("/v1/chat/completions", &streamed).await;
     assert_eq!(status, 200);
-    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
-    let text: String = data[..data.len() - 1]
+    let text: String = common::sse_chunks(&data)
         .iter()
-        .map(|d| serde_json::from_str::<Value>(d).unwrap())
         .filter_map(|c| {
             c["choices"][0]["delta"]["content"]
                 .as_str()
@@ -287,32 +283,18 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
 
 #[tokio::test]
 async fn a_client_that_disconnects_aborts_its_request_and_others_finish() {
-    let fake = FakeConfig {
-        step_delay: Duration::from_millis(10),
-        ..FakeConfig::default()
-    };
-    let s = Server::start(Setup {
-        fake,
-        ..Setup::default()
-    })
-    .await;
+    let s = Server::start(Setup::slow(10)).await;
     let long = json!({"prompt": encode("a b c d"), "max_tokens": 2000, "stream": true, "ignore_eos": true});
     let other = json!({"prompt": encode("x y z"), "max_tokens": 40, "stream": true});
     let other_task = {
         let client = s.client.clone();
         let url = s.url("/v1/completions");
         tokio::spawn(async move {
-            let r = client.post(url).json(&other).send().await.unwrap();
+            let r = common::send_json(&client, url, &other).await;
             r.text().await.unwrap()
         })
     };
-    let mut r = s
-        .client
-        .post(s.url("/v1/completions"))
-        .json(&long)
-        .send()
-        .await
-        .unwrap();
+    let mut r = s.send("/v1/completions", &long).await;
     assert_eq!(r.status(), 200);
     let first = r.chunk().await.unwrap().expect("a first chunk");
     assert!(first.starts_with(b"data: "));
@@ -321,13 +303,7 @@ async fn a_client_that_disconnects_aborts_its_request_and_others_finish() {
         s.metric(DISCONNECTS).await >= 1.0
     })
     .await;
-    let other = other_task.await.unwrap();
-    let data = common::sse_data(&other);
-    let (_, chunks) = stream_text(&data);
-    assert_eq!(
-        chunks.last().unwrap()["choices"][0]["finish_reason"],
-        "length"
-    );
+    assert_stream_runs_to_length(&other_task.await.unwrap());
     eventually("nothing runs", async || s.metric(RUNNING).await == 0.0).await;
     assert_eq!(s.state.engine.metrics().requests_aborted, 1);
     s.still_serves().await;
@@ -335,28 +311,15 @@ async fn a_client_that_disconnects_aborts_its_request_and_others_finish() {
 
 #[tokio::test]
 async fn beyond_the_queue_limit_requests_get_429_with_retry_after() {
-    let fake = FakeConfig {
-        step_delay: Duration::from_millis(20),
-        max_running: 1,
-        ..FakeConfig::default()
-    };
-    let s = Server::start(Setup {
-        fake,
-        limit: 2,
-        ..Setup::default()
-    })
-    .await;
+    let mut setup = Setup::slow(20);
+    setup.fake.max_running = 1;
+    setup.limit = 2;
+    let s = Server::start(setup).await;
     let body =
         json!({"prompt": encode("a b"), "max_tokens": 30, "ignore_eos": true, "stream": true});
     let mut held = Vec::new();
     for _ in 0..2 {
-        let r = s
-            .client
-            .post(s.url("/v1/completions"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = s.send("/v1/completions", &body).await;
         assert_eq!(r.status(), 200);
         held.push(r);
     }
@@ -373,69 +336,33 @@ async fn beyond_the_queue_limit_requests_get_429_with_retry_after() {
 
 #[tokio::test]
 async fn graceful_shutdown_finishes_in_flight_requests_and_refuses_new_ones() {
-    let fake = FakeConfig {
-        step_delay: Duration::from_millis(10),
-        ..FakeConfig::default()
-    };
-    let s = Server::start(Setup {
-        fake,
-        ..Setup::default()
-    })
-    .await;
+    let s = Server::start(Setup::slow(10)).await;
     let body =
         json!({"prompt": encode("a b c"), "max_tokens": 20, "ignore_eos": true, "stream": true});
-    let r = s
-        .client
-        .post(s.url("/v1/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = s.send("/v1/completions", &body).await;
     assert_eq!(r.status(), 200);
     let reader = tokio::spawn(async move { r.text().await.unwrap() });
     let state = s.state.clone();
-    tokio::time::timeout(Duration::from_secs(20), s.running.shutdown())
-        .await
-        .expect("shutdown within its bound")
-        .expect("served");
-    let data = common::sse_data(&reader.await.unwrap());
-    let (_, chunks) = stream_text(&data);
-    assert_eq!(
-        chunks.last().unwrap()["choices"][0]["finish_reason"],
-        "length"
-    );
+    common::shutdown_within(s.running, 20).await;
+    assert_stream_runs_to_length(&reader.await.unwrap());
     assert!(!state.engine.is_accepting());
     assert!(state.engine.join(Duration::from_secs(5)));
 }
 
 #[tokio::test]
 async fn shutdown_aborts_what_outlives_its_timeout() {
-    let fake = FakeConfig {
-        step_delay: Duration::from_millis(20),
-        ..FakeConfig::default()
-    };
     let setup = Setup {
-        fake,
         shutdown_timeout: Duration::from_millis(200),
-        ..Setup::default()
+        ..Setup::slow(20)
     };
     let s = Server::start(setup).await;
     let body =
         json!({"prompt": encode("a b c"), "max_tokens": 5000, "ignore_eos": true, "stream": true});
-    let r = s
-        .client
-        .post(s.url("/v1/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = s.send("/v1/completions", &body).await;
     let reader = tokio::spawn(async move { r.text().await.unwrap_or_default() });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let state = s.state.clone();
-    tokio::time::timeout(Duration::from_secs(10), s.running.shutdown())
-        .await
-        .expect("shutdown within its bound")
-        .expect("served");
+    common::shutdown_within(s.running, 10).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), reader)
         .await
         .expect("the stream ended");
@@ -472,7 +399,7 @@ async fn a_request_that_fails_alone_gets_a_500_and_the_others_finish() {
         .map(|i| {
             let (client, url, body) = (s.client.clone(), s.url("/v1/completions"), good(i));
             tokio::spawn(async move {
-                let r = client.post(url).json(&body).send().await.unwrap();
+                let r = common::send_json(&client, url, &body).await;
                 (r.status().as_u16(), r.json::<Value>().await.unwrap())
             })
         })

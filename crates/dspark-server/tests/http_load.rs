@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Server, Setup, encode};
-use dspark_server::fake::FakeConfig;
 use serde_json::json;
 
 const CLIENTS: usize = 48;
@@ -96,17 +95,10 @@ async fn load(s: &Server, n: usize, tally: &Arc<Tally>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_request_completes_or_is_refused_and_memory_stays_flat() {
-    let fake = FakeConfig {
-        max_running: 8,
-        step_delay: Duration::from_millis(1),
-        ..FakeConfig::default()
-    };
-    let s = Server::start(Setup {
-        fake,
-        limit: 16,
-        ..Setup::default()
-    })
-    .await;
+    let mut setup = Setup::slow(1);
+    setup.fake.max_running = 8;
+    setup.limit = 16;
+    let s = Server::start(setup).await;
     let run = async {
         let warm = Arc::new(Tally::default());
         load(&s, 200, &warm).await;

@@ -76,11 +76,31 @@ fn numel(shape: &[usize]) -> Option<u64> {
         .try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))
 }
 
-fn bad(path: &Path, message: impl Into<String>) -> Error {
+/// `bad-safetensors` naming `path`.
+pub(super) fn bad(path: &Path, message: impl Into<String>) -> Error {
     Error::BadSafetensors {
         path: path.to_path_buf(),
         message: message.into(),
     }
+}
+
+/// `too-large` when `count` (in `unit`) of `what` in `place` is past `limit`.
+pub(super) fn at_most(
+    place: &Path,
+    what: &str,
+    count: u64,
+    limit: u64,
+    unit: &'static str,
+) -> Result<()> {
+    if count > limit {
+        return Err(Error::too_large(
+            format!("{}: {what}", place.display()),
+            count,
+            limit,
+            unit,
+        ));
+    }
+    Ok(())
 }
 
 fn open_error(path: &Path, source: std::io::Error) -> Error {
@@ -220,23 +240,21 @@ pub fn parse_header(bytes: &[u8], data_len: u64, path: &Path) -> Result<Vec<Tens
             Category::Data => bad(path, "header is not a JSON object"),
             _ => bad(path, format!("header is not valid JSON: {e}")),
         })?;
-    if total > MAX_TENSORS {
-        return Err(Error::too_large(
-            format!("{}: tensors in the header", path.display()),
-            total,
-            MAX_TENSORS,
-            " tensors",
-        ));
-    }
+    at_most(
+        path,
+        "tensors in the header",
+        total,
+        MAX_TENSORS,
+        " tensors",
+    )?;
     let names: u64 = entries.iter().map(|(n, _)| n.len() as u64).sum();
-    if names > MAX_NAME_BYTES {
-        return Err(Error::too_large(
-            format!("{}: tensor names in the header", path.display()),
-            names,
-            MAX_NAME_BYTES,
-            " bytes",
-        ));
-    }
+    at_most(
+        path,
+        "tensor names in the header",
+        names,
+        MAX_NAME_BYTES,
+        " bytes",
+    )?;
     // The first repeated name (in file order), found by sorting indices rather than by
     // keeping a second copy of every name; reported when the walk below reaches it.
     let mut order: Vec<usize> = (0..entries.len()).collect();

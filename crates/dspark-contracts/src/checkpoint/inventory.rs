@@ -10,9 +10,9 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
-use super::header::{self, PREFIX_LEN, TensorInfo};
+use super::header::{self, PREFIX_LEN, TensorInfo, at_most, bad};
 use crate::error::{Error, Result};
-use crate::files::{ReadError, read_bounded};
+use crate::files::read_bounded;
 use crate::limits::{MAX_NAME_BYTES, MAX_TENSORS, MAX_VOCAB};
 
 /// Name of the shard index of a sharded checkpoint.
@@ -29,13 +29,6 @@ pub struct Inventory {
     /// The safetensors files read, in order.
     pub files: Vec<PathBuf>,
     tensors: BTreeMap<String, TensorInfo>,
-}
-
-fn bad(path: &Path, message: impl Into<String>) -> Error {
-    Error::BadSafetensors {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
 }
 
 impl Inventory {
@@ -107,14 +100,13 @@ impl Inventory {
     /// Read each file's header; a name in two files is an error. More than [`MAX_TENSORS`]
     /// files or tensors, or [`MAX_NAME_BYTES`] of names (all files together), is `too-large`.
     fn open_files(root: &Path, files: Vec<PathBuf>) -> Result<Self> {
-        if files.len() as u64 > MAX_TENSORS {
-            return Err(Error::too_large(
-                format!("{}: safetensors files", root.display()),
-                files.len(),
-                MAX_TENSORS,
-                " files",
-            ));
-        }
+        at_most(
+            root,
+            "safetensors files",
+            files.len() as u64,
+            MAX_TENSORS,
+            " files",
+        )?;
         let mut tensors: BTreeMap<String, TensorInfo> = BTreeMap::new();
         let mut problems = Vec::new();
         let (mut seen, mut name_bytes) = (0u64, 0u64);
@@ -128,23 +120,21 @@ impl Inventory {
             };
             seen += infos.len() as u64;
             name_bytes += infos.iter().map(|t| t.name.len() as u64).sum::<u64>();
-            if name_bytes > MAX_NAME_BYTES {
-                return Err(Error::too_large(
-                    format!("{}: tensor names in the checkpoint", root.display()),
-                    name_bytes,
-                    MAX_NAME_BYTES,
-                    " bytes",
-                ));
-            }
-            if seen > MAX_TENSORS {
-                // All shards together: what the inventory keeps stays bounded.
-                return Err(Error::too_large(
-                    format!("{}: tensors in the checkpoint", root.display()),
-                    seen,
-                    MAX_TENSORS,
-                    " tensors",
-                ));
-            }
+            at_most(
+                root,
+                "tensor names in the checkpoint",
+                name_bytes,
+                MAX_NAME_BYTES,
+                " bytes",
+            )?;
+            // All shards together: what the inventory keeps stays bounded.
+            at_most(
+                root,
+                "tensors in the checkpoint",
+                seen,
+                MAX_TENSORS,
+                " tensors",
+            )?;
             for info in infos {
                 if let Some(prev) = tensors.get(&info.name) {
                     problems.push(bad(
@@ -342,16 +332,10 @@ fn io_error(path: &Path, source: std::io::Error, what: &str) -> Error {
 /// Read `weight_map` (tensor name → shard file name) from a shard index.
 fn read_weight_map(index: &Path) -> Result<BTreeMap<String, String>> {
     let limit = crate::limits::MAX_INDEX_BYTES;
-    let bytes = read_bounded(index, limit).map_err(|e| match e {
-        ReadError::NotFound => Error::MissingFile {
-            path: index.to_path_buf(),
-            what: "shard index".into(),
-        },
-        ReadError::Io(source) => Error::Io {
-            path: index.to_path_buf(),
-            source,
-        },
-        other => bad(index, format!("shard index: {}", other.describe(limit))),
+    let bytes = read_bounded(index, limit).map_err(|e| {
+        e.into_error(index, "shard index", limit, |why| {
+            bad(index, format!("shard index: {why}"))
+        })
     })?;
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| bad(index, format!("shard index is not valid JSON: {e}")))?;
@@ -359,14 +343,13 @@ fn read_weight_map(index: &Path) -> Result<BTreeMap<String, String>> {
         .get("weight_map")
         .and_then(Value::as_object)
         .ok_or_else(|| bad(index, "shard index has no `weight_map` object"))?;
-    if map.len() as u64 > MAX_TENSORS {
-        return Err(Error::too_large(
-            format!("{}: `weight_map` entries", index.display()),
-            map.len(),
-            MAX_TENSORS,
-            " tensors",
-        ));
-    }
+    at_most(
+        index,
+        "`weight_map` entries",
+        map.len() as u64,
+        MAX_TENSORS,
+        " tensors",
+    )?;
     map.iter()
         .map(|(name, shard)| match shard.as_str() {
             Some(s)

@@ -177,6 +177,18 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Whether the checkpoint ships the shareable weight `exp` ([`Self::require`]); when it
+    /// does not and the vocabulary `needs` the drafter's own, `missing` is a problem.
+    fn ships(&mut self, exp: &Expected, needs: bool, missing: impl FnOnce() -> Error) -> bool {
+        if self.require(exp) {
+            return true;
+        }
+        if needs {
+            self.problems.push(missing());
+        }
+        false
+    }
+
     pub(super) fn ignore(&mut self, key: &str) {
         if let Some(info) = self.found.get(key) {
             self.plan.ignored.push(info.name.clone());
@@ -264,24 +276,23 @@ fn build_qwen3(b: &mut Builder<'_>) {
         match exp.canonical.as_str() {
             shapes::CONFIDENCE_WEIGHT | shapes::CONFIDENCE_BIAS => {}
             shapes::EMBED => {
-                if b.require(exp) {
+                let missing = || Error::MissingEmbedTokens {
+                    input: vocab.input,
+                    target: vocab.target,
+                };
+                if b.ships(exp, vocab.needs_own_embed(), missing) {
                     b.plan.embed_tokens = WeightSource::Own;
-                } else if vocab.needs_own_embed() {
-                    b.problems.push(Error::MissingEmbedTokens {
-                        input: vocab.input,
-                        target: vocab.target,
-                    });
                 }
             }
             shapes::LM_HEAD => {
-                if b.require(exp) {
+                let missing = || Error::MissingLmHead {
+                    draft: vocab.draft,
+                    target: vocab.target,
+                };
+                let needed = vocab.needs_own_lm_head();
+                if b.ships(exp, needed, missing) {
                     b.plan.lm_head = WeightSource::Own;
-                } else if vocab.needs_own_lm_head() {
-                    b.problems.push(Error::MissingLmHead {
-                        draft: vocab.draft,
-                        target: vocab.target,
-                    });
-                } else if vocab.layout() == VocabLayout::Padded {
+                } else if !needed && vocab.layout() == VocabLayout::Padded {
                     b.warn(
                         W_PADDED_SHARED_LM_HEAD,
                         format!(

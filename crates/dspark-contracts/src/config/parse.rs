@@ -7,7 +7,6 @@ use serde_json::{Map, Value};
 use super::backbone::read_backbone;
 use super::fields::{Fields, describe};
 use super::formats::read_dspark_keys;
-use super::json::read_json;
 use super::noise::resolve_noise_token_in;
 use super::spec::{ConfigFormat, DraftSpec};
 use crate::error::{Error, Result};
@@ -122,16 +121,13 @@ fn dsv4_root(root: &Map<String, Value>) -> Option<(&Map<String, Value>, &'static
 impl DraftSpec {
     /// Read a draft config from a `config.json` path or a directory holding one.
     pub fn from_path(path: &Path) -> Result<Self> {
-        let (file, value) = read_json(path)?;
-        Self::from_value(&value, &file)
+        super::json::read_config(path, Self::from_value)
     }
 
     /// Normalize a parsed draft config in any accepted shape (see [`detect_format`] for how
     /// the shape is chosen). `file` names the source in error messages.
     pub fn from_value(value: &Value, file: &str) -> Result<Self> {
-        let root = value
-            .as_object()
-            .ok_or_else(|| Error::bad_config(file, "<root>", "expected a JSON object"))?;
+        let root = super::json::root_object(value, file)?;
         let format = detect_format(root, file)?;
         let root_fields = Fields::new(file, root, "");
         let root_model_type = root_fields.string("model_type")?;

@@ -11,11 +11,10 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::fields::{Fields, describe};
-use super::json::read_json;
 use super::rope::read_rope;
 use super::shape::ModelShape;
 use super::target::TargetSpec;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::limits::{MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB};
 
 /// transformers' `Qwen3Config.head_dim` default (not `hidden_size / num_attention_heads`).
@@ -38,15 +37,12 @@ const WHY: &str = "the Qwen3 target shape";
 impl Qwen3Config {
     /// Read `config.json` from a model directory (or a config file path).
     pub fn from_path(path: &Path) -> Result<Self> {
-        let (file, value) = read_json(path)?;
-        Self::from_value(&value, &file)
+        super::json::read_config(path, Self::from_value)
     }
 
     /// Normalize parsed JSON; `file` names the source in errors.
     pub fn from_value(value: &Value, file: &str) -> Result<Self> {
-        let root = value
-            .as_object()
-            .ok_or_else(|| Error::bad_config(file, "<root>", "expected a JSON object"))?;
+        let root = super::json::root_object(value, file)?;
         let f = Fields::new(file, root, "");
         if let Some(t) = f.string("model_type")?
             && t != "qwen3"

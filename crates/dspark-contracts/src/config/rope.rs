@@ -25,18 +25,14 @@ pub fn read_rope(backbone: &Fields<'_>) -> Result<RopeSpec> {
     let mut scopes: Vec<&Fields<'_>> = Vec::new();
     scopes.extend(full.as_ref());
     scopes.extend(params.as_ref());
-    let top = [backbone];
+    let mut with_top = scopes.clone();
+    with_top.push(backbone);
+    let mut with_scaling = scopes.clone();
+    with_scaling.extend(scaling.as_ref());
 
-    let theta = first_float(scopes.iter().copied().chain(top), "rope_theta")?.unwrap_or(10_000.0);
-    if theta <= 0.0 {
-        let name = first_name(scopes.iter().copied().chain(top), "rope_theta");
-        return Err(backbone.bad(&name, format!("must be greater than 0, found {theta}")));
-    }
-    let partial = first_float(scopes.iter().copied().chain(top), "partial_rotary_factor")?;
-    if let Some(p) = partial.filter(|&p| !(p > 0.0 && p <= 1.0)) {
-        let name = first_name(scopes.iter().copied().chain(top), "partial_rotary_factor");
-        return Err(backbone.bad(&name, format!("must be in (0, 1], found {p}")));
-    }
+    let theta = checked_float(backbone, &with_top, "rope_theta", Must::BePositive)?;
+    let theta = theta.unwrap_or(10_000.0);
+    let partial = checked_float(backbone, &with_top, "partial_rotary_factor", Must::BeInUnit)?;
     let mut rope_type = None;
     for f in scopes.iter().copied().chain(scaling.as_ref()) {
         if let Some(t) = f.string("rope_type")? {
@@ -47,11 +43,7 @@ pub fn read_rope(backbone: &Fields<'_>) -> Result<RopeSpec> {
     if let (None, Some(s)) = (rope_type, &scaling) {
         rope_type = s.string("type")?;
     }
-    let factor = first_float(scopes.iter().copied().chain(scaling.as_ref()), "factor")?;
-    if let Some(f) = factor.filter(|&f| f <= 0.0) {
-        let name = first_name(scopes.iter().copied().chain(scaling.as_ref()), "factor");
-        return Err(backbone.bad(&name, format!("must be greater than 0, found {f}")));
-    }
+    let factor = checked_float(backbone, &with_scaling, "factor", Must::BePositive)?;
     let mut original = None;
     for f in scopes.iter().copied().chain(scaling.as_ref()) {
         if let Some(n) = f.positive("original_max_position_embeddings")? {
@@ -67,6 +59,47 @@ pub fn read_rope(backbone: &Fields<'_>) -> Result<RopeSpec> {
         original_max_position_embeddings: original,
         neox_style: backbone.boolean("is_neox_style")?.unwrap_or(true),
     })
+}
+
+/// What a RoPE float must be.
+#[derive(Clone, Copy)]
+enum Must {
+    /// Greater than 0.
+    BePositive,
+    /// In (0, 1].
+    BeInUnit,
+}
+
+impl Must {
+    fn refuses(self, x: f64) -> bool {
+        match self {
+            Must::BePositive => x <= 0.0,
+            Must::BeInUnit => !(x > 0.0 && x <= 1.0),
+        }
+    }
+
+    fn says(self) -> &'static str {
+        match self {
+            Must::BePositive => "must be greater than 0",
+            Must::BeInUnit => "must be in (0, 1]",
+        }
+    }
+}
+
+/// The first `key` among `scopes` as a float; one that `must` refuses is `bad-config` naming
+/// where it was found.
+fn checked_float(
+    backbone: &Fields<'_>,
+    scopes: &[&Fields<'_>],
+    key: &str,
+    must: Must,
+) -> Result<Option<f64>> {
+    let value = first_float(scopes.iter().copied(), key)?;
+    if let Some(x) = value.filter(|&x| must.refuses(x)) {
+        let name = first_name(scopes.iter().copied(), key);
+        return Err(backbone.bad(&name, format!("{}, found {x}", must.says())));
+    }
+    Ok(value)
 }
 
 fn first_float<'f, 'a: 'f>(

@@ -4,7 +4,6 @@
 //! SGLang style: an object with a `"temperatures"` array (other keys are ignored).
 
 use crate::error::{Error, Result};
-use crate::files::ReadError;
 use std::path::Path;
 
 /// The calibration file read from a drafter directory when present.
@@ -45,9 +44,7 @@ impl StsCalibration {
     fn parse(text: &str, file: &str) -> Result<Self> {
         let value: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| Error::bad_config(file, "<root>", format!("invalid JSON: {e}")))?;
-        let Some(obj) = value.as_object() else {
-            return Err(Error::bad_config(file, "<root>", "expected a JSON object"));
-        };
+        let obj = super::json::root_object(&value, file)?;
         let Some(arr) = obj.get("temperatures") else {
             return Err(Error::bad_config(file, "temperatures", "missing"));
         };
@@ -83,23 +80,8 @@ impl StsCalibration {
     /// Read and parse a JSON file (`missing-file`, `io`, `bad-config` naming the path; the file
     /// must be a regular file of at most [`crate::limits::MAX_CONFIG_BYTES`]).
     pub fn from_json_path(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let shown = path.display().to_string();
-        let limit = crate::limits::MAX_CONFIG_BYTES;
-        let bytes = crate::files::read_bounded(path, limit).map_err(|e| match e {
-            ReadError::NotFound => Error::MissingFile {
-                path: path.to_path_buf(),
-                what: "STS calibration JSON".into(),
-            },
-            ReadError::Io(source) => Error::Io {
-                path: path.to_path_buf(),
-                source,
-            },
-            other => Error::bad_config(&shown, "<file>", other.describe(limit)),
-        })?;
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|e| Error::bad_config(&shown, "<file>", format!("not valid UTF-8: {e}")))?;
-        Self::parse(text, &shown)
+        let (shown, text) = super::json::read_text(path.as_ref(), "STS calibration JSON")?;
+        Self::parse(&text, &shown)
     }
 
     /// `T_k`; errors when the table has fewer than `k + 1` positions.

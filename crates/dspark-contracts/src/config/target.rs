@@ -25,17 +25,14 @@ pub struct TargetSpec {
 impl TargetSpec {
     /// Read a target config from a `config.json` path or a directory holding one.
     pub fn from_path(path: &Path) -> Result<Self> {
-        let (file, value) = super::json::read_json(path)?;
-        Self::from_value(&value, &file)
+        super::json::read_config(path, Self::from_value)
     }
 
     /// Read a target config from parsed JSON. Multimodal configs may nest the language model
     /// under `text_config` (or `thinker_config.text_config`); the nested one is used then.
     /// Sizes are bounded by [`crate::limits`] (`bad-config` naming the key).
     pub fn from_value(value: &Value, file: &str) -> Result<Self> {
-        let root = value
-            .as_object()
-            .ok_or_else(|| Error::bad_config(file, "<root>", "expected a JSON object"))?;
+        let root = super::json::root_object(value, file)?;
         let text = root
             .get("text_config")
             .or_else(|| {

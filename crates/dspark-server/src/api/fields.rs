@@ -304,86 +304,24 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_field() {
-        let cases: Vec<(Common<'_>, &str)> = vec![
-            (
-                Common {
-                    max_tokens: Some(0),
-                    ..Default::default()
-                },
-                "max_tokens",
-            ),
-            (
-                Common {
-                    max_tokens: Some(-5),
-                    ..Default::default()
-                },
-                "max_tokens",
-            ),
-            (
-                Common {
-                    temperature: Some(-0.1),
-                    ..Default::default()
-                },
-                "temperature",
-            ),
-            (
-                Common {
-                    seed: Some(-1),
-                    ..Default::default()
-                },
-                "seed",
-            ),
-            (
-                Common {
-                    temperature: Some(f64::NAN),
-                    ..Default::default()
-                },
-                "temperature",
-            ),
-            (
-                Common {
-                    top_p: Some(0.0),
-                    ..Default::default()
-                },
-                "top_p",
-            ),
-            (
-                Common {
-                    top_p: Some(1.5),
-                    ..Default::default()
-                },
-                "top_p",
-            ),
-            (
-                Common {
-                    top_k: Some(-2),
-                    ..Default::default()
-                },
-                "top_k",
-            ),
-            (
-                Common {
-                    max_drafts: Some(-1),
-                    ..Default::default()
-                },
-                "max_drafts",
-            ),
-            (
-                Common {
-                    n: Some(0),
-                    ..Default::default()
-                },
-                "n",
-            ),
-            (
-                Common {
-                    presence_penalty: Some(2.5),
-                    ..Default::default()
-                },
-                "presence_penalty",
-            ),
+        /// A change to the default fields, and the field it makes bad.
+        type Case = (fn(&mut Common<'_>), &'static str);
+        let cases: [Case; 11] = [
+            (|c| c.max_tokens = Some(0), "max_tokens"),
+            (|c| c.max_tokens = Some(-5), "max_tokens"),
+            (|c| c.temperature = Some(-0.1), "temperature"),
+            (|c| c.seed = Some(-1), "seed"),
+            (|c| c.temperature = Some(f64::NAN), "temperature"),
+            (|c| c.top_p = Some(0.0), "top_p"),
+            (|c| c.top_p = Some(1.5), "top_p"),
+            (|c| c.top_k = Some(-2), "top_k"),
+            (|c| c.max_drafts = Some(-1), "max_drafts"),
+            (|c| c.n = Some(0), "n"),
+            (|c| c.presence_penalty = Some(2.5), "presence_penalty"),
         ];
-        for (c, field) in cases {
+        for (edit, field) in cases {
+            let mut c = Common::default();
+            edit(&mut c);
             let e = check(&c, 100).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(field), "{e}");
             assert_eq!(e.status.as_u16(), 400);

@@ -11,4 +11,6 @@ pub mod penalties;
 pub mod response;
 mod shared;
 
+pub(crate) use shared::GenerationBody;
+
 pub use error::ApiError;

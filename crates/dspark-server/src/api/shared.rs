@@ -85,6 +85,24 @@ macro_rules! request_body {
                 }
             }
         }
+
+        impl $crate::api::GenerationBody for $name {
+            fn model_name(&self) -> Option<&str> {
+                self.model.as_deref()
+            }
+
+            fn shared_fields(&self) -> $crate::api::fields::Common<'_> {
+                self.common()
+            }
+        }
     };
 }
 pub(crate) use request_body;
+
+/// What the server reads from every generation body before its endpoint serves it.
+pub(crate) trait GenerationBody {
+    /// The model the body names, if any.
+    fn model_name(&self) -> Option<&str>;
+    /// The shared fields, for [`check`](super::fields::check) (the endpoint's `common()`).
+    fn shared_fields(&self) -> super::fields::Common<'_>;
+}

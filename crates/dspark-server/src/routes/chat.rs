@@ -1,42 +1,24 @@
 //! `POST /v1/chat/completions`: the messages rendered with the model's chat template, then
 //! served as a completion of that text.
 
-use std::time::Instant;
-
-use axum::Json;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use crate::api::ApiError;
 use crate::api::chat::ChatRequest;
-use crate::api::fields::{check, max_new_tokens};
+use crate::api::fields::max_new_tokens;
 use crate::api::logprobs::ChatLogprobs;
-use crate::api::response::{ChatChoice, ChatChunkChoice, ChatDelta, ChatMessage, Envelope, Usage};
+use crate::api::response::{ChatChoice, ChatChunkChoice, ChatDelta, ChatMessage, Usage};
 use crate::session::{Finish, Out};
-use crate::state::AppState;
-use crate::stream::{Chunks, total_usage};
+use crate::stream::Chunks;
+
+use super::head::Head;
 
 /// Writes `chat.completion.chunk`s.
-struct ChatChunks {
-    id: String,
-    created: u64,
-    model: String,
-    include_usage: bool,
-}
+struct ChatChunks(Head);
 
 impl ChatChunks {
     fn envelope(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> String {
-        let e = Envelope {
-            id: self.id.clone(),
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: self.model.clone(),
-            choices,
-            usage: self.include_usage.then_some(usage),
-        };
-        serde_json::to_string(&e).unwrap_or_default()
+        self.0.chunk("chat.completion.chunk", choices, usage)
     }
 
     fn chunk(
@@ -93,60 +75,42 @@ impl Chunks for ChatChunks {
     }
 }
 
-/// The route: the body read and checked, the request queued, its answer streamed or whole
-/// (an [`ApiError`] answers as an OpenAI error).
-pub(super) async fn handle(
-    State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let arrived = Instant::now();
-    let request: ChatRequest = super::read(&state, body, |r: &ChatRequest| r.model.as_deref())?;
-    let model = &state.model;
-    let checked = check(&request.common(), model.vocab_size)?;
-    let messages = request.messages()?;
-    let logprobs = request.logprobs()?;
-    let template = model
-        .chat
-        .as_ref()
-        .map_err(|why| ApiError::unsupported("messages", why.clone()))?;
-    let text = template.render(&messages, request.add_generation_prompt.unwrap_or(true))?;
-    // A slot first: tokenizing is bounded by the same limit as the queue.
-    let slot = state.engine.reserve()?;
-    let prompt = state.tokenize(text, false, "messages").await?;
-    let max_new = max_new_tokens(checked.max_tokens, None, prompt.len(), model.max_model_len)?;
-    let chunks = ChatChunks {
-        id: state.new_id("chatcmpl"),
-        created: model.created,
-        model: model.name.clone(),
-        include_usage: checked.include_usage,
-    };
-    let whole = |chunks: ChatChunks, answers: Vec<(Out, Finish)>| {
-        let usage = total_usage(answers.iter().map(|a| &a.1));
-        let choices = answers
-            .into_iter()
-            .enumerate()
-            .map(|(index, (out, finish))| ChatChoice {
-                index,
-                message: ChatMessage {
-                    role: "assistant",
-                    content: out.text,
-                },
-                finish_reason: Some(finish.reason),
-                logprobs: out.logprobs.as_deref().map(ChatLogprobs::of),
-                dspark: finish.stats,
-            })
-            .collect();
-        Json(Envelope {
-            id: chunks.id,
-            object: "chat.completion",
-            created: chunks.created,
-            model: chunks.model,
-            choices,
-            usage: Some(Some(usage)),
-        })
-        .into_response()
-    };
-    let mut spec = state.request_spec(prompt, max_new, &checked);
-    spec.logprobs = logprobs;
-    super::answer(&state, slot, spec, &checked, arrived, chunks, whole).await
+impl super::Endpoint for ChatRequest {
+    /// The messages rendered with the chat template and tokenized, the request queued, its
+    /// answer streamed or whole.
+    async fn serve(self, call: super::Call) -> Result<Response, ApiError> {
+        let (state, checked) = (&call.state, &call.checked);
+        let model = &state.model;
+        let messages = self.messages()?;
+        let logprobs = self.logprobs()?;
+        let template = model
+            .chat
+            .as_ref()
+            .map_err(|why| ApiError::unsupported("messages", why.clone()))?;
+        let text = template.render(&messages, self.add_generation_prompt.unwrap_or(true))?;
+        // A slot first: tokenizing is bounded by the same limit as the queue.
+        let slot = state.engine.reserve()?;
+        let prompt = state.tokenize(text, false, "messages").await?;
+        let max_new = max_new_tokens(checked.max_tokens, None, prompt.len(), model.max_model_len)?;
+        let chunks = ChatChunks(Head::new(state, "chatcmpl", checked.include_usage));
+        let whole = |chunks: ChatChunks, answers: Vec<(Out, Finish)>| {
+            chunks
+                .0
+                .whole("chat.completion", answers, |index, out, finish| {
+                    ChatChoice {
+                        index,
+                        message: ChatMessage {
+                            role: "assistant",
+                            content: out.text,
+                        },
+                        finish_reason: Some(finish.reason),
+                        logprobs: out.logprobs.as_deref().map(ChatLogprobs::of),
+                        dspark: finish.stats,
+                    }
+                })
+        };
+        let mut spec = state.request_spec(prompt, max_new, checked);
+        spec.logprobs = logprobs;
+        super::answer(state, slot, spec, checked, call.arrived, chunks, whole).await
+    }
 }

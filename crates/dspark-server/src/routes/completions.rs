@@ -1,32 +1,25 @@
 //! `POST /v1/completions`.
 
 use std::cell::Cell;
-use std::time::Instant;
 
-use axum::Json;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use crate::api::ApiError;
 use crate::api::completions::{CompletionRequest, Prompt};
-use crate::api::fields::{check, max_new_tokens};
+use crate::api::fields::max_new_tokens;
 use crate::api::logprobs::CompletionLogprobs;
-use crate::api::response::{CompletionChoice, Envelope, Usage};
+use crate::api::response::{CompletionChoice, Usage};
 use crate::session::{Finish, Out};
-use crate::state::AppState;
-use crate::stream::{Chunks, total_usage};
+use crate::stream::Chunks;
+
+use super::head::Head;
 
 /// OpenAI's default `max_tokens` for completions.
 const DEFAULT_MAX_TOKENS: usize = 16;
 
 /// Writes `text_completion` chunks.
 struct CompletionChunks {
-    id: String,
-    created: u64,
-    model: String,
-    include_usage: bool,
+    head: Head,
     /// Per choice: characters of generated text its chunks so far carried (log-probability
     /// offsets).
     offsets: Vec<Cell<usize>>,
@@ -34,15 +27,7 @@ struct CompletionChunks {
 
 impl CompletionChunks {
     fn envelope(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> String {
-        let e = Envelope {
-            id: self.id.clone(),
-            object: "text_completion",
-            created: self.created,
-            model: self.model.clone(),
-            choices,
-            usage: self.include_usage.then_some(usage),
-        };
-        serde_json::to_string(&e).unwrap_or_default()
+        self.head.chunk("text_completion", choices, usage)
     }
 }
 
@@ -83,55 +68,35 @@ impl Chunks for CompletionChunks {
     }
 }
 
-/// The route: the body read and checked, the request queued, its answer streamed or whole
-/// (an [`ApiError`] answers as an OpenAI error).
-pub(super) async fn handle(
-    State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let arrived = Instant::now();
-    let request: CompletionRequest =
-        super::read(&state, body, |r: &CompletionRequest| r.model.as_deref())?;
-    let model = &state.model;
-    let checked = check(&request.common(), model.vocab_size)?;
-    // A slot first: tokenizing is bounded by the same limit as the queue.
-    let slot = state.engine.reserve()?;
-    let logprobs = request.logprobs()?;
-    let prompt = match request.prompt(model.vocab_size)? {
-        Prompt::Text(text) => state.tokenize(text, true, "prompt").await?,
-        Prompt::Ids(ids) => ids,
-    };
-    let max_new = max_new_tokens(
-        checked.max_tokens,
-        Some(DEFAULT_MAX_TOKENS),
-        prompt.len(),
-        model.max_model_len,
-    )?;
-    let chunks = CompletionChunks {
-        id: state.new_id("cmpl"),
-        created: model.created,
-        model: model.name.clone(),
-        include_usage: checked.include_usage,
-        offsets: (0..checked.n).map(|_| Cell::new(0)).collect(),
-    };
-    let whole = |chunks: CompletionChunks, answers: Vec<(Out, Finish)>| {
-        let usage = total_usage(answers.iter().map(|a| &a.1));
-        let choices = answers
-            .into_iter()
-            .enumerate()
-            .map(|(i, (out, finish))| chunks.choice(i, out, Some(&finish)))
-            .collect();
-        Json(Envelope {
-            id: chunks.id,
-            object: "text_completion",
-            created: chunks.created,
-            model: chunks.model,
-            choices,
-            usage: Some(Some(usage)),
-        })
-        .into_response()
-    };
-    let mut spec = state.request_spec(prompt, max_new, &checked);
-    spec.logprobs = logprobs;
-    super::answer(&state, slot, spec, &checked, arrived, chunks, whole).await
+impl super::Endpoint for CompletionRequest {
+    /// The prompt tokenized (or its ids checked), the request queued, its answer streamed or
+    /// whole.
+    async fn serve(self, call: super::Call) -> Result<Response, ApiError> {
+        let (state, checked) = (&call.state, &call.checked);
+        let model = &state.model;
+        // A slot first: tokenizing is bounded by the same limit as the queue.
+        let slot = state.engine.reserve()?;
+        let logprobs = self.logprobs()?;
+        let prompt = match self.prompt(model.vocab_size)? {
+            Prompt::Text(text) => state.tokenize(text, true, "prompt").await?,
+            Prompt::Ids(ids) => ids,
+        };
+        let max_new = max_new_tokens(
+            checked.max_tokens,
+            Some(DEFAULT_MAX_TOKENS),
+            prompt.len(),
+            model.max_model_len,
+        )?;
+        let chunks = CompletionChunks {
+            head: Head::new(state, "cmpl", checked.include_usage),
+            offsets: (0..checked.n).map(|_| Cell::new(0)).collect(),
+        };
+        let whole = |chunks: CompletionChunks, answers: Vec<(Out, Finish)>| {
+            let choice = |i, out, finish| chunks.choice(i, out, Some(&finish));
+            chunks.head.whole("text_completion", answers, choice)
+        };
+        let mut spec = state.request_spec(prompt, max_new, checked);
+        spec.logprobs = logprobs;
+        super::answer(state, slot, spec, checked, call.arrived, chunks, whole).await
+    }
 }

@@ -4,22 +4,27 @@
 
 mod chat;
 mod completions;
+mod head;
 mod health;
 mod metrics;
 mod models;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::DefaultBodyLimit;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::de::DeserializeOwned;
+use std::time::Instant;
 
 use crate::api::ApiError;
+use crate::api::GenerationBody;
 use crate::api::body::parse;
-use crate::api::fields::Checked;
+use crate::api::chat::ChatRequest;
+use crate::api::completions::CompletionRequest;
+use crate::api::fields::{Checked, check};
 use crate::engine_thread::Reservation;
 use crate::session::{Finish, Out, Session};
 use crate::state::AppState;
@@ -30,8 +35,8 @@ use dspark::engine::RequestSpec;
 pub fn router(state: AppState) -> Router {
     let limit = state.max_body_bytes;
     Router::new()
-        .route("/v1/completions", post(completions::handle))
-        .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/completions", post(generate::<CompletionRequest>))
+        .route("/v1/chat/completions", post(generate::<ChatRequest>))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{id}", get(models::get))
         .route("/health", get(health::health))
@@ -64,16 +69,37 @@ fn body(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiE
     })
 }
 
-/// A generation request's body, read (413 over the limit) and parsed (400 / 422), its model
-/// checked (404 when it is not the served one).
-fn read<T: DeserializeOwned>(
-    state: &AppState,
+/// A generation request whose body was read and checked: the server's state, the checked
+/// shared fields, and when it arrived.
+struct Call {
+    state: AppState,
+    checked: Checked,
+    arrived: Instant,
+}
+
+/// A generation endpoint: how it serves a body whose shared fields passed [`check`].
+trait Endpoint: GenerationBody + DeserializeOwned + Send + 'static {
+    /// The answer (streamed or whole) to this body.
+    fn serve(self, call: Call) -> impl Future<Output = Result<Response, ApiError>> + Send;
+}
+
+/// A generation route: the body read (413 over the limit) and parsed (400 / 422), its model
+/// checked (404 when it is not the served one) and its shared fields (400), then served by
+/// its endpoint (an [`ApiError`] answers as an OpenAI error).
+async fn generate<E: Endpoint>(
+    State(state): State<AppState>,
     sent: Result<Bytes, BytesRejection>,
-    model: impl FnOnce(&T) -> Option<&str>,
-) -> Result<T, ApiError> {
-    let request: T = parse(&body(sent, state.max_body_bytes)?)?;
-    state.check_model(model(&request))?;
-    Ok(request)
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    let request: E = parse(&body(sent, state.max_body_bytes)?)?;
+    state.check_model(request.model_name())?;
+    let checked = check(&request.shared_fields(), state.model.vocab_size)?;
+    let call = Call {
+        state,
+        checked,
+        arrived,
+    };
+    request.serve(call).await
 }
 
 /// A choice's grammar state (a 400 naming `response_format` when it does not compile, or

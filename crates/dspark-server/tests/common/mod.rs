@@ -30,6 +30,27 @@ pub struct Setup {
     pub target: PathBuf,
 }
 
+impl Setup {
+    /// The default setup over the target directory `dir`.
+    pub fn for_target(dir: &Path) -> Self {
+        Self {
+            target: dir.to_path_buf(),
+            ..Self::default()
+        }
+    }
+
+    /// The default setup over an echo engine that spends `step_ms` on every step.
+    pub fn slow(step_ms: u64) -> Self {
+        Self {
+            fake: FakeConfig {
+                step_delay: Duration::from_millis(step_ms),
+                ..FakeConfig::default()
+            },
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for Setup {
     fn default() -> Self {
         Self {
@@ -82,15 +103,14 @@ impl Server {
         format!("http://{}{path}", self.running.addr)
     }
 
+    /// POST `body` (JSON) to `path`: the response, its body unread.
+    pub async fn send(&self, path: &str, body: &Value) -> reqwest::Response {
+        send_json(&self.client, self.url(path), body).await
+    }
+
     /// POST `body` (JSON) to `path`: status, headers and the JSON answer.
     pub async fn post(&self, path: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
-        let r = self
-            .client
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
+        let r = self.send(path, body).await;
         let status = r.status().as_u16();
         let headers = r.headers().clone();
         let json = r.json::<Value>().await.unwrap_or(Value::Null);
@@ -119,13 +139,7 @@ impl Server {
 
     /// POST a streaming request; the `data:` payloads in order.
     pub async fn stream(&self, path: &str, body: &Value) -> (u16, Vec<String>) {
-        let r = self
-            .client
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
+        let r = self.send(path, body).await;
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         (status, sse_data(&text))
@@ -148,6 +162,19 @@ impl Server {
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["choices"][0]["finish_reason"], "length");
     }
+}
+
+/// POST `body` (JSON) to `url` with `client`: the response, its body unread.
+pub async fn send_json(client: &reqwest::Client, url: String, body: &Value) -> reqwest::Response {
+    client.post(url).json(body).send().await.unwrap()
+}
+
+/// Shut `running` down, failing the test unless it is done within `secs` seconds.
+pub async fn shutdown_within(running: Running, secs: u64) {
+    tokio::time::timeout(Duration::from_secs(secs), running.shutdown())
+        .await
+        .expect("shutdown within its bound")
+        .expect("served");
 }
 
 /// The `data:` payloads of an SSE body.

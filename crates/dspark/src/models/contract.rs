@@ -338,21 +338,15 @@ fn rows_come_and_go<T: TargetModel>(s: &Suite<'_, T>, cap: &[usize], tol: f32) -
         LogitRows::Tail(&tails),
         cap,
     )?;
-    close_at(check, "row 0 step", (&o, 0, 0), (&alone[0], 0, 5), tol)?;
-    close_at(
-        check,
-        "row 1 first step",
-        (&o, 1, 0),
-        (&alone[1], 0, 3),
-        tol,
-    )?;
-    close_at(
-        check,
-        "row 1 second step",
-        (&o, 1, 1),
-        (&alone[1], 0, 4),
-        tol,
-    )?;
+    // (what, row, its step in `o`, the position alone).
+    let steps = [
+        ("row 0 step", 0, 0, 5),
+        ("row 1 first step", 1, 0, 3),
+        ("row 1 second step", 1, 1, 4),
+    ];
+    for (what, row, j, at) in steps {
+        close_at(check, what, (&o, row, j), (&alone[row], 0, at), tol)?;
+    }
     close(
         check,
         "row 2 prefill's last: logits",

@@ -2,7 +2,7 @@
 use crate::checkpoint_common::*;
 use dspark::checkpoint::names::{DROP_TARGET_OWNED, NameRule, classify};
 use dspark::checkpoint::plan::{W_CONFIDENCE_HEAD_DISABLED, W_UNEXPECTED_TENSOR};
-use dspark::{ConfigFormat, DraftSpec, Inventory, LoadPlan, WeightSource};
+use dspark::{ConfigFormat, DraftSpec, LoadPlan, WeightSource};
 
 const V: usize = 64;
 const STAGES: usize = 3;
@@ -120,16 +120,7 @@ fn dsv4_tensors(stages: usize) -> Vec<T> {
 }
 
 fn plan(spec: &DraftSpec, tensors: &[T]) -> dspark::Result<LoadPlan> {
-    let (_g, dir) = checkpoint_dir(tensors);
-    let inv = Inventory::open(&dir)?;
-    let p = LoadPlan::build(spec, &target(V), &inv);
-    if let Ok(p) = &p {
-        assert_eq!(
-            p.tensors.len() + p.ignored.len() + p.target_owned,
-            inv.len()
-        );
-    }
-    p
+    crate::checkpoint_common::plan(spec, V, tensors)
 }
 
 #[test]

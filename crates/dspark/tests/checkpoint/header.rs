@@ -6,11 +6,16 @@ use std::path::Path;
 use crate::checkpoint_common::*;
 use dspark::checkpoint::header::{MAX_HEADER_LEN, parse_file_bytes, parse_header, read_header};
 
-fn bad_file(header: &[u8], data_len: u64) -> dspark::Error {
+/// The error of reading the file `write` makes (`bad.safetensors` in a scratch directory).
+fn read_error(write: impl FnOnce(&Path)) -> dspark::Error {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.safetensors");
-    write_raw(&path, header, data_len);
-    let err = read_header(&path).unwrap_err();
+    write(&path);
+    read_header(&path).unwrap_err()
+}
+
+fn bad_file(header: &[u8], data_len: u64) -> dspark::Error {
+    let err = read_error(|path| write_raw(path, header, data_len));
     assert_eq!(err.code(), "bad-safetensors", "{err}");
     assert!(err.to_string().contains("bad.safetensors"), "{err}");
     err
@@ -67,34 +72,25 @@ fn agrees_with_reference_crate() {
 
 #[test]
 fn short_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("short.safetensors");
-    std::fs::write(&path, [1u8, 2, 3]).unwrap();
-    let err = read_header(&path).unwrap_err();
+    let err = read_error(|path| std::fs::write(path, [1u8, 2, 3]).unwrap());
     assert_eq!(err.code(), "bad-safetensors");
     assert!(err.to_string().contains("shorter than the 8-byte"), "{err}");
 }
 
 #[test]
 fn truncated_header() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("trunc.safetensors");
     let mut bytes = 1000u64.to_le_bytes().to_vec();
     bytes.extend_from_slice(b"{}");
-    std::fs::write(&path, &bytes).unwrap();
-    let err = read_header(&path).unwrap_err();
+    let err = read_error(|path| std::fs::write(path, &bytes).unwrap());
     assert_eq!(err.code(), "bad-safetensors");
     assert!(err.to_string().contains("truncated"), "{err}");
 }
 
 #[test]
 fn oversized_header_length() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("huge.safetensors");
     let mut bytes = (MAX_HEADER_LEN + 1).to_le_bytes().to_vec();
     bytes.extend_from_slice(b"{}");
-    std::fs::write(&path, &bytes).unwrap();
-    let err = read_header(&path).unwrap_err();
+    let err = read_error(|path| std::fs::write(path, &bytes).unwrap());
     assert!(err.to_string().contains("oversized"), "{err}");
     let err = parse_file_bytes(&u64::MAX.to_le_bytes(), Path::new("m.safetensors")).unwrap_err();
     assert!(err.to_string().contains("oversized"), "{err}");

@@ -45,6 +45,22 @@ fn write_json(dir: &Path, name: &str, v: &Value) {
     std::fs::write(dir.join(name), serde_json::to_vec(v).unwrap()).unwrap();
 }
 
+/// A scratch directory holding `config.json` written from `v`.
+fn config_dir(v: &Value) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_json(dir.path(), "config.json", v);
+    dir
+}
+
+/// `inspect` of the drafter at `draft` against the target at `target`, run on another thread
+/// and failing past `limit`: its report and how long it took.
+fn timed_inspect(draft: &Path, target: &Path, limit: Duration) -> (dspark::Report, Duration) {
+    let (d, t) = (draft.to_path_buf(), target.to_path_buf());
+    let start = Instant::now();
+    let report = within(limit, move || inspect(&d, Some(&t)));
+    (report, start.elapsed())
+}
+
 /// Run `f` on another thread; fail (instead of hanging) if it takes longer than `limit`.
 fn within<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send + 'static) -> R {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -115,27 +131,19 @@ fn absurd_config_sizes_are_bad_config_naming_the_key() {
 
 #[test]
 fn inspect_on_a_config_claiming_ten_million_layers_returns_quickly() {
-    let dir = tempfile::tempdir().unwrap();
     let mut v = draft_config();
     v["num_hidden_layers"] = json!(10_000_000u64);
-    write_json(dir.path(), "config.json", &v);
+    let dir = config_dir(&v);
     // A checkpoint, so that nothing short-circuits before the plan would be built.
     write_st(
         &dir.path().join("model.safetensors"),
         &[bf16("fc.weight", &[8, 16])],
     );
-    let t = tempfile::tempdir().unwrap();
     let mut tv = target_config();
     tv["num_hidden_layers"] = json!(10_000_000u64);
-    write_json(t.path(), "config.json", &tv);
-    let (d, tp) = (dir.path().to_path_buf(), t.path().to_path_buf());
-    let start = Instant::now();
-    let report = within(Duration::from_secs(20), move || inspect(&d, Some(&tp)));
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        start.elapsed()
-    );
+    let t = config_dir(&tv);
+    let (report, took) = timed_inspect(dir.path(), t.path(), Duration::from_secs(20));
+    assert!(took < Duration::from_secs(5), "{took:?}");
     assert!(!report.ok());
     assert_eq!(
         codes(&report),
@@ -148,10 +156,8 @@ fn inspect_on_a_config_claiming_ten_million_layers_returns_quickly() {
 
 #[test]
 fn a_sparse_d2t_claiming_a_billion_entries_is_refused_from_its_header() {
-    let dir = tempfile::tempdir().unwrap();
-    write_json(dir.path(), "config.json", &draft_config());
-    let t = tempfile::tempdir().unwrap();
-    write_json(t.path(), "config.json", &target_config());
+    let dir = config_dir(&draft_config());
+    let t = config_dir(&target_config());
     // Header: d2t is I64 [10^9] = 8 GB of data, present (sparse) in the file.
     let n: u64 = 1_000_000_000;
     let header = format!(
@@ -160,14 +166,8 @@ fn a_sparse_d2t_claiming_a_billion_entries_is_refused_from_its_header() {
     );
     let st = dir.path().join("model.safetensors");
     write_raw(&st, header.as_bytes(), n * 8);
-    let (d, tp) = (dir.path().to_path_buf(), t.path().to_path_buf());
-    let start = Instant::now();
-    let report = within(Duration::from_secs(20), move || inspect(&d, Some(&tp)));
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        start.elapsed()
-    );
+    let (report, took) = timed_inspect(dir.path(), t.path(), Duration::from_secs(20));
+    assert!(took < Duration::from_secs(5), "{took:?}");
     assert!(
         codes(&report).contains(&"d2t-wrong-length"),
         "{}",
@@ -423,10 +423,8 @@ fn inspect_returns_quickly_with_typed_errors_on_random_drafters() {
                     prop_assert!(allowed.contains(&e.code()), "{e}");
                 }
             }
-            let dir = tempfile::tempdir().unwrap();
-            write_json(dir.path(), "config.json", &v);
-            let tdir = tempfile::tempdir().unwrap();
-            write_json(tdir.path(), "config.json", &t);
+            let dir = config_dir(&v);
+            let tdir = config_dir(&t);
             let mut seen = std::collections::HashSet::new();
             let tensors: Vec<T> = tensors
                 .into_iter()
@@ -436,14 +434,8 @@ fn inspect_returns_quickly_with_typed_errors_on_random_drafters() {
             let st = dir.path().join("model.safetensors");
             let (header, data_len) = header_of(&tensors);
             write_raw(&st, header.as_bytes(), data_len.min(1 << 36));
-            let (d, tp) = (dir.path().to_path_buf(), tdir.path().to_path_buf());
-            let start = Instant::now();
-            let report = within(Duration::from_secs(30), move || inspect(&d, Some(&tp)));
-            prop_assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "{:?}",
-                start.elapsed()
-            );
+            let (report, took) = timed_inspect(dir.path(), tdir.path(), Duration::from_secs(30));
+            prop_assert!(took < Duration::from_secs(10), "{took:?}");
             let known = [
                 "bad-config",
                 "noise-token-out-of-range",

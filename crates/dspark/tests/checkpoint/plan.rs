@@ -5,20 +5,11 @@ use dspark::checkpoint::plan::{
     W_CONFIDENCE_HEAD_DISABLED, W_CONFIDENCE_HEAD_IGNORED, W_PADDED_SHARED_LM_HEAD,
     W_UNEXPECTED_TENSOR,
 };
-use dspark::{DraftSpec, Inventory, LoadPlan, VocabLayout, WeightSource};
+use dspark::{DraftSpec, LoadPlan, VocabLayout, WeightSource};
 
-fn plan(spec: &DraftSpec, v_t: usize, tensors: &[T]) -> dspark::Result<LoadPlan> {
-    let (_g, dir) = checkpoint_dir(tensors);
-    let inv = Inventory::open(&dir)?;
-    let plan = LoadPlan::build(spec, &target(v_t), &inv);
-    if let Ok(p) = &plan {
-        // Every checkpoint tensor is either loaded or deliberately ignored.
-        assert_eq!(
-            p.tensors.len() + p.ignored.len() + p.target_owned,
-            inv.len()
-        );
-    }
-    plan
+/// The plan of `spec` over its full Qwen3 checkpoint less the tensors `names`.
+fn plan_without(spec: &DraftSpec, v_t: usize, names: &[&str]) -> dspark::Result<LoadPlan> {
+    plan(spec, v_t, &without(qwen3_tensors(spec), names))
 }
 
 fn err(spec: &DraftSpec, v_t: usize, tensors: &[T]) -> dspark::Error {
@@ -49,11 +40,7 @@ fn complete_full_vocab_drafter() {
 #[test]
 fn full_vocab_shares_embed_and_lm_head() {
     let spec = qwen3_spec(100, 100);
-    let tensors = without(
-        qwen3_tensors(&spec),
-        &["embed_tokens.weight", "lm_head.weight"],
-    );
-    let p = plan(&spec, 100, &tensors).unwrap();
+    let p = plan_without(&spec, 100, &["embed_tokens.weight", "lm_head.weight"]).unwrap();
     assert_eq!(
         (p.embed_tokens, p.lm_head),
         (WeightSource::SharedTarget, WeightSource::SharedTarget)
@@ -66,11 +53,7 @@ fn full_vocab_shares_embed_and_lm_head() {
 fn padded_drafter_loads_with_identity() {
     // The seed bug: V_d > V_t is padded, not reduced — no d2t, no lm_head needed.
     let spec = qwen3_spec(100, 128);
-    let tensors = without(
-        qwen3_tensors(&spec),
-        &["lm_head.weight", "embed_tokens.weight"],
-    );
-    let p = plan(&spec, 100, &tensors).unwrap();
+    let p = plan_without(&spec, 100, &["lm_head.weight", "embed_tokens.weight"]).unwrap();
     assert_eq!(p.vocab.layout(), VocabLayout::Padded);
     assert!(p.id_map.is_identity());
     assert_eq!(p.id_map.to_target(99), Some(99));
@@ -78,12 +61,7 @@ fn padded_drafter_loads_with_identity() {
     assert_eq!(p.lm_head, WeightSource::SharedTarget);
     assert_eq!(warning_codes(&p), [W_PADDED_SHARED_LM_HEAD]);
     // With its own lm_head: no warning.
-    let p = plan(
-        &spec,
-        100,
-        &without(qwen3_tensors(&spec), &["embed_tokens.weight"]),
-    )
-    .unwrap();
+    let p = plan_without(&spec, 100, &["embed_tokens.weight"]).unwrap();
     assert_eq!(p.lm_head, WeightSource::Own);
     assert!(p.warnings.is_empty());
 }
@@ -142,19 +120,10 @@ fn reduced_drafter_uses_its_d2t() {
 #[test]
 fn reduced_drafter_needs_lm_head_and_d2t() {
     let spec = qwen3_spec(100, 40);
-    let e = err(
-        &spec,
-        100,
-        &without(reduced_tensors(&spec), &["lm_head.weight"]),
-    );
-    assert_eq!(codes(&e), ["missing-lm-head"]);
-    let e = err(&spec, 100, &without(reduced_tensors(&spec), &["d2t"]));
-    assert_eq!(codes(&e), ["missing-d2t"]);
-    let e = err(
-        &spec,
-        100,
-        &without(reduced_tensors(&spec), &["d2t", "lm_head.weight"]),
-    );
+    let missing = |names: &[&str]| err(&spec, 100, &without(reduced_tensors(&spec), names));
+    assert_eq!(codes(&missing(&["lm_head.weight"])), ["missing-lm-head"]);
+    assert_eq!(codes(&missing(&["d2t"])), ["missing-d2t"]);
+    let e = missing(&["d2t", "lm_head.weight"]);
     assert_eq!(e.code(), "multiple");
     assert_eq!(codes(&e), ["missing-d2t", "missing-lm-head"]);
 }
@@ -162,11 +131,7 @@ fn reduced_drafter_needs_lm_head_and_d2t() {
 #[test]
 fn expanded_input_needs_embed_tokens() {
     let spec = qwen3_spec(120, 100);
-    let e = err(
-        &spec,
-        100,
-        &without(qwen3_tensors(&spec), &["embed_tokens.weight"]),
-    );
+    let e = plan_without(&spec, 100, &["embed_tokens.weight"]).unwrap_err();
     assert_eq!(codes(&e), ["missing-embed-tokens"]);
     let p = plan(&spec, 100, &qwen3_tensors(&spec)).unwrap();
     assert_eq!(p.embed_tokens, WeightSource::Own);
@@ -251,7 +216,7 @@ fn confidence_head_rules() {
     let spec = qwen3_spec(100, 100);
     let conf = ["confidence_head.proj.weight", "confidence_head.proj.bias"];
     // Enabled, absent: off, loudly.
-    let p = plan(&spec, 100, &without(qwen3_tensors(&spec), &conf)).unwrap();
+    let p = plan_without(&spec, 100, &conf).unwrap();
     assert!(!p.confidence_head);
     assert_eq!(warning_codes(&p), [W_CONFIDENCE_HEAD_DISABLED]);
     // Disabled, present: ignored with a warning.
@@ -267,11 +232,7 @@ fn confidence_head_rules() {
             .contains(&"confidence_head.proj.weight".to_string())
     );
     // Enabled, weight without bias.
-    let e = err(
-        &spec,
-        100,
-        &without(qwen3_tensors(&spec), &["confidence_head.proj.bias"]),
-    );
+    let e = plan_without(&spec, 100, &["confidence_head.proj.bias"]).unwrap_err();
     assert_eq!(codes(&e), ["missing-tensor"]);
     // Without Markov conditioning the head reads H inputs, not H + r.
     let plain = DraftSpec {

@@ -259,3 +259,18 @@ pub fn codes(e: &dspark::Error) -> Vec<&'static str> {
 pub fn warning_codes(plan: &dspark::LoadPlan) -> Vec<&'static str> {
     plan.warnings.iter().map(|w| w.code).collect()
 }
+
+/// The load plan of `spec` over a checkpoint of `tensors` for a target of `v_t` ids.
+pub fn plan(spec: &DraftSpec, v_t: usize, tensors: &[T]) -> dspark::Result<dspark::LoadPlan> {
+    let (_g, dir) = checkpoint_dir(tensors);
+    let inv = dspark::Inventory::open(&dir)?;
+    let plan = dspark::LoadPlan::build(spec, &target(v_t), &inv);
+    if let Ok(p) = &plan {
+        // Every checkpoint tensor is either loaded or deliberately ignored.
+        assert_eq!(
+            p.tensors.len() + p.ignored.len() + p.target_owned,
+            inv.len()
+        );
+    }
+    plan
+}

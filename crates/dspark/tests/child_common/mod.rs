@@ -4,8 +4,18 @@
 //! `{mark}{json}`, which the parent reads back.
 use std::process::Command;
 
-use dspark::device::{KERNEL_PATH_ENV, KernelPath};
+use dspark::device::{KERNEL_PATH_ENV, KernelPath, kernel_path};
 use serde_json::Value;
+
+/// The child's side: print `{mark}{json}` of what `counts` measures, for the parent to read
+/// back (nothing on the host fast path, where nothing crosses: the parent asks for the tensor
+/// path). Run alone, it passes too.
+pub fn print_for_parent(mark: &str, counts: impl FnOnce() -> Value) {
+    if kernel_path().unwrap() == KernelPath::Fast {
+        return;
+    }
+    println!("\n{mark}{}", counts());
+}
 
 /// Run test `name` (its path in the binary, e.g. `counts::print_counts`) alone, on one thread,
 /// with `DSPARK_KERNEL_PATH={path}`, and parse the JSON it printed after `mark`.

@@ -1,7 +1,7 @@
 //! Type, range and presence validation of draft configs: every error names file and key.
 
 use crate::config_common as fx;
-use crate::config_common::check::{bad, parse, with, without};
+use crate::config_common::check::{bad, bad_edits, parse, with, without};
 use dspark::MarkovHeadType;
 use serde_json::{Value, json};
 
@@ -74,74 +74,71 @@ fn broken_types_everywhere() {
             "expected a boolean",
         );
     }
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["rms_norm_eps"], json!("1e-6")),
-        "rms_norm_eps",
-        "finite number",
-    );
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["rms_norm_eps"], json!(false)),
-        "rms_norm_eps",
-        "finite number",
-    );
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["hidden_act"], json!(1)),
-        "hidden_act",
-        "expected a string",
-    );
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["model_type"], json!(3)),
-        "model_type",
-        "expected a string",
-    );
-    bad(
-        &with(
+    let q = fx::qwen3_4b_deepspec;
+    bad_edits([
+        (
+            q(),
+            &["rms_norm_eps"][..],
+            json!("1e-6"),
+            "rms_norm_eps",
+            "finite number",
+        ),
+        (
+            q(),
+            &["rms_norm_eps"],
+            json!(false),
+            "rms_norm_eps",
+            "finite number",
+        ),
+        (
+            q(),
+            &["hidden_act"],
+            json!(1),
+            "hidden_act",
+            "expected a string",
+        ),
+        (
+            q(),
+            &["model_type"],
+            json!(3),
+            "model_type",
+            "expected a string",
+        ),
+        (
             fx::glm52_speculators(),
             &["transformer_layer_config", "rope_parameters", "rope_theta"],
             json!("8e6"),
+            "transformer_layer_config.rope_parameters.rope_theta",
+            "finite number",
         ),
-        "transformer_layer_config.rope_parameters.rope_theta",
-        "finite number",
-    );
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["logit_scale"], json!(0.0)),
-        "logit_scale",
-        "greater than 0",
-    );
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["rms_norm_eps"], json!(-1e-6)),
-        "rms_norm_eps",
-        "greater than 0",
-    );
+        (
+            q(),
+            &["logit_scale"],
+            json!(0.0),
+            "logit_scale",
+            "greater than 0",
+        ),
+        (
+            q(),
+            &["rms_norm_eps"],
+            json!(-1e-6),
+            "rms_norm_eps",
+            "greater than 0",
+        ),
+    ]);
 }
 
 #[test]
 fn zero_sizes_are_rejected() {
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["block_size"], json!(0)),
-        "block_size",
-        "at least 1",
-    );
-    bad(
-        &with(fx::deepseek_v4_flash(), &["dspark_block_size"], json!(0)),
-        "dspark_block_size",
-        "at least 1",
-    );
-    bad(
-        &with(fx::glm52_speculators(), &["draft_vocab_size"], json!(0)),
-        "draft_vocab_size",
-        "at least 1",
-    );
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["vocab_size"], json!(0)),
-        "vocab_size",
-        "at least 1",
-    );
-    bad(
-        &with(fx::deepseek_v4_flash(), &["n_mtp_layers"], json!(0)),
-        "n_mtp_layers",
-        "at least 1",
-    );
+    for (fixture, key) in [
+        (fx::qwen3_4b_deepspec as fn() -> Value, "block_size"),
+        (fx::deepseek_v4_flash, "dspark_block_size"),
+        (fx::glm52_speculators, "draft_vocab_size"),
+        (fx::qwen3_4b_deepspec, "vocab_size"),
+        (fx::deepseek_v4_flash, "n_mtp_layers"),
+    ] {
+        bad(&with(fixture(), &[key], json!(0)), key, "at least 1");
+    }
 }
 
 #[test]
@@ -169,46 +166,38 @@ fn missing_required_keys() {
             "missing",
         );
     }
-    bad(
-        &without(fx::qwen3_4b_deepspec(), &["block_size"]),
-        "block_size",
-        "missing",
-    );
-    bad(
-        &without(fx::qwen3_4b_deepspec(), &["target_layer_ids"]),
-        "target_layer_ids",
-        "missing",
-    );
-    bad(
-        &without(fx::qwen3_4b_deepspec(), &["markov_rank"]),
-        "markov_rank",
-        "missing",
-    );
-    bad(
-        &without(fx::glm52_speculators(), &["aux_hidden_state_layer_ids"]),
-        "aux_hidden_state_layer_ids",
-        "missing",
-    );
-    bad(
-        &without(fx::glm52_speculators(), &["markov_rank"]),
-        "markov_rank",
-        "missing",
-    );
-    bad(
-        &without(fx::dflash_nested(), &["block_size"]),
-        "dflash_config.block_size",
-        "missing",
-    );
-    bad(
-        &without(fx::deepseek_v4_flash(), &["dspark_markov_rank"]),
-        "dspark_markov_rank",
-        "missing",
-    );
-    bad(
-        &without(fx::deepseek_v4_flash(), &["dspark_target_layer_ids"]),
-        "dspark_target_layer_ids",
-        "missing",
-    );
+    for (fixture, key, shown) in [
+        (
+            fx::qwen3_4b_deepspec as fn() -> Value,
+            "block_size",
+            "block_size",
+        ),
+        (
+            fx::qwen3_4b_deepspec,
+            "target_layer_ids",
+            "target_layer_ids",
+        ),
+        (fx::qwen3_4b_deepspec, "markov_rank", "markov_rank"),
+        (
+            fx::glm52_speculators,
+            "aux_hidden_state_layer_ids",
+            "aux_hidden_state_layer_ids",
+        ),
+        (fx::glm52_speculators, "markov_rank", "markov_rank"),
+        (fx::dflash_nested, "block_size", "dflash_config.block_size"),
+        (
+            fx::deepseek_v4_flash,
+            "dspark_markov_rank",
+            "dspark_markov_rank",
+        ),
+        (
+            fx::deepseek_v4_flash,
+            "dspark_target_layer_ids",
+            "dspark_target_layer_ids",
+        ),
+    ] {
+        bad(&without(fixture(), &[key]), shown, "missing");
+    }
     // DSV4 MLP width: moe_intermediate_size, else intermediate_size.
     let no_moe = without(fx::deepseek_v4_flash(), &["moe_intermediate_size"]);
     bad(&no_moe, "intermediate_size", "missing");
@@ -223,25 +212,30 @@ fn missing_required_keys() {
 
 #[test]
 fn markov_rank_and_head_type() {
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["markov_rank"], json!(-256)),
-        "markov_rank",
-        "non-negative",
-    );
-    bad(
-        &with(
-            fx::qwen3_4b_deepspec(),
+    let q = fx::qwen3_4b_deepspec;
+    bad_edits([
+        (
+            q(),
+            &["markov_rank"][..],
+            json!(-256),
+            "markov_rank",
+            "non-negative",
+        ),
+        (
+            q(),
             &["markov_head_type"],
             json!("lstm"),
+            "markov_head_type",
+            "\"lstm\"",
         ),
-        "markov_head_type",
-        "\"lstm\"",
-    );
-    bad(
-        &with(fx::qwen3_4b_deepspec(), &["markov_head_type"], json!(1)),
-        "markov_head_type",
-        "expected a string",
-    );
+        (
+            q(),
+            &["markov_head_type"],
+            json!(1),
+            "markov_head_type",
+            "expected a string",
+        ),
+    ]);
     for (name, ty) in [
         ("gated", MarkovHeadType::Gated),
         ("rnn", MarkovHeadType::Rnn),
@@ -297,41 +291,22 @@ fn layer_types() {
         "full_attention",
         "full_attention"
     ]);
-    bad(
-        &with(q(), &["layer_types"], mixed),
-        "layer_types",
-        "mixes full_attention and sliding_attention",
-    );
-    bad(
-        &with(q(), &["layer_types"], json!(vec!["sliding_attention"; 5])),
-        "layer_types",
-        "sliding-window",
-    );
-    bad(
-        &with(
-            q(),
-            &["layer_types"],
-            json!([
-                "full_attention",
-                "linear_attention",
-                "full_attention",
-                "full_attention",
-                "full_attention"
-            ]),
-        ),
-        "layer_types",
-        "entry 1",
-    );
-    bad(
-        &with(q(), &["layer_types"], json!(vec!["full_attention"; 4])),
-        "layer_types",
-        "4 entries for 5",
-    );
-    bad(
-        &with(q(), &["layer_types"], json!("full_attention")),
-        "layer_types",
-        "list of strings",
-    );
+    let linear = json!([
+        "full_attention",
+        "linear_attention",
+        "full_attention",
+        "full_attention",
+        "full_attention"
+    ]);
+    for (types, needle) in [
+        (mixed, "mixes full_attention and sliding_attention"),
+        (json!(vec!["sliding_attention"; 5]), "sliding-window"),
+        (linear, "entry 1"),
+        (json!(vec!["full_attention"; 4]), "4 entries for 5"),
+        (json!("full_attention"), "list of strings"),
+    ] {
+        bad(&with(q(), &["layer_types"], types), "layer_types", needle);
+    }
     // DeepSeek-V4: layer_types would describe the target, not the drafter: not checked.
     let dsv4 = with(
         fx::deepseek_v4_flash(),
@@ -344,21 +319,23 @@ fn layer_types() {
 #[test]
 fn heads() {
     let q = fx::qwen3_4b_deepspec;
-    bad(
-        &with(q(), &["num_key_value_heads"], json!(5)),
-        "num_key_value_heads",
-        "do not divide",
-    );
-    bad(
-        &with(q(), &["num_key_value_heads"], json!(0)),
-        "num_key_value_heads",
-        "at least 1",
-    );
-    bad(
-        &with(q(), &["head_dim"], json!(0)),
-        "head_dim",
-        "at least 1",
-    );
+    bad_edits([
+        (
+            q(),
+            &["num_key_value_heads"][..],
+            json!(5),
+            "num_key_value_heads",
+            "do not divide",
+        ),
+        (
+            q(),
+            &["num_key_value_heads"],
+            json!(0),
+            "num_key_value_heads",
+            "at least 1",
+        ),
+        (q(), &["head_dim"], json!(0), "head_dim", "at least 1"),
+    ]);
     // head_dim falls back to hidden / heads, which must divide.
     let s = parse(&without(q(), &["head_dim"])).unwrap();
     assert_eq!(s.shape.head_dim, 2560 / 32);

@@ -27,24 +27,35 @@ pub fn bad(v: &Value, key: &str, needle: &str) {
     assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
 }
 
-/// `v` with the value at `path` replaced by `new`.
-pub fn with(mut v: Value, path: &[&str], new: Value) -> Value {
+/// Assert every `(config, path, value, key, needle)`: `config` with `value` at `path` fails
+/// as [`bad`] says.
+#[track_caller]
+pub fn bad_edits<const N: usize>(cases: [(Value, &[&str], Value, &str, &str); N]) {
+    for (config, path, value, key, needle) in cases {
+        bad(&with(config, path, value), key, needle);
+    }
+}
+
+/// The object holding the last key of `path` in `v` (created where absent), and that key.
+fn parent<'v, 'p>(v: &'v mut Value, path: &[&'p str]) -> (&'v mut Value, &'p str) {
     let (last, parents) = path.split_last().unwrap();
-    let mut cur = &mut v;
+    let mut cur = v;
     for p in parents {
         cur = &mut cur[*p];
     }
-    cur[*last] = new;
+    (cur, last)
+}
+
+/// `v` with the value at `path` replaced by `new`.
+pub fn with(mut v: Value, path: &[&str], new: Value) -> Value {
+    let (at, key) = parent(&mut v, path);
+    at[key] = new;
     v
 }
 
 /// `v` without the key at `path`.
 pub fn without(mut v: Value, path: &[&str]) -> Value {
-    let (last, parents) = path.split_last().unwrap();
-    let mut cur = &mut v;
-    for p in parents {
-        cur = &mut cur[*p];
-    }
-    cur.as_object_mut().unwrap().remove(*last);
+    let (at, key) = parent(&mut v, path);
+    at.as_object_mut().unwrap().remove(key);
     v
 }

@@ -2,9 +2,9 @@
 //! kernel launch on a GPU), host ↔ device transfers and attention calls, at B = 1 and B = 8.
 //! The counts are taken in a child process of this test binary that runs one test on one
 //! thread under `DSPARK_KERNEL_PATH=tensor`: candle's op counter is process-wide.
-use crate::child_common::child_json;
+use crate::child_common::{child_json, print_for_parent};
 use crate::drafter_common::{Tiny, context, load};
-use dspark::device::{KernelPath, kernel_path};
+use dspark::device::KernelPath;
 use dspark::sampling::Seeds;
 use dspark::trace::{counts, tensor_ops};
 use dspark::{Drafter, ProposeOptions};
@@ -69,10 +69,7 @@ fn all_counts() -> Value {
 /// Prints the counts for the parent (runs, and passes, on its own too).
 #[test]
 fn print_counts() {
-    if kernel_path().unwrap() == KernelPath::Fast {
-        return; // nothing crosses on the host fast path: the parent asks for the tensor path
-    }
-    println!("\n{MARK}{}", all_counts());
+    print_for_parent(MARK, all_counts);
 }
 
 #[test]

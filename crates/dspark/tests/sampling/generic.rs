@@ -4,6 +4,7 @@
 //! identical. Also a timing (`--ignored`) of the paths at `B = 8, K = 7, V = 151936`.
 
 use crate::sampling_support::TestRng;
+use crate::sampling_support::held::Held;
 use candle_core::Device;
 use dspark::idmap::IdMap;
 use dspark::sampling::{
@@ -11,32 +12,6 @@ use dspark::sampling::{
     VerifyOptions, sample_block_slices_fused, sample_block_slices_on, verify_slices_fused,
     verify_slices_on,
 };
-use half::{bf16, f16};
-
-/// Row values in one of the three dtypes.
-enum Data {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-    BF16(Vec<bf16>),
-}
-
-impl Data {
-    fn new(v: Vec<f32>, dtype: usize) -> Self {
-        match dtype {
-            0 => Data::F32(v),
-            1 => Data::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-            _ => Data::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
-        }
-    }
-
-    fn floats(&self) -> Floats<'_> {
-        match self {
-            Data::F32(v) => Floats::F32(v),
-            Data::F16(v) => Floats::F16(v),
-            Data::BF16(v) => Floats::BF16(v),
-        }
-    }
-}
 
 fn pick(rng: &mut TestRng, n: usize) -> usize {
     (rng.next_u64() % n as u64) as usize
@@ -54,10 +29,10 @@ enum Other {
 /// The fast path and `other` on the same inputs.
 fn verify_pair(
     other: Other,
-    target: &Data,
+    target: &Held,
     dims: [usize; 3],
     drafts: &[i64],
-    draft: Option<&Data>,
+    draft: Option<&Held>,
     o: &VerifyOptions,
 ) -> (dspark::Result<Verification>, dspark::Result<Verification>) {
     let [b, w, v] = dims;
@@ -206,8 +181,8 @@ fn run_cases_on(other: Other, vocabs: &[usize], cases: usize, seed: u64) -> Tall
         let drafts = drafts_for(&mut rng, &t, b, k, v);
         let q = (pick(&mut rng, 2) == 0).then(|| logits(&mut rng, b * k, v, false));
         let dtype = pick(&mut rng, 3);
-        let target = Data::new(t, dtype);
-        let draft = q.map(|q| Data::new(q, pick(&mut rng, 3)));
+        let target = Held::new(t, dtype);
+        let draft = q.map(|q| Held::new(q, pick(&mut rng, 3)));
         let mut o = options(&mut rng, b, k, v, case as u64);
         if big && other == Other::Tensor {
             // The bisection-heavy truncations are exercised on the smaller vocabularies.
@@ -225,13 +200,18 @@ fn run_cases_on(other: Other, vocabs: &[usize], cases: usize, seed: u64) -> Tall
     tally
 }
 
-#[test]
-fn verify_matches_the_fast_path_on_small_vocabularies() {
-    let tally = run_cases(&[1, 7, 300], 240, 11);
+/// Small-vocabulary cases: enough greedy and sampled rows, and at least 99% of the sampled
+/// ones the same as on the fast path.
+fn assert_small_vocab_tally(tally: &Tally) {
     eprintln!("{tally:?}");
     assert!(tally.greedy > 50 && tally.sampled > 300, "{tally:?}");
     let rate = tally.sampled_same as f64 / tally.sampled as f64;
     assert!(rate >= 0.99, "{tally:?}");
+}
+
+#[test]
+fn verify_matches_the_fast_path_on_small_vocabularies() {
+    assert_small_vocab_tally(&run_cases(&[1, 7, 300], 240, 11));
 }
 
 #[test]
@@ -243,11 +223,7 @@ fn verify_matches_the_fast_path_above_8192_columns() {
 
 #[test]
 fn fused_verify_matches_the_fast_path_on_small_vocabularies() {
-    let tally = run_cases_on(Other::Fused, &[1, 7, 300], 240, 21);
-    eprintln!("{tally:?}");
-    assert!(tally.greedy > 50 && tally.sampled > 300, "{tally:?}");
-    let rate = tally.sampled_same as f64 / tally.sampled as f64;
-    assert!(rate >= 0.99, "{tally:?}");
+    assert_small_vocab_tally(&run_cases_on(Other::Fused, &[1, 7, 300], 240, 21));
 }
 
 #[test]
@@ -274,7 +250,7 @@ fn truncation_matches_on_a_wide_vocabulary() {
             seeds: Seeds::Scalar(case),
             ..VerifyOptions::default()
         };
-        let target = Data::new(t, 0);
+        let target = Held::new(t, 0);
         for other in [Other::Tensor, Other::Fused] {
             let (f, t) = verify_pair(other, &target, [b, k + 1, v], &drafts, None, &o);
             let (f, t) = (f.unwrap(), t.unwrap());
@@ -315,7 +291,7 @@ fn errors_match_the_fast_path() {
         for (at, n, val) in dedits {
             dd[at..at + n].fill(val);
         }
-        let (target, draft) = (Data::new(tt, 0), Data::new(dd, 0));
+        let (target, draft) = (Held::new(tt, 0), Held::new(dd, 0));
         for temp in [0.0f32, 1.0] {
             for seed in 0..6u64 {
                 for with_draft in [false, true] {
@@ -348,7 +324,7 @@ fn errors_match_the_fast_path() {
 /// Inputs of the Markov sampler.
 struct Block {
     dims: [usize; 3],
-    base: Data,
+    base: Held,
     w1: Vec<f32>,
     w2: Vec<f32>,
     rank: usize,
@@ -359,7 +335,7 @@ fn block(rng: &mut TestRng, b: usize, k: usize, vd: usize, vin: usize, r: usize)
     let dtype = pick(rng, 3);
     Block {
         dims: [b, k, vd],
-        base: Data::new(logits(rng, b * k, vd, false), dtype),
+        base: Held::new(logits(rng, b * k, vd, false), dtype),
         w1: rng.normals(vin * r, 0.3),
         w2: rng.normals(vd * r, 0.3),
         rank: r,
@@ -475,7 +451,7 @@ fn markov_errors_match_the_fast_path() {
             let mut x = block(&mut rng, 3, 3, 40, 40, 4);
             let mut base = logits(&mut rng, 9, 40, false);
             base[(bad_b * 3 + bad_k) * 40 + 11] = val;
-            x.base = Data::F32(base);
+            x.base = Held::F32(base);
             let o = BlockOptions {
                 temperature: 0.7,
                 seeds: Seeds::Scalar(3),
@@ -510,7 +486,7 @@ fn timing_of_both_paths() {
     let t = rng.normals(b * (k + 1) * v, 2.0);
     let q = rng.normals(b * k * v, 2.0);
     let drafts: Vec<i64> = (0..b * k).map(|_| pick(&mut rng, v) as i64).collect();
-    let (target, draft) = (Data::new(t, 2), Data::new(q, 2));
+    let (target, draft) = (Held::new(t, 2), Held::new(q, 2));
     for (label, o) in [
         (
             "greedy",

@@ -87,19 +87,33 @@ fn greedy_matches_a_sequential_reference() {
     let x = inputs(3, 4, 700, 700, 5, 1);
     let map = IdMap::identity(650).unwrap();
     let out = run(&x, &opts(0.0, Seeds::Scalar(0), &map, None, 0.5)).unwrap();
+    each_slot(&x, &out, 0.5, 650, |b, k, prev, l, row| {
+        let want = (0..650).fold(0, |best, d| if l[d] > l[best] { d } else { best });
+        assert_eq!(out.tokens[b * x.k + k] as usize, want, "b {b} k {k}");
+        let e = &out.prev_embeddings[(b * x.k + k) * x.r..(b * x.k + k + 1) * x.r];
+        assert_eq!(e, &x.w1[prev * x.r..(prev + 1) * x.r]);
+        for (d, &v) in row.iter().enumerate() {
+            assert_eq!(v, if d == want { 0.0 } else { f32::NEG_INFINITY });
+        }
+        want
+    });
+}
+
+/// Every slot `(b, k)` of `out` in order: `check(b, k, prev, reference logits at scale,
+/// recorded row of width)` checks it and returns its token, the next slot's `prev`.
+fn each_slot(
+    x: &Inputs,
+    out: &DraftBlock,
+    scale: f64,
+    width: usize,
+    mut check: impl FnMut(usize, usize, usize, &[f64], &[f32]) -> usize,
+) {
     for b in 0..x.b {
         let mut prev = x.anchors[b] as usize;
         for k in 0..x.k {
-            let l = reference_logits(&x, b, k, prev, 0.5);
-            let want = (0..650).fold(0, |best, d| if l[d] > l[best] { d } else { best });
-            assert_eq!(out.tokens[b * x.k + k] as usize, want, "b {b} k {k}");
-            let e = &out.prev_embeddings[(b * x.k + k) * x.r..(b * x.k + k + 1) * x.r];
-            assert_eq!(e, &x.w1[prev * x.r..(prev + 1) * x.r]);
-            let row = &out.draft_logits[(b * x.k + k) * 650..(b * x.k + k + 1) * 650];
-            for (d, &v) in row.iter().enumerate() {
-                assert_eq!(v, if d == want { 0.0 } else { f32::NEG_INFINITY });
-            }
-            prev = want;
+            let l = reference_logits(x, b, k, prev, scale);
+            let row = &out.draft_logits[(b * x.k + k) * width..(b * x.k + k + 1) * width];
+            prev = check(b, k, prev, &l, row);
         }
     }
 }
@@ -122,17 +136,12 @@ fn sampled_rows_record_scaled_biased_logits_over_temperature() {
     let x = inputs(4, 3, 300, 300, 4, 2);
     let map = IdMap::identity(300).unwrap();
     let out = run(&x, &opts(0.7, Seeds::Scalar(5), &map, None, 1.3)).unwrap();
-    for b in 0..x.b {
-        let mut prev = x.anchors[b] as usize;
-        for k in 0..x.k {
-            let l = reference_logits(&x, b, k, prev, 1.3 / 0.7);
-            let row = &out.draft_logits[(b * x.k + k) * 300..(b * x.k + k + 1) * 300];
-            for d in 0..300 {
-                assert!((f64::from(row[d]) - l[d]).abs() < 1e-4 * l[d].abs().max(1.0));
-            }
-            prev = out.tokens[b * x.k + k] as usize;
+    each_slot(&x, &out, 1.3 / 0.7, 300, |b, k, _, l, row| {
+        for d in 0..300 {
+            assert!((f64::from(row[d]) - l[d]).abs() < 1e-4 * l[d].abs().max(1.0));
         }
-    }
+        out.tokens[b * x.k + k] as usize
+    });
 }
 
 #[test]

@@ -7,13 +7,13 @@
 //! Deterministic: a fixed ChaCha seed and a bounded case count (no persistence files), so CI
 //! runs the same cases every time.
 
+use crate::sampling_support::held::Held;
 use dspark::policy::{StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths};
 use dspark::sampling::{
     BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions, confidence_slices,
     mask_padded_slice, sample_block_slices, verify_slices,
 };
 use dspark::{Error, IdMap, VocabSizes};
-use half::{bf16, f16};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
@@ -50,32 +50,6 @@ fn values(n: usize, rare: u32) -> impl Strategy<Value = Vec<f32>> {
         0..rare,
     )
         .prop_map(|(plain, odd, pick)| if pick == 0 { odd } else { plain })
-}
-
-/// One dtype, held owned so views can borrow it.
-#[derive(Debug, Clone)]
-enum Held {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-    BF16(Vec<bf16>),
-}
-
-impl Held {
-    fn new(v: Vec<f32>, dtype: u8) -> Self {
-        match dtype % 3 {
-            0 => Held::F32(v),
-            1 => Held::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-            _ => Held::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
-        }
-    }
-
-    fn floats(&self) -> Floats<'_> {
-        match self {
-            Held::F32(v) => Floats::F32(v),
-            Held::F16(v) => Floats::F16(v),
-            Held::BF16(v) => Floats::BF16(v),
-        }
-    }
 }
 
 /// A dimension: mostly small, sometimes huge (the data is then mismatched or empty).
@@ -189,9 +163,9 @@ fn check_block(c: &BlockCase) -> Result<(), TestCaseError> {
             return Ok(());
         }
     };
-    let base = Held::new(c.base.clone(), c.dtype);
-    let w1 = Held::new(c.w1.clone(), c.dtype / 3);
-    let w2 = Held::new(c.w2.clone(), c.dtype / 9);
+    let base = Held::new(c.base.clone(), c.dtype.into());
+    let w1 = Held::new(c.w1.clone(), (c.dtype / 3).into());
+    let w2 = Held::new(c.w2.clone(), (c.dtype / 9).into());
     let seeds = if c.per_request {
         Seeds::PerRequest((0..c.anchors.len() as u64).collect())
     } else {
@@ -317,7 +291,7 @@ fn verify_case() -> impl Strategy<Value = VerifyCase> {
 }
 
 fn check_verify(c: &VerifyCase) -> Result<(), TestCaseError> {
-    let target = Held::new(c.target.clone(), c.dtype);
+    let target = Held::new(c.target.clone(), c.dtype.into());
     let [b, k1, v] = c.dims;
     let k = k1.saturating_sub(1);
     let opts = VerifyOptions {
@@ -422,8 +396,8 @@ fn conf_case() -> impl Strategy<Value = ConfCase> {
 }
 
 fn check_conf(c: &ConfCase) -> Result<(), TestCaseError> {
-    let hidden = Held::new(c.hidden.clone(), c.dtype);
-    let weight = Held::new(c.weight.clone(), c.dtype / 3);
+    let hidden = Held::new(c.hidden.clone(), c.dtype.into());
+    let weight = Held::new(c.weight.clone(), (c.dtype / 3).into());
     let prev = c.prev.as_deref();
     let got = confidence_slices(
         Rows3 {

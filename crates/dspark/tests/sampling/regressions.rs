@@ -85,28 +85,11 @@ fn top_k_rejects_an_all_negative_infinity_row_like_the_dense_path() {
     let w2 = [f32::NEG_INFINITY; 6];
     let map = IdMap::identity(vd).unwrap();
     for t in [0.0, 0.8] {
-        let dense = block(
-            &base,
-            [1, 1, vd],
-            (&w1, [6, r]),
-            (&w2, [vd, r]),
-            &[0],
-            &map,
-            None,
-            t,
-        )
-        .unwrap_err();
-        let top_k = block(
-            &base,
-            [1, 1, vd],
-            (&w1, [6, r]),
-            (&w2, [vd, r]),
-            &[0],
-            &map,
-            Some(3),
-            t,
-        )
-        .unwrap_err();
+        let refused = |top_k| {
+            let (w1, w2) = ((&w1[..], [6, r]), (&w2[..], [vd, r]));
+            block(&base, [1, 1, vd], w1, w2, &[0], &map, top_k, t).unwrap_err()
+        };
+        let (dense, top_k) = (refused(None), refused(Some(3)));
         assert_eq!(dense.code(), "invalid-argument");
         assert_eq!(top_k.code(), dense.code(), "T {t}: {top_k} vs {dense}");
     }

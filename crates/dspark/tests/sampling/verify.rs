@@ -200,29 +200,31 @@ fn half_precision_targets_match_f32_on_the_rounded_values() {
     let rbf: Vec<f32> = bf.iter().map(|x| x.to_f32()).collect();
     let r16: Vec<f32> = f16.iter().map(|x| x.to_f32()).collect();
     let dims = [b, k + 1, v];
-    let got = verify_slices(
-        Rows3::new(Floats::BF16(&bf), dims).unwrap(),
-        Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap(),
-        None,
-        &o,
-    );
-    assert_eq!(got.unwrap(), run(&rbf, dims, &drafts, None, &o).unwrap());
-    let got = verify_slices(
-        Rows3::new(Floats::F16(&f16), dims).unwrap(),
-        Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap(),
-        None,
-        &o,
-    );
-    assert_eq!(got.unwrap(), run(&r16, dims, &drafts, None, &o).unwrap());
+    for (held, widened) in [(Floats::BF16(&bf), &rbf), (Floats::F16(&f16), &r16)] {
+        let tokens = Tokens::new(&drafts, [dims[0], dims[1] - 1]).unwrap();
+        let got = verify_slices(Rows3::new(held, dims).unwrap(), tokens, None, &o);
+        assert_eq!(got.unwrap(), run(widened, dims, &drafts, None, &o).unwrap());
+    }
+}
+
+/// From `TestRng(seed)`: target rows `[b, k + 1, v]` and draft rows `[b, k, v]` (std 1), and
+/// drafts `i · stride mod v`.
+fn rows_and_drafts(
+    seed: u64,
+    [b, k, v]: [usize; 3],
+    stride: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<i64>) {
+    let mut rng = TestRng(seed);
+    let target = rng.normals(b * (k + 1) * v, 1.0);
+    let q = rng.normals(b * k * v, 1.0);
+    let drafts = (0..b * k).map(|i| (i * stride % v) as i64).collect();
+    (target, q, drafts)
 }
 
 #[test]
 fn per_request_seeds_make_results_independent_of_batch_order_and_threads() {
-    let mut rng = TestRng(7);
     let (b, k, v) = (8, 3, 300);
-    let target = rng.normals(b * (k + 1) * v, 1.0);
-    let q = rng.normals(b * k * v, 1.0);
-    let drafts: Vec<i64> = (0..b * k).map(|i| (i * 53 % v) as i64).collect();
+    let (target, q, drafts) = rows_and_drafts(7, [b, k, v], 53);
     let seeds: Vec<u64> = (0..b as u64).map(|i| 77 + i * 3).collect();
     let temps: Vec<f32> = (0..b).map(|i| [0.0, 0.5, 1.0, 1.5][i % 4]).collect();
     let o = |seeds: Vec<u64>, temps: Vec<f32>| VerifyOptions {
@@ -264,11 +266,8 @@ fn per_request_seeds_make_results_independent_of_batch_order_and_threads() {
 #[test]
 fn tensor_front_matches_the_slice_core() {
     use candle_core::{DType, Device, Tensor};
-    let mut rng = TestRng(8);
     let (b, k, v) = (3, 2, 50);
-    let target = rng.normals(b * (k + 1) * v, 1.0);
-    let q = rng.normals(b * k * v, 1.0);
-    let drafts: Vec<i64> = (0..b * k).map(|i| (i * 11 % v) as i64).collect();
+    let (target, q, drafts) = rows_and_drafts(8, [b, k, v], 11);
     let o = VerifyOptions::default();
     let dev = Device::Cpu;
     let tt = Tensor::from_vec(target.clone(), (b, k + 1, v), &dev).unwrap();

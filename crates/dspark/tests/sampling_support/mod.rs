@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod appendix_a;
+pub mod held;
 
 /// SplitMix64: deterministic test data.
 pub struct TestRng(pub u64);

@@ -10,10 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::sampling_support::{assert_follows, reference_probs};
 use crate::speculator_common::{Mode, OracleDrafter, ToyLm, ToyTarget, argmax, mix};
-use crate::toy_engine::{V, drain, joint, lm, pair_counts, sampled_pairs};
-use dspark::engine::{
-    Budget, Constraint, Engine, EngineConfig, FinishReason, RequestId, RequestSpec, TokenConstraint,
-};
+use crate::toy_engine::{V, budgeted, drain, joint, lm, mixed_ids, pair_counts, sampled_pairs};
+use dspark::engine::{Constraint, Engine, FinishReason, RequestId, RequestSpec, TokenConstraint};
 use dspark::policy::VerifyPolicy;
 
 /// The toy grammar: each token in the residue class `(previous + 1) % modulus` (the first:
@@ -84,16 +82,7 @@ fn grammar(modulus: u32, limit: Option<usize>) -> Modular {
 }
 
 fn engine(mode: Mode, verify: VerifyPolicy) -> Engine<ToyTarget, OracleDrafter> {
-    let config = EngineConfig {
-        verify,
-        budget: Budget {
-            max_running: 8,
-            max_batched_tokens: 512,
-            kv_tokens: None,
-        },
-        ..EngineConfig::default()
-    };
-    crate::toy_engine::engine(mode, config)
+    crate::toy_engine::engine(mode, budgeted(verify, 8, 512, None))
 }
 
 /// The target's row after `ctx` restricted to `g`'s allowed set after `generated`.
@@ -111,9 +100,7 @@ fn restricted(lm: &ToyLm, prompt: &[u32], generated: &[u32], g: &Modular) -> Vec
 }
 
 fn prompt(i: u64) -> Vec<u32> {
-    (0..2 + (mix(i) % 6) as usize)
-        .map(|j| (mix(i * 100 + j as u64) % V as u64) as u32)
-        .collect()
+    mixed_ids(i * 100, 2 + (mix(i) % 6) as usize)
 }
 
 #[test]

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use crate::sampling_support::reference_probs;
 use crate::speculator_common::{Mode, mix};
-use crate::toy_engine::{V, drain, engine, lm};
-use dspark::engine::{Budget, EngineConfig, RequestId, RequestSpec, SamplingParams};
+use crate::toy_engine::{V, budgeted, drain, engine, lm, mixed_ids};
+use dspark::engine::{EngineConfig, RequestId, RequestSpec, SamplingParams};
 use dspark::policy::VerifyPolicy;
 use dspark::sampling::{MAX_TOP_LOGPROBS, TokenLogprob};
 
@@ -16,10 +16,7 @@ const TOP: usize = 4;
 
 fn request(i: u64, sampled: bool) -> RequestSpec {
     let len = 1 + (mix(i) % 8) as usize;
-    let prompt = (0..len)
-        .map(|j| (mix(i * 1000 + j as u64) % V as u64) as u32)
-        .collect();
-    let mut s = RequestSpec::new(prompt, 6 + (mix(i + 40) % 20) as usize);
+    let mut s = RequestSpec::new(mixed_ids(i * 1000, len), 6 + (mix(i + 40) % 20) as usize);
     s.logprobs = (i % 5 != 4).then_some(TOP);
     if sampled {
         s.sampling = SamplingParams {
@@ -97,16 +94,7 @@ fn logprobs_are_the_targets_at_every_position_whatever_the_rounds() {
         (Mode::Sampling, VerifyPolicy::ScheduledMeasured, None, true),
     ];
     for (case, (mode, verify, kv, sampled)) in cases.into_iter().enumerate() {
-        let config = EngineConfig {
-            verify,
-            budget: Budget {
-                max_running: 4,
-                max_batched_tokens: 64,
-                kv_tokens: kv,
-            },
-            ..EngineConfig::default()
-        };
-        let mut e = engine(mode, config);
+        let mut e = engine(mode, budgeted(verify, 4, 64, kv));
         let mut specs: HashMap<RequestId, RequestSpec> = HashMap::new();
         for i in 0..10u64 {
             let s = request(i + 10 * case as u64, sampled && i % 4 != 1);

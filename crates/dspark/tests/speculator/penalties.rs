@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use crate::sampling_support::{assert_follows, reference_probs};
 use crate::speculator_common::{Mode, ToyLm, argmax, mix};
-use crate::toy_engine::{V, drain, engine, joint, lm, pair_counts, sampled_pairs};
+use crate::toy_engine::{
+    V, budgeted, drain, engine, joint, lm, mixed_ids, pair_counts, sampled_pairs,
+};
 use dspark::engine::{Budget, EngineConfig, Penalties, RequestId, RequestSpec};
 use dspark::policy::VerifyPolicy;
 
@@ -63,9 +65,7 @@ fn penalties(i: u64) -> Penalties {
 }
 
 fn prompt(i: u64) -> Vec<u32> {
-    (0..1 + (mix(i) % 7) as usize)
-        .map(|j| (mix(i * 1000 + j as u64) % V as u64) as u32)
-        .collect()
+    mixed_ids(i * 1000, 1 + (mix(i) % 7) as usize)
 }
 
 #[test]
@@ -79,16 +79,10 @@ fn greedy_under_penalties_equals_the_penalized_target_with_its_logprobs() {
     .into_iter()
     .enumerate()
     {
-        let config = EngineConfig {
-            verify,
-            budget: Budget {
-                max_running: 4,
-                max_batched_tokens: 64,
-                kv_tokens: kv,
-            },
-            ..EngineConfig::default()
-        };
-        let mut e = engine(Mode::Greedy { corrupt_every: 4 }, config);
+        let mut e = engine(
+            Mode::Greedy { corrupt_every: 4 },
+            budgeted(verify, 4, 64, kv),
+        );
         let mut specs: HashMap<RequestId, RequestSpec> = HashMap::new();
         for i in 0..10u64 {
             let mut s = RequestSpec::new(prompt(i + 31 * case as u64), 20);

@@ -6,22 +6,13 @@
 //! typed errors.
 use crate::sampling_support::{assert_differs, assert_follows, reference_probs};
 use crate::speculator_common::{Fault, Mode, OracleDrafter, Rows, ToyTarget, mix};
+use crate::toy_engine::{CAPTURE, HIDDEN, K, LAYERS, V, mixed_ids, toy};
 use dspark::Error;
 use dspark::policy::StepsPerSecond;
 use dspark::speculator::{
     Generation, LogitRows, Request, RoundUpdate, Speculator, SpeculatorOptions, Stats, TargetModel,
     VerifyPolicy, target_only,
 };
-
-const V: usize = 64;
-const K: usize = 6;
-const LAYERS: usize = 4;
-const HIDDEN: usize = 8;
-const CAPTURE: [usize; 2] = [1, 3];
-
-fn toy() -> ToyTarget {
-    ToyTarget::new(V, LAYERS, HIDDEN, 17)
-}
 
 fn oracle(target: &ToyTarget, mode: Mode) -> OracleDrafter {
     OracleDrafter::new(target, K, &CAPTURE, mode)
@@ -46,9 +37,7 @@ fn speculator(mode: Mode, options: SpeculatorOptions) -> Speculator<ToyTarget, O
 }
 
 fn prompt(seed: u64, len: usize) -> Vec<u32> {
-    (0..len)
-        .map(|i| (mix(seed * 1000 + i as u64) % V as u64) as u32)
-        .collect()
+    mixed_ids(seed * 1000, len)
 }
 
 /// Prompts of lengths 1, 4, 9, 2 with budgets 23, 1, 40, 7.

@@ -7,20 +7,15 @@ use std::collections::HashMap;
 
 use crate::sampling_support::{assert_follows, reference_probs};
 use crate::speculator_common::{Fault, Mode, OracleDrafter, ToyTarget, mix};
+use crate::toy_engine::{CAPTURE, HIDDEN, K, LAYERS, V, budgeted, mixed_ids};
 use dspark::engine::{
     Budget, Engine, EngineConfig, FinishReason, RequestId, RequestSpec, SamplingParams,
 };
 use dspark::policy::VerifyPolicy;
 use dspark::speculator::{Request, Speculator, SpeculatorOptions, TargetModel};
 
-const V: usize = 64;
-const K: usize = 6;
-const LAYERS: usize = 4;
-const HIDDEN: usize = 8;
-const CAPTURE: [usize; 2] = [1, 3];
-
 fn toy() -> ToyTarget {
-    ToyTarget::new(V, LAYERS, HIDDEN, 17).into_resizable()
+    crate::toy_engine::toy().into_resizable()
 }
 
 fn engine(mode: Mode, config: EngineConfig) -> Engine<ToyTarget, OracleDrafter> {
@@ -30,9 +25,7 @@ fn engine(mode: Mode, config: EngineConfig) -> Engine<ToyTarget, OracleDrafter> 
 }
 
 fn prompt(seed: u64, len: usize) -> Vec<u32> {
-    (0..len)
-        .map(|i| (mix(seed * 1000 + i as u64) % V as u64) as u32)
-        .collect()
+    mixed_ids(seed * 1000, len)
 }
 
 fn spec(seed: u64, len: usize, max: usize) -> RequestSpec {
@@ -104,15 +97,7 @@ fn greedy_equals_the_target_under_random_arrivals_aborts_and_preemptions() {
     .into_iter()
     .enumerate()
     {
-        let config = EngineConfig {
-            verify: policy,
-            budget: Budget {
-                max_running: 5,
-                max_batched_tokens: 64,
-                kv_tokens: kv,
-            },
-            ..EngineConfig::default()
-        };
+        let config = budgeted(policy, 5, 64, kv);
         let mut e = engine(Mode::Greedy { corrupt_every: 3 }, config);
         let mut later: HashMap<usize, Vec<RequestSpec>> = HashMap::new();
         for i in 0..14u64 {

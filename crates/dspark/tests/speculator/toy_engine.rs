@@ -5,24 +5,62 @@
 use std::collections::HashMap;
 
 use crate::speculator_common::{Mode, OracleDrafter, ToyLm, ToyTarget, mix};
-use dspark::engine::{Engine, EngineConfig, RequestId, RequestSpec, SamplingParams};
+use dspark::engine::{Budget, Engine, EngineConfig, RequestId, RequestSpec, SamplingParams};
+use dspark::policy::VerifyPolicy;
 use dspark::sampling::TokenLogprob;
 
 /// Target vocabulary.
 pub const V: usize = 64;
 /// Draft slots.
 pub const K: usize = 6;
+/// The toy's layers.
+pub const LAYERS: usize = 4;
+/// The toy's hidden width.
+pub const HIDDEN: usize = 8;
+/// The layers the drafter captures.
+pub const CAPTURE: [usize; 2] = [1, 3];
+
+/// The toy target (fixed size).
+pub fn toy() -> ToyTarget {
+    ToyTarget::new(V, LAYERS, HIDDEN, 17)
+}
 
 /// The toy's language model (the logits every engine below serves).
 pub fn lm() -> ToyLm {
-    ToyTarget::new(V, 4, 8, 17).lm
+    toy().lm
 }
 
 /// An engine drafting with `mode` under `config`.
 pub fn engine(mode: Mode, config: EngineConfig) -> Engine<ToyTarget, OracleDrafter> {
-    let t = ToyTarget::new(V, 4, 8, 17).into_resizable();
-    let d = OracleDrafter::new(&t, K, &[1, 3], mode);
+    let t = toy().into_resizable();
+    let d = OracleDrafter::new(&t, K, &CAPTURE, mode);
     Engine::new(t, d, config).unwrap()
+}
+
+/// A config verifying by `verify` with at most `max_running` requests, `max_batched_tokens`
+/// tokens a step and `kv_tokens` of cache.
+pub fn budgeted(
+    verify: VerifyPolicy,
+    max_running: usize,
+    max_batched_tokens: usize,
+    kv_tokens: Option<usize>,
+) -> EngineConfig {
+    EngineConfig {
+        verify,
+        budget: Budget {
+            max_running,
+            max_batched_tokens,
+            kv_tokens,
+        },
+        ..EngineConfig::default()
+    }
+}
+
+/// `len` ids below [`V`] from the stream keyed `key` (id `j` is `mix(key + j) mod V`).
+pub fn mixed_ids(key: u64, len: usize) -> Vec<u32> {
+    (0..len)
+        .map(|j| (mix(key + j as u64) % V as u64) as u32)
+        .collect()
 }
 
 /// What one request gave over a run.

@@ -2,11 +2,11 @@
 //! (`DSPARK_KERNEL_PATH=tensor`, in a child process of this binary running one test): one
 //! upload per forward (ids, positions and the layout maps; the causal mask is built on the
 //! device), one attention per layer whatever the batch, and no download.
-use crate::child_common::child_json;
+use crate::child_common::{child_json, print_for_parent};
 use crate::targets_common::Tiny;
 use candle_core::Device;
 use dspark::TargetModel;
-use dspark::device::{KernelPath, kernel_path};
+use dspark::device::KernelPath;
 use dspark::models::qwen3::Qwen3Target;
 use dspark::speculator::{LogitRows, TargetInput};
 use dspark::trace::counts;
@@ -54,10 +54,7 @@ fn all_counts() -> Value {
 /// Prints the counts for the parent (runs, and passes, on its own too).
 #[test]
 fn print_target_counts() {
-    if kernel_path().unwrap() == KernelPath::Fast {
-        return; // nothing crosses on the host fast path: the parent asks for the tensor path
-    }
-    println!("\n{MARK}{}", all_counts());
+    print_for_parent(MARK, all_counts);
 }
 
 #[test]

@@ -4,17 +4,12 @@
 //! speculative decoding equals target-only greedy decoding in every dtype. All of it holds
 //! on both kernel paths: under `DSPARK_KERNEL_PATH=tensor` (what a GPU runs) 2-byte weights
 //! stay 2 bytes too.
-use std::path::{Path, PathBuf};
 
-use crate::targets_common::Tiny;
+use crate::targets_common::{Tiny, bundled_dir, chunked_logits, speculative_and_target_only};
 use candle_core::{DType, Device};
 use dspark::models::qwen3::Qwen3Target;
-use dspark::speculator::{LogitRows, Request, Speculator, SpeculatorOptions, TargetInput};
-use dspark::{LoadOptions, Qwen3Drafter, TargetModel, WeightDtype};
-
-fn bundled_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny")
-}
+use dspark::speculator::{LogitRows, Request, SpeculatorOptions};
+use dspark::{LoadOptions, WeightDtype};
 
 fn options(dtype: WeightDtype) -> LoadOptions {
     LoadOptions {
@@ -25,27 +20,10 @@ fn options(dtype: WeightDtype) -> LoadOptions {
 
 /// The last-position logits of `tokens` from an empty cache, and of one more cached step.
 fn logits(t: &Qwen3Target, tokens: &[u32]) -> Vec<f32> {
-    let mut cache = t.new_cache(1).unwrap();
-    let mut out = Vec::new();
-    for (chunk, rows) in [(tokens, LogitRows::All), (&tokens[..1], LogitRows::Last)] {
-        let input = TargetInput {
-            tokens: chunk,
-            width: chunk.len(),
-            num_tokens: &[chunk.len()],
-            logits: rows,
-        };
-        let o = t.forward(&mut cache, &input, &[]).unwrap();
-        out.extend(
-            o.logits
-                .to_dtype(DType::F32)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap(),
-        );
-    }
-    out
+    chunked_logits(
+        t,
+        &[(tokens, LogitRows::All), (&tokens[..1], LogitRows::Last)],
+    )
 }
 
 fn max_abs(a: &[f32]) -> f32 {
@@ -149,13 +127,8 @@ fn greedy_speculative_equals_target_only_in_every_dtype() {
         let target =
             Qwen3Target::load_with(&bundled_dir().join("target"), &Device::Cpu, options(dtype))
                 .unwrap();
-        let drafter = Qwen3Drafter::builder(&target.target_spec())
-            .shared(target.shared_weights())
-            .load(&bundled_dir().join("drafter"))
-            .unwrap();
-        let s = Speculator::new(target, drafter, SpeculatorOptions::default()).unwrap();
-        let spec = s.generate(&requests, None).unwrap();
-        let base = s.generate_target_only(&requests, None).unwrap();
+        let (spec, base) =
+            speculative_and_target_only(target, SpeculatorOptions::default(), &requests);
         assert_eq!(spec.tokens, base.tokens, "{dtype}");
         assert!(spec.tokens.iter().all(|t| t.len() == 24), "{dtype}");
     }

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 use candle_core::Device;
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::Value as G;
+use dspark::LoadOptions;
 use dspark::models::qwen3::Qwen3Target;
 use dspark::nn::quant::Quant;
 use dspark::speculator::contract::check_target;
-use dspark::speculator::{Request, Speculator, SpeculatorOptions, VerifyPolicy};
-use dspark::{LoadOptions, Qwen3Drafter};
+use dspark::speculator::{Request, SpeculatorOptions, VerifyPolicy};
 
 use crate::targets_common::gguf::{Kind, read_safetensors, write_gguf};
-use crate::targets_common::{Tiny, all_logits};
+use crate::targets_common::{Tiny, all_logits, bundled_dir, speculative_and_target_only};
 
 /// Every position's logits, as bits.
 fn logits(t: &Qwen3Target, tokens: &[u32]) -> Vec<u32> {
@@ -151,10 +151,6 @@ fn a_q4_k_m_mix_keeps_its_blocks_and_the_target_contract() {
     check_target(&g, &[0, 1]).unwrap();
 }
 
-fn bundled_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny")
-}
-
 #[test]
 fn greedy_speculative_equals_target_only_on_a_q8_0_file_of_the_bundled_pair() {
     let src = bundled_dir().join("target");
@@ -169,10 +165,6 @@ fn greedy_speculative_equals_target_only_on_a_q8_0_file_of_the_bundled_pair() {
     write_gguf(&config, &read_safetensors(&src), &path, kind, &[]);
     let target = Qwen3Target::load_gguf(&path, &Device::Cpu, keep()).unwrap();
     assert_eq!(target.quant(), Some(Quant::Q8_0));
-    let drafter = Qwen3Drafter::builder(&target.target_spec())
-        .shared(target.shared_weights())
-        .load(&bundled_dir().join("drafter"))
-        .unwrap();
     let options = SpeculatorOptions {
         verify: VerifyPolicy::Full,
         ..SpeculatorOptions::default()
@@ -182,9 +174,7 @@ fn greedy_speculative_equals_target_only_on_a_q8_0_file_of_the_bundled_pair() {
         .iter()
         .map(|p| Request::new(p.to_vec(), 32))
         .collect();
-    let s = Speculator::new(target, drafter, options).unwrap();
-    let spec = s.generate(&requests, None).unwrap();
-    let base = s.generate_target_only(&requests, None).unwrap();
+    let (spec, base) = speculative_and_target_only(target, options, &requests);
     assert_eq!(spec.tokens, base.tokens);
     let tau = spec.stats.acceptance_length();
     assert!(tau > 1.5, "acceptance length {tau}");

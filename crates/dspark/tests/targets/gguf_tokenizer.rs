@@ -76,21 +76,25 @@ fn a_byte_level_bpe_encodes_as_the_tokenizer_it_was_written_from() {
         .map(|i| G::I32(if special.contains(&(i as u64)) { 3 } else { 1 }))
         .collect();
     let merge_refs: Vec<&str> = merges.iter().map(String::as_str).collect();
-    let dir = tempfile::tempdir().unwrap();
-    let s = side_of(
-        dir.path(),
-        tokens.len(),
-        &[
+    // The side files of a byte-level BPE of this vocabulary split by `pre`, with `extra` keys.
+    let bpe = |pre: &str, extra: &[(&str, G)]| {
+        let mut meta = vec![
             ("tokenizer.ggml.model", G::String("gpt2".into())),
-            ("tokenizer.ggml.pre", G::String("default".into())),
+            ("tokenizer.ggml.pre", G::String(pre.into())),
             ("tokenizer.ggml.tokens", strings(&tokens)),
             ("tokenizer.ggml.token_type", G::Array(types.clone())),
             ("tokenizer.ggml.merges", strings(&merge_refs)),
+        ];
+        meta.extend_from_slice(extra);
+        let dir = tempfile::tempdir().unwrap();
+        side_of(dir.path(), tokens.len(), &meta)
+    };
+    let template = G::String("{{ messages }}".into());
+    let s = bpe(
+        "default",
+        &[
             ("tokenizer.ggml.eos_token_id", G::U32(0)),
-            (
-                "tokenizer.chat_template",
-                G::String("{{ messages }}".into()),
-            ),
+            ("tokenizer.chat_template", template),
         ],
     );
     let ours = tokenizer(&s);
@@ -106,18 +110,7 @@ fn a_byte_level_bpe_encodes_as_the_tokenizer_it_was_written_from() {
     assert_eq!(s.config["model_type"], "qwen3");
 
     // Qwen2's split regex (`pre = qwen2`) makes a working tokenizer of the same vocabulary.
-    let dir = tempfile::tempdir().unwrap();
-    let s = side_of(
-        dir.path(),
-        tokens.len(),
-        &[
-            ("tokenizer.ggml.model", G::String("gpt2".into())),
-            ("tokenizer.ggml.pre", G::String("qwen2".into())),
-            ("tokenizer.ggml.tokens", strings(&tokens)),
-            ("tokenizer.ggml.token_type", G::Array(types)),
-            ("tokenizer.ggml.merges", strings(&merge_refs)),
-        ],
-    );
+    let s = bpe("qwen2", &[]);
     let qwen = tokenizer(&s);
     for text in TEXTS {
         let ids = qwen.encode(text, false).unwrap();

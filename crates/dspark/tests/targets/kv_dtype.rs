@@ -2,16 +2,16 @@
 //! their precision of an f32 cache at a long context, greedy speculative decoding equals
 //! target-only decoding with the same cache dtype, and a bad name is a typed error that lists
 //! the choices. Both kernel paths (the device-generic one rounds into f32 tensors).
-use std::path::Path;
 
-use candle_core::{DType, Device};
+use crate::targets_common::{bundled_dir, chunked_logits, speculative_and_target_only};
+use candle_core::Device;
 use dspark::models::qwen3::Qwen3Target;
 use dspark::nn::DEFAULT_KV_DTYPE;
-use dspark::speculator::{LogitRows, Request, Speculator, SpeculatorOptions, TargetInput};
-use dspark::{LoadOptions, Qwen3Drafter, TargetModel, WeightDtype};
+use dspark::speculator::{LogitRows, Request, SpeculatorOptions};
+use dspark::{LoadOptions, WeightDtype};
 
 fn bundled(kv: Option<WeightDtype>) -> Qwen3Target {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny");
+    let dir = bundled_dir();
     let options = LoadOptions {
         kv_dtype: kv,
         ..LoadOptions::default()
@@ -29,31 +29,13 @@ fn prompt(n: usize, seed: u32) -> Vec<u32> {
 /// Last-position logits after a prefill of `tokens` in two chunks (the second one reads the
 /// first from the cache), then after one more cached step.
 fn logits(t: &Qwen3Target, tokens: &[u32]) -> Vec<f32> {
-    let mut cache = t.new_cache(1).unwrap();
-    let mut out = Vec::new();
     let half = tokens.len() / 2;
     let chunks = [
         (&tokens[..half], LogitRows::Last),
         (&tokens[half..], LogitRows::Last),
         (&tokens[..1], LogitRows::Last),
     ];
-    for (chunk, rows) in chunks {
-        let input = TargetInput {
-            tokens: chunk,
-            width: chunk.len(),
-            num_tokens: &[chunk.len()],
-            logits: rows,
-        };
-        let o = t.forward(&mut cache, &input, &[]).unwrap();
-        let v = o
-            .logits
-            .to_dtype(DType::F32)
-            .unwrap()
-            .flatten_all()
-            .unwrap();
-        out.extend(v.to_vec1::<f32>().unwrap());
-    }
-    out
+    chunked_logits(t, &chunks)
 }
 
 #[test]
@@ -83,20 +65,14 @@ fn half_caches_stay_within_their_precision_of_f32() {
 
 #[test]
 fn greedy_speculative_equals_target_only_with_each_cache_dtype() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny");
     let requests = vec![
         Request::new(prompt(40, 2), 24),
         Request::new(prompt(290, 3), 24),
     ];
     for kv in WeightDtype::ALL {
         let target = bundled(Some(kv));
-        let drafter = Qwen3Drafter::builder(&target.target_spec())
-            .shared(target.shared_weights())
-            .load(&dir.join("drafter"))
-            .unwrap();
-        let s = Speculator::new(target, drafter, SpeculatorOptions::default()).unwrap();
-        let spec = s.generate(&requests, None).unwrap();
-        let base = s.generate_target_only(&requests, None).unwrap();
+        let (spec, base) =
+            speculative_and_target_only(target, SpeculatorOptions::default(), &requests);
         assert_eq!(spec.tokens, base.tokens, "{kv}");
         assert!(spec.tokens.iter().all(|t| t.len() == 24), "{kv}");
     }

@@ -5,19 +5,14 @@
 //! every row of a verification quantizes its own activations, so its logits are the bits of a
 //! one-row decode step. On the device-generic path (`DSPARK_KERNEL_PATH=tensor`) the maps hold the
 //! blocks' values as f32 tensors, and the same holds.
-use std::path::{Path, PathBuf};
 
-use crate::targets_common::{Tiny, all_logits as logits};
+use crate::targets_common::{Tiny, all_logits as logits, bundled_dir, speculative_and_target_only};
 use candle_core::Device;
 use dspark::models::qwen3::Qwen3Target;
 use dspark::nn::quant::Quant;
 use dspark::speculator::contract::check_target;
 use dspark::speculator::{Request, Speculator, SpeculatorOptions, VerifyPolicy};
 use dspark::{LoadOptions, Qwen3Drafter};
-
-fn bundled_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny")
-}
 
 fn q8() -> LoadOptions {
     quantized(Quant::Q8_0)
@@ -120,19 +115,13 @@ fn greedy_speculative_equals_target_only(quant: Quant) {
         quantized(quant),
     )
     .unwrap();
-    let drafter = Qwen3Drafter::builder(&target.target_spec())
-        .shared(target.shared_weights())
-        .load(&bundled_dir().join("drafter"))
-        .unwrap();
     // Every round drafts and verifies its whole block (the default policy may choose plain
     // rounds on a target this small): the verification's rows are what is under test.
     let options = SpeculatorOptions {
         verify: VerifyPolicy::Full,
         ..SpeculatorOptions::default()
     };
-    let s = Speculator::new(target, drafter, options).unwrap();
-    let spec = s.generate(&requests, None).unwrap();
-    let base = s.generate_target_only(&requests, None).unwrap();
+    let (spec, base) = speculative_and_target_only(target, options, &requests);
     assert_eq!(spec.tokens, base.tokens, "{quant:?}");
     assert!(spec.tokens.iter().all(|t| t.len() == 32));
     // The drafter still drafts for its quantized target: drafts are accepted.

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 type Case<'a> = (&'a str, &'a [u32], usize, &'a [usize], &'a [usize]);
 
 fn bundled_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny/target")
+    crate::targets_common::bundled_dir().join("target")
 }
 
 /// The bundled target with an f32 KV cache: the function HF transformers computes in f32 (the

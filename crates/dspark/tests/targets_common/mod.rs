@@ -7,6 +7,7 @@ use std::path::Path;
 
 use candle_core::Device;
 use dspark::models::qwen3::Qwen3Target;
+use dspark::speculator::LogitRows;
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{Value, json};
 
@@ -270,18 +271,55 @@ impl Tiny {
     }
 }
 
+/// The bundled tiny pair's directory (`target/`, `drafter/`).
+pub fn bundled_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/dspark/models/tiny")
+}
+
+/// Greedy decoding of `requests` by a speculator over `target` and the bundled drafter (its
+/// weights shared with `target`) under `options`: the speculative generation, then the
+/// target-only one.
+pub fn speculative_and_target_only(
+    target: Qwen3Target,
+    options: dspark::speculator::SpeculatorOptions,
+    requests: &[dspark::speculator::Request],
+) -> (
+    dspark::speculator::Generation,
+    dspark::speculator::Generation,
+) {
+    use dspark::speculator::Speculator;
+    let drafter = dspark::Qwen3Drafter::builder(&target.target_spec())
+        .shared(target.shared_weights())
+        .load(&bundled_dir().join("drafter"))
+        .unwrap();
+    let s = Speculator::new(target, drafter, options).unwrap();
+    let spec = s.generate(requests, None).unwrap();
+    let base = s.generate_target_only(requests, None).unwrap();
+    (spec, base)
+}
+
 /// Every position's logits of `tokens` from an empty cache, as f32.
 pub fn all_logits(t: &Qwen3Target, tokens: &[u32]) -> Vec<f32> {
+    chunked_logits(t, &[(tokens, LogitRows::All)])
+}
+
+/// The logits (as f32, one after the other) of forwarding each `(tokens, rows)` in turn
+/// through one cache, empty at the start.
+pub fn chunked_logits(t: &Qwen3Target, chunks: &[(&[u32], LogitRows)]) -> Vec<f32> {
     use dspark::TargetModel;
-    use dspark::speculator::{LogitRows, TargetInput};
+    use dspark::speculator::TargetInput;
     let mut cache = t.new_cache(1).unwrap();
-    let input = TargetInput {
-        tokens,
-        width: tokens.len(),
-        num_tokens: &[tokens.len()],
-        logits: LogitRows::All,
-    };
-    let o = t.forward(&mut cache, &input, &[]).unwrap();
-    let v = o.logits.to_dtype(candle_core::DType::F32).unwrap();
-    v.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    let mut out = Vec::new();
+    for &(tokens, logits) in chunks {
+        let input = TargetInput {
+            tokens,
+            width: tokens.len(),
+            num_tokens: &[tokens.len()],
+            logits,
+        };
+        let o = t.forward(&mut cache, &input, &[]).unwrap();
+        let v = o.logits.to_dtype(candle_core::DType::F32).unwrap();
+        out.extend(v.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+    }
+    out
 }
