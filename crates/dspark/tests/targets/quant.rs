@@ -22,18 +22,22 @@ fn quantized(quant: Quant) -> LoadOptions {
     LoadOptions::with_dtype_name(Some(quant.as_str())).unwrap()
 }
 
-#[test]
-fn quantized_layers_read_their_format_s_bytes_and_stay_close_to_f32() {
-    let dir = tempfile::tempdir().unwrap();
-    // Widths of whole Q4_K super-blocks (256), as real models have.
-    let tiny = Tiny {
+/// A tiny model of whole Q4_K super-blocks (widths of 256), as real models have.
+fn k_quant_tiny() -> Tiny {
+    Tiny {
         hidden: 256,
         inter: 512,
         heads: 4,
         hd: 64,
         ..Tiny::default()
-    };
-    tiny.write_with(dir.path(), |_| {}, |_| {});
+    }
+}
+
+#[test]
+fn quantized_layers_read_their_format_s_bytes_and_stay_close_to_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    // Widths of whole Q4_K super-blocks (256), as real models have.
+    k_quant_tiny().write_with(dir.path(), |_| {}, |_| {});
     let wide = Qwen3Target::load(dir.path(), &Device::Cpu).unwrap();
     let tokens = [1u32, 2, 3, 44, 10, 7];
     let want = logits(&wide, &tokens);
@@ -77,11 +81,7 @@ fn the_embedding_is_quantized_too_and_held_once_with_a_tied_head() {
             tie,
             vocab: 50,
             rows,
-            hidden: 256,
-            inter: 512,
-            heads: 4,
-            hd: 64,
-            ..Tiny::default()
+            ..k_quant_tiny()
         };
         tiny.write_with(dir.path(), |_| {}, |_| {});
         let q = Qwen3Target::load_with(dir.path(), &Device::Cpu, q8()).unwrap();

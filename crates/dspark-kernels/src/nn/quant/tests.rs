@@ -205,29 +205,27 @@ fn extreme_bytes_stay_exact_in_every_body() {
     }
 }
 
+/// `y: [n, rows]` is within 1% of each dot's scale (`Σ|x| / 2`) of `x: [n, cols]` times
+/// `w: [rows, cols]` in f32: the 8-bit roundings of values in [-0.5, 0.5] are well under that.
+pub(crate) fn assert_product_close(y: &[f32], w: &[f32], x: &[f32], (rows, cols): (usize, usize)) {
+    for (r, xr) in x.chunks_exact(cols).enumerate() {
+        let scale: f32 = xr.iter().map(|v| v.abs()).sum::<f32>() * 0.5;
+        for (o, wr) in w.chunks_exact(cols).enumerate() {
+            let exact: f32 = wr.iter().zip(xr).map(|(a, b)| a * b).sum();
+            let got = y[r * rows + o];
+            let at = format!("{r},{o}: {got} vs {exact}");
+            assert!((got - exact).abs() <= 0.01 * scale, "{at}");
+        }
+    }
+}
+
 #[test]
 fn products_follow_the_f32_product_closely() {
+    // Two 8-bit roundings: the weights' and the activations'.
     let (rows, cols, n) = (48, 256, 3);
     let (w, q) = quantized(rows, cols, 21);
     let x = values(n * cols, 9);
-    let y = q.matmul(&x, n, None).unwrap();
-    for r in 0..n {
-        for o in 0..rows {
-            let xr = &x[r * cols..(r + 1) * cols];
-            let exact: f32 = w[o * cols..(o + 1) * cols]
-                .iter()
-                .zip(xr)
-                .map(|(a, b)| a * b)
-                .sum();
-            // Two 8-bit roundings of values in [-0.5, 0.5]: well under 1% of the dot's scale.
-            let scale: f32 = xr.iter().map(|v| v.abs()).sum::<f32>() * 0.5;
-            let got = y[r * rows + o];
-            assert!(
-                (got - exact).abs() <= 0.01 * scale,
-                "{r},{o}: {got} vs {exact}"
-            );
-        }
-    }
+    assert_product_close(&q.matmul(&x, n, None).unwrap(), &w, &x, (rows, cols));
 }
 
 #[test]

@@ -5,8 +5,8 @@ use super::rule::{SUBS, nibble, pack, unpack};
 use super::*;
 use crate::nn::quant::GROUP;
 use crate::nn::quant::tests::{
-    assert_group_gives_each_part_its_bits, assert_runnable_give, bits, candle_quantizes,
-    candle_reads,
+    assert_group_gives_each_part_its_bits, assert_product_close, assert_runnable_give, bits,
+    candle_quantizes, candle_reads,
 };
 use crate::nn::quant::{Quant, QuantKernel};
 use crate::test_values::values;
@@ -158,28 +158,12 @@ fn extreme_levels_scales_and_activations_stay_exact_in_every_body() {
 
 #[test]
 fn products_follow_the_dequantized_product_closely() {
+    // Only the activations' 8-bit rounding is left.
     let (rows, cols, n) = (48, 512, 3);
     let (_, q) = quantized(rows, cols, 21);
-    let w = q.dequantize();
     let x = values(n * cols, 9);
     let y = q.matmul(&x, n, None).unwrap();
-    for r in 0..n {
-        let xr = &x[r * cols..(r + 1) * cols];
-        for o in 0..rows {
-            let exact: f32 = w[o * cols..(o + 1) * cols]
-                .iter()
-                .zip(xr)
-                .map(|(a, b)| a * b)
-                .sum();
-            // Only the activations' 8-bit rounding is left: under 1% of the dot's scale.
-            let scale: f32 = xr.iter().map(|v| v.abs()).sum::<f32>() * 0.5;
-            let got = y[r * rows + o];
-            assert!(
-                (got - exact).abs() <= 0.01 * scale,
-                "{r},{o}: {got} vs {exact}"
-            );
-        }
-    }
+    assert_product_close(&y, &q.dequantize(), &x, (rows, cols));
 }
 
 #[test]
