@@ -3,6 +3,7 @@
 //! statistics, the draw by chunks, 4-column segments and columns). It is the fused sampler's
 //! `cpu_fwd`; [`decode`] turns its status words into the fast path's first error.
 
+use super::exec::BlockSettings;
 use super::layout::{SB_CHUNK, SB_CPT, THREADS, VfChunk, sb_status};
 use super::math::{
     Goal, KeyCut, chunk_stats, exp, finite, merge_chunks, radix, validity, walk_parts,
@@ -58,7 +59,30 @@ pub(crate) fn nchunks(valid: usize) -> usize {
     valid.div_ceil(SB_CHUNK).max(1)
 }
 
-impl Call<'_> {
+impl<'a> Call<'a> {
+    /// A call over these matrices with the settings `set` and the id table `table`.
+    pub(crate) fn new(
+        base: Rows3<'a>,
+        w1: Mat<'a>,
+        w2: Mat<'a>,
+        set: &BlockSettings<'a>,
+        table: Option<&'a [u32]>,
+    ) -> Self {
+        Call {
+            base,
+            w1,
+            w2,
+            anchors: set.anchors,
+            streams: set.streams,
+            table,
+            vocab_t: set.target_vocab,
+            valid: set.valid,
+            greedy: set.greedy,
+            mult: set.mult,
+            top_k: set.top_k,
+        }
+    }
+
     fn map(&self, d: usize) -> usize {
         self.table.map_or(d, |t| t[d] as usize)
     }

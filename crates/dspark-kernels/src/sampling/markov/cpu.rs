@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::{BlockOptions, DraftBlock, Geometry};
+use super::{DraftBlock, Geometry, HostInputs};
 use crate::cpu::par::{for_each_chunk_init, map_chunks_mut, map_range, worth_parallel};
 use crate::cpu::{Unfused, bias_block, dot};
 use crate::error::{Error, Result};
@@ -18,26 +18,11 @@ use crate::sampling::rng::{Stream, Tag};
 use crate::view::{BLOCK, Floats, Mat, Rows3};
 
 /// The host slice sampler over validated inputs (`g`, one stream per request).
-pub(super) fn run(
-    g: &Geometry,
-    streams: &[Stream],
-    base: Rows3<'_>,
-    w1: Mat<'_>,
-    w2: Mat<'_>,
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
-) -> Result<DraftBlock> {
+pub(super) fn run(g: &Geometry, streams: &[Stream], x: &HostInputs<'_>) -> Result<DraftBlock> {
+    let (base, w1, w2, opts) = (x.base, x.w1, x.w2, x.opts);
     let (b_n, k_n, vt, r) = (g.batch, g.slots, g.target_vocab, g.rank);
     if b_n == 0 || k_n == 0 {
-        return Ok(DraftBlock {
-            batch: b_n,
-            slots: k_n,
-            target_vocab: vt,
-            rank: r,
-            tokens: Vec::new(),
-            draft_logits: Vec::new(),
-            prev_embeddings: Vec::new(),
-        });
+        return Ok(DraftBlock::new(g, Vec::new(), Vec::new(), Vec::new()));
     }
     // T == 0, or so small that scale/T overflows: the distribution is the argmax.
     let (greedy, mult) = opts.draft_mult();
@@ -52,15 +37,12 @@ pub(super) fn run(
     } else {
         0.0
     };
-    let mut out = DraftBlock {
-        batch: b_n,
-        slots: k_n,
-        target_vocab: vt,
-        rank: r,
-        tokens: vec![0; b_n * k_n],
-        draft_logits: vec![fill; b_n * k_n * vt],
-        prev_embeddings: vec![0.0; b_n * k_n * r],
-    };
+    let mut out = DraftBlock::new(
+        g,
+        vec![0; b_n * k_n],
+        vec![fill; b_n * k_n * vt],
+        vec![0.0; b_n * k_n * r],
+    );
     let mut dense = Dense {
         stats: Vec::new(),
         lrows: Vec::new(),
@@ -73,7 +55,7 @@ pub(super) fn run(
     }
     // Per slot: every request's valid row, biased (`r` multiply-adds) and scanned.
     let par = worth_parallel(b_n * g.valid * (r + 16));
-    let mut prev: Vec<u32> = anchors.to_vec();
+    let mut prev: Vec<u32> = x.anchors.to_vec();
     let mut e = vec![0f32; b_n * r];
     for k in 0..k_n {
         for b in 0..b_n {
@@ -366,7 +348,7 @@ fn top_k_candidates(base: &Rows3<'_>, g: &Geometry, top_k: usize) -> Result<Vec<
 mod tests {
     use super::*;
     use crate::cpu::{Fused, dots_portable};
-    use crate::sampling::markov::sample_block_slices_on;
+    use crate::sampling::markov::{BlockOptions, sample_block_slices_on};
     use crate::view::Seeds;
 
     fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
