@@ -41,27 +41,7 @@ pub(crate) fn gqa_attention(
     v: &Tensor,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    let &[kvh, s, khd] = k.dims() else {
-        return None;
-    };
-    let (q_len, heads, hd) = query_dims(q, kvh)?;
-    if v.dims() != k.dims() || khd != hd || s == 0 {
-        return None;
-    }
-    over_storage((q, k, v), (q_len, heads * hd), |qs, ks, vs| {
-        let view = |data, kh: usize| HeadView::new(data, kh * s * hd, hd, s);
-        let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
-        Some(attention::grouped(
-            qs,
-            q_len,
-            heads,
-            kvh,
-            hd,
-            kv,
-            scale as f32,
-            |_| s,
-        ))
-    })
+    grouped_over_rows(q, k, v, scale, false)
 }
 
 /// Causal grouped-query attention of `q: [Q, heads, hd]` against token-major `k`, `v:
@@ -74,26 +54,39 @@ pub(crate) fn causal_attention(
     v: &Tensor,
     scale: f64,
 ) -> Option<Result<Tensor>> {
-    let &[s, kvh, khd] = k.dims() else {
-        return None;
+    grouped_over_rows(q, k, v, scale, true)
+}
+
+/// [`attention::grouped`] over key and value rows: head-major `[kv_heads, S, hd]` and
+/// non-causal (at least one key) unless `causal`, then token-major `[S, kv_heads, hd]` with
+/// query `i` seeing keys `0 ..= S − Q + i` (at least `Q` keys).
+fn grouped_over_rows(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    causal: bool,
+) -> Option<Result<Tensor>> {
+    let (kvh, s, khd) = match *k.dims() {
+        [s, kvh, khd] if causal => (kvh, s, khd),
+        [kvh, s, khd] if !causal => (kvh, s, khd),
+        _ => return None,
     };
     let (q_len, heads, hd) = query_dims(q, kvh)?;
-    if v.dims() != k.dims() || khd != hd || s < q_len {
+    let enough = if causal { s >= q_len } else { s > 0 };
+    if v.dims() != k.dims() || khd != hd || !enough {
         return None;
     }
-    let (past, scale) = (s - q_len, scale as f32);
+    // Where key head `kh` starts and the step between its rows.
+    let (head_step, row_step) = if causal { (hd, kvh * hd) } else { (s * hd, hd) };
+    let past = s - q_len.min(s);
+    let seen = |i: usize| if causal { past + i + 1 } else { s };
     over_storage((q, k, v), (q_len, heads * hd), |qs, ks, vs| {
-        let view = |data, kh: usize| HeadView::new(data, kh * hd, kvh * hd, s);
+        let view = |data, kh: usize| HeadView::new(data, kh * head_step, row_step, s);
         let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
+        let scale = scale as f32;
         Some(attention::grouped(
-            qs,
-            q_len,
-            heads,
-            kvh,
-            hd,
-            kv,
-            scale,
-            |i| past + i + 1,
+            qs, q_len, heads, kvh, hd, kv, scale, seen,
         ))
     })
 }
