@@ -352,12 +352,8 @@ mod tests {
     use crate::view::Seeds;
 
     fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
-                scale * ((h % 20_011) as f32 / 20_011.0 - 0.5)
-            })
-            .collect()
+        let grid = crate::test_values::grid(n, seed, 20_011, 20_011.0, 0.5);
+        grid.into_iter().map(|v| scale * v).collect()
     }
 
     /// `mult·(base + W2[d]·e)` in the kernel's exact accumulation order (fused multiply-add
