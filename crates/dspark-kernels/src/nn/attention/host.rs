@@ -32,35 +32,12 @@ fn over_storage(
     Some(Tensor::from_vec(out, (q_len, width), q.device()).map_err(Into::into))
 }
 
-/// Non-causal grouped-query attention of `q: [Q, heads, hd]` against head-major `k`, `v:
-/// [kv_heads, S, hd]`, giving `[Q, heads·hd]` (the drafter's block over its context), through
-/// [`attention::grouped`].
-pub(crate) fn gqa_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    scale: f64,
-) -> Option<Result<Tensor>> {
-    grouped_over_rows(q, k, v, scale, false)
-}
-
-/// Causal grouped-query attention of `q: [Q, heads, hd]` against token-major `k`, `v:
-/// [S, kv_heads, hd]` (`S >= Q`; query `i` sees keys `0 ..= S − Q + i`), giving
-/// `[Q, heads·hd]`, straight from storage through the panel products of
-/// [`attention::grouped`] (a verification's queries share one pass over the cache).
-pub(crate) fn causal_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    scale: f64,
-) -> Option<Result<Tensor>> {
-    grouped_over_rows(q, k, v, scale, true)
-}
-
-/// [`attention::grouped`] over key and value rows: head-major `[kv_heads, S, hd]` and
-/// non-causal (at least one key) unless `causal`, then token-major `[S, kv_heads, hd]` with
-/// query `i` seeing keys `0 ..= S − Q + i` (at least `Q` keys).
-fn grouped_over_rows(
+/// Grouped-query attention of `q: [Q, heads, hd]` giving `[Q, heads·hd]` straight from storage
+/// through the panel products of [`attention::grouped`]: non-causal against head-major `k`, `v:
+/// [kv_heads, S, hd]` (`S >= 1`; the drafter's block over its context), or, when `causal`,
+/// against token-major `k`, `v: [S, kv_heads, hd]` (`S >= Q`; query `i` sees keys
+/// `0 ..= S − Q + i`; a verification's queries share one pass over the cache).
+pub(crate) fn grouped_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -91,11 +68,11 @@ fn grouped_over_rows(
     })
 }
 
-/// [`causal_attention`] against a cache that keeps its keys transposed: `kt: [kv_heads, hd,
+/// [`grouped_attention`] (causal) against a cache that keeps its keys transposed: `kt: [kv_heads, hd,
 /// cap]` (key `j` of head `h` is `kt[h, :, j]`) and `v: [cap, kv_heads, hd]`, of which the first
 /// `s` tokens are live (`q_len <= s <= cap`). The keys are multiplied where they lie as panels
 /// of 16 keys (`cap` a multiple of 16), so a decode step packs nothing; same bits as
-/// [`causal_attention`] on the same keys and values.
+/// [`grouped_attention`] on the same keys and values.
 pub(crate) fn causal_attention_kt(
     q: &Tensor,
     kt: &Tensor,
