@@ -121,16 +121,7 @@ macro_rules! residual_kernels {
         pub(crate) unsafe fn $residual(x: &[f32], y: &[f32], p: [f32; 3], q: [f32; 3]) -> f32 {
             let n = x.len().min(y.len());
             let (x, y) = (&x[..n], &y[..n]);
-            let (pm, ps, pz) = (
-                _mm256_set1_ps(p[0]),
-                _mm256_set1_ps(p[1]),
-                _mm256_set1_ps(p[2]),
-            );
-            let (qm, qs, qz) = (
-                _mm256_set1_ps(q[0]),
-                _mm256_set1_ps(q[1]),
-                _mm256_set1_ps(q[2]),
-            );
+            let ([pm, ps, pz], [qm, qs, qz]) = (splat3(p), splat3(q));
             let zero = _mm256_setzero_ps();
             let mut acc = [zero, zero];
             let cx = x.chunks_exact(LANES);
@@ -167,11 +158,7 @@ macro_rules! residual_kernels {
         /// The CPU must support the features of this build (see the `residual_kernels!` calls).
         #[target_feature(enable = $features)]
         pub(crate) unsafe fn $scaled(x: &[f32], p: [f32; 3]) -> f32 {
-            let (pm, ps, pz) = (
-                _mm256_set1_ps(p[0]),
-                _mm256_set1_ps(p[1]),
-                _mm256_set1_ps(p[2]),
-            );
+            let [pm, ps, pz] = splat3(p);
             let zero = _mm256_setzero_ps();
             let mut acc = [zero, zero];
             let cx = x.chunks_exact(LANES);
@@ -200,6 +187,17 @@ residual_kernels!(
     residual_sum_512,
     scaled_exp_sum_512
 );
+
+/// Each of the three values on every lane.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn splat3(v: [f32; 3]) -> [__m256; 3] {
+    [
+        _mm256_set1_ps(v[0]),
+        _mm256_set1_ps(v[1]),
+        _mm256_set1_ps(v[2]),
+    ]
+}
 
 /// Sum of the 16 lanes of two registers, in lane order (as `acc.iter().sum()`).
 #[inline]
