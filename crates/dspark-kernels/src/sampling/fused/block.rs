@@ -9,7 +9,7 @@ use super::math::{
     Goal, KeyCut, chunk_stats, exp, finite, merge_chunks, radix, validity, walk_parts,
 };
 use crate::error::{Error, Result};
-use crate::sampling::dist::non_finite;
+use crate::sampling::dist::{Scope, nan_in, no_finite};
 use crate::sampling::rng::{Stream, Tag, combine};
 use crate::view::{Mat, Rows3};
 
@@ -320,17 +320,9 @@ pub(crate) fn decode(status: &[u32], batch: usize, slots: usize) -> Result<()> {
         let (b, k) = (i / slots.max(1), i % slots.max(1));
         let where_ = || format!("base logits (request {b}, slot {k})");
         match s {
-            sb_status::BASE_NONFINITE => {
-                return Err(non_finite(
-                    "base_logits",
-                    format!("NaN or +inf in {}", where_()),
-                ));
-            }
+            sb_status::BASE_NONFINITE => return Err(nan_in("base_logits", &where_())),
             sb_status::BASE_NOFINITE => {
-                return Err(Error::invalid(
-                    "base_logits",
-                    format!("{} has no finite entry in the valid vocabulary", where_()),
-                ));
+                return Err(no_finite("base_logits", &where_(), Scope::Vocabulary));
             }
             _ => {}
         }
@@ -340,17 +332,9 @@ pub(crate) fn decode(status: &[u32], batch: usize, slots: usize) -> Result<()> {
             let where_ = || format!("draft logits (request {b}, slot {k})");
             match status[b * slots + k] {
                 0 => {}
-                sb_status::NONFINITE => {
-                    return Err(non_finite(
-                        "base_logits",
-                        format!("NaN or +inf in {}", where_()),
-                    ));
-                }
+                sb_status::NONFINITE => return Err(nan_in("base_logits", &where_())),
                 sb_status::NOFINITE => {
-                    return Err(Error::invalid(
-                        "base_logits",
-                        format!("{} has no finite entry in the valid vocabulary", where_()),
-                    ));
+                    return Err(no_finite("base_logits", &where_(), Scope::Vocabulary));
                 }
                 sb_status::BASE_NONFINITE | sb_status::BASE_NOFINITE => {}
                 other => {

@@ -7,12 +7,12 @@ use rayon::prelude::*;
 use super::{DraftBlock, Geometry, HostInputs};
 use crate::cpu::par::{for_each_chunk_init, map_chunks_mut, map_range, worth_parallel};
 use crate::cpu::{Unfused, bias_block, dot};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::idmap::IdMap;
 use crate::sampling::categorical::{
     BlockStat, BlockSum, RowMerge, RowStats, block_stat, row_argmax, sample_blocks,
 };
-use crate::sampling::dist::non_finite;
+use crate::sampling::dist::{Scope, check_row};
 use crate::sampling::filter::top_k_members;
 use crate::sampling::rng::{Stream, Tag};
 use crate::view::{BLOCK, Floats, Mat, Rows3};
@@ -231,22 +231,10 @@ impl SlotCtx<'_> {
 
     /// The row checks: no NaN or `+inf`, at least one finite value.
     fn check_row(&self, b: usize, st: &RowStats) -> Result<()> {
-        if st.non_finite() {
-            return Err(non_finite(
-                "base_logits",
-                format!("NaN or +inf in {}", self.where_(b)),
-            ));
-        }
-        if !st.has_finite() {
-            return Err(Error::invalid(
-                "base_logits",
-                format!(
-                    "{} has no finite entry in the valid vocabulary",
-                    self.where_(b)
-                ),
-            ));
-        }
-        Ok(())
+        let (nan, empty) = (st.non_finite(), !st.has_finite());
+        check_row("base_logits", nan, empty, Scope::Vocabulary, || {
+            self.where_(b)
+        })
     }
 
     /// Top-k path: only the candidates get the bias.
@@ -323,18 +311,8 @@ fn top_k_candidates(base: &Rows3<'_>, g: &Geometry, top_k: usize) -> Result<Vec<
         let row = base.row(b, k).sub(0, g.valid);
         let st = row_argmax(row);
         let where_ = || format!("base logits (request {b}, slot {k})");
-        if st.non_finite() {
-            return Err(non_finite(
-                "base_logits",
-                format!("NaN or +inf in {}", where_()),
-            ));
-        }
-        if !st.has_finite() {
-            return Err(Error::invalid(
-                "base_logits",
-                format!("{} has no finite entry in the valid vocabulary", where_()),
-            ));
-        }
+        let (nan, empty) = (st.non_finite(), !st.has_finite());
+        check_row("base_logits", nan, empty, Scope::Vocabulary, where_)?;
         let mut ids: Vec<usize> = top_k_members(row, top_k)
             .into_iter()
             .map(|(_, id)| id)

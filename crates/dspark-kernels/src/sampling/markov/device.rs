@@ -13,8 +13,8 @@ use candle_core::{DType, Tensor};
 
 use super::options::block_struct;
 use super::{DraftBlock, Geometry, TensorInputs};
-use crate::error::{Error, Result};
-use crate::sampling::dist::non_finite;
+use crate::error::Result;
+use crate::sampling::dist::{Scope, check_row};
 use crate::sampling::ops::{
     argmax_lowest, clean_rows, column_f64, pad_rows, pick, row_sums, top_k_cut, weights,
 };
@@ -214,18 +214,8 @@ fn check(
     k: usize,
 ) -> Result<()> {
     let (m, n) = (got.get(max)[i] as f32, got.get(nans)[i]);
-    let where_ = format!("{what} (request {b}, slot {k})");
-    if n > 0.0 || m == f32::INFINITY {
-        return Err(non_finite(
-            "base_logits",
-            format!("NaN or +inf in {where_}"),
-        ));
-    }
-    if m == f32::NEG_INFINITY {
-        return Err(Error::invalid(
-            "base_logits",
-            format!("{where_} has no finite entry in the valid vocabulary"),
-        ));
-    }
-    Ok(())
+    let (nan, empty) = (n > 0.0 || m == f32::INFINITY, m == f32::NEG_INFINITY);
+    check_row("base_logits", nan, empty, Scope::Vocabulary, || {
+        format!("{what} (request {b}, slot {k})")
+    })
 }

@@ -7,7 +7,7 @@ use super::{Plan, Request, Verification, greedy_check};
 use crate::cpu::par::{map_range, worth_parallel};
 use crate::error::Result;
 use crate::sampling::categorical::{BlockSum, Check, row_argmax};
-use crate::sampling::dist::{Dist, non_finite};
+use crate::sampling::dist::{Dist, nan_in};
 use crate::sampling::rng::Tag;
 use crate::view::{Floats, Rows3};
 
@@ -254,10 +254,8 @@ fn verify_one<'a, const SPLIT: bool>(
         for i in dchecked..n {
             let st = ahead.draft[i].unwrap_or_else(|| Check::of(&row_argmax(d.row(r, i))));
             if st.non_finite() {
-                return Err(non_finite(
-                    "draft_logits",
-                    format!("NaN or +inf in draft row (request {r}, position {i})"),
-                ));
+                let at = format!("draft row (request {r}, position {i})");
+                return Err(nan_in("draft_logits", &at));
             }
         }
     }

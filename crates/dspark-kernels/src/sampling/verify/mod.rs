@@ -24,10 +24,10 @@ use candle_core::{Device, Tensor};
 
 use super::args::{check_ids, dims, ids};
 use super::categorical::Check;
-use super::dist::non_finite;
+use super::dist::{Scope, check_row};
 use super::transfer::{self, check_float};
 use crate::device::{KernelPath, kernel_path, same_device, use_fused, use_tensor_path};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::view::{Rows3, Tokens, with_floats};
 
 /// Verify a batch of drafts against target logits `[B, K+1, V]` (any of f32/f16/bf16).
@@ -215,7 +215,7 @@ fn verify_cuda_fused(
                 dims: tokd,
             };
             prepare(td, t, dd, opts)?;
-            return Err(Error::Internal {
+            return Err(crate::error::Error::Internal {
                 message: "verify: the settings failed their checks only without the draft ids"
                     .into(),
             });
@@ -230,17 +230,6 @@ fn verify_cuda_fused(
 }
 
 pub(crate) fn greedy_check(st: &Check, where_: impl Fn() -> String) -> Result<()> {
-    if st.non_finite() {
-        return Err(non_finite(
-            "target_logits",
-            format!("NaN or +inf in {}", where_()),
-        ));
-    }
-    if !st.has_finite() {
-        return Err(Error::invalid(
-            "target_logits",
-            format!("{} has no finite entry (every token masked)", where_()),
-        ));
-    }
-    Ok(())
+    let (nan, empty) = (st.non_finite(), !st.has_finite());
+    check_row("target_logits", nan, empty, Scope::Masked, where_)
 }
