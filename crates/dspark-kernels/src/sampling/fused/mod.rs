@@ -33,7 +33,7 @@ pub mod plan;
 mod verify;
 
 use crate::error::Result;
-use crate::sampling::verify::request::{Plan as Validated, Verification};
+use crate::sampling::verify::request::{HostRows, Plan as Validated, Verification};
 use crate::view::Rows3;
 
 pub use exec::{
@@ -150,22 +150,21 @@ fn requests(plan: &Validated) -> Vec<layout::VfReq> {
 }
 
 /// The fused verification's model over host rows (`DSPARK_KERNEL_PATH=fused` on the CPU).
-pub(crate) fn verify_host(
-    plan: &Validated,
-    target: Rows3<'_>,
-    tokens: &[i64],
-    draft: Option<Rows3<'_>>,
-) -> Result<Verification> {
+pub(crate) fn verify_host(plan: &Validated, rows: HostRows<'_>) -> Result<Verification> {
     let [b, w, v] = plan.dims;
-    let reqs = requests(plan);
-    let call = verify::Call {
-        target,
-        draft,
-        tokens,
-        reqs: &reqs,
-        stops: &plan.stops,
-    };
-    verify::decode(&verify::run(&call), b, w, v)
+    let words = model_words(rows, &requests(plan), &plan.stops);
+    verify::decode(&words, b, w, v)
+}
+
+/// The verification model's output words for `rows` with these parameter entries and stops.
+fn model_words(rows: HostRows<'_>, reqs: &[layout::VfReq], stops: &[u32]) -> Vec<i64> {
+    verify::run(&verify::Call {
+        target: rows.target,
+        draft: rows.draft,
+        tokens: rows.tokens,
+        reqs,
+        stops,
+    })
 }
 
 /// The fused verification on a CUDA device: `target` (and `draft`) contiguous on `device`,
@@ -229,14 +228,8 @@ pub mod testing {
             opts,
         )?;
         let reqs = requests(&plan);
-        let call = verify::Call {
-            target,
-            draft,
-            tokens: tokens.data,
-            reqs: &reqs,
-            stops: &plan.stops,
-        };
-        let words = verify::run(&call);
+        let rows = HostRows::new(target, tokens.data, draft);
+        let words = model_words(rows, &reqs, &plan.stops);
         Ok(VerifyCase {
             reqs,
             stops: plan.stops,

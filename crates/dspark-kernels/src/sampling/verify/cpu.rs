@@ -3,7 +3,7 @@
 //! not depend on the draws.
 
 use super::residual::{Proposal, sample_residual};
-use super::{Plan, Request, Verification, greedy_check};
+use super::{HostRows, Plan, Request, Verification, greedy_check};
 use crate::cpu::par::{map_range, worth_parallel};
 use crate::error::Result;
 use crate::sampling::categorical::{BlockSum, Check, row_argmax};
@@ -13,12 +13,8 @@ use crate::view::{Floats, Rows3};
 
 /// The host slice kernel over a validated call (`plan`): every request of the batch, on the
 /// pool when the call is large enough.
-pub(super) fn run(
-    plan: &Plan,
-    target: Rows3<'_>,
-    draft_tokens: &[i64],
-    draft_logits: Option<Rows3<'_>>,
-) -> Result<Verification> {
+pub(super) fn run(plan: &Plan, rows: HostRows<'_>) -> Result<Verification> {
+    let (target, draft_tokens, draft_logits) = (rows.target, rows.tokens, rows.draft);
     let [batch, width, vocab] = target.dims;
     let k = width - 1;
     let (requests, stops) = (&plan.requests, &plan.stops);

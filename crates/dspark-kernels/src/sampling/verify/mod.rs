@@ -17,7 +17,7 @@ mod residual;
 
 #[cfg(feature = "cuda")]
 use request::prepare_params;
-pub(crate) use request::{Plan, Request, prepare};
+pub(crate) use request::{HostRows, Plan, Request, prepare};
 pub use request::{Verification, VerifyOptions};
 
 use candle_core::{Device, Tensor};
@@ -63,7 +63,10 @@ pub fn verify_slices_fused(
         return verify_slices_on(Some(&Device::Cpu), target, draft_tokens, draft_logits, opts);
     }
     let plan = check_slices(target, draft_tokens, draft_logits, opts)?;
-    super::fused::verify_host(&plan, target, draft_tokens.data, draft_logits)
+    super::fused::verify_host(
+        &plan,
+        HostRows::new(target, draft_tokens.data, draft_logits),
+    )
 }
 
 /// [`verify_slices`] on an explicit kernel path: `None` runs the host slice kernel (whatever
@@ -84,7 +87,10 @@ pub fn verify_slices_on(
         let d = draft_logits.map(upload).transpose()?;
         return device::verify_tensors(&plan, &t, draft_tokens.data, d.as_ref());
     }
-    cpu::run(&plan, target, draft_tokens.data, draft_logits)
+    cpu::run(
+        &plan,
+        HostRows::new(target, draft_tokens.data, draft_logits),
+    )
 }
 
 /// The checks of the slice entries: each view's size against its shape, then [`prepare`].
