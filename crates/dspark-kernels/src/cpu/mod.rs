@@ -122,6 +122,6 @@ pub(crate) mod x86;
 
 pub(crate) use dots::bias_block;
 pub(crate) use exp::{exp, exp_with};
-pub(crate) use reduce::{dot, dots_portable, max_and_nans, sum_exp};
+pub(crate) use reduce::{dot, dots_portable, max_and_nans, sum_exp, zip_lanes};
 #[cfg(test)]
 pub(crate) use reduce::{max_and_nans_portable, sum_exp_portable};
