@@ -72,6 +72,7 @@ pub fn sample_block_slices_fused(
     fused(&Inputs::new(base, w1, w2, anchors, opts))
 }
 
+/// [`sample_block_slices_fused`] over a call's inputs.
 fn fused(x: &HostInputs<'_>) -> Result<DraftBlock> {
     let g = x.validate()?;
     if !super::fused::fits_block(g.rank, g.valid) {
@@ -99,6 +100,7 @@ pub fn sample_block_slices_on(
     on(device, &Inputs::new(base, w1, w2, anchors, opts))
 }
 
+/// [`sample_block_slices_on`] over a call's inputs.
 fn on(device: Option<&Device>, x: &HostInputs<'_>) -> Result<DraftBlock> {
     let g = x.validate()?;
     let streams = x.opts.seeds.streams(g.batch, "seeds")?;
@@ -119,6 +121,7 @@ fn on(device: Option<&Device>, x: &HostInputs<'_>) -> Result<DraftBlock> {
 /// The shapes of a tensor call: `base` `[B, K, V_d]`, `w1` `[V_in, r]`, `w2` `[V_d, r]`.
 type Shapes = ([usize; 3], [usize; 2], [usize; 2]);
 
+/// The [`Shapes`] of a tensor call, or `bad-shape` naming the first input of another rank.
 fn shapes(base: &Tensor, w1: &Tensor, w2: &Tensor) -> Result<Shapes> {
     Ok((
         dims::<3>(base, "base_logits", "[B, K, V_d]")?,
@@ -177,6 +180,7 @@ pub fn sample_block(
     with_host(&x, s, on_kernel_path)
 }
 
+/// [`sample_block_on_device`] over a call's inputs (the fused kernels where they run).
 fn block_on_device(x: &TensorInputs<'_>) -> Result<DeviceBlock> {
     let s = shapes(x.base, x.w1, x.w2)?;
     let dev = x.base.device();
