@@ -228,6 +228,24 @@ pub(crate) fn for_each_block(row: Floats<'_>, mut f: impl FnMut(usize, &[f32])) 
     }
 }
 
+/// `bad-shape` naming `name` unless `len` values (`unit`s) fill `dims`; the message counts an
+/// overflowing product as `usize::MAX` (`saturate`) or in words.
+fn check_len(name: &str, dims: &[usize], len: usize, unit: &str, saturate: bool) -> Result<()> {
+    let want = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if want == Some(len) {
+        return Ok(());
+    }
+    let need = match want {
+        Some(w) => w.to_string(),
+        None if saturate => usize::MAX.to_string(),
+        None => "an overflowing number of".to_string(),
+    };
+    Err(Error::bad_shape(
+        name,
+        format!("dims {dims:?} need {need} {unit}, got {len}"),
+    ))
+}
+
 /// A `[B, K, V]` row-major stack of rows (batch, slot, vocabulary or hidden).
 #[derive(Debug, Clone, Copy)]
 pub struct Rows3<'a> {
@@ -247,19 +265,7 @@ impl<'a> Rows3<'a> {
 
     /// Validate the length against `dims`, naming the argument `name` in the error.
     pub fn check(&self, name: &str) -> Result<()> {
-        let want = self.dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        if want != Some(self.data.len()) {
-            return Err(Error::bad_shape(
-                name,
-                format!(
-                    "dims {:?} need {} values, got {}",
-                    self.dims,
-                    want.map_or("an overflowing number of".to_string(), |w| w.to_string()),
-                    self.data.len()
-                ),
-            ));
-        }
-        Ok(())
+        check_len(name, &self.dims, self.data.len(), "values", false)
     }
 
     /// Row `(b, k)` as a view of `V` values.
@@ -289,18 +295,7 @@ impl<'a> Mat<'a> {
 
     /// Validate the length against `dims`, naming the argument `name` in the error.
     pub fn check(&self, name: &str) -> Result<()> {
-        if self.dims[0].checked_mul(self.dims[1]) != Some(self.data.len()) {
-            return Err(Error::bad_shape(
-                name,
-                format!(
-                    "dims {:?} need {} values, got {}",
-                    self.dims,
-                    self.dims[0].saturating_mul(self.dims[1]),
-                    self.data.len()
-                ),
-            ));
-        }
-        Ok(())
+        check_len(name, &self.dims, self.data.len(), "values", true)
     }
 
     /// Row `i` as a view of `cols` values.
@@ -332,18 +327,7 @@ impl<'a> Tokens<'a> {
 
     /// Validate the length against `dims`, naming the argument `name` in the error.
     pub fn check(&self, name: &str) -> Result<()> {
-        if self.dims[0].checked_mul(self.dims[1]) != Some(self.data.len()) {
-            return Err(Error::bad_shape(
-                name,
-                format!(
-                    "dims {:?} need {} ids, got {}",
-                    self.dims,
-                    self.dims[0].saturating_mul(self.dims[1]),
-                    self.data.len()
-                ),
-            ));
-        }
-        Ok(())
+        check_len(name, &self.dims, self.data.len(), "ids", true)
     }
 }
 

@@ -235,12 +235,7 @@ mod tests {
     use half::{bf16, f16};
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
-                (h % 20_011) as f32 / 20_011.0 - 0.5
-            })
-            .collect()
+        crate::test_values::grid(n, seed, 20_011, 20_011.0, 0.5)
     }
 
     /// Run `f` on `dst` rows initialised to `base` and return them flattened.

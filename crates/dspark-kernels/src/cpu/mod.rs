@@ -10,14 +10,20 @@ pub(crate) const LANES: usize = 16;
 /// Define a function whose body is compiled for the baseline target and, on x86-64, also for
 /// AVX2+FMA, choosing at run time. The body is generic over `$m: MulAdd` ([`Fused`] in the
 /// AVX2+FMA build, [`Unfused`] otherwise). Arguments must be plain (non-generic) types.
+///
+/// `multiversion!(@avx512 …)` ([`multiversion512!`]) adds the AVX-512 build; the tiers' calls
+/// are [`dispatch!`]'s.
 macro_rules! multiversion {
-    ($(#[$meta:meta])* $vis:vis fn $name:ident<$m:ident>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+    (@$tier:ident $(#[$meta:meta])* $vis:vis fn $name:ident<$m:ident>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$meta])*
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
             fn inner<$m: $crate::cpu::MulAdd>($($arg: $ty),*) $(-> $ret)? $body
-            $crate::cpu::dispatch_avx2!(inner($($arg: $ty),*) $(-> $ret)?)
+            $crate::cpu::dispatch!($tier inner($($arg: $ty),*) $(-> $ret)?)
         }
+    };
+    ($($f:tt)*) => {
+        $crate::cpu::multiversion!(@avx2 $($f)*);
     };
 }
 pub(crate) use multiversion;
@@ -26,47 +32,41 @@ pub(crate) use multiversion;
 /// compiled with 32 vector registers (no spills of the `exp` constants) and `popcnt`. Same bits:
 /// only the register allocation and the encodings change, not the operations.
 macro_rules! multiversion512 {
-    ($(#[$meta:meta])* $vis:vis fn $name:ident<$m:ident>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
-        $(#[$meta])*
-        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[inline(always)]
-            fn inner<$m: $crate::cpu::MulAdd>($($arg: $ty),*) $(-> $ret)? $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx2,fma,avx512f,avx512vl,popcnt")]
-                fn avx512($($arg: $ty),*) $(-> $ret)? {
-                    inner::<$crate::cpu::Fused>($($arg),*)
-                }
-                if $crate::cpu::has_avx512() {
-                    // SAFETY: `has_avx512` checked that this CPU supports these features.
-                    return unsafe { avx512($($arg),*) };
-                }
-            }
-            $crate::cpu::dispatch_avx2!(inner($($arg: $ty),*) $(-> $ret)?)
-        }
+    ($($f:tt)*) => {
+        $crate::cpu::multiversion!(@avx512 $($f)*);
     };
 }
 pub(crate) use multiversion512;
 
-/// The tail both macros share: call `inner::<Fused>` in an AVX2+FMA build when the CPU has it,
-/// else `inner::<Unfused>` (expands to the function's final expression).
-macro_rules! dispatch_avx2 {
-    ($inner:ident($($arg:ident : $ty:ty),*) $(-> $ret:ty)?) => {{
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx2,fma")]
-            fn avx2($($arg: $ty),*) $(-> $ret)? {
-                $inner::<$crate::cpu::Fused>($($arg),*)
-            }
-            if $crate::cpu::has_avx2() {
-                // SAFETY: `has_avx2` checked that this CPU supports AVX2 and FMA.
-                return unsafe { avx2($($arg),*) };
-            }
-        }
+/// The tail of a [`multiversion!`] function (expands to its final expression): `avx512` calls
+/// `inner::<Fused>` in an AVX-512 build when the CPU has it, then goes on as `avx2`; `avx2`
+/// calls `inner::<Fused>` in an AVX2+FMA build when the CPU has it, else `inner::<Unfused>`.
+/// `@tier` is one such build: `inner::<Fused>` compiled with `$features`, returned when
+/// `$has()` says the CPU has them.
+macro_rules! dispatch {
+    (avx512 $($call:tt)*) => {{
+        $crate::cpu::dispatch!(@tier "avx2,fma,avx512f,avx512vl,popcnt", has_avx512, $($call)*);
+        $crate::cpu::dispatch!(avx2 $($call)*)
+    }};
+    (avx2 $inner:ident($($arg:ident : $ty:ty),*) $(-> $ret:ty)?) => {{
+        $crate::cpu::dispatch!(@tier "avx2,fma", has_avx2, $inner($($arg: $ty),*) $(-> $ret)?);
         $inner::<$crate::cpu::Unfused>($($arg),*)
     }};
+    (@tier $features:literal, $has:ident, $inner:ident($($arg:ident : $ty:ty),*) $(-> $ret:ty)?) => {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = $features)]
+            fn tier($($arg: $ty),*) $(-> $ret)? {
+                $inner::<$crate::cpu::Fused>($($arg),*)
+            }
+            if $crate::cpu::$has() {
+                // SAFETY: `$has` checked that this CPU supports the features `tier` is built for.
+                return unsafe { tier($($arg),*) };
+            }
+        }
+    };
 }
-pub(crate) use dispatch_avx2;
+pub(crate) use dispatch;
 
 /// `a·b + c`, fused or not. The fused form is only used where FMA instructions are enabled
 /// (elsewhere `f32::mul_add` would be a slow library call).
@@ -122,6 +122,6 @@ pub(crate) mod x86;
 
 pub(crate) use dots::bias_block;
 pub(crate) use exp::{exp, exp_with};
-pub(crate) use reduce::{dot, dots_portable, max_and_nans, sum_exp};
+pub(crate) use reduce::{dot, dots_portable, max_and_nans, sum_exp, zip_lanes};
 #[cfg(test)]
 pub(crate) use reduce::{max_and_nans_portable, sum_exp_portable};

@@ -80,19 +80,37 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[inline(always)]
 pub(crate) fn dot_with<M: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
+    zip_lanes(
+        &a[..n],
+        &b[..n],
+        |s, x, y| M::mul_add(x, y, s),
+        |x, y| x * y,
+    )
+}
+
+/// `Σ` over the pairs of `a` and `b` in the fixed order the portable references share: lane
+/// `i` of [`LANES`] keeps `s_i = lane(s_i, a_v, b_v)` over the chunks of [`LANES`] (zipped),
+/// the lanes are summed in order, then `tail(a_v, b_v)` is added for each pair of the two
+/// remainders in order.
+#[inline(always)]
+pub(crate) fn zip_lanes(
+    a: &[f32],
+    b: &[f32],
+    lane: impl Fn(f32, f32, f32) -> f32,
+    tail: impl Fn(f32, f32) -> f32,
+) -> f32 {
     let mut acc = [0f32; LANES];
     let ca = a.chunks_exact(LANES);
     let cb = b.chunks_exact(LANES);
     let (ta, tb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for i in 0..LANES {
-            acc[i] = M::mul_add(x[i], y[i], acc[i]);
+            acc[i] = lane(acc[i], x[i], y[i]);
         }
     }
     let mut t: f32 = acc.iter().sum();
-    for (x, y) in ta.iter().zip(tb) {
-        t += x * y;
+    for (&x, &y) in ta.iter().zip(tb) {
+        t += tail(x, y);
     }
     t
 }

@@ -62,23 +62,12 @@ pub(crate) unsafe fn sum_exp(x: &[f32], m: f32, s: f32) -> f32 {
     let chunks = x.chunks_exact(LANES);
     let tail = chunks.remainder();
     for c in chunks {
-        // SAFETY: `c` holds LANES = 16 values, two loads of 8.
-        let (v0, v1) = unsafe {
-            (
-                _mm256_loadu_ps(c.as_ptr()),
-                _mm256_loadu_ps(c.as_ptr().add(8)),
-            )
-        };
+        // SAFETY: `c` holds LANES = 16 values.
+        let [v0, v1] = unsafe { load16(c.as_ptr()) };
         a0 = _mm256_add_ps(a0, exp8(_mm256_mul_ps(_mm256_sub_ps(v0, mv), sv)));
         a1 = _mm256_add_ps(a1, exp8(_mm256_mul_ps(_mm256_sub_ps(v1, mv), sv)));
     }
-    let mut lanes = [0f32; LANES];
-    // SAFETY: `lanes` has room for 16 values.
-    unsafe {
-        _mm256_storeu_ps(lanes.as_mut_ptr(), a0);
-        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), a1);
-    }
-    let mut t: f32 = lanes.iter().sum();
+    let mut t = reduce16([a0, a1]);
     for &v in tail {
         t += exp_with::<Fused>((v - m) * s);
     }
@@ -100,26 +89,15 @@ pub(crate) unsafe fn max_and_nans(x: &[f32]) -> (f32, u32) {
     let chunks = x.chunks_exact(LANES);
     let tail = chunks.remainder();
     for c in chunks {
-        // SAFETY: `c` holds 16 values.
-        let (v0, v1) = unsafe {
-            (
-                _mm256_loadu_ps(c.as_ptr()),
-                _mm256_loadu_ps(c.as_ptr().add(8)),
-            )
-        };
+        // SAFETY: `c` holds LANES = 16 values.
+        let [v0, v1] = unsafe { load16(c.as_ptr()) };
         // max(v, m) returns m when v is NaN: `if v > m { v } else { m }`.
         m0 = _mm256_max_ps(v0, m0);
         m1 = _mm256_max_ps(v1, m1);
         nans += (_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(v0, v0)).count_ones())
             + (_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(v1, v1)).count_ones());
     }
-    let mut lanes = [0f32; LANES];
-    // SAFETY: `lanes` has room for 16 values.
-    unsafe {
-        _mm256_storeu_ps(lanes.as_mut_ptr(), m0);
-        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), m1);
-    }
-    let mut best = lanes
+    let mut best = lanes16([m0, m1])
         .iter()
         .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
     for &v in tail {
@@ -143,16 +121,7 @@ macro_rules! residual_kernels {
         pub(crate) unsafe fn $residual(x: &[f32], y: &[f32], p: [f32; 3], q: [f32; 3]) -> f32 {
             let n = x.len().min(y.len());
             let (x, y) = (&x[..n], &y[..n]);
-            let (pm, ps, pz) = (
-                _mm256_set1_ps(p[0]),
-                _mm256_set1_ps(p[1]),
-                _mm256_set1_ps(p[2]),
-            );
-            let (qm, qs, qz) = (
-                _mm256_set1_ps(q[0]),
-                _mm256_set1_ps(q[1]),
-                _mm256_set1_ps(q[2]),
-            );
+            let ([pm, ps, pz], [qm, qs, qz]) = (splat3(p), splat3(q));
             let zero = _mm256_setzero_ps();
             let mut acc = [zero, zero];
             let cx = x.chunks_exact(LANES);
@@ -189,11 +158,7 @@ macro_rules! residual_kernels {
         /// The CPU must support the features of this build (see the `residual_kernels!` calls).
         #[target_feature(enable = $features)]
         pub(crate) unsafe fn $scaled(x: &[f32], p: [f32; 3]) -> f32 {
-            let (pm, ps, pz) = (
-                _mm256_set1_ps(p[0]),
-                _mm256_set1_ps(p[1]),
-                _mm256_set1_ps(p[2]),
-            );
+            let [pm, ps, pz] = splat3(p);
             let zero = _mm256_setzero_ps();
             let mut acc = [zero, zero];
             let cx = x.chunks_exact(LANES);
@@ -223,17 +188,46 @@ residual_kernels!(
     scaled_exp_sum_512
 );
 
+/// Each of the three values on every lane.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn splat3(v: [f32; 3]) -> [__m256; 3] {
+    [
+        _mm256_set1_ps(v[0]),
+        _mm256_set1_ps(v[1]),
+        _mm256_set1_ps(v[2]),
+    ]
+}
+
 /// Sum of the 16 lanes of two registers, in lane order (as `acc.iter().sum()`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn reduce16(acc: [__m256; 2]) -> f32 {
+    lanes16(acc).iter().sum()
+}
+
+/// The 16 lanes of two registers, in order.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn lanes16(acc: [__m256; 2]) -> [f32; LANES] {
     let mut lanes = [0f32; LANES];
     // SAFETY: `lanes` has room for 16 values.
     unsafe {
         _mm256_storeu_ps(lanes.as_mut_ptr(), acc[0]);
         _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[1]);
     }
-    lanes.iter().sum()
+    lanes
+}
+
+/// The 16 values at `p` as two registers of 8.
+///
+/// # Safety
+/// `p` points to 16 readable `f32`s.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn load16(p: *const f32) -> [__m256; 2] {
+    // SAFETY: by the caller's contract, two loads of 8.
+    unsafe { [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))] }
 }
 
 #[cfg(test)]

@@ -34,6 +34,50 @@ pub(crate) fn non_finite(name: &str, what: String) -> Error {
     }
 }
 
+/// Where a row without a finite entry has none: the Markov sampler's valid vocabulary, or a
+/// verified row once its mask is applied.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scope {
+    /// `… in the valid vocabulary`.
+    Vocabulary,
+    /// `… (every token masked)`.
+    Masked,
+}
+
+/// `non-finite` naming `name`: a NaN or `+inf` in the row `at` (e.g. `base logits (request 0,
+/// slot 1)`).
+pub(crate) fn nan_in(name: &str, at: &str) -> Error {
+    non_finite(name, format!("NaN or +inf in {at}"))
+}
+
+/// `invalid-argument` naming `name`: the row `at` has no finite entry in `scope`.
+pub(crate) fn no_finite(name: &str, at: &str, scope: Scope) -> Error {
+    let message = match scope {
+        Scope::Vocabulary => format!("{at} has no finite entry in the valid vocabulary"),
+        Scope::Masked => format!("{at} has no finite entry (every token masked)"),
+    };
+    Error::invalid(name, message)
+}
+
+/// The row checks every kernel shares, in the fast path's order: [`nan_in`] when the row `at`
+/// of `name` holds a NaN or `+inf` (`nan`), else [`no_finite`] when it has no finite entry
+/// (`empty`).
+pub(crate) fn check_row(
+    name: &str,
+    nan: bool,
+    empty: bool,
+    scope: Scope,
+    at: impl FnOnce() -> String,
+) -> Result<()> {
+    if nan {
+        return Err(nan_in(name, &at()));
+    }
+    if empty {
+        return Err(no_finite(name, &at(), scope));
+    }
+    Ok(())
+}
+
 impl<'a> Dist<'a> {
     /// Build the distribution of `row` at scale `s` with optional top-k / top-p (`1.0` = off).
     /// `blocks` receives the row's block sums (needed later by [`Dist::sample`]).
@@ -47,15 +91,13 @@ impl<'a> Dist<'a> {
         where_: impl Fn() -> String,
     ) -> Result<Self> {
         let stats = row_stats(row, s, blocks);
-        if stats.non_finite() {
-            return Err(non_finite(name, format!("NaN or +inf in {}", where_())));
-        }
-        if !stats.has_finite() {
-            return Err(Error::invalid(
-                name,
-                format!("{} has no finite entry (every token masked)", where_()),
-            ));
-        }
+        check_row(
+            name,
+            stats.non_finite(),
+            !stats.has_finite(),
+            Scope::Masked,
+            where_,
+        )?;
         let mut cut = None;
         let mut z = stats.total;
         let mut members = None;

@@ -258,20 +258,11 @@ mod tests {
         for (i, &(past, n)) in reqs.iter().enumerate() {
             let len = past + n;
             // Token-major [len, kv, hd] keys and values of request i.
-            let k = kt
-                .get(i)
-                .unwrap()
-                .narrow(2, 0, len)
-                .unwrap()
-                .permute((2, 0, 1))
-                .unwrap();
-            let vv = v
-                .get(i)
-                .unwrap()
-                .narrow(1, 0, len)
-                .unwrap()
-                .permute((1, 0, 2))
-                .unwrap();
+            let live = |t: &Tensor, dim: usize, order: (usize, usize, usize)| {
+                let t = t.get(i).unwrap().narrow(dim, 0, len).unwrap();
+                t.permute(order).unwrap()
+            };
+            let (k, vv) = (live(&kt, 2, (2, 0, 1)), live(&v, 1, (1, 0, 2)));
             let qi = q.get(i).unwrap().narrow(0, 0, n).unwrap();
             let alone = causal_gqa_attention(
                 &qi,

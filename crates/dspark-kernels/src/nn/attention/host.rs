@@ -32,77 +32,47 @@ fn over_storage(
     Some(Tensor::from_vec(out, (q_len, width), q.device()).map_err(Into::into))
 }
 
-/// Non-causal grouped-query attention of `q: [Q, heads, hd]` against head-major `k`, `v:
-/// [kv_heads, S, hd]`, giving `[Q, heads·hd]` (the drafter's block over its context), through
-/// [`attention::grouped`].
-pub(crate) fn gqa_attention(
+/// Grouped-query attention of `q: [Q, heads, hd]` giving `[Q, heads·hd]` straight from storage
+/// through the panel products of [`attention::grouped`]: non-causal against head-major `k`, `v:
+/// [kv_heads, S, hd]` (`S >= 1`; the drafter's block over its context), or, when `causal`,
+/// against token-major `k`, `v: [S, kv_heads, hd]` (`S >= Q`; query `i` sees keys
+/// `0 ..= S − Q + i`; a verification's queries share one pass over the cache).
+pub(crate) fn grouped_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     scale: f64,
+    causal: bool,
 ) -> Option<Result<Tensor>> {
-    let &[kvh, s, khd] = k.dims() else {
-        return None;
+    let (kvh, s, khd) = match *k.dims() {
+        [s, kvh, khd] if causal => (kvh, s, khd),
+        [kvh, s, khd] if !causal => (kvh, s, khd),
+        _ => return None,
     };
     let (q_len, heads, hd) = query_dims(q, kvh)?;
-    if v.dims() != k.dims() || khd != hd || s == 0 {
+    let enough = if causal { s >= q_len } else { s > 0 };
+    if v.dims() != k.dims() || khd != hd || !enough {
         return None;
     }
+    // Where key head `kh` starts and the step between its rows.
+    let (head_step, row_step) = if causal { (hd, kvh * hd) } else { (s * hd, hd) };
+    let past = s - q_len.min(s);
+    let seen = |i: usize| if causal { past + i + 1 } else { s };
     over_storage((q, k, v), (q_len, heads * hd), |qs, ks, vs| {
-        let view = |data, kh: usize| HeadView::new(data, kh * s * hd, hd, s);
+        let view = |data, kh: usize| HeadView::new(data, kh * head_step, row_step, s);
         let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
+        let scale = scale as f32;
         Some(attention::grouped(
-            qs,
-            q_len,
-            heads,
-            kvh,
-            hd,
-            kv,
-            scale as f32,
-            |_| s,
+            qs, q_len, heads, kvh, hd, kv, scale, seen,
         ))
     })
 }
 
-/// Causal grouped-query attention of `q: [Q, heads, hd]` against token-major `k`, `v:
-/// [S, kv_heads, hd]` (`S >= Q`; query `i` sees keys `0 ..= S − Q + i`), giving
-/// `[Q, heads·hd]`, straight from storage through the panel products of
-/// [`attention::grouped`] (a verification's queries share one pass over the cache).
-pub(crate) fn causal_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    scale: f64,
-) -> Option<Result<Tensor>> {
-    let &[s, kvh, khd] = k.dims() else {
-        return None;
-    };
-    let (q_len, heads, hd) = query_dims(q, kvh)?;
-    if v.dims() != k.dims() || khd != hd || s < q_len {
-        return None;
-    }
-    let (past, scale) = (s - q_len, scale as f32);
-    over_storage((q, k, v), (q_len, heads * hd), |qs, ks, vs| {
-        let view = |data, kh: usize| HeadView::new(data, kh * hd, kvh * hd, s);
-        let kv = |kh| HeadKv::Rows(view(ks, kh), view(vs, kh));
-        Some(attention::grouped(
-            qs,
-            q_len,
-            heads,
-            kvh,
-            hd,
-            kv,
-            scale,
-            |i| past + i + 1,
-        ))
-    })
-}
-
-/// [`causal_attention`] against a cache that keeps its keys transposed: `kt: [kv_heads, hd,
+/// [`grouped_attention`] (causal) against a cache that keeps its keys transposed: `kt: [kv_heads, hd,
 /// cap]` (key `j` of head `h` is `kt[h, :, j]`) and `v: [cap, kv_heads, hd]`, of which the first
 /// `s` tokens are live (`q_len <= s <= cap`). The keys are multiplied where they lie as panels
 /// of 16 keys (`cap` a multiple of 16), so a decode step packs nothing; same bits as
-/// [`causal_attention`] on the same keys and values.
+/// [`grouped_attention`] on the same keys and values.
 pub(crate) fn causal_attention_kt(
     q: &Tensor,
     kt: &Tensor,

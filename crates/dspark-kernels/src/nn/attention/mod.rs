@@ -32,7 +32,7 @@ pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
 /// `q` is `[Q, heads, hd]`; `k`, `v` are `[kv_heads, S, hd]` (keys already normed and rotated).
 /// Query head `h` reads key/value head `h / (heads / kv_heads)`. Returns `[Q, heads·hd]`.
 pub fn gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
-    if let Some(y) = host::gqa_attention(q, k, v, scale) {
+    if let Some(y) = host::grouped_attention(q, k, v, scale, false) {
         return y;
     }
     let (q_len, heads, hd) = q.dims3()?;
@@ -84,7 +84,7 @@ pub fn causal_gqa_attention_kt(
 /// key/value head `h / (heads / kv_heads)`. Returns `[Q, heads·hd]`. Contiguous f32 CPU
 /// inputs take the single-pass kernel; anything else a masked candle path.
 pub fn causal_gqa_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
-    if let Some(y) = host::causal_attention(q, k, v, scale) {
+    if let Some(y) = host::grouped_attention(q, k, v, scale, true) {
         return y;
     }
     let (q_len, heads, hd) = q.dims3()?;

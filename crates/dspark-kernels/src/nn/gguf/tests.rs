@@ -1,4 +1,4 @@
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -7,9 +7,10 @@ use candle_core::{DType, Device, Tensor};
 use super::*;
 use crate::test_values::values;
 
-/// A GGUF file at `path` with `tensors` (name, row-major values, shape, type) and `general.
-/// architecture = arch`, written by candle's writer.
-fn write(path: &Path, arch: &str, tensors: &[(&str, Vec<f32>, Vec<usize>, GgmlDType)]) {
+/// A GGUF file `name` in `dir` with `tensors` (name, row-major values, shape, type) and
+/// `general.architecture = qwen3`, written by candle's writer; its path.
+fn write(dir: &Path, name: &str, tensors: &[(&str, Vec<f32>, Vec<usize>, GgmlDType)]) -> PathBuf {
+    let path = dir.join(name);
     let q: Vec<(String, QTensor)> = tensors
         .iter()
         .map(|(name, v, shape, t)| {
@@ -29,19 +30,19 @@ fn write(path: &Path, arch: &str, tensors: &[(&str, Vec<f32>, Vec<usize>, GgmlDT
             (name.to_string(), qt)
         })
         .collect();
-    let arch = Value::String(arch.into());
+    let arch = Value::String("qwen3".into());
     let count = Value::U32(2);
     let metadata = [("general.architecture", &arch), ("test.count", &count)];
     let refs: Vec<(&str, &QTensor)> = q.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let mut file = std::fs::File::create(path).unwrap();
+    let mut file = std::fs::File::create(&path).unwrap();
     gguf_file::write(&mut file, &metadata, &refs).unwrap();
+    path
 }
 
-fn sample(dir: &Path) -> std::path::PathBuf {
-    let path = dir.join("m.gguf");
+fn sample(dir: &Path) -> PathBuf {
     write(
-        &path,
-        "qwen3",
+        dir,
+        "m.gguf",
         &[
             ("norm", values(64, 1), vec![64], GgmlDType::F32),
             ("emb", values(8 * 64, 2), vec![8, 64], GgmlDType::BF16),
@@ -49,8 +50,7 @@ fn sample(dir: &Path) -> std::path::PathBuf {
             ("q4", values(9 * 512, 4), vec![9, 512], GgmlDType::Q4K),
             ("q6", values(3 * 256, 5), vec![3, 256], GgmlDType::Q6K),
         ],
-    );
-    path
+    )
 }
 
 #[test]
@@ -123,10 +123,9 @@ fn a_truncated_file_names_every_tensor_it_cut() {
 #[test]
 fn an_unsupported_type_is_named_with_its_tensor() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q5.gguf");
-    write(
-        &path,
-        "qwen3",
+    let path = write(
+        dir.path(),
+        "q5.gguf",
         &[
             ("fine", values(256, 1), vec![1, 256], GgmlDType::Q8_0),
             ("odd", values(2 * 256, 2), vec![2, 256], GgmlDType::Q5K),
@@ -155,12 +154,8 @@ fn an_unsupported_type_is_named_with_its_tensor() {
 #[test]
 fn a_quantized_vector_is_refused_when_read() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v.gguf");
-    write(
-        &path,
-        "qwen3",
-        &[("v", values(256, 1), vec![256], GgmlDType::Q8_0)],
-    );
+    let v = ("v", values(256, 1), vec![256], GgmlDType::Q8_0);
+    let path = write(dir.path(), "v.gguf", &[v]);
     let f = GgufFile::open(&path).unwrap();
     let e = f
         .read("v", &Device::Cpu, &LoadOptions::default())

@@ -39,6 +39,27 @@ impl Dst {
             }
         }
     }
+
+    /// The portable tiles' walk over a tile of `m` rows × `np` panels: panel by panel, row by
+    /// row, the sums `sums(r, q)` of row `q`, panel `r`, each [put](Self::put) when done.
+    ///
+    /// # Safety
+    /// As [`Self::put`], for every row and panel of the tile.
+    #[inline(always)]
+    pub(super) unsafe fn put_each(
+        &self,
+        m: usize,
+        np: usize,
+        mut sums: impl FnMut(usize, usize) -> [f32; PANEL],
+    ) {
+        for r in 0..np {
+            for q in 0..m {
+                let lanes = sums(r, q);
+                // SAFETY: by the caller's contract.
+                unsafe { self.put(q, r, np, &lanes) };
+            }
+        }
+    }
 }
 
 /// The row tiles of a product of `n` rows with tiles of at most `max_rows`: `(first row, rows)`

@@ -135,21 +135,20 @@ pub(super) unsafe fn tile_portable(
     m: usize,
     dst: Dst,
 ) {
-    for r in 0..np {
-        for q in 0..m {
-            let mut acc = [0f32; PANEL];
-            for s in 0..slots {
-                let (x_odd, x_even) = (xs[(s * m + q) * 2], xs[(s * m + q) * 2 + 1]);
-                let lanes = &w[r * ps + s * cs..r * ps + s * cs + 2 * PANEL];
-                for (a, pair) in acc.iter_mut().zip(lanes.chunks_exact(2)) {
-                    let odd = daz(daz(pair[1].to_f32()).mul_add(daz(x_odd), *a));
-                    *a = daz(daz(pair[0].to_f32()).mul_add(daz(x_even), odd));
-                }
+    let sums = |r: usize, q: usize| {
+        let mut acc = [0f32; PANEL];
+        for s in 0..slots {
+            let (x_odd, x_even) = (xs[(s * m + q) * 2], xs[(s * m + q) * 2 + 1]);
+            let lanes = &w[r * ps + s * cs..r * ps + s * cs + 2 * PANEL];
+            for (a, pair) in acc.iter_mut().zip(lanes.chunks_exact(2)) {
+                let odd = daz(daz(pair[1].to_f32()).mul_add(daz(x_odd), *a));
+                *a = daz(daz(pair[0].to_f32()).mul_add(daz(x_even), odd));
             }
-            // SAFETY: by the caller's contract.
-            unsafe { dst.put(q, r, np, &acc) };
         }
-    }
+        acc
+    };
+    // SAFETY: by the caller's contract.
+    unsafe { dst.put_each(m, np, sums) };
 }
 
 /// The panel index of column `k`, lane `j` for an element type storing `T::PAIR` columns per

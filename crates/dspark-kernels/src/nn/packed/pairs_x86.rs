@@ -99,6 +99,27 @@ pub(super) unsafe fn tile(
     }
 }
 
+/// The slot × panel walk of the 512-bit tiles ([`dp512`], [`widen512`], in a `#[target_feature]`
+/// body with `M` rows and `R` panels in scope): the `M × R` accumulators `$acc`, zeroed, then
+/// `$step` for each slot `$s` and panel `$r` with `$v` the 64 bytes of that panel's slot
+/// (`w` at `r·ps + s·cs`, prefetched ahead to L2); the accumulators are its value.
+macro_rules! walk512 {
+    ($w:ident, $slots:ident, ($ps:ident, $cs:ident), |$acc:ident, $s:ident, $r:ident, $v:ident| $step:block) => {{
+        let wp = $w.as_ptr();
+        let mut $acc = [[_mm512_setzero_ps(); R]; M];
+        for $s in 0..$slots {
+            for $r in 0..R {
+                let at = wp.wrapping_add($r * $ps + $s * $cs).cast::<i8>();
+                prefetch_ahead::<TO_L2>(at);
+                // SAFETY: `r·ps + s·cs + 32 <= w.len()` by the tile's contract.
+                let $v = unsafe { _mm512_loadu_si512(at.cast()) };
+                $step
+            }
+        }
+        $acc
+    }};
+}
+
 /// `M` rows × `R` panels with `vdpbf16ps`; `xs` one word per row and slot.
 ///
 /// # Safety
@@ -113,24 +134,19 @@ unsafe fn dp512<const M: usize, const R: usize>(
     xs: &[f32],
     dst: Dst,
 ) {
-    let (wp, xp) = (w.as_ptr(), xs.as_ptr());
-    let mut acc = [[_mm512_setzero_ps(); R]; M];
-    for s in 0..slots {
-        for r in 0..R {
-            let at = wp.wrapping_add(r * ps + s * cs).cast::<i8>();
-            prefetch_ahead::<TO_L2>(at);
-            // SAFETY: `r·ps + s·cs + 32 <= w.len()` and `s·M + q < M·slots`; a bf16 vector
-            // is 32 bf16 values in the 64 bytes of an integer one.
-            unsafe {
-                let v: __m512bh = std::mem::transmute(_mm512_loadu_si512(at.cast()));
-                for (q, aq) in acc.iter_mut().enumerate() {
-                    let word = (*xp.add(s * M + q)).to_bits() as i32;
-                    let xb: __m512bh = std::mem::transmute(_mm512_set1_epi32(word));
-                    aq[r] = _mm512_dpbf16_ps(aq[r], v, xb);
-                }
+    let xp = xs.as_ptr();
+    let acc = walk512!(w, slots, (ps, cs), |acc, s, r, v| {
+        // SAFETY: `s·M + q < M·slots`; a bf16 vector is 32 bf16 values in the 64 bytes of an
+        // integer one.
+        unsafe {
+            let v: __m512bh = std::mem::transmute(v);
+            for (q, aq) in acc.iter_mut().enumerate() {
+                let word = (*xp.add(s * M + q)).to_bits() as i32;
+                let xb: __m512bh = std::mem::transmute(_mm512_set1_epi32(word));
+                aq[r] = _mm512_dpbf16_ps(aq[r], v, xb);
             }
         }
-    }
+    });
     // SAFETY: by the caller's contract.
     unsafe { put512(&acc, dst) };
 }
@@ -149,26 +165,20 @@ unsafe fn widen512<const M: usize, const R: usize>(
     xs: &[f32],
     dst: Dst,
 ) -> bool {
-    let (wp, xp) = (w.as_ptr(), xs.as_ptr());
+    let xp = xs.as_ptr();
     let top = _mm512_set1_epi32(TOP);
-    let mut acc = [[_mm512_setzero_ps(); R]; M];
-    for s in 0..slots {
-        for r in 0..R {
-            let at = wp.wrapping_add(r * ps + s * cs).cast::<i8>();
-            prefetch_ahead::<TO_L2>(at);
-            // SAFETY: as in `dp512`, `(s·M + q)·2 + 1 < 2·M·slots`.
+    let acc = walk512!(w, slots, (ps, cs), |acc, s, r, v| {
+        let odd = _mm512_castsi512_ps(_mm512_and_si512(v, top));
+        let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
+        for (q, aq) in acc.iter_mut().enumerate() {
+            // SAFETY: `(s·M + q)·2 + 1 < 2·M·slots`.
             unsafe {
-                let v = _mm512_loadu_si512(at.cast());
-                let odd = _mm512_castsi512_ps(_mm512_and_si512(v, top));
-                let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
-                for (q, aq) in acc.iter_mut().enumerate() {
-                    let x = xp.add((s * M + q) * 2);
-                    aq[r] = _mm512_fmadd_ps(odd, _mm512_set1_ps(*x), aq[r]);
-                    aq[r] = _mm512_fmadd_ps(even, _mm512_set1_ps(*x.add(1)), aq[r]);
-                }
+                let x = xp.add((s * M + q) * 2);
+                aq[r] = _mm512_fmadd_ps(odd, _mm512_set1_ps(*x), aq[r]);
+                aq[r] = _mm512_fmadd_ps(even, _mm512_set1_ps(*x.add(1)), aq[r]);
             }
         }
-    }
+    });
     let (magnitude, smallest) = (
         _mm512_set1_epi32(MAGNITUDE),
         _mm512_set1_ps(f32::MIN_POSITIVE),

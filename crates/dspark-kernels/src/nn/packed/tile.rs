@@ -174,20 +174,19 @@ unsafe fn tile_portable<T: PanelElem>(
     m: usize,
     dst: Dst,
 ) {
-    for r in 0..np {
-        for q in 0..m {
-            let mut acc = [0f32; PANEL];
-            for k in 0..cols {
-                let xv = xs[k * m + q];
-                let lanes = &w[r * ps + k * cs..r * ps + k * cs + PANEL];
-                for (a, &wv) in acc.iter_mut().zip(lanes) {
-                    *a = wv.to_f32().mul_add(xv, *a);
-                }
+    let sums = |r: usize, q: usize| {
+        let mut acc = [0f32; PANEL];
+        for k in 0..cols {
+            let xv = xs[k * m + q];
+            let lanes = &w[r * ps + k * cs..r * ps + k * cs + PANEL];
+            for (a, &wv) in acc.iter_mut().zip(lanes) {
+                *a = wv.to_f32().mul_add(xv, *a);
             }
-            // SAFETY: by the caller's contract.
-            unsafe { dst.put(q, r, np, &acc) };
         }
-    }
+        acc
+    };
+    // SAFETY: by the caller's contract.
+    unsafe { dst.put_each(m, np, sums) };
 }
 
 /// Row-major `x: [n, cols]` with each row tile ([`row_tiles`]) interleaved by column: tile

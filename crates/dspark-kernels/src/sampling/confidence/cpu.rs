@@ -3,22 +3,21 @@
 
 use rayon::prelude::*;
 
-use super::{StsCalibration, non_finite_row, temperatures};
+use super::{Scoring, non_finite_row, temperatures};
 use crate::cpu::dot;
 use crate::cpu::par::worth_parallel;
 use crate::error::Result;
-use crate::view::Rows3;
 
-/// The host scoring loop over validated inputs (`w`: the `[H + r]` weight, checked finite;
-/// at least one row).
-pub(super) fn score(
-    hidden: Rows3<'_>,
-    prev_embeddings: Option<&[f32]>,
-    w: &[f32],
-    bias: f32,
-    sts: Option<&StsCalibration>,
-    r: usize,
-) -> Result<Vec<f32>> {
+/// The host scoring loop over a validated call.
+pub(super) fn score(call: &Scoring<'_>) -> Result<Vec<f32>> {
+    let Scoring {
+        hidden,
+        prev: prev_embeddings,
+        w,
+        bias,
+        sts,
+        r,
+    } = *call;
     let [b_n, k_n, h] = hidden.dims;
     let rows = b_n * k_n;
     let temps = temperatures(sts, k_n)?;

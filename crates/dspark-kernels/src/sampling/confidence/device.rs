@@ -12,11 +12,12 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::{
-    Geometry, StsCalibration, check_bias, check_weight, geometry, non_finite_row, temperatures,
+    Geometry, Scoring, StsCalibration, check_bias, check_prev, check_weight, geometry, hidden_dims,
+    non_finite_row, one_value, temperatures,
 };
 use crate::device::same_device;
 use crate::error::{Error, Result};
-use crate::view::{Floats, Rows3};
+use crate::view::Floats;
 
 /// The head's parameters as tensors on the inputs' device.
 pub(crate) struct Head {
@@ -150,12 +151,7 @@ pub(crate) fn confidence_tensor(
     bias: Option<&Tensor>,
     sts: Option<&StsCalibration>,
 ) -> Result<Tensor> {
-    let dims: [usize; 3] = <[usize; 3]>::try_from(hidden.dims()).map_err(|_| {
-        Error::bad_shape(
-            "hidden",
-            format!("shape {:?}, expected [B, K, H]", hidden.dims()),
-        )
-    })?;
+    let dims = hidden_dims(hidden)?;
     let dev = hidden.device();
     let mut on = vec![("weight", weight)];
     on.extend(bias.map(|b| ("bias", b)));
@@ -163,31 +159,10 @@ pub(crate) fn confidence_tensor(
     same_device(dev, &on)?;
     let bias = match bias {
         None => Tensor::zeros(1, DType::F32, dev)?,
-        Some(t) if t.elem_count() == 1 => t.flatten_all()?,
-        Some(t) => {
-            return Err(Error::bad_shape(
-                "bias",
-                format!("{} values, expected 1", t.elem_count()),
-            ));
-        }
+        Some(t) => one_value(t)?,
     };
     if let Some(p) = prev_embeddings {
-        let pd = p.dims();
-        if pd.len() != 3 {
-            return Err(Error::bad_shape(
-                "prev_embeddings",
-                format!("shape {pd:?}, expected [B, K, r]"),
-            ));
-        }
-        if pd[..2] != dims[..2] {
-            return Err(Error::bad_shape(
-                "prev_embeddings",
-                format!(
-                    "shape {pd:?} does not match hidden's [B, K] = {:?}",
-                    &dims[..2]
-                ),
-            ));
-        }
+        check_prev(p, dims)?;
     }
     for (name, t) in [("hidden", hidden), ("weight", weight)] {
         if !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16) {
@@ -211,42 +186,27 @@ pub(crate) fn confidence_tensor(
     scores(hidden, prev_embeddings, &head, g, sts)
 }
 
-/// [`confidence_slices`] through the device-generic tensor path (validated inputs, `rows > 0`):
-/// the slices become CPU tensors (f16/bf16 kept as they are, widened by the tensor path).
-pub(super) fn score_slices(
-    hidden: Rows3<'_>,
-    prev_embeddings: Option<&[f32]>,
-    w: &[f32],
-    bias: f32,
-    sts: Option<&StsCalibration>,
-    r: usize,
-) -> Result<Vec<f32>> {
+/// [`confidence_slices`] through the device-generic tensor path (a validated call): the
+/// slices become CPU tensors (f16/bf16 kept as they are, widened by the tensor path).
+pub(super) fn score_slices(call: &Scoring<'_>) -> Result<Vec<f32>> {
     let cpu = Device::Cpu;
-    let dims = hidden.dims;
-    let shape = (dims[0], dims[1], dims[2]);
-    let t = match hidden.data {
-        Floats::F32(v) => Tensor::from_slice(v, shape, &cpu)?,
-        Floats::F16(v) => Tensor::from_slice(v, shape, &cpu)?,
-        Floats::BF16(v) => Tensor::from_slice(v, shape, &cpu)?,
+    let ([b_n, k_n, h], r) = (call.hidden.dims, call.r);
+    let t = match call.hidden.data {
+        Floats::F32(v) => Tensor::from_slice(v, (b_n, k_n, h), &cpu)?,
+        Floats::F16(v) => Tensor::from_slice(v, (b_n, k_n, h), &cpu)?,
+        Floats::BF16(v) => Tensor::from_slice(v, (b_n, k_n, h), &cpu)?,
     };
-    let prev = prev_embeddings
-        .map(|e| Tensor::from_slice(e, (dims[0], dims[1], r), &cpu))
+    let prev = call
+        .prev
+        .map(|e| Tensor::from_slice(e, (b_n, k_n, r), &cpu))
         .transpose()?;
     let head = Head {
-        weight: Tensor::from_slice(w, w.len(), &cpu)?,
-        bias: Tensor::new(&[bias], &cpu)?,
+        weight: Tensor::from_slice(call.w, call.w.len(), &cpu)?,
+        bias: Tensor::new(&[call.bias], &cpu)?,
         checked: true,
     };
-    let out = scores(
-        &t,
-        prev.as_ref(),
-        &head,
-        Geometry {
-            rows: dims[0] * dims[1],
-            r,
-        },
-        sts,
-    )?;
+    let g = Geometry { rows: b_n * k_n, r };
+    let out = scores(&t, prev.as_ref(), &head, g, call.sts)?;
     Ok(out.flatten_all()?.to_vec1::<f32>()?)
 }
 

@@ -55,11 +55,32 @@ pub fn confidence_slices(
     if rows == 0 {
         return Ok(Vec::new());
     }
+    let call = Scoring {
+        hidden,
+        prev: prev_embeddings,
+        w: &w,
+        bias,
+        sts,
+        r,
+    };
     if path != KernelPath::Fast {
         // The tensor path (the fused path has no kernel of its own for the head).
-        return device::score_slices(hidden, prev_embeddings, &w, bias, sts, r);
+        return device::score_slices(&call);
     }
-    cpu::score(hidden, prev_embeddings, &w, bias, sts, r)
+    cpu::score(&call)
+}
+
+/// A validated slice call (at least one row): `hidden` `[B, K, H]`, `prev` its `[B·K·r]`
+/// Markov embeddings, `w` the `[H + r]` weight (checked finite), the bias (checked finite) and
+/// the STS table.
+#[derive(Clone, Copy)]
+pub(crate) struct Scoring<'a> {
+    pub(crate) hidden: Rows3<'a>,
+    pub(crate) prev: Option<&'a [f32]>,
+    pub(crate) w: &'a [f32],
+    pub(crate) bias: f32,
+    pub(crate) sts: Option<&'a StsCalibration>,
+    pub(crate) r: usize,
 }
 
 /// Tensor front of [`confidence_slices`]: `hidden` `[B, K, H]`, `prev_embeddings` `[B, K, r]`,
@@ -79,35 +100,18 @@ pub fn confidence(
     if crate::device::use_tensor_path(hidden.device())? {
         return device::confidence_tensor(hidden, prev_embeddings, weight, bias, sts);
     }
-    let hd = dims::<3>(hidden, "hidden", "[B, K, H]")?;
+    let hd = hidden_dims(hidden)?;
     let b = match bias {
         None => 0.0,
-        Some(t) => {
-            let v = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            match v.as_slice() {
-                [x] => *x,
-                _ => {
-                    return Err(Error::bad_shape(
-                        "bias",
-                        format!("{} values, expected 1", v.len()),
-                    ));
-                }
-            }
-        }
+        Some(t) => one_value(t)?
+            .to_dtype(DType::F32)?
+            .squeeze(0)?
+            .to_scalar::<f32>()?,
     };
     let prev = match prev_embeddings {
         None => None,
         Some(t) => {
-            let pd = dims::<3>(t, "prev_embeddings", "[B, K, r]")?;
-            if pd[..2] != hd[..2] {
-                return Err(Error::bad_shape(
-                    "prev_embeddings",
-                    format!(
-                        "shape {pd:?} does not match hidden's [B, K] = {:?}",
-                        &hd[..2]
-                    ),
-                ));
-            }
+            check_prev(t, hd)?;
             Some(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
         }
     };
@@ -118,6 +122,37 @@ pub fn confidence(
         })
     })?;
     Ok(Tensor::from_vec(out, (hd[0], hd[1]), &Device::Cpu)?.to_device(hidden.device())?)
+}
+
+/// `hidden`'s dims `[B, K, H]`, or `bad-shape`.
+pub(crate) fn hidden_dims(hidden: &Tensor) -> Result<[usize; 3]> {
+    dims::<3>(hidden, "hidden", "[B, K, H]")
+}
+
+/// `bad-shape` unless `prev` is `[B, K, r]` over the `[B, K]` of the hidden dims `hd`.
+pub(crate) fn check_prev(prev: &Tensor, hd: [usize; 3]) -> Result<()> {
+    let pd = dims::<3>(prev, "prev_embeddings", "[B, K, r]")?;
+    if pd[..2] != hd[..2] {
+        return Err(Error::bad_shape(
+            "prev_embeddings",
+            format!(
+                "shape {pd:?} does not match hidden's [B, K] = {:?}",
+                &hd[..2]
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The bias tensor flattened to its one value, or `bad-shape`.
+pub(crate) fn one_value(bias: &Tensor) -> Result<Tensor> {
+    if bias.elem_count() != 1 {
+        return Err(Error::bad_shape(
+            "bias",
+            format!("{} values, expected 1", bias.elem_count()),
+        ));
+    }
+    Ok(bias.flatten_all()?)
 }
 
 /// The validated shape of one confidence call.

@@ -3,12 +3,13 @@
 //! statistics, the draw by chunks, 4-column segments and columns). It is the fused sampler's
 //! `cpu_fwd`; [`decode`] turns its status words into the fast path's first error.
 
+use super::exec::BlockSettings;
 use super::layout::{SB_CHUNK, SB_CPT, THREADS, VfChunk, sb_status};
 use super::math::{
     Goal, KeyCut, chunk_stats, exp, finite, merge_chunks, radix, validity, walk_parts,
 };
 use crate::error::{Error, Result};
-use crate::sampling::dist::non_finite;
+use crate::sampling::dist::{Scope, nan_in, no_finite};
 use crate::sampling::rng::{Stream, Tag, combine};
 use crate::view::{Mat, Rows3};
 
@@ -58,7 +59,30 @@ pub(crate) fn nchunks(valid: usize) -> usize {
     valid.div_ceil(SB_CHUNK).max(1)
 }
 
-impl Call<'_> {
+impl<'a> Call<'a> {
+    /// A call over these matrices with the settings `set` and the id table `table`.
+    pub(crate) fn new(
+        base: Rows3<'a>,
+        w1: Mat<'a>,
+        w2: Mat<'a>,
+        set: &BlockSettings<'a>,
+        table: Option<&'a [u32]>,
+    ) -> Self {
+        Call {
+            base,
+            w1,
+            w2,
+            anchors: set.anchors,
+            streams: set.streams,
+            table,
+            vocab_t: set.target_vocab,
+            valid: set.valid,
+            greedy: set.greedy,
+            mult: set.mult,
+            top_k: set.top_k,
+        }
+    }
+
     fn map(&self, d: usize) -> usize {
         self.table.map_or(d, |t| t[d] as usize)
     }
@@ -296,17 +320,9 @@ pub(crate) fn decode(status: &[u32], batch: usize, slots: usize) -> Result<()> {
         let (b, k) = (i / slots.max(1), i % slots.max(1));
         let where_ = || format!("base logits (request {b}, slot {k})");
         match s {
-            sb_status::BASE_NONFINITE => {
-                return Err(non_finite(
-                    "base_logits",
-                    format!("NaN or +inf in {}", where_()),
-                ));
-            }
+            sb_status::BASE_NONFINITE => return Err(nan_in("base_logits", &where_())),
             sb_status::BASE_NOFINITE => {
-                return Err(Error::invalid(
-                    "base_logits",
-                    format!("{} has no finite entry in the valid vocabulary", where_()),
-                ));
+                return Err(no_finite("base_logits", &where_(), Scope::Vocabulary));
             }
             _ => {}
         }
@@ -316,17 +332,9 @@ pub(crate) fn decode(status: &[u32], batch: usize, slots: usize) -> Result<()> {
             let where_ = || format!("draft logits (request {b}, slot {k})");
             match status[b * slots + k] {
                 0 => {}
-                sb_status::NONFINITE => {
-                    return Err(non_finite(
-                        "base_logits",
-                        format!("NaN or +inf in {}", where_()),
-                    ));
-                }
+                sb_status::NONFINITE => return Err(nan_in("base_logits", &where_())),
                 sb_status::NOFINITE => {
-                    return Err(Error::invalid(
-                        "base_logits",
-                        format!("{} has no finite entry in the valid vocabulary", where_()),
-                    ));
+                    return Err(no_finite("base_logits", &where_(), Scope::Vocabulary));
                 }
                 sb_status::BASE_NONFINITE | sb_status::BASE_NOFINITE => {}
                 other => {

@@ -33,7 +33,7 @@ pub mod plan;
 mod verify;
 
 use crate::error::Result;
-use crate::sampling::verify::request::{Plan as Validated, Verification};
+use crate::sampling::verify::request::{HostRows, Plan as Validated, Verification};
 use crate::view::Rows3;
 
 pub use exec::{
@@ -43,7 +43,9 @@ pub use exec::{
 pub use plan::{BlockPlan, BlockShape, Launch, VerifyPlan, VerifyShape, block_plan, verify_plan};
 
 use crate::idmap::IdMap;
-use crate::sampling::markov::options::{BlockOptions, DraftBlock, Geometry};
+#[cfg(feature = "cuda")]
+use crate::sampling::markov::options::TensorInputs;
+use crate::sampling::markov::options::{DraftBlock, Geometry, HostInputs, Inputs};
 use crate::sampling::rng::Stream;
 use crate::view::Mat;
 
@@ -62,42 +64,40 @@ fn table(map: &IdMap, valid: usize) -> Option<&[u32]> {
     map.table().map(|t| &t[..valid.min(t.len())])
 }
 
+/// A block call's settings as the kernels take them (`dims` its `[B, K, V_d]`, `streams` its
+/// stream keys).
+fn settings<'a, B, M>(
+    g: &Geometry,
+    x: &Inputs<'a, B, M>,
+    streams: &'a [u64],
+    dims: [usize; 3],
+) -> BlockSettings<'a> {
+    let (greedy, mult) = x.opts.draft_mult();
+    BlockSettings {
+        dims,
+        target_vocab: g.target_vocab,
+        valid: g.valid,
+        rank: g.rank,
+        greedy,
+        mult,
+        top_k: x.opts.top_k.filter(|&k| k < g.valid),
+        streams,
+        anchors: x.anchors,
+    }
+}
+
 /// The fused block sampler's model over host inputs (`DSPARK_KERNEL_PATH=fused` on the CPU).
 pub(crate) fn sample_block_host(
     g: &Geometry,
     streams: &[Stream],
-    base: Rows3<'_>,
-    w1: Mat<'_>,
-    w2: Mat<'_>,
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
+    x: &HostInputs<'_>,
 ) -> Result<DraftBlock> {
-    let (greedy, mult) = opts.draft_mult();
     let raw: Vec<u64> = streams.iter().map(Stream::raw).collect();
-    let call = block::Call {
-        base,
-        w1,
-        w2,
-        anchors,
-        streams: &raw,
-        table: table(opts.id_map, g.valid),
-        vocab_t: g.target_vocab,
-        valid: g.valid,
-        greedy,
-        mult,
-        top_k: opts.top_k.filter(|&k| k < g.valid),
-    };
-    let out = block::run(&call);
+    let set = settings(g, x, &raw, x.base.dims);
+    let table = table(x.opts.id_map, g.valid);
+    let out = block::run(&block::Call::new(x.base, x.w1, x.w2, &set, table));
     block::decode(&out.status, g.batch, g.slots)?;
-    Ok(DraftBlock {
-        batch: g.batch,
-        slots: g.slots,
-        target_vocab: g.target_vocab,
-        rank: g.rank,
-        tokens: out.tokens,
-        draft_logits: out.out,
-        prev_embeddings: out.emb,
-    })
+    Ok(DraftBlock::new(g, out.tokens, out.out, out.emb))
 }
 
 /// Load the fused kernels on a CUDA device (once per context): a GPU or driver that cannot run
@@ -114,54 +114,30 @@ pub const PTXAS_REPORT: &str = include_str!(concat!(env!("OUT_DIR"), "/fused_ptx
 
 /// The fused block sampler on a CUDA device: the draft logits and embeddings stay there.
 #[cfg(feature = "cuda")]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn sample_block_cuda(
     g: &Geometry,
     streams: &[Stream],
-    base: &candle_core::Tensor,
-    w1: &candle_core::Tensor,
-    w2: &candle_core::Tensor,
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
+    x: &TensorInputs<'_>,
 ) -> Result<crate::sampling::DeviceBlock> {
-    let dev = base.device();
-    let (greedy, mult) = opts.draft_mult();
+    let dev = x.base.device();
     let raw: Vec<u64> = streams.iter().map(Stream::raw).collect();
     let (b, k) = (g.batch, g.slots);
     let out = cuda::uninit_f32(dev, &[b, k, g.target_vocab])?;
     let emb = cuda::uninit_f32(dev, &[b, k, g.rank])?;
-    let (base_c, w1_c, w2_c) = (base.contiguous()?, w1.contiguous()?, w2.contiguous()?);
+    let (base_c, w1_c, w2_c) = (x.base.contiguous()?, x.w1.contiguous()?, x.w2.contiguous()?);
     let inputs = BlockInputs {
         base: cuda::input(&base_c, "base_logits")?,
         w1: cuda::input(&w1_c, "markov_w1")?,
         w2: cuda::input(&w2_c, "markov_w2")?,
-        table: table(opts.id_map, g.valid),
+        table: table(x.opts.id_map, g.valid),
         out: crate::cuda_interop::device_ptr(&out)?,
         emb: crate::cuda_interop::device_ptr(&emb)?,
     };
-    let set = BlockSettings {
-        dims: base.dims3()?.into(),
-        target_vocab: g.target_vocab,
-        valid: g.valid,
-        rank: g.rank,
-        greedy,
-        mult,
-        top_k: opts.top_k.filter(|&x| x < g.valid),
-        streams: &raw,
-        anchors,
-    };
+    let set = settings(g, x, &raw, x.base.dims3()?.into());
     let mut backend = cuda::CudaBackend::new(dev)?;
     let words = run_block(&mut backend, &inputs, &set)?;
     block::decode(&words.status, b, k)?;
-    Ok(crate::sampling::DeviceBlock {
-        batch: b,
-        slots: k,
-        target_vocab: g.target_vocab,
-        rank: g.rank,
-        tokens: words.tokens,
-        draft_logits: out,
-        prev_embeddings: emb,
-    })
+    Ok(crate::sampling::DeviceBlock::new(g, words.tokens, out, emb))
 }
 
 /// The per-request parameter entries and sorted stop ids of a validated call.
@@ -174,22 +150,21 @@ fn requests(plan: &Validated) -> Vec<layout::VfReq> {
 }
 
 /// The fused verification's model over host rows (`DSPARK_KERNEL_PATH=fused` on the CPU).
-pub(crate) fn verify_host(
-    plan: &Validated,
-    target: Rows3<'_>,
-    tokens: &[i64],
-    draft: Option<Rows3<'_>>,
-) -> Result<Verification> {
+pub(crate) fn verify_host(plan: &Validated, rows: HostRows<'_>) -> Result<Verification> {
     let [b, w, v] = plan.dims;
-    let reqs = requests(plan);
-    let call = verify::Call {
-        target,
-        draft,
-        tokens,
-        reqs: &reqs,
-        stops: &plan.stops,
-    };
-    verify::decode(&verify::run(&call), b, w, v)
+    let words = model_words(rows, &requests(plan), &plan.stops);
+    verify::decode(&words, b, w, v)
+}
+
+/// The verification model's output words for `rows` with these parameter entries and stops.
+fn model_words(rows: HostRows<'_>, reqs: &[layout::VfReq], stops: &[u32]) -> Vec<i64> {
+    verify::run(&verify::Call {
+        target: rows.target,
+        draft: rows.draft,
+        tokens: rows.tokens,
+        reqs,
+        stops,
+    })
 }
 
 /// The fused verification on a CUDA device: `target` (and `draft`) contiguous on `device`,
@@ -253,14 +228,8 @@ pub mod testing {
             opts,
         )?;
         let reqs = requests(&plan);
-        let call = verify::Call {
-            target,
-            draft,
-            tokens: tokens.data,
-            reqs: &reqs,
-            stops: &plan.stops,
-        };
-        let words = verify::run(&call);
+        let rows = HostRows::new(target, tokens.data, draft);
+        let words = model_words(rows, &reqs, &plan.stops);
         Ok(VerifyCase {
             reqs,
             stops: plan.stops,
@@ -283,20 +252,7 @@ pub mod testing {
         set: &BlockSettings<'_>,
         table: Option<&[u32]>,
     ) -> (BlockWords, Vec<f32>, Vec<f32>) {
-        let call = block::Call {
-            base,
-            w1,
-            w2,
-            anchors: set.anchors,
-            streams: set.streams,
-            table,
-            vocab_t: set.target_vocab,
-            valid: set.valid,
-            greedy: set.greedy,
-            mult: set.mult,
-            top_k: set.top_k,
-        };
-        let o = block::run(&call);
+        let o = block::run(&block::Call::new(base, w1, w2, set, table));
         (
             BlockWords {
                 tokens: o.tokens,

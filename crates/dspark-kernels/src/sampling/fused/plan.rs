@@ -44,6 +44,19 @@ pub struct Group {
     pub len: usize,
 }
 
+impl Group {
+    /// `batch` requests in groups of `max` (the last one shorter).
+    fn split(batch: usize, max: usize) -> Vec<Group> {
+        (0..batch)
+            .step_by(max)
+            .map(|start| Group {
+                start,
+                len: max.min(batch - start),
+            })
+            .collect()
+    }
+}
+
 /// Byte offsets of the scratch buffers inside one allocation (reused by every group).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scratch {
@@ -95,13 +108,7 @@ pub fn verify_plan(shape: VerifyShape) -> VerifyPlan {
     } = shape;
     let k = width.saturating_sub(1);
     let nch = vocab.div_ceil(VF_CHUNK).max(1);
-    let groups: Vec<Group> = (0..batch)
-        .step_by(VF_MAX_BATCH)
-        .map(|start| Group {
-            start,
-            len: VF_MAX_BATCH.min(batch - start),
-        })
-        .collect();
+    let groups = Group::split(batch, VF_MAX_BATCH);
     let big = groups.first().map_or(0, |g| g.len);
     let rows_total = |b: usize| b * width + if has_draft { b * k } else { 0 };
     let mut launches = Vec::with_capacity(4 * groups.len());
@@ -223,13 +230,7 @@ pub fn block_plan(shape: BlockShape) -> BlockPlan {
         top_k,
         ..
     } = shape;
-    let groups: Vec<Group> = (0..batch)
-        .step_by(SB_MAX_BATCH)
-        .map(|start| Group {
-            start,
-            len: SB_MAX_BATCH.min(batch - start),
-        })
-        .collect();
+    let groups = Group::split(batch, SB_MAX_BATCH);
     let threads = THREADS as u32;
     let nch = valid.div_ceil(SB_CHUNK).max(1);
     let nfill = target_vocab.div_ceil(SB_FILL).max(1);

@@ -13,7 +13,7 @@ use super::math::{
 };
 use crate::cpu::par::{map_range, worth_parallel};
 use crate::error::{Error, Result};
-use crate::sampling::dist::non_finite;
+use crate::sampling::dist::{Scope, nan_in, no_finite};
 use crate::sampling::rng::{Stream, Tag, combine};
 use crate::sampling::verify::request::{Request, Verification};
 use crate::view::{Floats, Rows3};
@@ -524,29 +524,13 @@ pub(crate) fn decode(
         let draft = || format!("draft row (request {r}, position {i})");
         match kind {
             0 => {}
-            status::T_NONFINITE => {
-                return Err(non_finite(
-                    "target_logits",
-                    format!("NaN or +inf in {}", target()),
-                ));
-            }
+            status::T_NONFINITE => return Err(nan_in("target_logits", &target())),
             status::T_NOFINITE => {
-                return Err(Error::invalid(
-                    "target_logits",
-                    format!("{} has no finite entry (every token masked)", target()),
-                ));
+                return Err(no_finite("target_logits", &target(), Scope::Masked));
             }
-            status::D_NONFINITE => {
-                return Err(non_finite(
-                    "draft_logits",
-                    format!("NaN or +inf in {}", draft()),
-                ));
-            }
+            status::D_NONFINITE => return Err(nan_in("draft_logits", &draft())),
             status::D_NOFINITE => {
-                return Err(Error::invalid(
-                    "draft_logits",
-                    format!("{} has no finite entry (every token masked)", draft()),
-                ));
+                return Err(no_finite("draft_logits", &draft(), Scope::Masked));
             }
             other => {
                 return Err(Error::Internal {

@@ -262,12 +262,7 @@ mod tests {
 
     /// Deterministic values in `[-1, 1)`.
     fn vals(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
-                (x % 2000) as f32 / 1000.0 - 1.0
-            })
-            .collect()
+        crate::test_values::grid(n, seed, 2000, 1000.0, 1.0)
     }
 
     /// The twin, directly: one `bias_block` over all columns.

@@ -4,40 +4,25 @@
 
 use rayon::prelude::*;
 
-use super::{BlockOptions, DraftBlock, Geometry};
+use super::{DraftBlock, Geometry, HostInputs};
 use crate::cpu::par::{for_each_chunk_init, map_chunks_mut, map_range, worth_parallel};
 use crate::cpu::{Unfused, bias_block, dot};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::idmap::IdMap;
 use crate::sampling::categorical::{
     BlockStat, BlockSum, RowMerge, RowStats, block_stat, row_argmax, sample_blocks,
 };
-use crate::sampling::dist::non_finite;
+use crate::sampling::dist::{Scope, check_row};
 use crate::sampling::filter::top_k_members;
 use crate::sampling::rng::{Stream, Tag};
 use crate::view::{BLOCK, Floats, Mat, Rows3};
 
 /// The host slice sampler over validated inputs (`g`, one stream per request).
-pub(super) fn run(
-    g: &Geometry,
-    streams: &[Stream],
-    base: Rows3<'_>,
-    w1: Mat<'_>,
-    w2: Mat<'_>,
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
-) -> Result<DraftBlock> {
+pub(super) fn run(g: &Geometry, streams: &[Stream], x: &HostInputs<'_>) -> Result<DraftBlock> {
+    let (base, w1, w2, opts) = (x.base, x.w1, x.w2, x.opts);
     let (b_n, k_n, vt, r) = (g.batch, g.slots, g.target_vocab, g.rank);
     if b_n == 0 || k_n == 0 {
-        return Ok(DraftBlock {
-            batch: b_n,
-            slots: k_n,
-            target_vocab: vt,
-            rank: r,
-            tokens: Vec::new(),
-            draft_logits: Vec::new(),
-            prev_embeddings: Vec::new(),
-        });
+        return Ok(DraftBlock::new(g, Vec::new(), Vec::new(), Vec::new()));
     }
     // T == 0, or so small that scale/T overflows: the distribution is the argmax.
     let (greedy, mult) = opts.draft_mult();
@@ -52,15 +37,12 @@ pub(super) fn run(
     } else {
         0.0
     };
-    let mut out = DraftBlock {
-        batch: b_n,
-        slots: k_n,
-        target_vocab: vt,
-        rank: r,
-        tokens: vec![0; b_n * k_n],
-        draft_logits: vec![fill; b_n * k_n * vt],
-        prev_embeddings: vec![0.0; b_n * k_n * r],
-    };
+    let mut out = DraftBlock::new(
+        g,
+        vec![0; b_n * k_n],
+        vec![fill; b_n * k_n * vt],
+        vec![0.0; b_n * k_n * r],
+    );
     let mut dense = Dense {
         stats: Vec::new(),
         lrows: Vec::new(),
@@ -73,7 +55,7 @@ pub(super) fn run(
     }
     // Per slot: every request's valid row, biased (`r` multiply-adds) and scanned.
     let par = worth_parallel(b_n * g.valid * (r + 16));
-    let mut prev: Vec<u32> = anchors.to_vec();
+    let mut prev: Vec<u32> = x.anchors.to_vec();
     let mut e = vec![0f32; b_n * r];
     for k in 0..k_n {
         for b in 0..b_n {
@@ -249,22 +231,10 @@ impl SlotCtx<'_> {
 
     /// The row checks: no NaN or `+inf`, at least one finite value.
     fn check_row(&self, b: usize, st: &RowStats) -> Result<()> {
-        if st.non_finite() {
-            return Err(non_finite(
-                "base_logits",
-                format!("NaN or +inf in {}", self.where_(b)),
-            ));
-        }
-        if !st.has_finite() {
-            return Err(Error::invalid(
-                "base_logits",
-                format!(
-                    "{} has no finite entry in the valid vocabulary",
-                    self.where_(b)
-                ),
-            ));
-        }
-        Ok(())
+        let (nan, empty) = (st.non_finite(), !st.has_finite());
+        check_row("base_logits", nan, empty, Scope::Vocabulary, || {
+            self.where_(b)
+        })
     }
 
     /// Top-k path: only the candidates get the bias.
@@ -341,18 +311,8 @@ fn top_k_candidates(base: &Rows3<'_>, g: &Geometry, top_k: usize) -> Result<Vec<
         let row = base.row(b, k).sub(0, g.valid);
         let st = row_argmax(row);
         let where_ = || format!("base logits (request {b}, slot {k})");
-        if st.non_finite() {
-            return Err(non_finite(
-                "base_logits",
-                format!("NaN or +inf in {}", where_()),
-            ));
-        }
-        if !st.has_finite() {
-            return Err(Error::invalid(
-                "base_logits",
-                format!("{} has no finite entry in the valid vocabulary", where_()),
-            ));
-        }
+        let (nan, empty) = (st.non_finite(), !st.has_finite());
+        check_row("base_logits", nan, empty, Scope::Vocabulary, where_)?;
         let mut ids: Vec<usize> = top_k_members(row, top_k)
             .into_iter()
             .map(|(_, id)| id)
@@ -366,16 +326,12 @@ fn top_k_candidates(base: &Rows3<'_>, g: &Geometry, top_k: usize) -> Result<Vec<
 mod tests {
     use super::*;
     use crate::cpu::{Fused, dots_portable};
-    use crate::sampling::markov::sample_block_slices_on;
+    use crate::sampling::markov::{BlockOptions, sample_block_slices_on};
     use crate::view::Seeds;
 
     fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
-                scale * ((h % 20_011) as f32 / 20_011.0 - 0.5)
-            })
-            .collect()
+        let grid = crate::test_values::grid(n, seed, 20_011, 20_011.0, 0.5);
+        grid.into_iter().map(|v| scale * v).collect()
     }
 
     /// `mult·(base + W2[d]·e)` in the kernel's exact accumulation order (fused multiply-add

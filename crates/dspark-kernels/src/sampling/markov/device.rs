@@ -11,9 +11,10 @@
 
 use candle_core::{DType, Tensor};
 
-use super::{BlockOptions, DraftBlock, Geometry};
-use crate::error::{Error, Result};
-use crate::sampling::dist::non_finite;
+use super::options::block_struct;
+use super::{DraftBlock, Geometry, TensorInputs};
+use crate::error::Result;
+use crate::sampling::dist::{Scope, check_row};
 use crate::sampling::ops::{
     argmax_lowest, clean_rows, column_f64, pad_rows, pick, row_sums, top_k_cut, weights,
 };
@@ -40,6 +41,16 @@ pub struct DeviceBlock {
 }
 
 impl DeviceBlock {
+    /// A block of geometry `g` with these outputs.
+    pub(crate) fn new(
+        g: &Geometry,
+        tokens: Vec<u32>,
+        draft_logits: Tensor,
+        prev_embeddings: Tensor,
+    ) -> Self {
+        block_struct!(DeviceBlock, g, tokens, draft_logits, prev_embeddings)
+    }
+
     /// A block drafted on the host, its large outputs as tensors on `dev`.
     pub(crate) fn from_host(b: DraftBlock, dev: &candle_core::Device) -> Result<Self> {
         let draft_logits =
@@ -75,31 +86,20 @@ impl DeviceBlock {
 pub(crate) fn sample_block_tensors(
     g: &Geometry,
     streams: &[Stream],
-    base: &Tensor,
-    w1: &Tensor,
-    w2: &Tensor,
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
+    x: &TensorInputs<'_>,
 ) -> Result<DeviceBlock> {
     let (b_n, k_n, vt, r, valid) = (g.batch, g.slots, g.target_vocab, g.rank, g.valid);
-    let dev = base.device();
+    let dev = x.base.device();
     if b_n == 0 || k_n == 0 {
-        return Ok(DeviceBlock {
-            batch: b_n,
-            slots: k_n,
-            target_vocab: vt,
-            rank: r,
-            tokens: Vec::new(),
-            draft_logits: Tensor::zeros((b_n, k_n, vt), DType::F32, dev)?,
-            prev_embeddings: Tensor::zeros((b_n, k_n, r), DType::F32, dev)?,
-        });
+        let zeros = |d: usize| Tensor::zeros((b_n, k_n, d), DType::F32, dev);
+        return Ok(DeviceBlock::new(g, Vec::new(), zeros(vt)?, zeros(r)?));
     }
-    let (greedy, mult) = opts.draft_mult();
-    let base = base.narrow(2, 0, valid)?.to_dtype(DType::F32)?;
-    let w2t = w2.narrow(0, 0, valid)?.to_dtype(DType::F32)?.t()?;
+    let (greedy, mult) = x.opts.draft_mult();
+    let base = x.base.narrow(2, 0, valid)?.to_dtype(DType::F32)?;
+    let w2t = x.w2.narrow(0, 0, valid)?.to_dtype(DType::F32)?.t()?;
     let mut dl = Download::default();
     // Base top-k candidates of every (b, k) row, validated before any slot (fast path order).
-    let cands = match opts.top_k.filter(|&k| k < valid) {
+    let cands = match x.opts.top_k.filter(|&k| k < valid) {
         Some(k) => {
             let rows = pad_rows(&base.reshape((b_n * k_n, valid))?, f32::NEG_INFINITY)?;
             let (x, max, nans) = clean_rows(&rows)?;
@@ -110,7 +110,7 @@ pub(crate) fn sample_block_tensors(
         }
         None => None,
     };
-    let table = opts.id_map.table();
+    let table = x.opts.id_map.table();
     let map = match table {
         Some(t) => Some(Tensor::from_slice(&t[..valid], valid, dev)?),
         None => None,
@@ -127,7 +127,7 @@ pub(crate) fn sample_block_tensors(
         None => None,
     };
     let ninf_col = Tensor::full(f32::NEG_INFINITY, (b_n, 1), dev)?;
-    let mut prev = Tensor::from_slice(anchors, b_n, dev)?;
+    let mut prev = Tensor::from_slice(x.anchors, b_n, dev)?;
     let (mut embs, mut rows, mut slot_stats, mut toks) = (vec![], vec![], vec![], vec![]);
     for k in 0..k_n {
         let bk = base.narrow(1, k, 1)?.reshape((b_n, valid))?;
@@ -135,7 +135,7 @@ pub(crate) fn sample_block_tensors(
             let e = Tensor::zeros((b_n, 0), DType::F32, dev)?;
             (e, bk.zeros_like()?)
         } else {
-            let e = w1.index_select(&prev, 0)?.to_dtype(DType::F32)?; // [B, r]
+            let e = x.w1.index_select(&prev, 0)?.to_dtype(DType::F32)?; // [B, r]
             let bias = e.matmul(&w2t)?;
             (e, bias)
         };
@@ -199,15 +199,8 @@ pub(crate) fn sample_block_tensors(
             tokens[b * k_n + k] = t as u32;
         }
     }
-    Ok(DeviceBlock {
-        batch: b_n,
-        slots: k_n,
-        target_vocab: vt,
-        rank: r,
-        tokens,
-        draft_logits: Tensor::stack(&rows, 1)?,
-        prev_embeddings: Tensor::stack(&embs, 1)?,
-    })
+    let (draft_logits, prev_embeddings) = (Tensor::stack(&rows, 1)?, Tensor::stack(&embs, 1)?);
+    Ok(DeviceBlock::new(g, tokens, draft_logits, prev_embeddings))
 }
 
 /// The fast path's row checks (`what` names the row in the message).
@@ -221,18 +214,8 @@ fn check(
     k: usize,
 ) -> Result<()> {
     let (m, n) = (got.get(max)[i] as f32, got.get(nans)[i]);
-    let where_ = format!("{what} (request {b}, slot {k})");
-    if n > 0.0 || m == f32::INFINITY {
-        return Err(non_finite(
-            "base_logits",
-            format!("NaN or +inf in {where_}"),
-        ));
-    }
-    if m == f32::NEG_INFINITY {
-        return Err(Error::invalid(
-            "base_logits",
-            format!("{where_} has no finite entry in the valid vocabulary"),
-        ));
-    }
-    Ok(())
+    let (nan, empty) = (n > 0.0 || m == f32::INFINITY, m == f32::NEG_INFINITY);
+    check_row("base_logits", nan, empty, Scope::Vocabulary, || {
+        format!("{what} (request {b}, slot {k})")
+    })
 }

@@ -24,7 +24,7 @@ pub(crate) mod options;
 pub use bias_op::{MarkovBias, markov_bias};
 pub use device::DeviceBlock;
 pub use options::{BlockOptions, DraftBlock};
-pub(crate) use options::{Geometry, validate, validate_dims};
+pub(crate) use options::{Geometry, HostInputs, Inputs, TensorInputs, validate_dims};
 
 use candle_core::{Device, Tensor};
 
@@ -45,12 +45,16 @@ pub fn sample_block_slices(
     anchors: &[u32],
     opts: &BlockOptions<'_>,
 ) -> Result<DraftBlock> {
-    let on = match kernel_path()? {
-        KernelPath::Fast => None,
-        KernelPath::Tensor => Some(Device::Cpu),
-        KernelPath::Fused => return sample_block_slices_fused(base, w1, w2, anchors, opts),
-    };
-    sample_block_slices_on(on.as_ref(), base, w1, w2, anchors, opts)
+    on_kernel_path(&Inputs::new(base, w1, w2, anchors, opts))
+}
+
+/// [`sample_block_slices`] on the path [`crate::device::KERNEL_PATH_ENV`] names.
+fn on_kernel_path(x: &HostInputs<'_>) -> Result<DraftBlock> {
+    match kernel_path()? {
+        KernelPath::Fast => on(None, x),
+        KernelPath::Tensor => on(Some(&Device::Cpu), x),
+        KernelPath::Fused => fused(x),
+    }
 }
 
 /// [`sample_block_slices`] by the model of the fused kernels ([`crate::sampling::fused`]),
@@ -65,15 +69,20 @@ pub fn sample_block_slices_fused(
     anchors: &[u32],
     opts: &BlockOptions<'_>,
 ) -> Result<DraftBlock> {
-    let g = validate(&base, &w1, &w2, anchors, opts)?;
+    fused(&Inputs::new(base, w1, w2, anchors, opts))
+}
+
+/// [`sample_block_slices_fused`] over a call's inputs.
+fn fused(x: &HostInputs<'_>) -> Result<DraftBlock> {
+    let g = x.validate()?;
     if !super::fused::fits_block(g.rank, g.valid) {
-        return sample_block_slices_on(Some(&Device::Cpu), base, w1, w2, anchors, opts);
+        return on(Some(&Device::Cpu), x);
     }
-    let streams = opts.seeds.streams(g.batch, "seeds")?;
+    let streams = x.opts.seeds.streams(g.batch, "seeds")?;
     if g.batch == 0 || g.slots == 0 {
-        return cpu::run(&g, &streams, base, w1, w2, anchors, opts);
+        return cpu::run(&g, &streams, x);
     }
-    super::fused::sample_block_host(&g, &streams, base, w1, w2, anchors, opts)
+    super::fused::sample_block_host(&g, &streams, x)
 }
 
 /// [`sample_block_slices`] on an explicit kernel path: `None` runs the host slice kernel
@@ -88,20 +97,58 @@ pub fn sample_block_slices_on(
     anchors: &[u32],
     opts: &BlockOptions<'_>,
 ) -> Result<DraftBlock> {
-    let g = validate(&base, &w1, &w2, anchors, opts)?;
-    let streams = opts.seeds.streams(g.batch, "seeds")?;
+    on(device, &Inputs::new(base, w1, w2, anchors, opts))
+}
+
+/// [`sample_block_slices_on`] over a call's inputs.
+fn on(device: Option<&Device>, x: &HostInputs<'_>) -> Result<DraftBlock> {
+    let g = x.validate()?;
+    let streams = x.opts.seeds.streams(g.batch, "seeds")?;
     // An empty block has nothing to upload (its dims may not even form a tensor shape).
     if let Some(dev) = device.filter(|_| g.batch > 0 && g.slots > 0) {
         let up = |f: Floats<'_>, dims: &[usize]| transfer::upload(f, dims, dev);
         let (b, m1, m2) = (
-            up(base.data, &base.dims)?,
-            up(w1.data, &w1.dims)?,
-            up(w2.data, &w2.dims)?,
+            up(x.base.data, &x.base.dims)?,
+            up(x.w1.data, &x.w1.dims)?,
+            up(x.w2.data, &x.w2.dims)?,
         );
-        let out = device::sample_block_tensors(&g, &streams, &b, &m1, &m2, anchors, opts)?;
+        let out = device::sample_block_tensors(&g, &streams, &x.with(&b, &m1, &m2))?;
         return out.to_host();
     }
-    cpu::run(&g, &streams, base, w1, w2, anchors, opts)
+    cpu::run(&g, &streams, x)
+}
+
+/// The shapes of a tensor call: `base` `[B, K, V_d]`, `w1` `[V_in, r]`, `w2` `[V_d, r]`.
+type Shapes = ([usize; 3], [usize; 2], [usize; 2]);
+
+/// The [`Shapes`] of a tensor call, or `bad-shape` naming the first input of another rank.
+fn shapes(base: &Tensor, w1: &Tensor, w2: &Tensor) -> Result<Shapes> {
+    Ok((
+        dims::<3>(base, "base_logits", "[B, K, V_d]")?,
+        dims::<2>(w1, "markov_w1", "[V_in, r]")?,
+        dims::<2>(w2, "markov_w2", "[V_d, r]")?,
+    ))
+}
+
+/// Run `f` over host views of `x`'s tensors (of shapes `s`; copied to the host where they are
+/// not contiguous host floats already).
+fn with_host<R>(
+    x: &TensorInputs<'_>,
+    s: Shapes,
+    f: impl FnOnce(&HostInputs<'_>) -> Result<R>,
+) -> Result<R> {
+    let (bd, d1, d2) = s;
+    with_floats(x.base, "base_logits", |b| {
+        with_floats(x.w1, "markov_w1", |m1| {
+            with_floats(x.w2, "markov_w2", |m2| {
+                f(&x.with(
+                    Rows3 { data: b, dims: bd },
+                    Mat { data: m1, dims: d1 },
+                    Mat { data: m2, dims: d2 },
+                ))
+            })
+        })
+    })
 }
 
 /// Tensor front of [`sample_block_slices`]: `base` `[B, K, V_d]`, `w1` `[V_in, r]`, `w2`
@@ -113,9 +160,7 @@ pub fn sample_block(
     anchors: &Tensor,
     opts: &BlockOptions<'_>,
 ) -> Result<DraftBlock> {
-    let bd = dims::<3>(base, "base_logits", "[B, K, V_d]")?;
-    let d1 = dims::<2>(w1, "markov_w1", "[V_in, r]")?;
-    let d2 = dims::<2>(w2, "markov_w2", "[V_d, r]")?;
+    let s = shapes(base, w1, w2)?;
     let a = ids(anchors, "anchors")?;
     dims::<1>(anchors, "anchors", "[B]")?;
     let a: Vec<u32> = a
@@ -124,71 +169,39 @@ pub fn sample_block(
             u32::try_from(x).map_err(|_| Error::TokenOutOfRange {
                 name: "anchors".into(),
                 id: x,
-                vocab_size: d1[0],
+                vocab_size: s.1[0],
             })
         })
         .collect::<Result<_>>()?;
+    let x = Inputs::new(base, w1, w2, &a, opts);
     if use_tensor_path(base.device())? {
-        return block_on_device(base, w1, w2, &a, opts)?.to_host();
+        return block_on_device(&x)?.to_host();
     }
-    with_floats(base, "base_logits", |b| {
-        with_floats(w1, "markov_w1", |m1| {
-            with_floats(w2, "markov_w2", |m2| {
-                sample_block_slices(
-                    Rows3 { data: b, dims: bd },
-                    Mat { data: m1, dims: d1 },
-                    Mat { data: m2, dims: d2 },
-                    &a,
-                    opts,
-                )
-            })
-        })
-    })
+    with_host(&x, s, on_kernel_path)
 }
 
-fn block_on_device(
-    base: &Tensor,
-    w1: &Tensor,
-    w2: &Tensor,
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
-) -> Result<DeviceBlock> {
-    let bd = dims::<3>(base, "base_logits", "[B, K, V_d]")?;
-    let d1 = dims::<2>(w1, "markov_w1", "[V_in, r]")?;
-    let d2 = dims::<2>(w2, "markov_w2", "[V_d, r]")?;
-    let dev = base.device();
-    same_device(dev, &[("markov_w1", w1), ("markov_w2", w2)])?;
-    check_float(base, "base_logits")?;
-    check_float(w1, "markov_w1")?;
-    check_float(w2, "markov_w2")?;
-    let g = validate_dims(bd, d1, d2, anchors, opts)?;
-    let streams = opts.seeds.streams(g.batch, "seeds")?;
+/// [`sample_block_on_device`] over a call's inputs (the fused kernels where they run).
+fn block_on_device(x: &TensorInputs<'_>) -> Result<DeviceBlock> {
+    let s = shapes(x.base, x.w1, x.w2)?;
+    let dev = x.base.device();
+    same_device(dev, &[("markov_w1", x.w1), ("markov_w2", x.w2)])?;
+    check_float(x.base, "base_logits")?;
+    check_float(x.w1, "markov_w1")?;
+    check_float(x.w2, "markov_w2")?;
+    let g = validate_dims(s.0, s.1, s.2, x.anchors, x.opts)?;
+    let streams = x.opts.seeds.streams(g.batch, "seeds")?;
     let nonempty = g.batch > 0 && g.slots > 0;
     if nonempty && use_fused(dev)? && super::fused::fits_block(g.rank, g.valid) {
         #[cfg(feature = "cuda")]
         if dev.is_cuda() {
-            return super::fused::sample_block_cuda(&g, &streams, base, w1, w2, anchors, opts);
+            return super::fused::sample_block_cuda(&g, &streams, x);
         }
         if dev.is_cpu() {
-            let block = with_floats(base, "base_logits", |b| {
-                with_floats(w1, "markov_w1", |m1| {
-                    with_floats(w2, "markov_w2", |m2| {
-                        super::fused::sample_block_host(
-                            &g,
-                            &streams,
-                            Rows3 { data: b, dims: bd },
-                            Mat { data: m1, dims: d1 },
-                            Mat { data: m2, dims: d2 },
-                            anchors,
-                            opts,
-                        )
-                    })
-                })
-            })?;
+            let block = with_host(x, s, |h| super::fused::sample_block_host(&g, &streams, h))?;
             return DeviceBlock::from_host(block, dev);
         }
     }
-    device::sample_block_tensors(&g, &streams, base, w1, w2, anchors, opts)
+    device::sample_block_tensors(&g, &streams, x)
 }
 
 /// [`sample_block`] on the device-generic path whatever the device, with the `[B, K, V_t]`
@@ -201,5 +214,5 @@ pub fn sample_block_on_device(
     anchors: &[u32],
     opts: &BlockOptions<'_>,
 ) -> Result<DeviceBlock> {
-    block_on_device(base, w1, w2, anchors, opts)
+    block_on_device(&Inputs::new(base, w1, w2, anchors, opts))
 }

@@ -1,7 +1,9 @@
-//! A block draw's options and outcome, and the validation every path shares: [`validate`]
-//! (slices) and [`validate_dims`] (shapes only, for the tensor path) turn a call into its
-//! [`Geometry`]. The samplers (host, tensor path, fused launches) take it; none of them is
-//! imported here.
+//! A block draw's options, inputs and outcome, and the validation every path shares:
+//! [`HostInputs::validate`] (slices) and [`validate_dims`] (shapes only, for the tensor path)
+//! turn a call into its [`Geometry`]. The samplers (host, tensor path, fused launches) take it;
+//! none of them is imported here.
+
+use candle_core::Tensor;
 
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
@@ -61,6 +63,35 @@ pub struct DraftBlock {
     pub prev_embeddings: Vec<f32>,
 }
 
+/// A block struct (`DraftBlock`, `DeviceBlock`: the same fields over host vectors or tensors)
+/// of geometry `$g` with these outputs.
+macro_rules! block_struct {
+    ($ty:ident, $g:expr, $tokens:expr, $logits:expr, $embeddings:expr) => {
+        $ty {
+            batch: $g.batch,
+            slots: $g.slots,
+            target_vocab: $g.target_vocab,
+            rank: $g.rank,
+            tokens: $tokens,
+            draft_logits: $logits,
+            prev_embeddings: $embeddings,
+        }
+    };
+}
+pub(crate) use block_struct;
+
+impl DraftBlock {
+    /// A block of geometry `g` with these outputs.
+    pub(crate) fn new(
+        g: &Geometry,
+        tokens: Vec<u32>,
+        draft_logits: Vec<f32>,
+        prev_embeddings: Vec<f32>,
+    ) -> Self {
+        block_struct!(DraftBlock, g, tokens, draft_logits, prev_embeddings)
+    }
+}
+
 /// Validated geometry.
 pub(crate) struct Geometry {
     /// `B`.
@@ -74,17 +105,62 @@ pub(crate) struct Geometry {
     pub rank: usize,
 }
 
-pub(crate) fn validate(
-    base: &Rows3<'_>,
-    w1: &Mat<'_>,
-    w2: &Mat<'_>,
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
-) -> Result<Geometry> {
-    base.check("base_logits")?;
-    w1.check("markov_w1")?;
-    w2.check("markov_w2")?;
-    validate_dims(base.dims, w1.dims, w2.dims, anchors, opts)
+/// One block call's inputs: `base` `[B, K, V_d]`, `w1` `[V_in, r]` (rows indexed by target
+/// id), `w2` `[V_d, r]`, the `B` anchor target ids and the options; the matrices as host views
+/// ([`HostInputs`]) or tensors ([`TensorInputs`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Inputs<'a, B, M> {
+    pub base: B,
+    pub w1: M,
+    pub w2: M,
+    pub anchors: &'a [u32],
+    pub opts: &'a BlockOptions<'a>,
+}
+
+/// A call's inputs over host memory.
+pub(crate) type HostInputs<'a> = Inputs<'a, Rows3<'a>, Mat<'a>>;
+
+/// A call's inputs as tensors (on one device, any of f32/f16/bf16).
+pub(crate) type TensorInputs<'a> = Inputs<'a, &'a Tensor, &'a Tensor>;
+
+impl<'a, B, M> Inputs<'a, B, M> {
+    /// A call's inputs.
+    pub(crate) fn new(
+        base: B,
+        w1: M,
+        w2: M,
+        anchors: &'a [u32],
+        opts: &'a BlockOptions<'a>,
+    ) -> Self {
+        Inputs {
+            base,
+            w1,
+            w2,
+            anchors,
+            opts,
+        }
+    }
+
+    /// The same anchors and options over other matrices.
+    pub(crate) fn with<B2, M2>(&self, base: B2, w1: M2, w2: M2) -> Inputs<'a, B2, M2> {
+        Inputs::new(base, w1, w2, self.anchors, self.opts)
+    }
+}
+
+impl HostInputs<'_> {
+    /// Check the views and then the shapes and options ([`validate_dims`]).
+    pub(crate) fn validate(&self) -> Result<Geometry> {
+        self.base.check("base_logits")?;
+        self.w1.check("markov_w1")?;
+        self.w2.check("markov_w2")?;
+        validate_dims(
+            self.base.dims,
+            self.w1.dims,
+            self.w2.dims,
+            self.anchors,
+            self.opts,
+        )
+    }
 }
 
 /// The checks of [`validate`] that need only the shapes (shared with the tensor path).

@@ -3,22 +3,18 @@
 //! not depend on the draws.
 
 use super::residual::{Proposal, sample_residual};
-use super::{Plan, Request, Verification, greedy_check};
+use super::{HostRows, Plan, Request, Verification, greedy_check};
 use crate::cpu::par::{map_range, worth_parallel};
 use crate::error::Result;
 use crate::sampling::categorical::{BlockSum, Check, row_argmax};
-use crate::sampling::dist::{Dist, non_finite};
+use crate::sampling::dist::{Dist, nan_in};
 use crate::sampling::rng::Tag;
 use crate::view::{Floats, Rows3};
 
 /// The host slice kernel over a validated call (`plan`): every request of the batch, on the
 /// pool when the call is large enough.
-pub(super) fn run(
-    plan: &Plan,
-    target: Rows3<'_>,
-    draft_tokens: &[i64],
-    draft_logits: Option<Rows3<'_>>,
-) -> Result<Verification> {
+pub(super) fn run(plan: &Plan, rows: HostRows<'_>) -> Result<Verification> {
+    let (target, draft_tokens, draft_logits) = (rows.target, rows.tokens, rows.draft);
     let [batch, width, vocab] = target.dims;
     let k = width - 1;
     let (requests, stops) = (&plan.requests, &plan.stops);
@@ -254,10 +250,8 @@ fn verify_one<'a, const SPLIT: bool>(
         for i in dchecked..n {
             let st = ahead.draft[i].unwrap_or_else(|| Check::of(&row_argmax(d.row(r, i))));
             if st.non_finite() {
-                return Err(non_finite(
-                    "draft_logits",
-                    format!("NaN or +inf in draft row (request {r}, position {i})"),
-                ));
+                let at = format!("draft row (request {r}, position {i})");
+                return Err(nan_in("draft_logits", &at));
             }
         }
     }

@@ -12,7 +12,7 @@ use candle_core::{DType, Tensor};
 use super::{Plan, Request, Verification, greedy_check};
 use crate::error::{Error, Result};
 use crate::sampling::categorical::Check;
-use crate::sampling::dist::non_finite;
+use crate::sampling::dist::{Scope, check_row};
 use crate::sampling::ops::{
     Cut, Goal, argmax_lowest, clean_rows, column_f32, column_f64, ids_f32, pad_rows, pick,
     prefix_cut, row_flags, row_sums, top_k_cut, weights, widen,
@@ -235,20 +235,10 @@ fn walk(
             max: at(dmax, r * k + i) as f32,
             nans: at(dnans, r * k + i) as u32,
         };
-        let where_ = format!("draft row (request {r}, position {i})");
-        if c.non_finite() {
-            return Err(non_finite(
-                "draft_logits",
-                format!("NaN or +inf in {where_}"),
-            ));
-        }
-        if full && !c.has_finite() {
-            return Err(Error::invalid(
-                "draft_logits",
-                format!("{where_} has no finite entry (every token masked)"),
-            ));
-        }
-        Ok(())
+        let (nan, empty) = (c.non_finite(), full && !c.has_finite());
+        check_row("draft_logits", nan, empty, Scope::Masked, || {
+            format!("draft row (request {r}, position {i})")
+        })
     };
     let argmax = |i: usize| at(slots.argmax, r * w + i) as i64;
     let psample = |i: usize| slots.sampled.map_or(0, |(p, _)| at(p, r * w + i) as i64);

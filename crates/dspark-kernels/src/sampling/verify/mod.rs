@@ -17,17 +17,17 @@ mod residual;
 
 #[cfg(feature = "cuda")]
 use request::prepare_params;
-pub(crate) use request::{Plan, Request, prepare};
+pub(crate) use request::{HostRows, Plan, Request, prepare};
 pub use request::{Verification, VerifyOptions};
 
 use candle_core::{Device, Tensor};
 
 use super::args::{check_ids, dims, ids};
 use super::categorical::Check;
-use super::dist::non_finite;
+use super::dist::{Scope, check_row};
 use super::transfer::{self, check_float};
 use crate::device::{KernelPath, kernel_path, same_device, use_fused, use_tensor_path};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::view::{Rows3, Tokens, with_floats};
 
 /// Verify a batch of drafts against target logits `[B, K+1, V]` (any of f32/f16/bf16).
@@ -63,7 +63,10 @@ pub fn verify_slices_fused(
         return verify_slices_on(Some(&Device::Cpu), target, draft_tokens, draft_logits, opts);
     }
     let plan = check_slices(target, draft_tokens, draft_logits, opts)?;
-    super::fused::verify_host(&plan, target, draft_tokens.data, draft_logits)
+    super::fused::verify_host(
+        &plan,
+        HostRows::new(target, draft_tokens.data, draft_logits),
+    )
 }
 
 /// [`verify_slices`] on an explicit kernel path: `None` runs the host slice kernel (whatever
@@ -84,7 +87,10 @@ pub fn verify_slices_on(
         let d = draft_logits.map(upload).transpose()?;
         return device::verify_tensors(&plan, &t, draft_tokens.data, d.as_ref());
     }
-    cpu::run(&plan, target, draft_tokens.data, draft_logits)
+    cpu::run(
+        &plan,
+        HostRows::new(target, draft_tokens.data, draft_logits),
+    )
 }
 
 /// The checks of the slice entries: each view's size against its shape, then [`prepare`].
@@ -215,7 +221,7 @@ fn verify_cuda_fused(
                 dims: tokd,
             };
             prepare(td, t, dd, opts)?;
-            return Err(Error::Internal {
+            return Err(crate::error::Error::Internal {
                 message: "verify: the settings failed their checks only without the draft ids"
                     .into(),
             });
@@ -230,17 +236,6 @@ fn verify_cuda_fused(
 }
 
 pub(crate) fn greedy_check(st: &Check, where_: impl Fn() -> String) -> Result<()> {
-    if st.non_finite() {
-        return Err(non_finite(
-            "target_logits",
-            format!("NaN or +inf in {}", where_()),
-        ));
-    }
-    if !st.has_finite() {
-        return Err(Error::invalid(
-            "target_logits",
-            format!("{} has no finite entry (every token masked)", where_()),
-        ));
-    }
-    Ok(())
+    let (nan, empty) = (st.non_finite(), !st.has_finite());
+    check_row("target_logits", nan, empty, Scope::Masked, where_)
 }

@@ -7,7 +7,7 @@
 use super::super::rng::Stream;
 use crate::error::{Error, Result};
 use crate::limits::output_elements;
-use crate::view::{PerRequest, Seeds, Tokens};
+use crate::view::{PerRequest, Rows3, Seeds, Tokens};
 
 /// Options of a verification (`verify_slices`, `verify`).
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +81,26 @@ impl Request {
     /// `T` below [`super::super::GREEDY_BELOW`] (zero included): the distribution is the argmax.
     pub(crate) fn greedy(&self) -> bool {
         super::super::is_greedy_temperature(self.temperature)
+    }
+}
+
+/// A call's host rows: `target` `[B, K+1, V]`, the `B·K` draft ids, the optional draft logits
+/// `[B, K, V]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostRows<'a> {
+    pub target: Rows3<'a>,
+    pub tokens: &'a [i64],
+    pub draft: Option<Rows3<'a>>,
+}
+
+impl<'a> HostRows<'a> {
+    /// A call's rows.
+    pub(crate) fn new(target: Rows3<'a>, tokens: &'a [i64], draft: Option<Rows3<'a>>) -> Self {
+        HostRows {
+            target,
+            tokens,
+            draft,
+        }
     }
 }
 

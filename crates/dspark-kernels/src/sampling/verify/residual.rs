@@ -4,7 +4,7 @@
 //! the same `exp` as the row statistics); the draw then walks those block sums and scans a single
 //! block. A rejection therefore costs one pass over the two rows, not two scalar passes.
 
-use crate::cpu::{LANES, exp_with, multiversion};
+use crate::cpu::{exp_with, multiversion, zip_lanes};
 use crate::sampling::categorical::{Check, SideCheck};
 use crate::sampling::dist::Dist;
 use crate::view::{BLOCK, Floats};
@@ -58,23 +58,13 @@ multiversion! {
     /// already set to `-inf` outside their kept sets. Portable reference of
     /// [`block_residual`].
     fn block_residual_portable<M>(x: &[f32], y: &[f32], p: Scale, q: Scale) -> f32 {
-        let mut acc = [0f32; LANES];
-        let cx = x.chunks_exact(LANES);
-        let cy = y.chunks_exact(LANES);
-        let (tx, ty) = (cx.remainder(), cy.remainder());
-        for (a, b) in cx.zip(cy) {
-            for i in 0..LANES {
-                let pv = exp_with::<M>((a[i] - p.max) * p.s) * p.inv_z;
-                let qv = exp_with::<M>((b[i] - q.max) * q.s) * q.inv_z;
-                let r = pv - qv;
-                acc[i] += if r > 0.0 { r } else { 0.0 };
-            }
-        }
-        let mut t: f32 = acc.iter().sum();
-        for (&a, &b) in tx.iter().zip(ty) {
-            t += residual_at::<M>(a, b, p, q);
-        }
-        t
+        let lane = |s: f32, a: f32, b: f32| {
+            let pv = exp_with::<M>((a - p.max) * p.s) * p.inv_z;
+            let qv = exp_with::<M>((b - q.max) * q.s) * q.inv_z;
+            let r = pv - qv;
+            s + if r > 0.0 { r } else { 0.0 }
+        };
+        zip_lanes(x, y, lane, |a, b| residual_at::<M>(a, b, p, q))
     }
 }
 
