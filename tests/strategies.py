@@ -62,6 +62,7 @@ CODES = {
     "missing-file",
     "io",
     "bad-safetensors",
+    "bad-gguf",
     "shape-mismatch",
     "missing-tensor",
     "bad-dtype",
@@ -79,7 +80,11 @@ CODES = {
     "token-out-of-range",
     "invalid-argument",
     "too-large",
+    "device-unavailable",
+    "device-mismatch",
+    "callback",
     "backend",
+    "out-of-memory",
 }
 
 HUGE = [2**31, 2**32 + 5, 2**40]
