@@ -275,6 +275,10 @@ impl Drafter for AnyDrafter {
         }
     }
 
+    fn propose_cost(&self) -> Result<Option<dspark::models::ForwardCost>> {
+        each!(AnyDrafter, self, |d| d.propose_cost())
+    }
+
     // Forwarded: a native drafter on a device drafts a stateless batch in one pass.
     fn propose(
         &self,

@@ -17,6 +17,7 @@
 mod batched;
 mod bias;
 pub mod cache;
+mod cost;
 mod forward;
 mod in_block;
 pub mod qwen3;
@@ -211,6 +212,13 @@ pub trait Drafter {
     ) -> Result<(Proposal, Option<Tensor>)> {
         Ok((self.propose_cached(states, anchors, opts)?, None))
     }
+    /// What one block pass costs by the drafter's shape, per row of the block (a proposal for
+    /// `B` requests passes `B · block_size` rows): the scheduling policy's price of proposing
+    /// before it has timed a proposal. `None` (the default): unknown, and the policy drafts
+    /// to time one.
+    fn propose_cost(&self) -> Result<Option<crate::models::ForwardCost>> {
+        Ok(None)
+    }
     /// Stateless drafting: `context` is `[B, T, L·H_t]`, request `b`'s context covers positions
     /// `start_positions[b] ..` (one value broadcasts) and its anchor sits right after it. A
     /// state per request, extended and proposed from ([`Drafter::propose_cached`]).
@@ -314,5 +322,8 @@ impl<D: Drafter + ?Sized> Drafter for std::sync::Arc<D> {
         opts: &ProposeOptions,
     ) -> Result<Proposal> {
         (**self).propose(context, anchors, start_positions, opts)
+    }
+    fn propose_cost(&self) -> Result<Option<crate::models::ForwardCost>> {
+        (**self).propose_cost()
     }
 }

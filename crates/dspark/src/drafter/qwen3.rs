@@ -482,6 +482,10 @@ impl Drafter for Qwen3Drafter {
         self.on_host_pool(|| self.propose_states_kept(states, anchors, opts, true))
     }
 
+    fn propose_cost(&self) -> Result<Option<crate::models::ForwardCost>> {
+        Ok(Some(self.block_cost()))
+    }
+
     /// Stateless drafting. On the device-generic path every request's context and block go
     /// through one batched pass ([`super::batched`]); on the host fast path a state per
     /// request, as the default.

@@ -134,7 +134,12 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         };
         Ok(Self {
             sched: Scheduler::new(b, continuous, n),
-            planner: Planner::new(config.verify.clone(), n, drafter.info().has_confidence_head),
+            planner: Planner::new(config.verify.clone(), n, drafter.info().has_confidence_head)
+                .with_drafter_cost(
+                    drafter.propose_cost()?,
+                    drafter.info().block_size,
+                    !target.device().is_cpu(),
+                ),
             target,
             drafter,
             config,

@@ -1,12 +1,14 @@
 //! [`ForwardCost`]: what one forward of a target costs by its shape, which a target states (or
 //! the scheduler estimates) so that its cost model has a prior before any forward is timed
-//! (the policy room's `prior`).
+//! (the policy room's `prior`). A drafter states the same of its block pass, so that the
+//! policy can price a proposal before it has timed one.
 
+use crate::config::ModelShape;
 use crate::error::{Error, Result};
 use crate::nn::WeightDtype;
 use crate::nn::quant::Quant;
 
-/// What one forward of a target costs, by its shape.
+/// What one forward of a target (or one block pass of a drafter) costs, by its shape.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ForwardCost {
     /// Bytes of weights one forward reads whatever its token count: every layer's matrices
@@ -43,6 +45,15 @@ impl ForwardCost {
             quant: None,
             layer_seconds: None,
         }
+    }
+
+    /// Weights of one Qwen3-shaped decoder layer of `shape`: the attention projections and
+    /// the gated MLP.
+    pub fn layer_weights(shape: &ModelShape) -> usize {
+        let (h, d) = (shape.hidden_size, shape.head_dim);
+        let q = shape.num_attention_heads * d;
+        let kv = shape.num_key_value_heads * d;
+        h * (2 * q + 2 * kv) + 3 * h * shape.intermediate_size
     }
 
     /// `invalid-argument` unless the byte and operation counts are finite and positive.

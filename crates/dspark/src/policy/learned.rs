@@ -112,13 +112,7 @@ impl ForwardTimes {
         rounds: RangeInclusive<usize>,
     ) -> Result<StepsPerSecond> {
         let cost = |n: usize| 1.0 / profiled.sps(n);
-        let ratios = self
-            .0
-            .rings
-            .iter()
-            .flat_map(|(&n, r)| r.0.iter().map(move |&s| s / cost(n)))
-            .collect();
-        let Some(scale) = median(ratios).filter(|s| s.is_finite() && *s > 0.0) else {
+        let Some(scale) = self.scale(profiled) else {
             return Ok(profiled.clone());
         };
         let line = self.line(&rounds);
@@ -152,6 +146,21 @@ impl ForwardTimes {
             })
             .collect();
         profiled.with_points(points)
+    }
+
+    /// How the kept timings run against `profiled`: the median ratio of each to the table's
+    /// cost at its count (`None` when nothing is kept). Above 1 the machine runs slower than
+    /// the table says (a busy machine, a long context, a small model's kernels below the
+    /// machine's rates).
+    pub(crate) fn scale(&self, profiled: &StepsPerSecond) -> Option<f64> {
+        let cost = |n: usize| 1.0 / profiled.sps(n);
+        let ratios = self
+            .0
+            .rings
+            .iter()
+            .flat_map(|(&n, r)| r.0.iter().map(move |&s| s / cost(n)))
+            .collect();
+        median(ratios).filter(|s| s.is_finite() && *s > 0.0)
     }
 
     /// The least-squares line `t(n) = a + b·n` through the median timing of every count timed
@@ -281,6 +290,25 @@ impl RoundCosts {
             propose,
             drafted_rest,
             plain_rest,
+        })
+    }
+
+    /// [`RoundCosts::get`], or before a batch size near `batch` has its drafted rounds timed,
+    /// `propose`: a prior's per-request seconds of proposing (`None`: no prior, and no costs).
+    /// Either round's rest is then what plain rounds timed (a drafted round's kernels where
+    /// one was timed; 0 before any round).
+    pub(crate) fn get_or_prior(&self, batch: usize, propose: Option<f64>) -> Option<Costs> {
+        self.get(batch).or_else(|| {
+            let rest = self
+                .plain_rest
+                .near(batch)
+                .or_else(|| self.drafted_kernels.near(batch))
+                .unwrap_or(0.0);
+            Some(Costs {
+                propose: propose.filter(|p| p.is_finite() && *p >= 0.0)?,
+                drafted_rest: rest,
+                plain_rest: rest,
+            })
         })
     }
 }

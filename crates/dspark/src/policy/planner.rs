@@ -21,12 +21,20 @@
 //! stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
 //! again), and for a request without confidences yet, the round drafts to refresh them if
 //! drafting would pay at the best acceptance the record supports; where even that does not pay
-//! (a compute-bound batch), no refresh is taken and the rounds stay plain. A plain round is
+//! (a compute-bound batch), no refresh is taken and the rounds stay plain; nor is one taken
+//! when fewer tokens are left to generate than the streak it would end. A plain round is
 //! exactly a target-only step (same seeds: greedy output is unchanged and sampling stays
 //! exact); its features (and a joining request's prefill features) wait for the request's next
 //! proposal, and extend its drafter context in one call then.
 //!
-//! Under the learned table ([`VerifyPolicy::ScheduledMeasured`]), a choice for drafting that is
+//! Under the learned table ([`VerifyPolicy::ScheduledMeasured`]) the round costs need no
+//! drafted round either: until a batch size has its proposals timed, proposing is priced from
+//! the drafter's shape ([`Drafter::propose_cost`](crate::drafter::Drafter::propose_cost)) on
+//! this machine, scaled as the target's timings run against its own prior. A batch whose best
+//! drafted round loses even with every draft accepted then never drafts (on a small target,
+//! a batch of 16), where it used to pay two drafted rounds to learn so.
+//!
+//! Under the learned table, a choice for drafting that is
 //! close (the plain round expected at [`EXPLORE_SHARE`] of the drafted one or more) while the
 //! plain round's size has fewer than `MIN_SAMPLES` timings rests on the prior's guess of that
 //! size: once the acceptance record holds 8 request-rounds, a plain round is taken to time
@@ -36,9 +44,9 @@
 //! takes the same target-only step inside a drafted round.
 
 use super::acceptance::{Acceptance, unit};
-use super::learned::{ForwardTimes, MIN_SAMPLES, RoundCosts};
+use super::learned::{Costs, ForwardTimes, MIN_SAMPLES, RoundCosts};
 use super::machine::Machine;
-use super::prior::prior_table;
+use super::prior::{prior_table, seconds};
 use super::profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
 use super::weigh::{drafting_pays, stale_of};
 use super::{
@@ -141,7 +149,18 @@ pub(crate) struct Planner {
     times: ForwardTimes,
     /// A round's costs outside the forward.
     costs: RoundCosts,
+    /// The drafter's block pass by shape: the price of proposing until proposals are timed.
+    drafter: Option<DrafterPrior>,
     streak: Streak,
+}
+
+/// The drafter's block pass by shape ([`Drafter::propose_cost`](crate::drafter::Drafter)):
+/// a proposal for `B` requests passes `B · rows` rows, on an accelerator or not.
+#[derive(Debug, Clone, Copy)]
+struct DrafterPrior {
+    cost: ForwardCost,
+    rows: usize,
+    accelerator: bool,
 }
 
 impl Planner {
@@ -156,8 +175,50 @@ impl Planner {
             base: None,
             times: ForwardTimes::default(),
             costs: RoundCosts::default(),
+            drafter: None,
             streak: Streak::default(),
         }
+    }
+
+    /// The drafter's block pass by shape (`cost`, per row; `rows` per request), for the
+    /// policy to price proposing before it has timed a proposal: priced on this machine (or
+    /// the nominal `accelerator`) and scaled as the target's own timings run against its
+    /// prior. Without it (`None`: a drafter that does not state one) the first rounds of each
+    /// batch size draft to time their proposals.
+    pub(crate) fn with_drafter_cost(
+        mut self,
+        cost: Option<ForwardCost>,
+        rows: usize,
+        accelerator: bool,
+    ) -> Self {
+        self.drafter = cost
+            .filter(|c| c.validate().is_ok())
+            .map(|cost| DrafterPrior {
+                cost,
+                rows: rows.max(1),
+                accelerator,
+            });
+        self
+    }
+
+    /// The costs of a round of `b` requests outside the target forward: as timed
+    /// ([`RoundCosts::get`]), else with proposing priced by the drafter's shape under the
+    /// learned table (see [`Planner::with_drafter_cost`]).
+    fn round_costs(&self, b: usize) -> Option<Costs> {
+        let prior = match (&self.verify, &self.drafter, &self.base) {
+            (VerifyPolicy::ScheduledMeasured, Some(d), Some(base)) => {
+                let machine = if d.accelerator {
+                    Machine::accelerator()
+                } else {
+                    Machine::current()
+                };
+                let scale = self.times.scale(&base.table).unwrap_or(1.0);
+                let rows = b.max(1) * d.rows;
+                Some(scale * seconds(&d.cost, rows, &machine, d.accelerator) / b.max(1) as f64)
+            }
+            _ => None,
+        };
+        self.costs.get_or_prior(b, prior)
     }
 
     /// Whether the policy uses the confidence policies' bookkeeping (round costs, pending
@@ -190,13 +251,15 @@ impl Planner {
 
     /// Whether a round of the drafting requests whose previous-round confidences are `stale`
     /// (one entry each) drafts; the streak of plain rounds follows. `measured`: this round's
-    /// table (see [`Planner::round_table`]).
+    /// table (see [`Planner::round_table`]); `remaining`: the most tokens a drafting request
+    /// may still commit (its budget).
     pub(crate) fn drafts(
         &mut self,
         stale: &[Option<&[f32]>],
         measured: Option<&StepsPerSecond>,
+        remaining: usize,
     ) -> Result<bool> {
-        let drafts = self.drafting_pays_now(stale, measured)?;
+        let drafts = self.drafting_pays_now(stale, measured, remaining)?;
         if drafts {
             self.streak.since_draft = 0;
         } else {
@@ -215,6 +278,7 @@ impl Planner {
         &mut self,
         stale: &[Option<&[f32]>],
         measured: Option<&StepsPerSecond>,
+        remaining: usize,
     ) -> Result<bool> {
         let n = self.num_speculative;
         let b = stale.len();
@@ -229,7 +293,7 @@ impl Planner {
         if n == 0 {
             return Ok(true);
         }
-        let Some(costs) = self.costs.get(b) else {
+        let Some(costs) = self.round_costs(b) else {
             return Ok(true);
         };
         // A refresh (the streak is due) or a request without confidences yet: the round's
@@ -239,7 +303,11 @@ impl Planner {
         // a compute-bound batch it also appends every pending feature row). A drafter without
         // a confidence head never has any: its choice reads the measured acceptance alone.
         let fresh = self.confidences && (0..b).any(|r| stale_of(stale, r, n).is_none());
-        let due = self.streak.since_draft >= self.streak.refresh_after;
+        // A refresh buys its price back over the rounds after it: with fewer tokens left than
+        // the streak it ends, it is not taken (the streak's growth prices how often refreshes
+        // find drafting still not paying).
+        let due = self.streak.since_draft >= self.streak.refresh_after
+            && remaining >= self.streak.refresh_after;
         if fresh || due {
             let best: Vec<f32> = (0..b)
                 .flat_map(|_| (0..n).map(|k| self.acceptance.optimistic(k)))
@@ -316,8 +384,7 @@ impl Planner {
         // kernels, the context extension), from the rounds observed so far: a round pays it
         // whatever it verifies, so the scheduler weighs each table entry with it.
         let outside = self
-            .costs
-            .get(b)
+            .round_costs(b)
             .map(|c| b as f64 * (c.propose + c.drafted_rest));
         let priced = |sps: &StepsPerSecond| match outside {
             Some(secs) => sps.with_overhead(secs),
@@ -481,7 +548,7 @@ mod tests {
         // followed by the refresh the streak asks for.
         let mut plain = 0;
         for _ in 0..12 {
-            if p.drafts(&stale, Some(&flat)).unwrap() {
+            if p.drafts(&stale, Some(&flat), 64).unwrap() {
                 p.observe_forward(2, 1e-3);
             } else {
                 plain += 1;
@@ -493,12 +560,97 @@ mod tests {
             "plain rounds taken to time the plain size"
         );
         // Timed as the prior said: drafting from then on.
-        assert!(p.drafts(&stale, Some(&flat)).unwrap());
+        assert!(p.drafts(&stale, Some(&flat), 64).unwrap());
         // A user's table is never second-guessed.
         let mut given = Planner::new(VerifyPolicy::Scheduled(flat.clone()), 1, true);
         for _ in 0..2 {
             given.observe_round(1, false, true, 3e-4, 0.0, 0.0);
         }
-        assert!(given.drafts(&stale, None).unwrap());
+        assert!(given.drafts(&stale, None, 64).unwrap());
+    }
+
+    /// A planner under the learned table whose base is `table` (as `measured_table` would
+    /// keep it), with a drafter whose block pass costs `cost`.
+    fn learned(n: usize, table: &StepsPerSecond, cost: Option<ForwardCost>) -> Planner {
+        let mut p = Planner::new(VerifyPolicy::ScheduledMeasured, n, true).with_drafter_cost(
+            cost,
+            n + 1,
+            true,
+        );
+        p.base = Some(Base {
+            max: 64,
+            table: table.clone(),
+            profiled: false,
+        });
+        p
+    }
+
+    /// A drafter whose block pass costs `seconds` on a nominal accelerator, whatever its rows.
+    fn pass(seconds: f64) -> ForwardCost {
+        ForwardCost {
+            weight_bytes: 1.0,
+            flops_per_token: 1.0,
+            layers: 1,
+            dtype: WeightDtype::F32,
+            quant: None,
+            layer_seconds: Some(seconds),
+        }
+    }
+
+    #[test]
+    fn the_drafter_s_shape_prices_proposing_before_a_proposal_is_timed() {
+        // 1 ms a forward of up to 64 tokens: 4 requests with 4 drafts each would verify 20
+        // tokens for the price of 4, if proposing cost nothing.
+        let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
+        let stale = [None; 4];
+        // Cheap to propose: the first round drafts (to learn the acceptance).
+        let mut cheap = learned(4, &flat, Some(pass(1e-5)));
+        assert!(cheap.drafts(&stale, Some(&flat), 64).unwrap());
+        // A pass at 20 ms: no drafted round beats the plain one, even with every draft
+        // accepted; the rounds stay plain, and no refresh is taken.
+        let mut dear = learned(4, &flat, Some(pass(2e-2)));
+        for _ in 0..40 {
+            assert!(!dear.drafts(&stale, Some(&flat), 64).unwrap());
+        }
+        // The target's timings scale the prior: a pass at 4 ms ties (20 tokens in 5 ms against
+        // 4 in 1) until forwards run at twice the target's prior; then it is priced at 8 ms.
+        let mut tie = learned(4, &flat, Some(pass(4e-3)));
+        assert!(tie.drafts(&stale, Some(&flat), 64).unwrap());
+        let mut slow = learned(4, &flat, Some(pass(4e-3)));
+        for _ in 0..4 {
+            slow.observe_forward(4, 2e-3);
+        }
+        assert!(!slow.drafts(&stale, Some(&flat), 64).unwrap());
+        // A drafter that states no cost: the first rounds draft, to time a proposal.
+        let mut unknown = learned(4, &flat, None);
+        assert!(unknown.drafts(&stale, Some(&flat), 64).unwrap());
+        // Once proposals are timed, the timings price them, not the shape.
+        for _ in 0..2 {
+            dear.observe_round(4, false, true, 4.0 * 1e-5, 0.0, 0.0);
+        }
+        assert!(dear.drafts(&stale, Some(&flat), 64).unwrap());
+    }
+
+    #[test]
+    fn a_refresh_is_not_taken_with_fewer_tokens_left_than_its_streak() {
+        // One request, one draft: 1 ms a forward, proposing 0.3 ms. Stale confidences of 0.1
+        // say drafting does not pay; a fresh block (every draft accepted, the optimistic
+        // bound) would: the streak of plain rounds ends in a refresh, 1 round, then 4.
+        let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
+        let run = |remaining: usize| -> Vec<bool> {
+            let mut p = learned(1, &flat, None);
+            for _ in 0..2 {
+                p.observe_round(1, false, true, 3e-4, 0.0, 0.0);
+            }
+            let conf = [0.1f32];
+            let stale = [Some(&conf[..])];
+            (0..8)
+                .map(|_| p.drafts(&stale, Some(&flat), remaining).unwrap())
+                .collect()
+        };
+        let f = false;
+        assert_eq!(run(64), [f, true, f, f, f, f, true, f]);
+        // Three tokens left: the streak of 4 would not be repaid.
+        assert_eq!(run(3), [f, true, f, f, f, f, f, f]);
     }
 }

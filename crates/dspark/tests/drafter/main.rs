@@ -10,6 +10,7 @@ mod drafter_common;
 mod sampling_support;
 
 mod cache;
+mod cost;
 mod counts;
 mod generic;
 mod in_block;

@@ -53,10 +53,15 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             self.planner.drafting_forced();
             false
         } else {
+            let remaining = rows
+                .iter()
+                .filter_map(|&i| self.sched.rows[i].as_ref().map(|s| s.budget_left()))
+                .max()
+                .unwrap_or(0);
             !drafting.is_empty()
                 && !self
                     .planner
-                    .drafts(&stale(&self.sched, &rows), measured.as_ref())?
+                    .drafts(&stale(&self.sched, &rows), measured.as_ref(), remaining)?
         };
         let mut plan = Plan {
             lens: vec![0; act.len()],

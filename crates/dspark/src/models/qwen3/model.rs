@@ -412,11 +412,8 @@ impl TargetModel for Qwen3Target {
 
     fn forward_cost(&self) -> Result<Option<ForwardCost>> {
         let c = &self.config.shape;
-        let (h, d) = (c.hidden_size, c.head_dim);
-        let q = c.num_attention_heads * d;
-        let kv = c.num_key_value_heads * d;
-        let layer = h * (2 * q + 2 * kv) + 3 * h * c.intermediate_size;
-        let weights = c.num_hidden_layers * layer + c.vocab_size * h;
+        let layer = ForwardCost::layer_weights(c);
+        let weights = c.num_hidden_layers * layer + c.vocab_size * c.hidden_size;
         Ok(Some(ForwardCost {
             weight_bytes: self.weight_bytes_per_step() as f64,
             flops_per_token: 2.0 * weights as f64,
