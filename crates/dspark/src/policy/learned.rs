@@ -8,7 +8,10 @@
 //! The loop serves the same target every round, so each verify (and plain) forward is one more
 //! timing at its count. [`ForwardTimes`] keeps the latest ones per count and rebuilds the table:
 //! - a scale, the median ratio of every kept timing to the profiled cost at its count, moves
-//!   the whole profile (the machine's current speed, the serving context);
+//!   the whole profile (the machine's current speed, the serving context); under the prior,
+//!   two: its reads scale by the forwards they bound (decode steps) and its multiplies by
+//!   the ones they bound (a prefill), so that a small model's kernels, slow against the
+//!   machine's multiply rate, price a wide verification from its first prefill on;
 //! - at a count with [`MIN_SAMPLES`] timings or more, their median weighs against the scaled
 //!   profile as [`PROFILE_WEIGHT`] observations; fewer keep the scaled profile (one preempted
 //!   forward must not price a size out of the scheduler's reach, where it would never be
@@ -28,6 +31,7 @@ use std::ops::RangeInclusive;
 
 use crate::error::Result;
 use crate::policy::StepsPerSecond;
+use crate::policy::prior::Split;
 use crate::policy::table::median;
 
 /// Latest timings kept per key.
@@ -106,13 +110,15 @@ impl ForwardTimes {
     /// nothing is kept. Its sizes are the profile's and every timed count. `rounds`: the
     /// counts a round can verify (a plain round's `B` to a drafted round's `B·(K + 1)`), over
     /// which a line through the timings prices the table ([`ForwardTimes::line`]).
+    /// `split`: the prior's two bounds, when `profiled` is the prior (each then scales by the
+    /// timings of the forwards it bounds: [`ForwardTimes::scales`]).
     pub(crate) fn refine(
         &self,
         profiled: &StepsPerSecond,
         rounds: RangeInclusive<usize>,
+        split: Option<&Split>,
     ) -> Result<StepsPerSecond> {
-        let cost = |n: usize| 1.0 / profiled.sps(n);
-        let Some(scale) = self.scale(profiled) else {
+        let Some(scales) = self.scales(profiled, split) else {
             return Ok(profiled.clone());
         };
         let line = self.line(&rounds);
@@ -129,7 +135,7 @@ impl ForwardTimes {
         let points = sizes
             .into_iter()
             .map(|n| {
-                let scaled = scale * cost(n);
+                let scaled = scales.price(profiled, split, n);
                 let prior = match line {
                     Some(l) if l.covers(n) => l.at(n).max(scaled / 4.0),
                     _ => scaled,
@@ -148,19 +154,31 @@ impl ForwardTimes {
         profiled.with_points(points)
     }
 
-    /// How the kept timings run against `profiled`: the median ratio of each to the table's
-    /// cost at its count (`None` when nothing is kept). Above 1 the machine runs slower than
-    /// the table says (a busy machine, a long context, a small model's kernels below the
-    /// machine's rates).
-    pub(crate) fn scale(&self, profiled: &StepsPerSecond) -> Option<f64> {
-        let cost = |n: usize| 1.0 / profiled.sps(n);
-        let ratios = self
-            .0
-            .rings
-            .iter()
-            .flat_map(|(&n, r)| r.0.iter().map(move |&s| s / cost(n)))
-            .collect();
-        median(ratios).filter(|s| s.is_finite() && *s > 0.0)
+    /// How the kept timings run against `profiled` (see [`Scales`]); `None` when nothing is
+    /// kept. With the prior's `split`, a timing scales the bound that prices its count: the
+    /// reads where they bound it (a decode step), the multiplies where they do (a prefill, a
+    /// wide verification); a bound no timing reached takes the other's scale.
+    pub(crate) fn scales(
+        &self,
+        profiled: &StepsPerSecond,
+        split: Option<&Split>,
+    ) -> Option<Scales> {
+        let (mut reads, mut multiplies) = (Vec::new(), Vec::new());
+        for (&n, ring) in &self.0.rings {
+            let (bound, into) = match split.map(|s| s.parts(n)) {
+                Some((r, c)) if c > r => (c, &mut multiplies),
+                Some((r, _)) => (r, &mut reads),
+                None => (1.0 / profiled.sps(n), &mut reads),
+            };
+            into.extend(ring.0.iter().map(|&t| t / bound));
+        }
+        let ok = |v: Vec<f64>| median(v).filter(|s| s.is_finite() && *s > 0.0);
+        let (read, multiply) = match (ok(reads), ok(multiplies)) {
+            (Some(r), Some(m)) => (r, m),
+            (Some(x), None) | (None, Some(x)) => (x, x),
+            (None, None) => return None,
+        };
+        Some(Scales { read, multiply })
     }
 
     /// The least-squares line `t(n) = a + b·n` through the median timing of every count timed
@@ -226,6 +244,31 @@ impl Line {
 
     fn at(&self, n: usize) -> f64 {
         self.a + self.b * n as f64
+    }
+}
+
+/// How the machine runs the target now against a table's prices: the median ratio of the
+/// kept timings to the price at their counts, one for the forwards the reads bound and one
+/// for those the multiplies bound (equal without the prior's split). Above 1 it runs slower
+/// than priced (a busy machine, a long context, a small model's kernels below the machine's
+/// rates).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Scales {
+    pub(crate) read: f64,
+    pub(crate) multiply: f64,
+}
+
+impl Scales {
+    /// The scaled price of a forward of `n` tokens: each bound of `split` by its scale, the
+    /// larger; without a split, `profiled`'s price by the one scale.
+    pub(crate) fn price(&self, profiled: &StepsPerSecond, split: Option<&Split>, n: usize) -> f64 {
+        match split {
+            Some(s) => {
+                let (r, c) = s.parts(n);
+                (self.read * r).max(self.multiply * c)
+            }
+            None => self.read / profiled.sps(n),
+        }
     }
 }
 
@@ -324,13 +367,13 @@ mod tests {
     #[test]
     fn no_timings_leave_the_profile() {
         let p = StepsPerSecond::linear(vec![(1, 1000.0), (9, 400.0)]).unwrap();
-        assert_eq!(ForwardTimes::default().refine(&p, 1..=64).unwrap(), p);
+        assert_eq!(ForwardTimes::default().refine(&p, 1..=64, None).unwrap(), p);
         let mut t = ForwardTimes::default();
         t.record(0, 1.0);
         t.record(3, f64::NAN);
         t.record(3, -1.0);
         t.record(3, 0.0);
-        assert_eq!(t.refine(&p, 1..=64).unwrap(), p);
+        assert_eq!(t.refine(&p, 1..=64, None).unwrap(), p);
     }
 
     #[test]
@@ -346,7 +389,7 @@ mod tests {
         for _ in 0..WINDOW / 2 {
             t.record(5, 3e-3);
         }
-        let r = t.refine(&p, 1..=64).unwrap();
+        let r = t.refine(&p, 1..=64, None).unwrap();
         // The median ratio is 2: untimed counts are the profile doubled.
         assert!(close(r.sps(1), 500.0), "{}", r.sps(1));
         assert!(close(r.sps(64), 500.0), "{}", r.sps(64));
@@ -375,7 +418,7 @@ mod tests {
         t.record(21, truth(21));
         t.record(24, truth(24));
         t.record(400, 0.2);
-        let r = t.refine(&p, 1..=64).unwrap();
+        let r = t.refine(&p, 1..=64, None).unwrap();
         // Between and around the round sizes the line prices the target, not the prior.
         for n in [4, 12, 20, 30] {
             let got = 1.0 / r.sps(n);
@@ -392,15 +435,65 @@ mod tests {
         }
         few.record(20, 5.0);
         few.record(21, 5.0);
-        let r = few.refine(&p, 1..=64).unwrap();
+        let r = few.refine(&p, 1..=64, None).unwrap();
         assert!(close(r.sps(12), p.sps(12) / 4.0), "{}", r.sps(12));
         // One count alone (no span): the old rule, the scaled prior.
         let mut one = ForwardTimes::default();
         for _ in 0..4 {
             one.record(4, 2e-3);
         }
-        let r = one.refine(&p, 1..=64).unwrap();
+        let r = one.refine(&p, 1..=64, None).unwrap();
         assert!(close(r.sps(20), p.sps(20) / 2.0), "{}", r.sps(20));
+    }
+
+    #[test]
+    fn reads_and_multiplies_scale_apart_under_the_prior_s_split() {
+        use crate::models::ForwardCost;
+        use crate::nn::WeightDtype;
+        use crate::policy::Machine;
+        use crate::policy::prior::prior_table;
+        // 10 ms of reads, 1 ms a token of multiplies: the knee at 10 tokens.
+        let cost = ForwardCost {
+            weight_bytes: 1e8,
+            flops_per_token: 1e8,
+            layers: 1,
+            dtype: WeightDtype::F32,
+            quant: None,
+            layer_seconds: Some(1e-12),
+        };
+        let m = Machine {
+            read_bytes_per_s: 1e10,
+            flops_f32: 1e11,
+            flops_bf16: 1e11,
+            flops_q8_0: 1e11,
+            flops_q4_k: 1e11,
+        };
+        let split = Split::new(&cost, &m, false);
+        let prior = prior_table(&cost, &m, false, 64, 8).unwrap();
+        // Decode steps run at twice the reads' price, a prefill of 400 tokens at half the
+        // multiplies'.
+        let mut t = ForwardTimes::default();
+        for _ in 0..5 {
+            t.record(1, 2e-2);
+        }
+        t.record(400, 0.2);
+        let r = t.refine(&prior, 1..=1, Some(&split)).unwrap();
+        let secs = |n: usize| 1.0 / r.sps(n);
+        // 9 tokens: the reads (20 ms) bound it; 64: the multiplies (32 ms, not 64 x 2).
+        assert!((secs(9) - 2e-2).abs() < 1e-6, "{}", secs(9));
+        assert!((secs(64) - 3.2e-2).abs() < 1e-6, "{}", secs(64));
+        // One scale without the split: the median ratio (2, the decode steps') prices all.
+        let one = t.refine(&prior, 1..=1, None).unwrap();
+        assert!(
+            (1.0 / one.sps(64) - 0.128).abs() < 1e-6,
+            "{}",
+            1.0 / one.sps(64)
+        );
+        // Before any forward bound by the multiplies is timed, the reads' scale prices both.
+        let mut decode = ForwardTimes::default();
+        decode.record(1, 2e-2);
+        let s = decode.scales(&prior, Some(&split)).unwrap();
+        assert_eq!(s.read, s.multiply);
     }
 
     #[test]
@@ -414,14 +507,14 @@ mod tests {
         for _ in 0..MIN_SAMPLES - 1 {
             t.record(9, 50.0 / p.sps(9));
         }
-        let r = t.refine(&p, 1..=64).unwrap();
+        let r = t.refine(&p, 1..=64, None).unwrap();
         assert!(close(r.sps(9), p.sps(9)), "{} vs {}", r.sps(9), p.sps(9));
         // With normal timings after them the median is normal, and the ring keeps the latest
         // WINDOW: normal timings push the slow ones out.
         for _ in 0..WINDOW {
             t.record(9, 1.0 / p.sps(9));
         }
-        let r = t.refine(&p, 1..=64).unwrap();
+        let r = t.refine(&p, 1..=64, None).unwrap();
         assert!(close(r.sps(9), p.sps(9)), "{} vs {}", r.sps(9), p.sps(9));
     }
 

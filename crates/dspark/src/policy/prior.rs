@@ -9,8 +9,10 @@
 //! The first term is what a forward spends issuing its operations (a few microseconds per
 //! layer on a CPU, tens of them on a GPU whose every launch costs host time). The engine's
 //! round loop refines the table from each forward it times (module `learned`): the median
-//! ratio of the timings to this table rescales all of it from the first round on, and a
-//! token count timed three times or more is priced by its own timings.
+//! ratio of the timings to each bound ([`Split`]: the reads and the multiplies) rescales that
+//! bound from the first round on, and a token count timed three times or more is priced by its
+//! own timings. The drafter's block pass is priced the same way, by its own shape
+//! ([`Drafter::propose_cost`](crate::drafter::Drafter::propose_cost)) and the target's scales.
 
 use crate::error::Result;
 use crate::models::ForwardCost;
@@ -33,14 +35,42 @@ pub(crate) fn seconds(
     machine: &Machine,
     accelerator: bool,
 ) -> f64 {
-    let overhead = cost.layer_seconds.unwrap_or(if accelerator {
-        DEVICE_LAYER_OVERHEAD
-    } else {
-        CPU_LAYER_OVERHEAD
-    });
-    let read = cost.weight_bytes / machine.read_bytes_per_s;
-    let compute = tokens as f64 * cost.flops_per_token / machine.flops(cost.dtype, cost.quant);
-    cost.layers.max(1) as f64 * overhead + read.max(compute)
+    let (read, compute) = Split::new(cost, machine, accelerator).parts(tokens);
+    read.max(compute)
+}
+
+/// A forward's prior split in its two bounds: the overhead with the weights' reads, and the
+/// overhead with the multiplies of its tokens. The refinement (module `learned`) scales each by
+/// the timings of forwards it bounds: a decode step times the first, a prefill the second.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Split {
+    overhead: f64,
+    read: f64,
+    per_token: f64,
+}
+
+impl Split {
+    /// The split of `cost` on `machine` (`accelerator`: on a device).
+    pub(crate) fn new(cost: &ForwardCost, machine: &Machine, accelerator: bool) -> Self {
+        let layer = cost.layer_seconds.unwrap_or(if accelerator {
+            DEVICE_LAYER_OVERHEAD
+        } else {
+            CPU_LAYER_OVERHEAD
+        });
+        Self {
+            overhead: cost.layers.max(1) as f64 * layer,
+            read: cost.weight_bytes / machine.read_bytes_per_s,
+            per_token: cost.flops_per_token / machine.flops(cost.dtype, cost.quant),
+        }
+    }
+
+    /// `(overhead + reads, overhead + multiplies)` of a forward of `tokens` tokens, in seconds.
+    pub(crate) fn parts(&self, tokens: usize) -> (f64, f64) {
+        (
+            self.overhead + self.read,
+            self.overhead + tokens as f64 * self.per_token,
+        )
+    }
 }
 
 /// The prior table of `cost` up to `max_tokens` verified tokens, over the sizes the profile

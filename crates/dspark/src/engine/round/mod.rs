@@ -44,6 +44,9 @@ pub(super) struct Plan {
     pub(super) drafted: Vec<bool>,
     /// The scheduling policy chose a round without drafts for every request.
     pub(super) plain: bool,
+    /// The scheduling policy chose a probe: one request drafts, to learn (its costs price no
+    /// round of either kind).
+    pub(super) probe: bool,
     /// Seconds proposing (without appending the pending features first: that is the cost of
     /// switching back from plain rounds, not of drafting).
     pub(super) propose_seconds: f64,
@@ -417,7 +420,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             self.planner.observe_round(
                 p.act.len(),
                 p.plain,
-                p.drafted.iter().any(|&d| d),
+                !p.probe && p.drafted.iter().any(|&d| d),
                 p.propose_seconds,
                 after - drafter_seconds,
                 drafter_seconds,

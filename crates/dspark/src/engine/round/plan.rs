@@ -18,6 +18,7 @@ use crate::engine::output::StepOutput;
 use crate::engine::scheduler::Scheduler;
 use crate::error::Result;
 use crate::models::TargetModel;
+use crate::policy::Drafting;
 
 impl<T: TargetModel, D: Drafter> Engine<T, D> {
     /// The plan of this round for the running rows `act`.
@@ -49,19 +50,24 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             .collect();
         let measured = self.planner.round_table(&self.target, drafting.len())?;
         let rows: Vec<usize> = drafting.iter().map(|&j| act[j]).collect();
-        let plain = if drafting.iter().any(|&j| pinned[j]) {
+        let choice = if drafting.iter().any(|&j| pinned[j]) {
             self.planner.drafting_forced();
-            false
+            Drafting::All
+        } else if drafting.is_empty() {
+            Drafting::Plain
         } else {
             let remaining = rows
                 .iter()
                 .filter_map(|&i| self.sched.rows[i].as_ref().map(|s| s.budget_left()))
                 .max()
                 .unwrap_or(0);
-            !drafting.is_empty()
-                && !self
-                    .planner
-                    .drafts(&stale(&self.sched, &rows), measured.as_ref(), remaining)?
+            self.planner
+                .drafts(&stale(&self.sched, &rows), measured.as_ref(), remaining)?
+        };
+        let plain = choice == Drafting::Plain && !drafting.is_empty();
+        let drafting = match choice {
+            Drafting::Probe if !drafting.is_empty() => vec![self.probed(&act, &drafting)],
+            _ => drafting,
         };
         let mut plan = Plan {
             lens: vec![0; act.len()],
@@ -70,6 +76,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             confidence: vec![None; act.len()],
             drafted: vec![false; act.len()],
             plain,
+            probe: choice == Drafting::Probe,
             propose_seconds: 0.0,
             act,
         };
@@ -95,6 +102,18 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         }
         self.planner.decay();
         Ok(plan)
+    }
+
+    /// The request (an index into `act`, one of `drafting`) a probe round drafts: the first
+    /// without confidences, else each in turn.
+    fn probed(&mut self, act: &[usize], drafting: &[usize]) -> usize {
+        let fresh = drafting.iter().copied().find(|&j| {
+            self.sched.rows[act[j]]
+                .as_ref()
+                .is_some_and(|s| s.stale.is_none())
+        });
+        let turn = self.planner.next_probe();
+        fresh.unwrap_or_else(|| drafting[turn % drafting.len().max(1)])
     }
 
     /// Append the pending features of the requests `drafting` (indices into `plan.act`) to

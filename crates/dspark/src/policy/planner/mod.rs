@@ -19,13 +19,17 @@
 //! pending rows, a refresh round), and near a tie the estimates' noise would decide.
 //! Confidences go stale in plain rounds: after a streak of them (1 plain round after drafting
 //! stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
-//! again), and for a request without confidences yet, the round drafts to refresh them if
-//! drafting would pay at the best acceptance the record supports; where even that does not pay
-//! (a compute-bound batch), no refresh is taken and the rounds stay plain; nor is one taken
-//! when fewer tokens are left to generate than the streak it would end. A plain round is
-//! exactly a target-only step (same seeds: greedy output is unchanged and sampling stays
-//! exact); its features (and a joining request's prefill features) wait for the request's next
-//! proposal, and extend its drafter context in one call then.
+//! again), and before any drafted round (no request has confidences, the record is empty),
+//! the round explores if drafting would pay at the best acceptance the record supports; where
+//! even that does not pay (a compute-bound batch), no refresh is taken and the rounds stay
+//! plain; nor is one taken when fewer tokens are left to generate than the streak it would
+//! end. An exploring round of several requests is a probe ([`Drafting::Probe`]): one request
+//! drafts (the first without confidences, else each in turn), paying one proposal and one
+//! context catch-up where the whole batch would pay `B` of each, and the next round weighs
+//! the batch on what it taught (a request without confidences by the record). A plain round
+//! is exactly a target-only step (same seeds: greedy output is unchanged and sampling stays
+//! exact); its features (and a joining request's prefill features) wait for the request's
+//! next proposal, and extend its drafter context in one call then.
 //!
 //! Under the learned table ([`VerifyPolicy::ScheduledMeasured`]) the round costs need no
 //! drafted round either: until a batch size has its proposals timed, proposing is priced from
@@ -46,7 +50,7 @@
 use super::acceptance::{Acceptance, unit};
 use super::learned::{Costs, ForwardTimes, MIN_SAMPLES, RoundCosts};
 use super::machine::Machine;
-use super::prior::{prior_table, seconds};
+use super::prior::{Split, prior_table};
 use super::profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
 use super::weigh::{drafting_pays, stale_of};
 use super::{
@@ -72,6 +76,19 @@ pub const EXPLORE_SHARE: f64 = 0.8;
 /// Request-rounds the acceptance record holds (at the first draft position) before a close
 /// choice is tested with a plain round: earlier, the drafted estimate is mostly the prior's.
 const EXPLORE_EVIDENCE: f64 = 8.0;
+
+/// What a round does with its drafting requests ([`Planner::drafts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drafting {
+    /// No request drafts: a target-only step.
+    Plain,
+    /// Every drafting request drafts.
+    All,
+    /// One request drafts, to learn what the choice needs (confidences, the acceptance, a
+    /// proposal's time) at the price of one request's proposal and context catch-up; the others
+    /// take target-only steps in the same forward.
+    Probe,
+}
 
 /// The streak of plain rounds: rounds since the last drafted one, and after how many the next
 /// one drafts anyway.
@@ -101,16 +118,18 @@ struct Base {
     table: StepsPerSecond,
     /// Timed on the target rather than priced from its shape.
     profiled: bool,
+    /// The prior's two bounds (`None` for a profile).
+    split: Option<Split>,
 }
 
 /// The prior table of `target` up to `tokens` verified tokens in rows of `row_tokens` (see
-/// `prior.rs`): its stated [`ForwardCost`], else the estimate from its shape (f32 weights on a
-/// CPU, 2-byte ones on a device).
+/// `prior.rs`), and its split: its stated [`ForwardCost`], else the estimate from its shape
+/// (f32 weights on a CPU, 2-byte ones on a device).
 fn prior_of<T: TargetModel>(
     target: &T,
     tokens: usize,
     row_tokens: usize,
-) -> Result<StepsPerSecond> {
+) -> Result<(StepsPerSecond, Split)> {
     let accelerator = !target.device().is_cpu();
     let cost = match target.forward_cost()? {
         Some(c) => c,
@@ -125,12 +144,20 @@ fn prior_of<T: TargetModel>(
             },
         ),
     };
-    let machine = if accelerator {
+    let machine = machine_for(accelerator);
+    Ok((
+        prior_table(&cost, &machine, accelerator, tokens, row_tokens)?,
+        Split::new(&cost, &machine, accelerator),
+    ))
+}
+
+/// This machine, or the nominal `accelerator`.
+fn machine_for(accelerator: bool) -> Machine {
+    if accelerator {
         Machine::accelerator()
     } else {
         Machine::current()
-    };
-    prior_table(&cost, &machine, accelerator, tokens, row_tokens)
+    }
 }
 
 /// The policy state of one engine and the choices made from it (see the module docs).
@@ -152,6 +179,8 @@ pub(crate) struct Planner {
     /// The drafter's block pass by shape: the price of proposing until proposals are timed.
     drafter: Option<DrafterPrior>,
     streak: Streak,
+    /// Probe rounds taken (whose turn the next one is).
+    probes: usize,
 }
 
 /// The drafter's block pass by shape ([`Drafter::propose_cost`](crate::drafter::Drafter)):
@@ -177,6 +206,7 @@ impl Planner {
             costs: RoundCosts::default(),
             drafter: None,
             streak: Streak::default(),
+            probes: 0,
         }
     }
 
@@ -207,14 +237,16 @@ impl Planner {
     fn round_costs(&self, b: usize) -> Option<Costs> {
         let prior = match (&self.verify, &self.drafter, &self.base) {
             (VerifyPolicy::ScheduledMeasured, Some(d), Some(base)) => {
-                let machine = if d.accelerator {
-                    Machine::accelerator()
-                } else {
-                    Machine::current()
-                };
-                let scale = self.times.scale(&base.table).unwrap_or(1.0);
+                let split = Split::new(&d.cost, &machine_for(d.accelerator), d.accelerator);
                 let rows = b.max(1) * d.rows;
-                Some(scale * seconds(&d.cost, rows, &machine, d.accelerator) / b.max(1) as f64)
+                let seconds = match self.times.scales(&base.table, base.split.as_ref()) {
+                    Some(scales) => scales.price(&base.table, Some(&split), rows),
+                    None => {
+                        let (read, multiply) = split.parts(rows);
+                        read.max(multiply)
+                    }
+                };
+                Some(seconds / b.max(1) as f64)
             }
             _ => None,
         };
@@ -249,8 +281,8 @@ impl Planner {
         }
     }
 
-    /// Whether a round of the drafting requests whose previous-round confidences are `stale`
-    /// (one entry each) drafts; the streak of plain rounds follows. `measured`: this round's
+    /// What a round of the drafting requests whose previous-round confidences are `stale`
+    /// (one entry each) does; the streak of plain rounds follows. `measured`: this round's
     /// table (see [`Planner::round_table`]); `remaining`: the most tokens a drafting request
     /// may still commit (its budget).
     pub(crate) fn drafts(
@@ -258,14 +290,20 @@ impl Planner {
         stale: &[Option<&[f32]>],
         measured: Option<&StepsPerSecond>,
         remaining: usize,
-    ) -> Result<bool> {
+    ) -> Result<Drafting> {
         let drafts = self.drafting_pays_now(stale, measured, remaining)?;
-        if drafts {
+        if drafts != Drafting::Plain {
             self.streak.since_draft = 0;
         } else {
             self.streak.since_draft += 1;
         }
         Ok(drafts)
+    }
+
+    /// The number of the next probe round (whose request drafts in turn).
+    pub(crate) fn next_probe(&mut self) -> usize {
+        self.probes += 1;
+        self.probes - 1
     }
 
     /// A round drafts whatever the policy would choose (a request in it needs it): the
@@ -279,22 +317,22 @@ impl Planner {
         stale: &[Option<&[f32]>],
         measured: Option<&StepsPerSecond>,
         remaining: usize,
-    ) -> Result<bool> {
+    ) -> Result<Drafting> {
         let n = self.num_speculative;
         let b = stale.len();
         let table = match &self.verify {
             VerifyPolicy::Scheduled(s) | VerifyPolicy::Pipelined(s) => s.clone(),
             VerifyPolicy::ScheduledMeasured => match measured {
                 Some(t) => t.clone(),
-                None => return Ok(true),
+                None => return Ok(Drafting::All),
             },
-            VerifyPolicy::Full | VerifyPolicy::Threshold(_) => return Ok(true),
+            VerifyPolicy::Full | VerifyPolicy::Threshold(_) => return Ok(Drafting::All),
         };
         if n == 0 {
-            return Ok(true);
+            return Ok(Drafting::All);
         }
         let Some(costs) = self.round_costs(b) else {
-            return Ok(true);
+            return Ok(Drafting::All);
         };
         // A refresh (the streak is due) or a request without confidences yet: the round's
         // choice would be made on confidences it does not have. Fresh ones can only change it
@@ -302,7 +340,11 @@ impl Planner {
         // (`Acceptance::optimistic`); where even that does not pay, a drafted round is waste (on
         // a compute-bound batch it also appends every pending feature row). A drafter without
         // a confidence head never has any: its choice reads the measured acceptance alone.
-        let fresh = self.confidences && (0..b).any(|r| stale_of(stale, r, n).is_none());
+        // Once the record holds a drafted round, a request without confidences is weighed by
+        // it (the normal choice below), not explored for.
+        let fresh = self.confidences
+            && self.acceptance.evidence() <= 0.0
+            && (0..b).any(|r| stale_of(stale, r, n).is_none());
         // A refresh buys its price back over the rounds after it: with fewer tokens left than
         // the streak it ends, it is not taken (the streak's growth prices how often refreshes
         // find drafting still not paying).
@@ -318,7 +360,12 @@ impl Planner {
                 self.streak.refresh_after =
                     (self.streak.refresh_after * REFRESH_GROWTH).min(REFRESH_ROUNDS);
             }
-            return Ok(could);
+            // The round explores: one request's proposal tells what the batch's would.
+            return Ok(match (could, b) {
+                (false, _) => Drafting::Plain,
+                (true, 1) => Drafting::All,
+                (true, _) => Drafting::Probe,
+            });
         }
         let survival = self.expected_acceptance(stale, n);
         let w = drafting_pays(&survival, b, n, &table, costs, &survival)?;
@@ -333,7 +380,7 @@ impl Planner {
         if pays {
             self.streak.refresh_after = 1;
         }
-        Ok(pays)
+        Ok(if pays { Drafting::All } else { Drafting::Plain })
     }
 
     /// Per request and draft position `k < n` (`[B·n]`), the acceptance expected before this
@@ -436,15 +483,21 @@ impl Planner {
         let tokens = tokens.min(MAX_PROFILE_TOKENS.max(row_tokens));
         let base = match self.base.take() {
             Some(b) if b.profiled || b.max >= tokens => b,
-            _ => Base {
-                max: tokens,
-                table: prior_of(target, tokens, row_tokens)?,
-                profiled: false,
-            },
+            _ => {
+                let (table, split) = prior_of(target, tokens, row_tokens)?;
+                Base {
+                    max: tokens,
+                    table,
+                    profiled: false,
+                    split: Some(split),
+                }
+            }
         };
-        let table = self
-            .times
-            .refine(&base.table, (tokens / row_tokens).max(1)..=tokens);
+        let table = self.times.refine(
+            &base.table,
+            (tokens / row_tokens).max(1)..=tokens,
+            base.split.as_ref(),
+        );
         self.base = Some(base);
         table
     }
@@ -463,6 +516,7 @@ impl Planner {
             max: tokens,
             table: measure_steps_per_second(target, tokens, row)?,
             profiled: true,
+            split: None,
         });
         Ok(())
     }
@@ -470,7 +524,9 @@ impl Planner {
     /// The table in use, once built: the base table refined by the forwards observed so far.
     pub(crate) fn measured_steps_per_second(&self) -> Option<StepsPerSecond> {
         let base = self.base.as_ref()?;
-        self.times.refine(&base.table, 1..=base.max).ok()
+        self.times
+            .refine(&base.table, 1..=base.max, base.split.as_ref())
+            .ok()
     }
 
     /// Time one forward over `tokens` total tokens into the measured table (only under
@@ -525,132 +581,4 @@ impl Planner {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_close_choice_times_the_plain_size_before_trusting_the_prior() {
-        // A flat table (1 ms a forward); one request, one draft at 0.5: drafted 1.5 tokens in
-        // 1 ms + 0.3 ms of drafting against plain 1 token in 1 ms: drafting wins, closely
-        // (plain at 0.87 of it).
-        let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
-        let mut p = Planner::new(VerifyPolicy::ScheduledMeasured, 1, true);
-        for _ in 0..2 {
-            p.observe_round(1, false, true, 3e-4, 0.0, 0.0);
-        }
-        for _ in 0..64 {
-            p.observe_acceptance(1, 0, Some(&[0.5]));
-            p.observe_acceptance(1, 1, Some(&[0.5]));
-        }
-        let conf = [0.5f32];
-        let stale = [Some(&conf[..])];
-        // The plain size (1 token) has no timing: plain rounds time it, three of them, each
-        // followed by the refresh the streak asks for.
-        let mut plain = 0;
-        for _ in 0..12 {
-            if p.drafts(&stale, Some(&flat), 64).unwrap() {
-                p.observe_forward(2, 1e-3);
-            } else {
-                plain += 1;
-                p.observe_forward(1, 1e-3);
-            }
-        }
-        assert_eq!(
-            plain, MIN_SAMPLES,
-            "plain rounds taken to time the plain size"
-        );
-        // Timed as the prior said: drafting from then on.
-        assert!(p.drafts(&stale, Some(&flat), 64).unwrap());
-        // A user's table is never second-guessed.
-        let mut given = Planner::new(VerifyPolicy::Scheduled(flat.clone()), 1, true);
-        for _ in 0..2 {
-            given.observe_round(1, false, true, 3e-4, 0.0, 0.0);
-        }
-        assert!(given.drafts(&stale, None, 64).unwrap());
-    }
-
-    /// A planner under the learned table whose base is `table` (as `measured_table` would
-    /// keep it), with a drafter whose block pass costs `cost`.
-    fn learned(n: usize, table: &StepsPerSecond, cost: Option<ForwardCost>) -> Planner {
-        let mut p = Planner::new(VerifyPolicy::ScheduledMeasured, n, true).with_drafter_cost(
-            cost,
-            n + 1,
-            true,
-        );
-        p.base = Some(Base {
-            max: 64,
-            table: table.clone(),
-            profiled: false,
-        });
-        p
-    }
-
-    /// A drafter whose block pass costs `seconds` on a nominal accelerator, whatever its rows.
-    fn pass(seconds: f64) -> ForwardCost {
-        ForwardCost {
-            weight_bytes: 1.0,
-            flops_per_token: 1.0,
-            layers: 1,
-            dtype: WeightDtype::F32,
-            quant: None,
-            layer_seconds: Some(seconds),
-        }
-    }
-
-    #[test]
-    fn the_drafter_s_shape_prices_proposing_before_a_proposal_is_timed() {
-        // 1 ms a forward of up to 64 tokens: 4 requests with 4 drafts each would verify 20
-        // tokens for the price of 4, if proposing cost nothing.
-        let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
-        let stale = [None; 4];
-        // Cheap to propose: the first round drafts (to learn the acceptance).
-        let mut cheap = learned(4, &flat, Some(pass(1e-5)));
-        assert!(cheap.drafts(&stale, Some(&flat), 64).unwrap());
-        // A pass at 20 ms: no drafted round beats the plain one, even with every draft
-        // accepted; the rounds stay plain, and no refresh is taken.
-        let mut dear = learned(4, &flat, Some(pass(2e-2)));
-        for _ in 0..40 {
-            assert!(!dear.drafts(&stale, Some(&flat), 64).unwrap());
-        }
-        // The target's timings scale the prior: a pass at 4 ms ties (20 tokens in 5 ms against
-        // 4 in 1) until forwards run at twice the target's prior; then it is priced at 8 ms.
-        let mut tie = learned(4, &flat, Some(pass(4e-3)));
-        assert!(tie.drafts(&stale, Some(&flat), 64).unwrap());
-        let mut slow = learned(4, &flat, Some(pass(4e-3)));
-        for _ in 0..4 {
-            slow.observe_forward(4, 2e-3);
-        }
-        assert!(!slow.drafts(&stale, Some(&flat), 64).unwrap());
-        // A drafter that states no cost: the first rounds draft, to time a proposal.
-        let mut unknown = learned(4, &flat, None);
-        assert!(unknown.drafts(&stale, Some(&flat), 64).unwrap());
-        // Once proposals are timed, the timings price them, not the shape.
-        for _ in 0..2 {
-            dear.observe_round(4, false, true, 4.0 * 1e-5, 0.0, 0.0);
-        }
-        assert!(dear.drafts(&stale, Some(&flat), 64).unwrap());
-    }
-
-    #[test]
-    fn a_refresh_is_not_taken_with_fewer_tokens_left_than_its_streak() {
-        // One request, one draft: 1 ms a forward, proposing 0.3 ms. Stale confidences of 0.1
-        // say drafting does not pay; a fresh block (every draft accepted, the optimistic
-        // bound) would: the streak of plain rounds ends in a refresh, 1 round, then 4.
-        let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
-        let run = |remaining: usize| -> Vec<bool> {
-            let mut p = learned(1, &flat, None);
-            for _ in 0..2 {
-                p.observe_round(1, false, true, 3e-4, 0.0, 0.0);
-            }
-            let conf = [0.1f32];
-            let stale = [Some(&conf[..])];
-            (0..8)
-                .map(|_| p.drafts(&stale, Some(&flat), remaining).unwrap())
-                .collect()
-        };
-        let f = false;
-        assert_eq!(run(64), [f, true, f, f, f, f, true, f]);
-        // Three tokens left: the streak of 4 would not be repaid.
-        assert_eq!(run(3), [f, true, f, f, f, f, f, f]);
-    }
-}
+mod tests;

@@ -1,0 +1,166 @@
+//! The planner's choices on synthetic tables, costs and acceptance records.
+
+use super::*;
+
+#[test]
+fn a_close_choice_times_the_plain_size_before_trusting_the_prior() {
+    // A flat table (1 ms a forward); one request, one draft at 0.5: drafted 1.5 tokens in
+    // 1 ms + 0.3 ms of drafting against plain 1 token in 1 ms: drafting wins, closely
+    // (plain at 0.87 of it).
+    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
+    let mut p = Planner::new(VerifyPolicy::ScheduledMeasured, 1, true);
+    for _ in 0..2 {
+        p.observe_round(1, false, true, 3e-4, 0.0, 0.0);
+    }
+    for _ in 0..64 {
+        p.observe_acceptance(1, 0, Some(&[0.5]));
+        p.observe_acceptance(1, 1, Some(&[0.5]));
+    }
+    let conf = [0.5f32];
+    let stale = [Some(&conf[..])];
+    // The plain size (1 token) has no timing: plain rounds time it, three of them, each
+    // followed by the refresh the streak asks for.
+    let mut plain = 0;
+    for _ in 0..12 {
+        if p.drafts(&stale, Some(&flat), 64).unwrap() != Drafting::Plain {
+            p.observe_forward(2, 1e-3);
+        } else {
+            plain += 1;
+            p.observe_forward(1, 1e-3);
+        }
+    }
+    assert_eq!(
+        plain, MIN_SAMPLES,
+        "plain rounds taken to time the plain size"
+    );
+    // Timed as the prior said: drafting from then on.
+    assert_eq!(p.drafts(&stale, Some(&flat), 64).unwrap(), Drafting::All);
+    // A user's table is never second-guessed.
+    let mut given = Planner::new(VerifyPolicy::Scheduled(flat.clone()), 1, true);
+    for _ in 0..2 {
+        given.observe_round(1, false, true, 3e-4, 0.0, 0.0);
+    }
+    assert_eq!(given.drafts(&stale, None, 64).unwrap(), Drafting::All);
+}
+
+/// A planner under the learned table whose base is `table` (as `measured_table` would
+/// keep it), with a drafter whose block pass costs `cost`.
+fn learned(n: usize, table: &StepsPerSecond, cost: Option<ForwardCost>) -> Planner {
+    let mut p =
+        Planner::new(VerifyPolicy::ScheduledMeasured, n, true).with_drafter_cost(cost, n + 1, true);
+    p.base = Some(Base {
+        max: 64,
+        table: table.clone(),
+        profiled: false,
+        split: None,
+    });
+    p
+}
+
+/// A drafter whose block pass costs `seconds` on a nominal accelerator, whatever its rows.
+fn pass(seconds: f64) -> ForwardCost {
+    ForwardCost {
+        weight_bytes: 1.0,
+        flops_per_token: 1.0,
+        layers: 1,
+        dtype: WeightDtype::F32,
+        quant: None,
+        layer_seconds: Some(seconds),
+    }
+}
+
+#[test]
+fn the_drafter_s_shape_prices_proposing_before_a_proposal_is_timed() {
+    // 1 ms a forward of up to 64 tokens: 4 requests with 4 drafts each would verify 20
+    // tokens for the price of 4, if proposing cost nothing.
+    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
+    let stale = [None; 4];
+    // Cheap to propose: the first round explores, one request drafting (to learn the
+    // acceptance and the confidences at one request's price).
+    let mut cheap = learned(4, &flat, Some(pass(1e-5)));
+    assert_eq!(
+        cheap.drafts(&stale, Some(&flat), 64).unwrap(),
+        Drafting::Probe
+    );
+    // Alone, a request explores as the whole batch.
+    let mut one = learned(4, &flat, Some(pass(1e-5)));
+    assert_eq!(one.drafts(&[None], Some(&flat), 64).unwrap(), Drafting::All);
+    // A pass at 20 ms: no drafted round beats the plain one, even with every draft
+    // accepted; the rounds stay plain, and no refresh is taken.
+    let mut dear = learned(4, &flat, Some(pass(2e-2)));
+    for _ in 0..40 {
+        assert_eq!(
+            dear.drafts(&stale, Some(&flat), 64).unwrap(),
+            Drafting::Plain
+        );
+    }
+    // The target's timings scale the prior: a pass at 4 ms ties (20 tokens in 5 ms against
+    // 4 in 1) until forwards run at twice the target's prior; then it is priced at 8 ms.
+    let mut tie = learned(4, &flat, Some(pass(4e-3)));
+    assert_eq!(
+        tie.drafts(&stale, Some(&flat), 64).unwrap(),
+        Drafting::Probe
+    );
+    let mut slow = learned(4, &flat, Some(pass(4e-3)));
+    for _ in 0..4 {
+        slow.observe_forward(4, 2e-3);
+    }
+    assert_eq!(
+        slow.drafts(&stale, Some(&flat), 64).unwrap(),
+        Drafting::Plain
+    );
+    // A drafter that states no cost: the first rounds draft, to time a proposal.
+    let mut unknown = learned(4, &flat, None);
+    assert_eq!(
+        unknown.drafts(&stale, Some(&flat), 64).unwrap(),
+        Drafting::All
+    );
+    // Once proposals are timed, the timings price them, not the shape.
+    for _ in 0..2 {
+        dear.observe_round(4, false, true, 4.0 * 1e-5, 0.0, 0.0);
+    }
+    assert_eq!(
+        dear.drafts(&stale, Some(&flat), 64).unwrap(),
+        Drafting::Probe
+    );
+}
+
+#[test]
+fn a_batch_explores_with_one_request_then_weighs_the_others_by_the_record() {
+    // Two requests, two drafts each: a forward of 2 tokens costs 1 ms, of 6 tokens 2 ms.
+    let table = StepsPerSecond::linear(vec![(1, 1000.0), (2, 1000.0), (6, 500.0)]).unwrap();
+    let mut p = learned(2, &table, Some(pass(1e-5)));
+    let none = [None, None];
+    // No record: every draft accepted would pay, so one request drafts to find out.
+    assert_eq!(p.drafts(&none, Some(&table), 64).unwrap(), Drafting::Probe);
+    assert_eq!(p.next_probe(), 0);
+    // Its drafts were rejected, round after round: the others, still without
+    // confidences, are weighed by that record and not explored for again.
+    for _ in 0..200 {
+        p.observe_acceptance(2, 0, Some(&[0.9, 0.9]));
+    }
+    assert_eq!(p.drafts(&none, Some(&table), 64).unwrap(), Drafting::Plain);
+}
+
+#[test]
+fn a_refresh_is_not_taken_with_fewer_tokens_left_than_its_streak() {
+    // One request, one draft: 1 ms a forward, proposing 0.3 ms. Stale confidences of 0.1
+    // say drafting does not pay; a fresh block (every draft accepted, the optimistic
+    // bound) would: the streak of plain rounds ends in a refresh, 1 round, then 4.
+    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
+    let run = |remaining: usize| -> Vec<bool> {
+        let mut p = learned(1, &flat, None);
+        for _ in 0..2 {
+            p.observe_round(1, false, true, 3e-4, 0.0, 0.0);
+        }
+        let conf = [0.1f32];
+        let stale = [Some(&conf[..])];
+        (0..8)
+            .map(|_| p.drafts(&stale, Some(&flat), remaining).unwrap() != Drafting::Plain)
+            .collect()
+    };
+    let f = false;
+    assert_eq!(run(64), [f, true, f, f, f, f, true, f]);
+    // Three tokens left: the streak of 4 would not be repaid.
+    assert_eq!(run(3), [f, true, f, f, f, f, f, f]);
+}
