@@ -19,8 +19,9 @@
 //!   this machine's speed, `machine.rs`: [`Machine`], measured once and cached); and
 //!   `profile.rs` ([`measure_steps_per_second`], the table timed on a target, when asked);
 //! - what a serving engine learns and decides with them: `acceptance.rs` (acceptance per
-//!   draft position), `learned.rs` (forward timings, round costs) and `planner.rs` (the
-//!   engine's policy state and its two choices per round).
+//!   draft position), `learned.rs` (forward timings, round costs) and `planner/` (the
+//!   engine's policy state and its two choices per round: plain, drafted or a probe; how many
+//!   drafts each request verifies).
 //!
 //! A new verify-length policy is a variant of [`VerifyPolicy`], its function here, and its
 //! arm in the planner's `verify_lengths`.
