@@ -36,7 +36,10 @@
 //! the drafter's shape ([`Drafter::propose_cost`](crate::drafter::Drafter::propose_cost)) on
 //! this machine, scaled as the target's timings run against its own prior. A batch whose best
 //! drafted round loses even with every draft accepted then never drafts (on a small target,
-//! a batch of 16), where it used to pay two drafted rounds to learn so.
+//! a batch of 16), where it used to pay two drafted rounds to learn so. On such prior-priced
+//! costs the whole batch drafts only once its plain size has a timing and on a clear gain (by
+//! [`PLAIN_MARGIN`](super::PLAIN_MARGIN)): a wrong bet costs the batch's proposal, a plain
+//! round what target-only decoding does.
 //!
 //! Under the learned table, a choice for drafting that is
 //! close (the plain round expected at [`EXPLORE_SHARE`] of the drafted one or more) while the
@@ -54,7 +57,8 @@ use super::prior::{Split, prior_table};
 use super::profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
 use super::weigh::{drafting_pays, stale_of};
 use super::{
-    StepsPerSecond, VerifyPolicy, schedule_lengths_batch, schedule_pipelined, threshold_lengths,
+    PLAIN_MARGIN, StepsPerSecond, VerifyPolicy, schedule_lengths_batch, schedule_pipelined,
+    threshold_lengths,
 };
 use crate::error::Result;
 use crate::models::{ForwardCost, TargetModel};
@@ -376,7 +380,14 @@ impl Planner {
             && w.plain_share >= EXPLORE_SHARE
             && self.acceptance.evidence() >= EXPLORE_EVIDENCE
             && self.times.timed(b) < MIN_SAMPLES;
-        let pays = w.pays && !explore;
+        // Costs the drafter's prior priced (no drafted round of this batch size timed): the
+        // whole batch drafts only on a clear gain, and once its plain size has a timing (a
+        // probe's wider forward alone misprices it). A wrong bet costs the batch's proposal;
+        // a plain round costs what target-only decoding does.
+        let unproven = matches!(self.verify, VerifyPolicy::ScheduledMeasured)
+            && self.costs.get(b).is_none()
+            && (self.times.timed(b) == 0 || w.plain_share * (1.0 + PLAIN_MARGIN) > 1.0);
+        let pays = w.pays && !explore && !unproven;
         if pays {
             self.streak.refresh_after = 1;
         }

@@ -164,3 +164,34 @@ fn a_refresh_is_not_taken_with_fewer_tokens_left_than_its_streak() {
     // Three tokens left: the streak of 4 would not be repaid.
     assert_eq!(run(3), [f, true, f, f, f, f, f, f]);
 }
+
+#[test]
+fn a_batch_drafts_on_prior_priced_costs_only_on_a_clear_gain_after_a_plain_timing() {
+    // Two requests, two drafts each, 1 ms a forward of any size; their confidences and the
+    // record say 0.95 a draft: a drafted round expects 5.7 tokens against the plain 2.
+    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
+    let conf = [0.9f32, 0.9];
+    let stale = [Some(&conf[..]), Some(&conf[..])];
+    let run = |pass_seconds: f64, timed: bool, drafted: bool| {
+        let mut p = learned(2, &flat, Some(pass(pass_seconds)));
+        for _ in 0..4 {
+            p.observe_acceptance(2, 2, Some(&conf));
+        }
+        if timed {
+            p.observe_forward(2, 1e-3);
+        }
+        if drafted {
+            for _ in 0..2 {
+                p.observe_round(2, false, true, pass_seconds, 0.0, 0.0);
+            }
+        }
+        p.drafts(&stale, Some(&flat), 64).unwrap()
+    };
+    // A cheap proposal: a clear gain, once the plain size is timed.
+    assert_eq!(run(1e-5, false, false), Drafting::Plain);
+    assert_eq!(run(1e-5, true, false), Drafting::All);
+    // A proposal at 1.7 ms: drafting ahead by 5% on the prior's price is no bet for the batch;
+    // timed, the same 5% drafts (the plain round must win by PLAIN_MARGIN to be taken).
+    assert_eq!(run(1.7e-3, true, false), Drafting::Plain);
+    assert_eq!(run(1.7e-3, true, true), Drafting::All);
+}
