@@ -41,11 +41,10 @@
 //! [`PLAIN_MARGIN`](super::PLAIN_MARGIN)): a wrong bet costs the batch's proposal, a plain
 //! round what target-only decoding does.
 //!
-//! Under the learned table, a choice for drafting that is
-//! close (the plain round expected at [`EXPLORE_SHARE`] of the drafted one or more) while the
-//! plain round's size has fewer than `MIN_SAMPLES` timings rests on the prior's guess of that
-//! size: once the acceptance record holds 8 request-rounds, a plain round is taken to time
-//! it, up to `MIN_SAMPLES` per size.
+//! Under the learned table, a choice for drafting that is close (the plain round expected at
+//! [`EXPLORE_SHARE`] of the drafted one or more) while the plain round's size has fewer than
+//! `MIN_SAMPLES` timings rests on the prior's guess of that size: once the acceptance record
+//! holds 8 request-rounds, a plain round is taken to time it, up to `MIN_SAMPLES` per size.
 //!
 //! A request whose own limit (`max_drafts`, its budget) leaves no draft, or that never drafts,
 //! takes the same target-only step inside a drafted round.
