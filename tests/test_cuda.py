@@ -54,7 +54,7 @@ def test_build_info_reports_the_build():
     info = dspark.build_info()
     assert set(info) == BUILD_INFO_KEYS
     assert info["kernel_path"] in ("fast", "tensor", "fused")
-    assert info["cpu_kernel"] in ("avx512-bf16", "avx512", "avx2", "portable")
+    assert info["cpu_kernel"] in ("amx-bf16", "avx512-bf16", "avx512", "avx2", "portable")
     if ON_GPU:
         assert info["cuda"] is True
         assert info["cuda_devices"] >= 1

@@ -13,6 +13,9 @@
 //! least 256 MiB), so both come from DRAM. A fixed 168 MB ring was a DRAM figure on a 32 MiB
 //! L3 and an L3 figure on a Xeon with 260 MiB of it.
 //!
+//! On a CPU with AMX the bf16 rows run twice, on AMX and on `vdpbf16ps` (`bf16-avx512bf16`).
+//! `prefill_matmul` times a 96-row product of a cached weight, in multiply-adds per second.
+//!
 //! Run: `cargo bench -p dspark-benches --bench matvec -- --warm-up-time 1 --measurement-time 3`
 //! (`RAYON_NUM_THREADS` sets the threads; the floor uses the same count).
 
@@ -20,7 +23,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dspark::nn::WeightDtype;
-use dspark::nn::packed::PackedWeight;
+use dspark::nn::packed::{Kernel, PackedWeight};
 use dspark::nn::quant::Quant;
 use dspark::view::Floats;
 use dspark_benches::parallel_sum;
@@ -107,21 +110,56 @@ fn bench_matvec(c: &mut Criterion) {
             .collect();
         let ring: Vec<PackedWeight> = (0..ring_len).map(|s| proto[s % 2].clone()).collect();
         let bytes = ring[0].bytes();
-        for n in [1usize, 9] {
-            let xs = [values(n * HIDDEN, 7), values(n * MLP, 8)];
-            g.throughput(Throughput::Bytes(bytes as u64));
-            let mut next = 0;
-            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
-                b.iter(|| {
-                    next = (next + 1) % ring_len;
-                    let w = &ring[next];
-                    black_box(w.matmul(&xs[next % 2], n, None).unwrap())
-                })
+        for (label, kernel) in kernels(kind) {
+            let name = format!("{name}{label}");
+            for n in [1usize, 9] {
+                let xs = [values(n * HIDDEN, 7), values(n * MLP, 8)];
+                g.throughput(Throughput::Bytes(bytes as u64));
+                let mut next = 0;
+                g.bench_with_input(BenchmarkId::new(&name, n), &n, |b, &n| {
+                    b.iter(|| {
+                        next = (next + 1) % ring_len;
+                        let w = &ring[next];
+                        black_box(w.matmul_with(kernel, &xs[next % 2], n, None).unwrap())
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+/// The kernels a dtype runs here: the best, and for bf16 on an AMX CPU also `vdpbf16ps`
+/// (`-avx512bf16`), so the two are timed in one run.
+fn kernels(kind: Result<WeightDtype, Quant>) -> Vec<(&'static str, Kernel)> {
+    let mut ks = vec![("", Kernel::best())];
+    if kind == Ok(WeightDtype::BF16) && Kernel::best() == Kernel::Amx {
+        ks.push(("-avx512bf16", Kernel::Avx512Bf16));
+    }
+    ks
+}
+
+/// A prefill chunk's product: 96 rows against the MLP's `[5120, 1024]` weight (in cache after
+/// the first call), in multiply-adds per second (Criterion's elements: 2 FLOP each), per
+/// dtype and kernel as above. The machine's peak multiply rate is what to read it against.
+fn bench_prefill(c: &mut Criterion) {
+    const ROWS: usize = 96;
+    let mut g = c.benchmark_group("prefill_matmul");
+    g.sample_size(10);
+    let w = values(MLP * HIDDEN, 3);
+    let x = values(ROWS * HIDDEN, 5);
+    g.throughput(Throughput::Elements((ROWS * MLP * HIDDEN) as u64));
+    for dtype in WeightDtype::ALL {
+        let p = PackedWeight::pack(Floats::F32(&w), MLP, HIDDEN, dtype).unwrap();
+        for (label, kernel) in kernels(Ok(dtype)) {
+            let name = format!("{}{label}", dtype.as_str());
+            g.bench_function(BenchmarkId::new(name, ROWS), |b| {
+                b.iter(|| black_box(p.matmul_with(kernel, &x, ROWS, None).unwrap()))
             });
         }
     }
     g.finish();
 }
 
-criterion_group!(benches, bench_matvec);
+criterion_group!(benches, bench_matvec, bench_prefill);
 criterion_main!(benches);

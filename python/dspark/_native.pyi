@@ -136,7 +136,7 @@ _BuildInfo = TypedDict(  # noqa: UP013 (a class would have to exist in the modul
         "cuda_devices": int,
         "cuda_error": str | None,
         "kernel_path": Literal["fast", "tensor", "fused"],
-        "cpu_kernel": Literal["avx512-bf16", "avx512", "avx2", "portable"],
+        "cpu_kernel": Literal["amx-bf16", "avx512-bf16", "avx512", "avx2", "portable"],
         "quant_kernel": Literal["avx512vnni", "avxvnni", "avx2", "portable"],
     },
 )

@@ -11,8 +11,9 @@ use crate::errors::{err, guard};
 /// without CUDA, without a driver, or with a driver too old for the build), why that number is
 /// 0 (`None` when it is not; e.g. the driver library was not found), and the kernel path host
 /// tensors take (`"fast"`, or `"tensor"` when `DSPARK_KERNEL_PATH` forces the device-generic
-/// path), and the register kernel of the CPU's packed products (`"avx512-bf16"`, `"avx512"`,
-/// `"avx2"` or `"portable"`: every one gives the same bits) and of its quantized products
+/// path), and the register kernel of the CPU's packed products (`"amx-bf16"`, `"avx512-bf16"`,
+/// `"avx512"`, `"avx2"` or `"portable"`: every one but AMX gives the same bits, and AMX rounds
+/// bf16 sums its own way) and of its quantized products
 /// (`"avx512vnni"`, `"avxvnni"`, `"avx2"` or `"portable"`, the same bits too). An invalid
 /// `DSPARK_KERNEL_PATH` raises `InputError` (code `invalid-argument`).
 #[pyfunction]

@@ -6,7 +6,7 @@
 //! gives way to the other is set by the machine's ratio of multiply rate to read bandwidth, so
 //! the scheduler's table needs both before the first round. [`Machine::current`] gives them:
 //! - from the cache file of this CPU model, thread count and build (debug builds time
-//!   differently), in the user's cache directory ([`cache_dir`]);
+//!   differently, and so does each packed kernel), in the user's cache directory ([`cache_dir`]);
 //! - otherwise measured (about a tenth of a second: a 64 MiB read over the pool and one packed
 //!   product per weight dtype and quantized format, each the best of three) and written there.
 //!
@@ -129,7 +129,8 @@ pub fn cache_dir() -> Option<PathBuf> {
     }
 }
 
-/// What a cache file is valid for: the CPU model, the pool's threads and the build.
+/// What a cache file is valid for: the CPU model, the pool's threads and the build (with the
+/// packed kernel it runs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Key {
     pub(crate) cpu: String,
@@ -151,12 +152,16 @@ fn key() -> Key {
     Key {
         cpu,
         threads: rayon::current_num_threads(),
-        build: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        }
-        .into(),
+        // The packed kernel too: AMX on or off (`DSPARK_AMX`) multiplies at other rates.
+        build: format!(
+            "{}-{}",
+            if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            },
+            crate::nn::packed::Kernel::best().name()
+        ),
     }
 }
 

@@ -40,7 +40,7 @@ pub fn matmul_group<T: PanelElem>(
     x: &[f32],
     n: usize,
 ) -> Option<Vec<Vec<f32>>> {
-    let kernel = kernel.or_portable();
+    let kernel = kernel.or_portable().for_elem::<T>();
     let cols = parts.first().map_or(0, |(w, _)| w.cols());
     let fits =
         |(w, b): &GroupPart<'_, T>| w.cols() == cols && b.is_none_or(|b| b.len() == w.rows());

@@ -41,6 +41,8 @@ use crate::nn::quant::q6k::Q6KMatrix;
 use crate::nn::quant::{AnyQuant, Quant, QuantKernel, QuantMatrix};
 use crate::view::Floats;
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod dst;
 mod elem;
 mod group;
@@ -52,6 +54,8 @@ mod view;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+#[cfg(target_arch = "x86_64")]
+pub use amx::AMX_ENV;
 pub use elem::PanelElem;
 pub use group::{GroupPart, matmul_group};
 pub use view::PanelView;
@@ -65,6 +69,9 @@ pub const TILE_ROWS: usize = 12;
 /// Which kernel runs a product (all give the same bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
+    /// AMX-BF16 (with AVX512-BF16): bf16 panels through `tdpbf16ps` tiles (`amx.rs`; the
+    /// sums round as the AMX unit does, see there), the rest as [`Self::Avx512Bf16`].
+    Amx,
     /// AVX-512F with AVX512-BF16: bf16 panels through `vdpbf16ps`, the rest as [`Self::Avx512`].
     Avx512Bf16,
     /// AVX-512F: tiles of up to 6 rows × 4 panels, 9 rows × 3 panels or 12 rows × 2 panels.
@@ -82,6 +89,9 @@ impl Kernel {
         {
             if crate::cpu::has_avx512() {
                 if std::arch::is_x86_feature_detected!("avx512bf16") {
+                    if amx::available() {
+                        return Self::Amx;
+                    }
                     return Self::Avx512Bf16;
                 }
                 return Self::Avx512;
@@ -99,14 +109,16 @@ impl Kernel {
         match self {
             Self::Portable => true,
             Self::Avx2 => best != Self::Portable,
-            Self::Avx512 => matches!(best, Self::Avx512 | Self::Avx512Bf16),
-            Self::Avx512Bf16 => best == Self::Avx512Bf16,
+            Self::Avx512 => matches!(best, Self::Avx512 | Self::Avx512Bf16 | Self::Amx),
+            Self::Avx512Bf16 => matches!(best, Self::Avx512Bf16 | Self::Amx),
+            Self::Amx => best == Self::Amx,
         }
     }
 
-    /// Its name: `"avx512-bf16"`, `"avx512"`, `"avx2"` or `"portable"`.
+    /// Its name: `"amx-bf16"`, `"avx512-bf16"`, `"avx512"`, `"avx2"` or `"portable"`.
     pub fn name(self) -> &'static str {
         match self {
+            Self::Amx => "amx-bf16",
             Self::Avx512Bf16 => "avx512-bf16",
             Self::Avx512 => "avx512",
             Self::Avx2 => "avx2",
@@ -120,6 +132,16 @@ impl Kernel {
             self
         } else {
             Self::Portable
+        }
+    }
+
+    /// The kernel that runs `T` panels for `self`: AMX multiplies bf16 pairs only, so f32 and
+    /// f16 panels take [`Self::Avx512Bf16`]'s tiles.
+    pub(crate) fn for_elem<T: PanelElem>(self) -> Self {
+        if self == Self::Amx && T::PAIR == 1 {
+            Self::Avx512Bf16
+        } else {
+            self
         }
     }
 }
@@ -508,3 +530,5 @@ impl PackedWeight {
 
 #[cfg(test)]
 mod tests;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests_amx;

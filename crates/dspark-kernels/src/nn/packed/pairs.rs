@@ -45,23 +45,48 @@ pub(super) fn daz(v: f32) -> f32 {
 /// zero.
 #[inline(always)]
 pub(super) fn round_input(v: f32) -> bf16 {
-    let b = bf16::from_f32(v);
-    if b.to_f32().is_subnormal() {
-        bf16::from_bits(b.to_bits() & 0x8000)
+    bf16::from_bits(round_bits(v))
+}
+
+/// [`round_input`]'s bits, in integer steps a compiler vectorizes: a NaN keeps its sign and top
+/// payload, made quiet (as `half` converts it); any other value rounds to nearest even (past
+/// the largest finite value, to infinity), and a subnormal result becomes its sign's zero.
+#[inline(always)]
+fn round_bits(v: f32) -> u16 {
+    let b = v.to_bits();
+    let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
+    let flushed = if rounded & 0x7f80 == 0 {
+        rounded & 0x8000
     } else {
-        b
+        rounded
+    };
+    if v.is_nan() {
+        (b >> 16) as u16 | 0x0040
+    } else {
+        flushed
     }
+}
+
+/// One slot's word for `vdpbf16ps` and AMX: `odd` rounded in the top half, `even` below.
+#[inline(always)]
+fn word(even: f32, odd: f32) -> f32 {
+    f32::from_bits(u32::from(round_bits(odd)) << 16 | u32::from(round_bits(even)))
 }
 
 /// Values each row gives a tile per slot: the `(x_odd, x_even)` pair as two f32 values for the
 /// widening kernels, or one word (`x_odd` in the top half) for `vdpbf16ps`.
 pub(super) fn per_slot(kernel: Kernel) -> usize {
-    if kernel == Kernel::Avx512Bf16 { 1 } else { 2 }
+    if matches!(kernel, Kernel::Avx512Bf16 | Kernel::Amx) {
+        1
+    } else {
+        2
+    }
 }
 
 /// The tiles' inputs of row-major `x: [n, cols]` for `kernel`: each row tile `(i0, m)` of
 /// [`row_tiles`] at `[i0·w, (i0 + m)·w)` (`w = ⌈cols / 2⌉ · per_slot`), holding row `i0 + q`'s
-/// slot `s` at `i0·w + (s·m + q)·per_slot` (a missing last odd column reads 0).
+/// slot `s` at `i0·w + (s·m + q)·per_slot`, or at `(i0 + q)·w + s` (row-major, whatever the
+/// tiles) for AMX (a missing last odd column reads 0).
 pub(super) fn inputs(
     kernel: Kernel,
     x: &[f32],
@@ -71,18 +96,30 @@ pub(super) fn inputs(
 ) -> Vec<f32> {
     let (slots, e) = (cols.div_ceil(2), per_slot(kernel));
     let mut out = vec![0f32; n * slots * e];
+    if kernel == Kernel::Amx {
+        // Row-major words: each row's pairs in order, in one pass a compiler vectorizes.
+        for (dst, row) in out.chunks_exact_mut(slots).zip(x.chunks_exact(cols)) {
+            let (pairs, last) = row.split_at(cols / 2 * 2);
+            for (d, p) in dst.iter_mut().zip(pairs.chunks_exact(2)) {
+                *d = word(p[0], p[1]);
+            }
+            if let (Some(&v), Some(d)) = (last.first(), dst.last_mut()) {
+                *d = word(v, 0.0);
+            }
+        }
+        return out;
+    }
     for (i0, m) in row_tiles(n, max_rows) {
         let tile = &mut out[i0 * slots * e..(i0 + m) * slots * e];
         for q in 0..m {
             let row = &x[(i0 + q) * cols..(i0 + q + 1) * cols];
             for (s, pair) in row.chunks(2).enumerate() {
-                let even = round_input(pair[0]);
-                let odd = pair.get(1).map_or(bf16::ZERO, |&v| round_input(v));
+                let (even, odd) = (pair[0], pair.get(1).copied().unwrap_or(0.0));
                 let at = (s * m + q) * e;
                 if e == 1 {
-                    let word = u32::from(odd.to_bits()) << 16 | u32::from(even.to_bits());
-                    tile[at] = f32::from_bits(word);
+                    tile[at] = word(even, odd);
                 } else {
+                    let (even, odd) = (round_input(even), round_input(odd));
                     tile[at] = odd.to_f32();
                     tile[at + 1] = even.to_f32();
                 }
@@ -112,6 +149,10 @@ pub(super) unsafe fn tile(
     debug_assert!(w.len() == (np - 1) * strides.0 + (slots - 1) * strides.1 + 2 * PANEL);
     debug_assert!(xs.len() == m * slots * per_slot(kernel));
     match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the kernel is only chosen where the CPU runs it (AMX granted to the process);
+        // shapes as asserted.
+        Kernel::Amx => unsafe { super::amx::tile(w, np, slots, strides, xs, m, dst) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the kernel is only chosen where the CPU runs it; shapes as asserted.
         Kernel::Avx512Bf16 | Kernel::Avx512 | Kernel::Avx2 => unsafe {

@@ -263,20 +263,23 @@ fn the_pool_split_gives_the_same_bits() {
         .num_threads(3)
         .build()
         .unwrap();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
     for dtype in WeightDtype::ALL {
         let p = PackedWeight::pack(Floats::F32(&w), rows, cols, dtype).unwrap();
         let x = values(n * cols, 2);
         let split = pool.install(|| p.matmul(&x, n, None).unwrap());
-        let inline = p.matmul_with(Kernel::Portable, &x, n, None).unwrap();
+        let inline = one.install(|| p.matmul(&x, n, None).unwrap());
         assert_eq!(split, inline);
         // The bias is added by the tiles on both paths: the same bits.
         let bias = values(rows, 3);
         let split = pool.install(|| p.matmul(&x, n, Some(&bias)).unwrap());
         let inline = crate::threads::in_round(|| p.matmul(&x, n, Some(&bias)).unwrap());
         assert_eq!(split, inline);
-        let shifted: Vec<f32> = p
-            .matmul_with(Kernel::Portable, &x, n, None)
-            .unwrap()
+        let shifted: Vec<f32> = one
+            .install(|| p.matmul(&x, n, None).unwrap())
             .chunks(rows)
             .flat_map(|row| row.iter().zip(&bias).map(|(a, b)| a + b))
             .collect();
@@ -505,4 +508,40 @@ fn quantized_weights_of_several_formats_group_with_each_one_s_bits() {
     let f = f.unwrap();
     let x = values(cols, 1);
     assert!(PackedWeight::matmul_group(&[(&ws[0], None), (&f, None)], &x, 1).is_none());
+}
+
+#[test]
+fn bf16_input_rounding_is_halfs_nearest_even_with_subnormals_flushed() {
+    // The integer rounding of the tiles' inputs against `half`'s conversion then the flush,
+    // over a sweep of every f32 bit pattern and the edges.
+    let edges = [
+        0u32,
+        0x8000_0000,
+        1,
+        0x007f_ffff,
+        0x0080_0000,
+        0x0080_7fff,
+        0x0080_8000,
+        0x3f80_8000,
+        0x3f81_8000,
+        0x7f7f_ffff,
+        0x7f7f_7fff,
+        0x7f80_0000,
+        0xff80_0000,
+        0x7f80_0001,
+        0xffc0_0000,
+        0x7fff_ffff,
+        0x807f_ffff,
+    ];
+    let sweep = (0..u32::MAX / 9973).map(|i| i * 9973);
+    for b in edges.into_iter().chain(sweep) {
+        let v = f32::from_bits(b);
+        let h = bf16::from_f32(v);
+        let want = if h.to_f32().is_subnormal() {
+            h.to_bits() & 0x8000
+        } else {
+            h.to_bits()
+        };
+        assert_eq!(pairs::round_input(v).to_bits(), want, "{b:#x}");
+    }
 }

@@ -19,12 +19,21 @@ const PANELS_512: usize = 4;
 /// 7 to 9 rows (a verification of `K = 8`, the drafter's block) take 3 panels, not 2: one
 /// more weight stream in flight per tile, which measured faster on the memory-bound pair than
 /// 2 panels or two 6-row tiles of 4 panels (`cargo bench --bench packed` compares them).
+///
+/// AMX (bf16 panels only, see [`Kernel::for_elem`]) runs 16 rows × 4 panels, or 32 rows × 2
+/// panels past 16 rows (a prefill's row tiles then share each group's weights from L2).
 pub(super) fn tiling(kernel: Kernel, n: usize) -> (usize, usize) {
     match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Amx if n <= 16 => (4, 16),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Amx => (2, super::amx::MAX_ROWS),
         Kernel::Avx512 | Kernel::Avx512Bf16 if n <= 6 => (PANELS_512, 6),
         Kernel::Avx512 | Kernel::Avx512Bf16 if n <= 9 => (3, 9),
         Kernel::Avx512 | Kernel::Avx512Bf16 => (2, TILE_ROWS),
         Kernel::Avx2 | Kernel::Portable => (1, 6),
+        #[cfg(not(target_arch = "x86_64"))]
+        Kernel::Amx => (1, 6),
     }
 }
 
@@ -46,7 +55,7 @@ pub(super) unsafe fn tile<T: PanelElem>(
     m: usize,
     dst: Dst,
 ) {
-    debug_assert!(m <= TILE_ROWS && np >= 1);
+    debug_assert!((m <= TILE_ROWS || kernel == Kernel::Amx) && np >= 1);
     if let Some(w) = as_pairs(w) {
         // SAFETY: by the caller's contract.
         return unsafe { pairs::tile(kernel, w, np, cols, strides, xs, m, dst) };
@@ -55,7 +64,7 @@ pub(super) unsafe fn tile<T: PanelElem>(
     debug_assert!(xs.len() == m * cols);
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512 | Kernel::Avx512Bf16 => {
+        Kernel::Avx512 | Kernel::Avx512Bf16 | Kernel::Amx => {
             use super::x86::tile512;
             macro_rules! go {
                 ($($m:literal),*) => {

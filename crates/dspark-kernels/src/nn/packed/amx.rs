@@ -1,0 +1,399 @@
+//! AMX tiles for bf16 pair panels ([`super::pairs`]): `tdpbf16ps` on Intel CPUs with AMX-BF16
+//! (Sapphire Rapids and later), [`super::Kernel::Amx`].
+//!
+//! A bf16 panel's slots are already AMX's B-operand layout: slot `s` holds the 16 lanes' column
+//! pairs `(2s, 2s + 1)` in 64 bytes, so 16 consecutive slots of a panel are one B tile (16 rows
+//! of 64 bytes), loaded where they lie at the panel's slot stride. The activations are the
+//! same rounded bf16 pairs as `vdpbf16ps` reads, one word per slot, row-major (row `q`'s slot
+//! `s` at `xs[q·slots + s]`): 16 slots of up to 16 rows are one A tile. A C tile holds 16 rows ×
+//! 16 lanes of f32 sums, so a tile runs up to 16 rows × 4 panels or 32 rows × 2 panels (the
+//! eight tile registers: four C, one or two A, two or three B), in steps of 16 slots (32
+//! columns); a last partial step reconfigures the A and B tiles to its width.
+//!
+//! **The bits.** One `tdpbf16ps` adds 32 products per output, rounding as the AMX unit does,
+//! which is not the `vdpbf16ps` rule the other kernels share (`pairs.rs`): on the same inputs
+//! the sums differ in the last bits (measured here: about 1 output in 2, by an ulp or two per
+//! step). They are deterministic and each output depends only on its row and its panel, never
+//! on how many rows the product has or where a row sits in its tile, so on an AMX machine a
+//! one-row decode, a nine-row verification and a prefill give each row the same bits, and
+//! speculative greedy decoding equals target-only greedy decoding, as on every other kernel.
+//! Across machines, an AMX CPU's sums are its own: `DSPARK_AMX=0` turns the kernel off
+//! (`vdpbf16ps` then runs, with the bits of every other machine).
+//!
+//! **Why.** A `vdpbf16ps` core peaks at tens of GFLOP/s, which caps a prefill and makes a
+//! nine-row verification cost nearly twice a one-row decode step of a 0.6 B model; the AMX
+//! unit multiplies an order of magnitude faster, so both run at the weights' read rate.
+//!
+//! Linux grants the tile data state per process on request (`arch_prctl`); where it refuses
+//! (an old kernel, a seccomp filter) the kernel is not [available] and nothing changes.
+
+use std::arch::asm;
+use std::sync::OnceLock;
+
+use half::bf16;
+
+use super::PANEL;
+use super::dst::Dst;
+
+/// Slots (column pairs) per `tdpbf16ps`: a B tile's rows, an A tile's 64 bytes of words.
+const STEP: usize = 16;
+
+/// Rows of an A or C tile.
+const BLOCK: usize = 16;
+
+/// Rows a tile runs at most (two row blocks).
+pub(super) const MAX_ROWS: usize = 2 * BLOCK;
+
+/// The environment variable that turns the AMX kernel off when `0`.
+pub const AMX_ENV: &str = "DSPARK_AMX";
+
+/// Whether this process runs the AMX tiles: the CPU has AMX-TILE and AMX-BF16, the OS enables
+/// their state, Linux granted it to the process, and [`AMX_ENV`] is not `0`. Decided once.
+pub(super) fn available() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        let off = std::env::var(AMX_ENV).is_ok_and(|v| v.trim() == "0");
+        !off && cpu_has_amx() && request_tile_data()
+    })
+}
+
+/// CPUID's AMX-TILE and AMX-BF16 bits, and XCR0's tile state bits (set by the OS).
+fn cpu_has_amx() -> bool {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    let (max, osxsave) = (__cpuid(0).eax, __cpuid(1).ecx & (1 << 27) != 0);
+    if max < 7 || !osxsave {
+        return false;
+    }
+    let edx = __cpuid_count(7, 0).edx;
+    let (amx_bf16, amx_tile) = (edx & (1 << 22) != 0, edx & (1 << 24) != 0);
+    let (lo, _hi): (u32, u32);
+    // SAFETY: XGETBV with ECX = 0 exists where CPUID reports OSXSAVE (checked above).
+    unsafe {
+        asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") _hi, options(nomem, nostack));
+    }
+    let tile_state = lo & (0b11 << 17) == 0b11 << 17;
+    amx_bf16 && amx_tile && tile_state
+}
+
+/// Ask Linux for the tile data state (`ARCH_REQ_XCOMP_PERM`, `XFEATURE_XTILEDATA`); `true`
+/// when granted. Without it the first tile instruction would fault.
+#[cfg(target_os = "linux")]
+fn request_tile_data() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: a syscall with integer arguments; it changes only the process's permissions.
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_tile_data() -> bool {
+    false
+}
+
+/// A tile configuration (`ldtilecfg`'s 64 bytes: palette 1, each tile's rows and row bytes).
+#[repr(C, align(64))]
+struct Config([u8; 64]);
+
+impl Config {
+    fn new() -> Self {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        Self(c)
+    }
+
+    /// Tile `t`: `rows` rows of `bytes` bytes (both at most 64 and 16 here).
+    fn set(&mut self, t: usize, rows: usize, bytes: usize) {
+        debug_assert!(t < 8 && rows <= BLOCK && bytes <= 64);
+        self.0[16 + 2 * t] = bytes as u8;
+        self.0[48 + t] = rows as u8;
+    }
+
+    /// The configuration of a step of `width` slots for `rows` rows (one or two row blocks):
+    /// C tiles `0 .. 4` (four panels of one block, or two panels of each of two), the A tiles
+    /// after them (a block's rows × `4·width` bytes), the B tiles last (`width` rows × 64
+    /// bytes).
+    fn step(rows: usize, width: usize) -> Self {
+        let mut c = Self::new();
+        let blocks = rows.div_ceil(BLOCK);
+        let per_block = if blocks == 1 { 4 } else { 2 };
+        for b in 0..blocks {
+            let r = (rows - b * BLOCK).min(BLOCK);
+            for p in 0..per_block {
+                c.set(b * per_block + p, r, 64);
+            }
+            c.set(4 + b, r, 4 * width);
+        }
+        for t in 4 + blocks..8 {
+            c.set(t, width, 64);
+        }
+        c
+    }
+
+    /// Load the configuration (zeroes every tile).
+    ///
+    /// # Safety
+    /// [`available`].
+    #[inline(always)]
+    unsafe fn load(&self) {
+        // SAFETY: a valid palette-1 configuration; AMX is available by the caller's contract.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) self.0.as_ptr(), options(nostack, readonly)) };
+    }
+}
+
+/// `tileloadd tmm$t, [ptr + stride]`.
+macro_rules! load {
+    ($t:literal, $ptr:expr, $stride:expr) => {
+        asm!(
+            concat!("tileloadd tmm", $t, ", [{p} + {s}*1]"),
+            p = in(reg) $ptr,
+            s = in(reg) $stride,
+            options(nostack, readonly, preserves_flags)
+        )
+    };
+}
+
+/// `tilestored [ptr + stride], tmm$t`.
+macro_rules! store {
+    ($t:literal, $ptr:expr, $stride:expr) => {
+        asm!(
+            concat!("tilestored [{p} + {s}*1], tmm", $t),
+            p = in(reg) $ptr,
+            s = in(reg) $stride,
+            options(nostack, preserves_flags)
+        )
+    };
+}
+
+/// `tdpbf16ps tmm$c, tmm$a, tmm$b`.
+macro_rules! dp {
+    ($c:literal, $a:literal, $b:literal) => {
+        asm!(
+            concat!("tdpbf16ps tmm", $c, ", tmm", $a, ", tmm", $b),
+            options(nostack, nomem, preserves_flags)
+        )
+    };
+}
+
+/// The C tiles' sums as stored between steps and at the end: tile `t`, row `q`, lane `j` at
+/// `[t][q·16 + j]`.
+type Sums = [[f32; BLOCK * PANEL]; 4];
+
+/// Store C tiles `0 .. count` to `sums` (64-byte rows).
+///
+/// # Safety
+/// [`available`], with a configuration loaded.
+#[inline(always)]
+unsafe fn store_sums(sums: &mut Sums, count: usize) {
+    let s = 64usize;
+    // SAFETY: each tile has at most 16 rows of 64 bytes, the size of `sums[t]`.
+    unsafe {
+        store!(0, sums[0].as_mut_ptr(), s);
+        if count > 1 {
+            store!(1, sums[1].as_mut_ptr(), s);
+        }
+        if count > 2 {
+            store!(2, sums[2].as_mut_ptr(), s);
+        }
+        if count > 3 {
+            store!(3, sums[3].as_mut_ptr(), s);
+        }
+    }
+}
+
+/// Load C tiles `0 .. count` from `sums`.
+///
+/// # Safety
+/// As [`store_sums`].
+#[inline(always)]
+unsafe fn load_sums(sums: &Sums, count: usize) {
+    let s = 64usize;
+    // SAFETY: as in `store_sums`.
+    unsafe {
+        load!(0, sums[0].as_ptr(), s);
+        if count > 1 {
+            load!(1, sums[1].as_ptr(), s);
+        }
+        if count > 2 {
+            load!(2, sums[2].as_ptr(), s);
+        }
+        if count > 3 {
+            load!(3, sums[3].as_ptr(), s);
+        }
+    }
+}
+
+/// The operands of one step: the A rows and the B panels.
+#[derive(Clone, Copy)]
+struct Step {
+    /// Row 0's first word of the step, and the bytes between rows.
+    a: *const f32,
+    a_stride: usize,
+    /// Panel 0's first slot of the step, the bytes between slots and between panels.
+    b: *const bf16,
+    b_stride: usize,
+    panel_bytes: usize,
+}
+
+impl Step {
+    /// Panel `r`'s B tile.
+    #[inline(always)]
+    fn b(&self, r: usize) -> *const u8 {
+        self.b.cast::<u8>().wrapping_add(r * self.panel_bytes)
+    }
+
+    /// Row block `i`'s A tile.
+    #[inline(always)]
+    fn a(&self, i: usize) -> *const u8 {
+        self.a.cast::<u8>().wrapping_add(i * BLOCK * self.a_stride)
+    }
+}
+
+/// One step of one row block × `R` panels: A in tmm4, B alternating in tmm5 / tmm6, C tiles
+/// `0 .. R`.
+///
+/// # Safety
+/// [`available`], configured by [`Config::step`] for one block; the operands in bounds.
+#[inline(always)]
+unsafe fn step_one<const R: usize>(s: Step) {
+    let (sa, sb) = (s.a_stride, s.b_stride);
+    // SAFETY: by the caller's contract.
+    unsafe {
+        load!(4, s.a(0), sa);
+        load!(5, s.b(0), sb);
+        dp!(0, 4, 5);
+        if R > 1 {
+            load!(6, s.b(1), sb);
+            dp!(1, 4, 6);
+        }
+        if R > 2 {
+            load!(5, s.b(2), sb);
+            dp!(2, 4, 5);
+        }
+        if R > 3 {
+            load!(6, s.b(3), sb);
+            dp!(3, 4, 6);
+        }
+    }
+}
+
+/// One step of two row blocks × `R` panels: A in tmm4 / tmm5, B in tmm6 / tmm7, block `i`'s
+/// panel `r` in C tile `2i + r`.
+///
+/// # Safety
+/// As [`step_one`], configured for two blocks.
+#[inline(always)]
+unsafe fn step_two<const R: usize>(s: Step) {
+    let (sa, sb) = (s.a_stride, s.b_stride);
+    // SAFETY: by the caller's contract.
+    unsafe {
+        load!(4, s.a(0), sa);
+        load!(5, s.a(1), sa);
+        load!(6, s.b(0), sb);
+        dp!(0, 4, 6);
+        dp!(2, 5, 6);
+        if R > 1 {
+            load!(7, s.b(1), sb);
+            dp!(1, 4, 7);
+            dp!(3, 5, 7);
+        }
+    }
+}
+
+/// Prefetch (into L2) the B tiles `AHEAD` steps past `s`, one line per slot of each of `np`
+/// panels.
+#[inline(always)]
+fn prefetch(s: &Step, np: usize) {
+    use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+    /// Steps ahead: 2 KiB of a contiguous panel, as the other x86 tiles.
+    const AHEAD: usize = 2;
+    for r in 0..np {
+        let at = s.b(r).wrapping_add(AHEAD * STEP * s.b_stride);
+        for k in 0..STEP {
+            // SAFETY: a prefetch never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(k * s.b_stride).cast()) };
+        }
+    }
+}
+
+/// `m` rows × `np` panels (`m ≤ 16` and `np ≤ 4`, or `m ≤ 32` and `np ≤ 2`) into `dst`.
+///
+/// # Safety
+/// [`available`]; `w` holds panel `r`'s slot `s` at `r·ps + s·cs` (32 values) for `r < np`,
+/// `s < slots`; `xs` holds the `m` rows' words row-major (`xs[q·slots + s]`); `dst` writable
+/// for `m` rows × `np` panels (see [`Dst`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tile(
+    w: &[bf16],
+    np: usize,
+    slots: usize,
+    (ps, cs): (usize, usize),
+    xs: &[f32],
+    m: usize,
+    dst: Dst,
+) {
+    let blocks = m.div_ceil(BLOCK);
+    let most_panels = if blocks == 1 { 4 } else { 2 };
+    debug_assert!((1..=MAX_ROWS).contains(&m) && (1..=most_panels).contains(&np));
+    debug_assert!(xs.len() == m * slots && slots >= 1);
+    let at = |slot: usize| Step {
+        a: xs.as_ptr().wrapping_add(slot),
+        a_stride: 4 * slots,
+        b: w.as_ptr().wrapping_add(slot * cs),
+        b_stride: 2 * cs,
+        panel_bytes: 2 * ps,
+    };
+    let run = |s: Step| {
+        // SAFETY: configured for `blocks` blocks by the caller below; operands in bounds by
+        // this function's contract.
+        unsafe {
+            match (blocks, np) {
+                (1, 1) => step_one::<1>(s),
+                (1, 2) => step_one::<2>(s),
+                (1, 3) => step_one::<3>(s),
+                (1, _) => step_one::<4>(s),
+                (_, 1) => step_two::<1>(s),
+                _ => step_two::<2>(s),
+            }
+        }
+    };
+    let c_tiles = if blocks == 1 { np } else { 2 + np.min(2) };
+    let mut sums: Sums = [[0.0; BLOCK * PANEL]; 4];
+    let (full, tail) = (slots / STEP, slots % STEP);
+    // SAFETY: AMX is available by the caller's contract; every tile instruction runs under
+    // the configuration loaded before it, and `tilerelease` ends the tile state.
+    unsafe {
+        Config::step(m, if full > 0 { STEP } else { tail }).load();
+        for step in 0..full {
+            let s = at(step * STEP);
+            prefetch(&s, np);
+            run(s);
+        }
+        if tail > 0 {
+            if full > 0 {
+                // The last step is narrower: reconfigure (which zeroes the tiles) around it.
+                store_sums(&mut sums, c_tiles);
+                Config::step(m, tail).load();
+                load_sums(&sums, c_tiles);
+            }
+            run(at(full * STEP));
+        }
+        store_sums(&mut sums, c_tiles);
+        asm!("tilerelease", options(nostack, nomem, preserves_flags));
+    }
+    for q in 0..m {
+        let (b, row) = (q / BLOCK, q % BLOCK);
+        for r in 0..np {
+            let lanes: &[f32; PANEL] = sums[b * most_panels + r][row * PANEL..(row + 1) * PANEL]
+                .try_into()
+                .unwrap_or(&[0.0; PANEL]);
+            // SAFETY: row `q`, panel `r` of the tile, by the caller's contract.
+            unsafe { dst.put(q, r, np, lanes) };
+        }
+    }
+}
