@@ -79,12 +79,18 @@ impl Keyed {
 
     /// [`Keyed::near`] and how many timings that key holds.
     fn near_counted(&self, key: usize) -> Option<(f64, usize)> {
-        let key = key.max(1) as f64;
-        let (_, ring) = self.rings.iter().min_by(|a, b| {
-            let d = |k: usize| (k as f64 / key).ln().abs();
+        self.nearest(key).map(|(_, m, n)| (m, n))
+    }
+
+    /// The key nearest `key` by ratio (ties: the larger), its median timing and how many
+    /// timings it holds.
+    pub(crate) fn nearest(&self, key: usize) -> Option<(usize, f64, usize)> {
+        let target = key.max(1) as f64;
+        let (k, ring) = self.rings.iter().min_by(|a, b| {
+            let d = |k: usize| (k as f64 / target).ln().abs();
             d(*a.0).total_cmp(&d(*b.0)).then(b.0.cmp(a.0))
         })?;
-        Some((median(ring.0.clone())?, ring.0.len()))
+        Some((*k, median(ring.0.clone())?, ring.0.len()))
     }
 }
 
@@ -292,6 +298,9 @@ pub(crate) struct RoundCosts {
     plain_rest: Keyed,
     /// A drafted round's rest without its extension: a plain round's until one is timed.
     drafted_kernels: Keyed,
+    /// Every timed proposal, a probe's included: seconds for all its requests, by how many
+    /// proposed (what rescales the drafter's prior before a batch size has its own).
+    proposals: Keyed,
 }
 
 impl RoundCosts {
@@ -309,6 +318,17 @@ impl RoundCosts {
         self.propose.record(batch, propose / b);
         self.drafted_rest.record(batch, (kernels + extension) / b);
         self.drafted_kernels.record(batch, kernels / b);
+    }
+
+    /// `requests` requests proposed in one call, in `seconds` (a drafted round's or a probe's).
+    pub(crate) fn record_proposal(&mut self, requests: usize, seconds: f64) {
+        self.proposals.record(requests, seconds);
+    }
+
+    /// The timed proposal nearest `requests` requests: how many proposed, and the median
+    /// seconds of such a call.
+    pub(crate) fn proposal_near(&self, requests: usize) -> Option<(usize, f64)> {
+        self.proposals.nearest(requests).map(|(k, m, _)| (k, m))
     }
 
     /// A plain round of `batch` requests spent `rest` seconds outside the forward.

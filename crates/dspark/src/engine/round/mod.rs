@@ -417,6 +417,10 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             out.round = true;
             out.plain = p.plain;
             let after = t_kernels.elapsed().as_secs_f64();
+            let proposers = p.drafted.iter().filter(|&&d| d).count();
+            if proposers > 0 {
+                self.planner.observe_proposal(proposers, p.propose_seconds);
+            }
             self.planner.observe_round(
                 p.act.len(),
                 p.plain,

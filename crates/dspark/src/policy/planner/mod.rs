@@ -34,7 +34,8 @@
 //! Under the learned table ([`VerifyPolicy::ScheduledMeasured`]) the round costs need no
 //! drafted round either: until a batch size has its proposals timed, proposing is priced from
 //! the drafter's shape ([`Drafter::propose_cost`](crate::drafter::Drafter::propose_cost)) on
-//! this machine, scaled as the target's timings run against its own prior. A batch whose best
+//! this machine, scaled as the target's timings run against its own prior, and once any
+//! proposal is timed (a probe's), by how far that one ran from its own price. A batch whose best
 //! drafted round loses even with every draft accepted then never drafts (on a small target,
 //! a batch of 16), where it used to pay two drafted rounds to learn so. On such prior-priced
 //! costs the whole batch drafts only once its plain size has a timing and on a clear gain (by
@@ -75,6 +76,10 @@ const REFRESH_GROWTH: usize = 4;
 /// A plain round whose expected `Θ` is at least this share of the best drafted round's is close
 /// enough to be tried when its size has not been timed (the choice rests on the prior there).
 pub const EXPLORE_SHARE: f64 = 0.8;
+
+/// The most a timed proposal rescales the drafter's prior, either way (one timing can be an
+/// outlier: a first call's one-time costs, a preempted thread).
+const PROPOSAL_RATIO_MAX: f64 = 8.0;
 
 /// Request-rounds the acceptance record holds (at the first draft position) before a close
 /// choice is tested with a plain round: earlier, the drafted estimate is mostly the prior's.
@@ -238,22 +243,41 @@ impl Planner {
     /// ([`RoundCosts::get`]), else with proposing priced by the drafter's shape under the
     /// learned table (see [`Planner::with_drafter_cost`]).
     fn round_costs(&self, b: usize) -> Option<Costs> {
-        let prior = match (&self.verify, &self.drafter, &self.base) {
+        let prior = self.proposal_prior(b).map(|seconds| {
+            // A timed proposal (a probe's, or a drafted round's of another size) says how far
+            // the shape's price runs from this drafter's real one (a small drafter's per-op
+            // costs run far above its FLOPs): the prior of `b` takes the same ratio.
+            let ratio = self
+                .costs
+                .proposal_near(b)
+                .and_then(|(k, timed)| Some(timed / self.proposal_prior(k)?))
+                .filter(|r| r.is_finite() && *r > 0.0)
+                .map_or(1.0, |r| {
+                    r.clamp(1.0 / PROPOSAL_RATIO_MAX, PROPOSAL_RATIO_MAX)
+                });
+            seconds * ratio / b.max(1) as f64
+        });
+        self.costs.get_or_prior(b, prior)
+    }
+
+    /// Seconds the drafter's shape prices a proposal of `b` requests at, under the learned
+    /// table (scaled as the target's timings run against the target's own prior); `None`
+    /// without a drafter cost or another policy.
+    fn proposal_prior(&self, b: usize) -> Option<f64> {
+        match (&self.verify, &self.drafter, &self.base) {
             (VerifyPolicy::ScheduledMeasured, Some(d), Some(base)) => {
                 let split = Split::new(&d.cost, &machine_for(d.accelerator), d.accelerator);
                 let rows = b.max(1) * d.rows;
-                let seconds = match self.times.scales(&base.table, base.split.as_ref()) {
+                Some(match self.times.scales(&base.table, base.split.as_ref()) {
                     Some(scales) => scales.price(&base.table, Some(&split), rows),
                     None => {
                         let (read, multiply) = split.parts(rows);
                         read.max(multiply)
                     }
-                };
-                Some(seconds / b.max(1) as f64)
+                })
             }
             _ => None,
-        };
-        self.costs.get_or_prior(b, prior)
+        }
     }
 
     /// Whether the policy uses the confidence policies' bookkeeping (round costs, pending
@@ -570,6 +594,14 @@ impl Planner {
         } else if drafted {
             self.costs
                 .record_drafted(batch, propose, kernels, extension);
+        }
+    }
+
+    /// `requests` requests proposed in one call (a drafted round's or a probe's) in `seconds`
+    /// (under a scheduling policy).
+    pub(crate) fn observe_proposal(&mut self, requests: usize, seconds: f64) {
+        if self.schedules() {
+            self.costs.record_proposal(requests, seconds);
         }
     }
 

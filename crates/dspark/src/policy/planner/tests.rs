@@ -194,4 +194,21 @@ fn a_batch_drafts_on_prior_priced_costs_only_on_a_clear_gain_after_a_plain_timin
     // timed, the same 5% drafts (the plain round must win by PLAIN_MARGIN to be taken).
     assert_eq!(run(1.7e-3, true, false), Drafting::Plain);
     assert_eq!(run(1.7e-3, true, true), Drafting::All);
+    // Priced at 0.25 ms, proposing looks cheap; a probe's one proposal took 1.7 ms (6.8 times
+    // its price): the batch's is priced at 6.8 times its own, the 1.7 ms case above.
+    let probed = |timed: Option<f64>| {
+        let mut p = learned(2, &flat, Some(pass(2.5e-4)));
+        for _ in 0..4 {
+            p.observe_acceptance(2, 2, Some(&conf));
+        }
+        p.observe_forward(2, 1e-3);
+        if let Some(t) = timed {
+            p.observe_proposal(1, t);
+        }
+        p.drafts(&stale, Some(&flat), 64).unwrap()
+    };
+    assert_eq!(probed(None), Drafting::All);
+    assert_eq!(probed(Some(1.7e-3)), Drafting::Plain);
+    // A proposal timed below its price makes the batch's cheaper, by at most 8 times.
+    assert_eq!(probed(Some(1e-6)), Drafting::All);
 }
