@@ -181,27 +181,28 @@ macro_rules! dp {
 }
 
 /// The C tiles' sums as stored between steps and at the end: tile `t`, row `q`, lane `j` at
-/// `[t][q·16 + j]`.
+/// `[t][q·16 + j]` (left uninitialized: a store of the tiles writes every row that is read).
 type Sums = [[f32; BLOCK * PANEL]; 4];
 
-/// Store C tiles `0 .. count` to `sums` (64-byte rows).
+/// Store C tiles `0 .. count` to `sums` (64-byte rows, tile `t` at `sums + 256·t`).
 ///
 /// # Safety
-/// [`available`], with a configuration loaded.
+/// [`available`], with a configuration loaded; `sums` writable for `count` tiles.
 #[inline(always)]
-unsafe fn store_sums(sums: &mut Sums, count: usize) {
+unsafe fn store_sums(sums: *mut f32, count: usize) {
     let s = 64usize;
-    // SAFETY: each tile has at most 16 rows of 64 bytes, the size of `sums[t]`.
+    let at = |t: usize| sums.wrapping_add(t * BLOCK * PANEL);
+    // SAFETY: each tile has at most 16 rows of 64 bytes, the size of a tile's part of `sums`.
     unsafe {
-        store!(0, sums[0].as_mut_ptr(), s);
+        store!(0, at(0), s);
         if count > 1 {
-            store!(1, sums[1].as_mut_ptr(), s);
+            store!(1, at(1), s);
         }
         if count > 2 {
-            store!(2, sums[2].as_mut_ptr(), s);
+            store!(2, at(2), s);
         }
         if count > 3 {
-            store!(3, sums[3].as_mut_ptr(), s);
+            store!(3, at(3), s);
         }
     }
 }
@@ -209,21 +210,22 @@ unsafe fn store_sums(sums: &mut Sums, count: usize) {
 /// Load C tiles `0 .. count` from `sums`.
 ///
 /// # Safety
-/// As [`store_sums`].
+/// As [`store_sums`], the tiles' rows written by it.
 #[inline(always)]
-unsafe fn load_sums(sums: &Sums, count: usize) {
+unsafe fn load_sums(sums: *const f32, count: usize) {
     let s = 64usize;
+    let at = |t: usize| sums.wrapping_add(t * BLOCK * PANEL);
     // SAFETY: as in `store_sums`.
     unsafe {
-        load!(0, sums[0].as_ptr(), s);
+        load!(0, at(0), s);
         if count > 1 {
-            load!(1, sums[1].as_ptr(), s);
+            load!(1, at(1), s);
         }
         if count > 2 {
-            load!(2, sums[2].as_ptr(), s);
+            load!(2, at(2), s);
         }
         if count > 3 {
-            load!(3, sums[3].as_ptr(), s);
+            load!(3, at(3), s);
         }
     }
 }
@@ -363,7 +365,9 @@ pub(super) unsafe fn tile(
         }
     };
     let c_tiles = if blocks == 1 { np } else { 2 + np.min(2) };
-    let mut sums: Sums = [[0.0; BLOCK * PANEL]; 4];
+    // Not zeroed (4 KiB a call): the stores below write every row read after them.
+    let mut stash = std::mem::MaybeUninit::<Sums>::uninit();
+    let sums = stash.as_mut_ptr().cast::<f32>();
     let (full, tail) = (slots / STEP, slots % STEP);
     // SAFETY: AMX is available by the caller's contract; every tile instruction runs under
     // the configuration loaded before it, and `tilerelease` ends the tile state.
@@ -377,23 +381,25 @@ pub(super) unsafe fn tile(
         if tail > 0 {
             if full > 0 {
                 // The last step is narrower: reconfigure (which zeroes the tiles) around it.
-                store_sums(&mut sums, c_tiles);
+                store_sums(sums, c_tiles);
                 Config::step(m, tail).load();
-                load_sums(&sums, c_tiles);
+                load_sums(sums, c_tiles);
             }
             run(at(full * STEP));
         }
-        store_sums(&mut sums, c_tiles);
+        store_sums(sums, c_tiles);
         asm!("tilerelease", options(nostack, nomem, preserves_flags));
     }
     for q in 0..m {
         let (b, row) = (q / BLOCK, q % BLOCK);
         for r in 0..np {
-            let lanes: &[f32; PANEL] = sums[b * most_panels + r][row * PANEL..(row + 1) * PANEL]
-                .try_into()
-                .unwrap_or(&[0.0; PANEL]);
-            // SAFETY: row `q`, panel `r` of the tile, by the caller's contract.
-            unsafe { dst.put(q, r, np, lanes) };
+            let t = b * most_panels + r;
+            // SAFETY: C tile `t < c_tiles` has rows `0 .. min(16, m − 16b)`, all stored above;
+            // row `q`, panel `r` of the tile is in `dst` by the caller's contract.
+            unsafe {
+                let lanes = &*sums.add((t * BLOCK + row) * PANEL).cast::<[f32; PANEL]>();
+                dst.put(q, r, np, lanes);
+            }
         }
     }
 }

@@ -95,20 +95,18 @@ pub(super) fn inputs(
     max_rows: usize,
 ) -> Vec<f32> {
     let (slots, e) = (cols.div_ceil(2), per_slot(kernel));
-    let mut out = vec![0f32; n * slots * e];
     if kernel == Kernel::Amx {
-        // Row-major words: each row's pairs in order, in one pass a compiler vectorizes.
-        for (dst, row) in out.chunks_exact_mut(slots).zip(x.chunks_exact(cols)) {
+        // Row-major words: each row's pairs in order, in one pass a compiler vectorizes (and
+        // no zeroed buffer first).
+        let mut out = Vec::with_capacity(n * slots);
+        for row in x.chunks_exact(cols).take(n) {
             let (pairs, last) = row.split_at(cols / 2 * 2);
-            for (d, p) in dst.iter_mut().zip(pairs.chunks_exact(2)) {
-                *d = word(p[0], p[1]);
-            }
-            if let (Some(&v), Some(d)) = (last.first(), dst.last_mut()) {
-                *d = word(v, 0.0);
-            }
+            out.extend(pairs.chunks_exact(2).map(|p| word(p[0], p[1])));
+            out.extend(last.first().map(|&v| word(v, 0.0)));
         }
         return out;
     }
+    let mut out = vec![0f32; n * slots * e];
     for (i0, m) in row_tiles(n, max_rows) {
         let tile = &mut out[i0 * slots * e..(i0 + m) * slots * e];
         for q in 0..m {
