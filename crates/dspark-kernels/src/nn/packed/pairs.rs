@@ -69,7 +69,7 @@ fn round_bits(v: f32) -> u16 {
 
 /// One slot's word for `vdpbf16ps` and AMX: `odd` rounded in the top half, `even` below.
 #[inline(always)]
-fn word(even: f32, odd: f32) -> f32 {
+pub(super) fn word(even: f32, odd: f32) -> f32 {
     f32::from_bits(u32::from(round_bits(odd)) << 16 | u32::from(round_bits(even)))
 }
 
@@ -100,7 +100,16 @@ pub(super) fn inputs(
         // no zeroed buffer first).
         let mut out = Vec::with_capacity(n * slots);
         for row in x.chunks_exact(cols).take(n) {
-            let (pairs, last) = row.split_at(cols / 2 * 2);
+            #[cfg(target_arch = "x86_64")]
+            let done = if std::arch::is_x86_feature_detected!("avx512bf16") {
+                // SAFETY: the CPU runs AVX512-BF16 (and so AVX-512F).
+                unsafe { super::pairs_x86::words512(row, &mut out) }
+            } else {
+                0
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let done = 0;
+            let (pairs, last) = row[done..].split_at((cols - done) / 2 * 2);
             out.extend(pairs.chunks_exact(2).map(|p| word(p[0], p[1])));
             out.extend(last.first().map(|&v| word(v, 0.0)));
         }

@@ -320,3 +320,48 @@ unsafe fn exact256_body(
         }
     }
 }
+
+/// The words of `row`'s leading whole 32-column chunks (16 slots each), appended to `out` by
+/// `vcvtne2ps2bf16`, which rounds as [`super::pairs::round_input`] does except on subnormal
+/// inputs (it reads them as zeros, where the rule rounds the largest up to the smallest
+/// normal): a chunk holding one is left to the caller. Returns the columns done.
+///
+/// # Safety
+/// AVX-512F and AVX512-BF16 must be available.
+#[target_feature(enable = "avx512f,avx512bf16")]
+pub(super) unsafe fn words512(row: &[f32], out: &mut Vec<f32>) -> usize {
+    let (exponent, mantissa) = (
+        _mm512_set1_epi32(0x7f80_0000),
+        _mm512_set1_epi32(0x007f_ffff),
+    );
+    let subnormal = |v: __m512| {
+        let bits = _mm512_castps_si512(v);
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent), _mm512_setzero_si512())
+            & _mm512_test_epi32_mask(bits, mantissa)
+    };
+    let mut done = 0;
+    out.reserve(row.len() / 2);
+    for chunk in row.chunks_exact(32) {
+        // SAFETY: 32 values in `chunk`.
+        let (lo, hi) = unsafe {
+            (
+                _mm512_loadu_ps(chunk.as_ptr()),
+                _mm512_loadu_ps(chunk.as_ptr().add(16)),
+            )
+        };
+        if subnormal(lo) | subnormal(hi) != 0 {
+            break;
+        }
+        // 32 bf16 values in column order: each pair (even, odd) is one little-endian word.
+        // SAFETY: a bf16 vector is the 64 bytes of an integer one.
+        let words: __m512i = unsafe { std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo)) };
+        let at = out.len();
+        // SAFETY: `reserve` above left room for every chunk's 16 words.
+        unsafe {
+            _mm512_storeu_si512(out.as_mut_ptr().add(at).cast(), words);
+            out.set_len(at + 16);
+        }
+        done += 32;
+    }
+    done
+}

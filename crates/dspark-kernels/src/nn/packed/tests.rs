@@ -545,3 +545,48 @@ fn bf16_input_rounding_is_halfs_nearest_even_with_subnormals_flushed() {
         assert_eq!(pairs::round_input(v).to_bits(), want, "{b:#x}");
     }
 }
+
+#[test]
+fn amx_inputs_are_the_rule_s_words_for_every_value() {
+    // The AMX inputs convert whole chunks with `vcvtne2ps2bf16` where the CPU has it: the
+    // same words as the scalar rule, special values and subnormals included.
+    let specials = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        f32::from_bits(0x007f_ffff),
+        f32::from_bits(0x8000_0001),
+        f32::MIN_POSITIVE,
+        -0.0,
+        1.0 + f32::EPSILON,
+        f32::from_bits(0x3f80_8000),
+        f32::from_bits(0x3f81_8000),
+    ];
+    for cols in [1, 2, 31, 32, 33, 64, 96, 101] {
+        for n in [1, 3] {
+            let mut x = values(n * cols, cols as u32);
+            if cols > 40 && n == 3 {
+                // A subnormal in a chunk of the second row, the other rows plain.
+                x[cols + 5] = specials[5];
+            } else if cols >= 32 {
+                for (i, v) in specials.iter().enumerate() {
+                    if i != 5 && i != 6 {
+                        x[i % cols] = *v;
+                    }
+                }
+            }
+            let got = pairs::inputs(Kernel::Amx, &x, n, cols, 16);
+            let want: Vec<u32> = x
+                .chunks(cols)
+                .flat_map(|row| {
+                    row.chunks(2)
+                        .map(|p| pairs::word(p[0], p.get(1).copied().unwrap_or(0.0)).to_bits())
+                })
+                .collect();
+            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "cols {cols} n {n}");
+        }
+    }
+}
