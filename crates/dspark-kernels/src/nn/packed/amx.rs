@@ -184,27 +184,33 @@ macro_rules! dp {
 /// `[t][q·16 + j]` (left uninitialized: a store of the tiles writes every row that is read).
 type Sums = [[f32; BLOCK * PANEL]; 4];
 
+/// `$op!(t, sums + 256·t, 64)` for C tiles `t` in `0 .. $count` (`$op`: [`load`] or
+/// [`store`]).
+macro_rules! c_tiles {
+    ($op:ident, $sums:expr, $count:expr) => {{
+        let (sums, count, s) = ($sums, $count, 64usize);
+        let at = |t: usize| sums.wrapping_add(t * BLOCK * PANEL);
+        $op!(0, at(0), s);
+        if count > 1 {
+            $op!(1, at(1), s);
+        }
+        if count > 2 {
+            $op!(2, at(2), s);
+        }
+        if count > 3 {
+            $op!(3, at(3), s);
+        }
+    }};
+}
+
 /// Store C tiles `0 .. count` to `sums` (64-byte rows, tile `t` at `sums + 256·t`).
 ///
 /// # Safety
 /// [`available`], with a configuration loaded; `sums` writable for `count` tiles.
 #[inline(always)]
 unsafe fn store_sums(sums: *mut f32, count: usize) {
-    let s = 64usize;
-    let at = |t: usize| sums.wrapping_add(t * BLOCK * PANEL);
     // SAFETY: each tile has at most 16 rows of 64 bytes, the size of a tile's part of `sums`.
-    unsafe {
-        store!(0, at(0), s);
-        if count > 1 {
-            store!(1, at(1), s);
-        }
-        if count > 2 {
-            store!(2, at(2), s);
-        }
-        if count > 3 {
-            store!(3, at(3), s);
-        }
-    }
+    unsafe { c_tiles!(store, sums, count) }
 }
 
 /// Load C tiles `0 .. count` from `sums`.
@@ -213,21 +219,8 @@ unsafe fn store_sums(sums: *mut f32, count: usize) {
 /// As [`store_sums`], the tiles' rows written by it.
 #[inline(always)]
 unsafe fn load_sums(sums: *const f32, count: usize) {
-    let s = 64usize;
-    let at = |t: usize| sums.wrapping_add(t * BLOCK * PANEL);
     // SAFETY: as in `store_sums`.
-    unsafe {
-        load!(0, at(0), s);
-        if count > 1 {
-            load!(1, at(1), s);
-        }
-        if count > 2 {
-            load!(2, at(2), s);
-        }
-        if count > 3 {
-            load!(3, at(3), s);
-        }
-    }
+    unsafe { c_tiles!(load, sums, count) }
 }
 
 /// The operands of one step: the A rows and the B panels.
