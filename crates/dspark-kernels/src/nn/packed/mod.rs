@@ -66,7 +66,8 @@ pub const PANEL: usize = 16;
 /// Input rows per register tile at most (`n` rows: a full first tile, the rest balanced).
 pub const TILE_ROWS: usize = 12;
 
-/// Which kernel runs a product (all give the same bits).
+/// Which kernel runs a product (all give the same bits, but AMX, whose bf16 sums round its own
+/// way: see `amx.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
     /// AMX-BF16 (with AVX512-BF16): bf16 panels through `tdpbf16ps` tiles (`amx.rs`; the

@@ -99,9 +99,11 @@ pub(super) fn inputs(
         // Row-major words: each row's pairs in order, in one pass a compiler vectorizes (and
         // no zeroed buffer first).
         let mut out = Vec::with_capacity(n * slots);
+        #[cfg(target_arch = "x86_64")]
+        let vector = std::arch::is_x86_feature_detected!("avx512bf16");
         for row in x.chunks_exact(cols).take(n) {
             #[cfg(target_arch = "x86_64")]
-            let done = if std::arch::is_x86_feature_detected!("avx512bf16") {
+            let done = if vector {
                 // SAFETY: the CPU runs AVX512-BF16 (and so AVX-512F).
                 unsafe { super::pairs_x86::words512(row, &mut out) }
             } else {
