@@ -47,7 +47,7 @@ def test_reports_version_cuda_and_kernel_path() -> None:
     info = dspark.build_info()
     assert set(info) == BUILD_INFO_KEYS
     assert info["cpu_kernel"] in ("amx-bf16", "avx512-bf16", "avx512", "avx2", "portable")
-    assert info["quant_kernel"] in ("avx512vnni", "avxvnni", "avx2", "portable")
+    assert info["quant_kernel"] in ("amx-int8", "avx512vnni", "avxvnni", "avx2", "portable")
     assert info["version"] == dspark.__version__
     assert isinstance(info["cuda"], bool)
     assert isinstance(info["cuda_devices"], int) and info["cuda_devices"] >= 0

@@ -137,7 +137,7 @@ _BuildInfo = TypedDict(  # noqa: UP013 (a class would have to exist in the modul
         "cuda_error": str | None,
         "kernel_path": Literal["fast", "tensor", "fused"],
         "cpu_kernel": Literal["amx-bf16", "avx512-bf16", "avx512", "avx2", "portable"],
-        "quant_kernel": Literal["avx512vnni", "avxvnni", "avx2", "portable"],
+        "quant_kernel": Literal["amx-int8", "avx512vnni", "avxvnni", "avx2", "portable"],
     },
 )
 

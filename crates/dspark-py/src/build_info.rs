@@ -14,7 +14,7 @@ use crate::errors::{err, guard};
 /// path), and the register kernel of the CPU's packed products (`"amx-bf16"`, `"avx512-bf16"`,
 /// `"avx512"`, `"avx2"` or `"portable"`: every one but AMX gives the same bits, and AMX rounds
 /// bf16 sums its own way) and of its quantized products
-/// (`"avx512vnni"`, `"avxvnni"`, `"avx2"` or `"portable"`, the same bits too). An invalid
+/// (`"amx-int8"`, `"avx512vnni"`, `"avxvnni"`, `"avx2"` or `"portable"`, the same bits too). An invalid
 /// `DSPARK_KERNEL_PATH` raises `InputError` (code `invalid-argument`).
 #[pyfunction]
 pub fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {

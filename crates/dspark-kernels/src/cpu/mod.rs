@@ -112,6 +112,8 @@ pub(crate) fn has_avx512() -> bool {
         && std::arch::is_x86_feature_detected!("popcnt")
 }
 
+#[cfg(target_arch = "x86_64")]
+pub mod amx;
 pub(crate) mod dots;
 mod exp;
 pub mod pages;

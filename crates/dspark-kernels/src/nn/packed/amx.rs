@@ -24,16 +24,16 @@
 //! nine-row verification cost nearly twice a one-row decode step of a 0.6 B model; the AMX
 //! unit multiplies an order of magnitude faster, so both run at the weights' read rate.
 //!
-//! Linux grants the tile data state per process on request (`arch_prctl`); where it refuses
-//! (an old kernel, a seccomp filter) the kernel is not [available] and nothing changes.
+//! Whether the process may run tiles, their configuration and their loads and stores are
+//! `cpu/amx.rs`'s.
 
 use std::arch::asm;
-use std::sync::OnceLock;
 
 use half::bf16;
 
 use super::PANEL;
 use super::dst::Dst;
+use crate::cpu::amx::{Config, Unit, load, release, store};
 
 /// Slots (column pairs) per `tdpbf16ps`: a B tile's rows, an A tile's 64 bytes of words.
 const STEP: usize = 16;
@@ -44,130 +44,30 @@ const BLOCK: usize = 16;
 /// Rows a tile runs at most (two row blocks).
 pub(super) const MAX_ROWS: usize = 2 * BLOCK;
 
-/// The environment variable that turns the AMX kernel off when `0`.
-pub const AMX_ENV: &str = "DSPARK_AMX";
-
-/// Whether this process runs the AMX tiles: the CPU has AMX-TILE and AMX-BF16, the OS enables
-/// their state, Linux granted it to the process, and [`AMX_ENV`] is not `0`. Decided once.
+/// Whether this process runs the bf16 tiles ([`crate::cpu::amx::available`]).
 pub(super) fn available() -> bool {
-    static READY: OnceLock<bool> = OnceLock::new();
-    *READY.get_or_init(|| {
-        let off = std::env::var(AMX_ENV).is_ok_and(|v| v.trim() == "0");
-        !off && cpu_has_amx() && request_tile_data()
-    })
+    crate::cpu::amx::available(Unit::Bf16)
 }
 
-/// CPUID's AMX-TILE and AMX-BF16 bits, and XCR0's tile state bits (set by the OS).
-fn cpu_has_amx() -> bool {
-    use std::arch::x86_64::{__cpuid, __cpuid_count};
-    let (max, osxsave) = (__cpuid(0).eax, __cpuid(1).ecx & (1 << 27) != 0);
-    if max < 7 || !osxsave {
-        return false;
-    }
-    let edx = __cpuid_count(7, 0).edx;
-    let (amx_bf16, amx_tile) = (edx & (1 << 22) != 0, edx & (1 << 24) != 0);
-    let (lo, _hi): (u32, u32);
-    // SAFETY: XGETBV with ECX = 0 exists where CPUID reports OSXSAVE (checked above).
-    unsafe {
-        asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") _hi, options(nomem, nostack));
-    }
-    let tile_state = lo & (0b11 << 17) == 0b11 << 17;
-    amx_bf16 && amx_tile && tile_state
-}
-
-/// Ask Linux for the tile data state (`ARCH_REQ_XCOMP_PERM`, `XFEATURE_XTILEDATA`); `true`
-/// when granted. Without it the first tile instruction would fault.
-#[cfg(target_os = "linux")]
-fn request_tile_data() -> bool {
-    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-    const XFEATURE_XTILEDATA: libc::c_long = 18;
-    // SAFETY: a syscall with integer arguments; it changes only the process's permissions.
-    unsafe {
-        libc::syscall(
-            libc::SYS_arch_prctl,
-            ARCH_REQ_XCOMP_PERM,
-            XFEATURE_XTILEDATA,
-        ) == 0
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn request_tile_data() -> bool {
-    false
-}
-
-/// A tile configuration (`ldtilecfg`'s 64 bytes: palette 1, each tile's rows and row bytes).
-#[repr(C, align(64))]
-struct Config([u8; 64]);
-
-impl Config {
-    fn new() -> Self {
-        let mut c = [0u8; 64];
-        c[0] = 1;
-        Self(c)
-    }
-
-    /// Tile `t`: `rows` rows of `bytes` bytes (both at most 64 and 16 here).
-    fn set(&mut self, t: usize, rows: usize, bytes: usize) {
-        debug_assert!(t < 8 && rows <= BLOCK && bytes <= 64);
-        self.0[16 + 2 * t] = bytes as u8;
-        self.0[48 + t] = rows as u8;
-    }
-
-    /// The configuration of a step of `width` slots for `rows` rows (one or two row blocks):
-    /// C tiles `0 .. 4` (four panels of one block, or two panels of each of two), the A tiles
-    /// after them (a block's rows × `4·width` bytes), the B tiles last (`width` rows × 64
-    /// bytes).
-    fn step(rows: usize, width: usize) -> Self {
-        let mut c = Self::new();
-        let blocks = rows.div_ceil(BLOCK);
-        let per_block = if blocks == 1 { 4 } else { 2 };
-        for b in 0..blocks {
-            let r = (rows - b * BLOCK).min(BLOCK);
-            for p in 0..per_block {
-                c.set(b * per_block + p, r, 64);
-            }
-            c.set(4 + b, r, 4 * width);
+/// The configuration of a step of `width` slots for `rows` rows (one or two row blocks):
+/// C tiles `0 .. 4` (four panels of one block, or two panels of each of two), the A tiles
+/// after them (a block's rows × `4·width` bytes), the B tiles last (`width` rows × 64
+/// bytes).
+fn step_config(rows: usize, width: usize) -> Config {
+    let mut c = Config::new();
+    let blocks = rows.div_ceil(BLOCK);
+    let per_block = if blocks == 1 { 4 } else { 2 };
+    for b in 0..blocks {
+        let r = (rows - b * BLOCK).min(BLOCK);
+        for p in 0..per_block {
+            c.set(b * per_block + p, r, 64);
         }
-        for t in 4 + blocks..8 {
-            c.set(t, width, 64);
-        }
-        c
+        c.set(4 + b, r, 4 * width);
     }
-
-    /// Load the configuration (zeroes every tile).
-    ///
-    /// # Safety
-    /// [`available`].
-    #[inline(always)]
-    unsafe fn load(&self) {
-        // SAFETY: a valid palette-1 configuration; AMX is available by the caller's contract.
-        unsafe { asm!("ldtilecfg [{}]", in(reg) self.0.as_ptr(), options(nostack, readonly)) };
+    for t in 4 + blocks..8 {
+        c.set(t, width, 64);
     }
-}
-
-/// `tileloadd tmm$t, [ptr + stride]`.
-macro_rules! load {
-    ($t:literal, $ptr:expr, $stride:expr) => {
-        asm!(
-            concat!("tileloadd tmm", $t, ", [{p} + {s}*1]"),
-            p = in(reg) $ptr,
-            s = in(reg) $stride,
-            options(nostack, readonly, preserves_flags)
-        )
-    };
-}
-
-/// `tilestored [ptr + stride], tmm$t`.
-macro_rules! store {
-    ($t:literal, $ptr:expr, $stride:expr) => {
-        asm!(
-            concat!("tilestored [{p} + {s}*1], tmm", $t),
-            p = in(reg) $ptr,
-            s = in(reg) $stride,
-            options(nostack, preserves_flags)
-        )
-    };
+    c
 }
 
 /// `tdpbf16ps tmm$c, tmm$a, tmm$b`.
@@ -365,7 +265,7 @@ pub(super) unsafe fn tile(
     // SAFETY: AMX is available by the caller's contract; every tile instruction runs under
     // the configuration loaded before it, and `tilerelease` ends the tile state.
     unsafe {
-        Config::step(m, if full > 0 { STEP } else { tail }).load();
+        step_config(m, if full > 0 { STEP } else { tail }).load();
         for step in 0..full {
             let s = at(step * STEP);
             prefetch(&s, np);
@@ -375,13 +275,13 @@ pub(super) unsafe fn tile(
             if full > 0 {
                 // The last step is narrower: reconfigure (which zeroes the tiles) around it.
                 store_sums(sums, c_tiles);
-                Config::step(m, tail).load();
+                step_config(m, tail).load();
                 load_sums(sums, c_tiles);
             }
             run(at(full * STEP));
         }
         store_sums(sums, c_tiles);
-        asm!("tilerelease", options(nostack, nomem, preserves_flags));
+        release();
     }
     for q in 0..m {
         let (b, row) = (q / BLOCK, q % BLOCK);

@@ -55,7 +55,7 @@ mod view;
 mod x86;
 
 #[cfg(target_arch = "x86_64")]
-pub use amx::AMX_ENV;
+pub use crate::cpu::amx::AMX_ENV;
 pub use elem::PanelElem;
 pub use group::{GroupPart, matmul_group};
 pub use view::PanelView;

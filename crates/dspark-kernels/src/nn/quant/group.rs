@@ -48,9 +48,9 @@ pub(crate) type X86Body<W, X> = unsafe fn(&Operands<'_, W, X>, usize, &mut [f32]
 pub struct Bodies<W: 'static, X: 'static> {
     /// The rule: output slot `j` of a group's blocks `w` against row `r` of the activations.
     pub(crate) dot: fn(&[W], usize, &X, usize) -> f32,
-    /// The AVX-512 VNNI, AVX-VNNI and AVX2 bodies (the order of [`QuantKernel::ALL`]).
+    /// The AMX, AVX-512 VNNI, AVX-VNNI and AVX2 bodies (the order of [`QuantKernel::ALL`]).
     #[cfg(target_arch = "x86_64")]
-    pub(crate) x86: [X86Body<W, X>; 3],
+    pub(crate) x86: [X86Body<W, X>; 4],
 }
 
 impl<W, X> Bodies<W, X> {
@@ -69,7 +69,7 @@ impl<W, X> Bodies<W, X> {
         out: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(i) = QuantKernel::ALL[..3].iter().position(|&k| k == kernel) {
+        if let Some(i) = QuantKernel::ALL[..4].iter().position(|&k| k == kernel) {
             let op = Operands::new(weight, blocks, q, n, o0, out.len());
             // SAFETY: the caller runs only a kernel whose extensions were detected, over
             // operands that hold every group of the outputs and `n` rows.

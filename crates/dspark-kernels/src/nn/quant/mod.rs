@@ -12,7 +12,8 @@
 //! does not depend on the other rows of the call. Each format has four bodies with the same
 //! bits ([`QuantKernel`]): AVX-512 VNNI on two groups at once (`zmm.rs`), VNNI on one
 //! (`vnni.rs`, AVX-VNNI's and the odd group's), AVX2 (`x86.rs`) and the portable rule; their
-//! shared pieces are in `simd.rs`.
+//! shared pieces are in `simd.rs`. Q8_0 has a fifth, AMX tiles for products of many rows
+//! (`amx.rs`).
 //!
 //! A decode step on a CPU is bound by the bytes it reads: a Q8_0 weight reads about half a bf16
 //! one's, a Q4_K weight about a quarter. A product reads each weight block once for all its rows
@@ -20,6 +21,8 @@
 //! the panel kernel does ([`crate::threads::split_stream`]).
 
 mod acts;
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod group;
 pub mod q4k;
 pub mod q6k;
@@ -86,6 +89,10 @@ impl Quant {
 /// Which body runs a product (all give the same bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuantKernel {
+    /// AMX-INT8 with the AVX-512 VNNI body's extensions: Q8_0's block sums from `tdpbssd`
+    /// tiles (`amx.rs`) in products of 12 rows or more; fewer rows, and Q4_K and Q6_K, as
+    /// [`Self::Avx512Vnni`].
+    Amx,
     /// AVX-512 VNNI (with F, VL and BW), FMA and F16C: one 512-bit `vpdpbusd` per 4 bytes
     /// of two groups' 16 rows.
     Avx512Vnni,
@@ -99,11 +106,18 @@ pub enum QuantKernel {
 
 impl QuantKernel {
     /// Every body, fastest first.
-    pub const ALL: [Self; 4] = [Self::Avx512Vnni, Self::AvxVnni, Self::Avx2, Self::Portable];
+    pub const ALL: [Self; 5] = [
+        Self::Amx,
+        Self::Avx512Vnni,
+        Self::AvxVnni,
+        Self::Avx2,
+        Self::Portable,
+    ];
 
-    /// Its name (`avx512vnni`, `avxvnni`, `avx2`, `portable`).
+    /// Its name (`amx-int8`, `avx512vnni`, `avxvnni`, `avx2`, `portable`).
     pub fn name(self) -> &'static str {
         match self {
+            Self::Amx => "amx-int8",
             Self::Avx512Vnni => "avx512vnni",
             Self::AvxVnni => "avxvnni",
             Self::Avx2 => "avx2",
@@ -117,13 +131,14 @@ impl QuantKernel {
         {
             use std::arch::is_x86_feature_detected as has;
             let avx2 = crate::cpu::has_avx2() && has!("f16c");
+            let vnni512 = avx2
+                && has!("avx512f")
+                && has!("avx512vl")
+                && has!("avx512bw")
+                && has!("avx512vnni");
             match self {
-                Self::Avx512Vnni => {
-                    avx2 && has!("avx512f")
-                        && has!("avx512vl")
-                        && has!("avx512bw")
-                        && has!("avx512vnni")
-                }
+                Self::Amx => vnni512 && amx::available(),
+                Self::Avx512Vnni => vnni512,
                 Self::AvxVnni => avx2 && has!("avxvnni"),
                 Self::Avx2 => avx2,
                 Self::Portable => true,
@@ -203,6 +218,7 @@ impl SuperGroup for GroupQ8 {
         },
         #[cfg(target_arch = "x86_64")]
         x86: [
+            amx::matmul_rows,
             zmm::matmul_rows,
             vnni::matmul_rows_avxvnni,
             x86::matmul_rows,

@@ -159,7 +159,8 @@ fn every_body_gives_the_rule_s_bits_and_rows_do_not_see_each_other() {
     for (rows, cols) in [(16, 64), (37, 96), (5, 40), (64, 1024)] {
         let (_, q) = quantized(rows, cols, 11);
         let bias = values(rows, 5);
-        let ns = [1, 3, 4, 5, 8, 9, 13, 19];
+        // Past 16 rows the AMX body runs several tiles, of two sizes from 17 on.
+        let ns = [1, 3, 4, 5, 8, 9, 13, 16, 17, 19, 32, 41];
         assert_bodies_agree((rows, cols), &ns, |k, x, n| {
             q.matmul_with(k, x, n, Some(&bias))
         });
@@ -179,8 +180,8 @@ fn extreme_bytes_stay_exact_in_every_body() {
         }
     }
     let m = QuantMatrix::from_gguf(&bytes, rows, cols).unwrap();
-    for sign in [1.0f32, -1.0] {
-        let n = 9;
+    // 16 rows: the AMX body's tiles, where it runs.
+    for (sign, n) in [(1.0f32, 9), (-1.0, 9), (1.0, 16), (-1.0, 16)] {
         let x: Vec<f32> = (0..n * cols)
             .map(|i| sign * (1.0 + (i % 5) as f32 * 1e-3))
             .collect();
@@ -363,4 +364,17 @@ fn activation_blocks_are_the_rule_s_bits_on_every_path() {
     for (v, want) in cases {
         assert_eq!(rule::level(v), want, "{v}");
     }
+}
+
+/// The AMX body runs where Linux reports AMX-INT8 and AVX-512 VNNI (and `DSPARK_AMX` is not
+/// `0`), so the every-body tests above check its bits on such a machine; it is never the best
+/// kernel elsewhere.
+#[test]
+fn amx_runs_where_the_cpu_has_it() {
+    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|w| w == f);
+    let off = std::env::var("DSPARK_AMX").is_ok_and(|v| v.trim() == "0");
+    let expect = cfg!(target_os = "linux") && has("amx_int8") && has("avx512_vnni") && !off;
+    assert_eq!(QuantKernel::Amx.available(), expect);
+    assert_eq!(QuantKernel::best() == QuantKernel::Amx, expect);
 }

@@ -66,6 +66,8 @@ impl SuperGroup for GroupQ4K {
         dot: |w, j, x, r| rule::dot_row(w, j, x.row(r)),
         #[cfg(target_arch = "x86_64")]
         x86: [
+            // No tiles for super-blocks yet: AMX runs the AVX-512 VNNI body.
+            zmm::matmul_rows,
             zmm::matmul_rows,
             vnni::matmul_rows_avxvnni,
             x86::matmul_rows,

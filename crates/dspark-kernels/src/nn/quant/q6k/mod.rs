@@ -53,6 +53,8 @@ impl SuperGroup for GroupQ6K {
         dot: |w, j, x, r| rule::dot_row(w, j, x.row(r)),
         #[cfg(target_arch = "x86_64")]
         x86: [
+            // No tiles for super-blocks yet: AMX runs the AVX-512 VNNI body.
+            zmm::matmul_rows,
             zmm::matmul_rows,
             x86::matmul_rows_avxvnni,
             x86::matmul_rows_avx2,
