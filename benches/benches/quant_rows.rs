@@ -1,9 +1,10 @@
 //! Criterion bench of the quantized kernels' compute: every body this CPU runs ([`QuantKernel`])
 //! on one cache-resident `[5120, 1024]` matrix (the memory-bound pair's MLP shape) per format
-//! (Q8_0, Q4_K, and Q6_K as a GGUF file's Q4_K_M mix has it),
-//! at 1, 4, 9 and 16 activation rows. `decode_matvec` (the `matvec` bench) measures the
-//! memory-bound one-row step from DRAM; this one measures what verification and prefill add per
-//! row, where the kernels are bound by their integer dot products, not by bytes.
+//! (Q8_0, Q4_K, and Q6_K as a GGUF file's Q4_K_M mix has it), at 1, 4, 9, 16 and 96
+//! activation rows (96: a prefill's; Q8_0's AMX body runs its tiles from 12). `decode_matvec`
+//! (the `matvec` bench) measures the memory-bound one-row step from DRAM; this one measures
+//! what verification and prefill add per row, where the kernels are bound by their integer dot
+//! products, not by bytes.
 //!
 //! Run: `cargo bench -p dspark-benches --bench quant_rows -- --warm-up-time 1 --measurement-time 3`
 
@@ -43,7 +44,7 @@ fn bench_quant_rows(c: &mut Criterion) {
     let mut g = c.benchmark_group("quant_rows");
     g.sample_size(20);
     for kernel in QuantKernel::runnable().filter(|&k| k != QuantKernel::Portable) {
-        for n in [1usize, 4, 9, 16] {
+        for n in [1usize, 4, 9, 16, 96] {
             let x = values(n * COLS, 7);
             // Weights multiplied per second: the figure that stays flat when a kernel's cost
             // grows in step with its rows.
