@@ -301,6 +301,9 @@ pub(crate) struct RoundCosts {
     /// Every timed proposal, a probe's included: seconds for all its requests, by how many
     /// proposed (what rescales the drafter's prior before a batch size has its own).
     proposals: Keyed,
+    /// Probe rounds: all their seconds outside the forward (the probing request's context
+    /// catch-up and proposal, every request's kernels), by batch size.
+    probes: Keyed,
 }
 
 impl RoundCosts {
@@ -329,6 +332,17 @@ impl RoundCosts {
     /// seconds of such a call.
     pub(crate) fn proposal_near(&self, requests: usize) -> Option<(usize, f64)> {
         self.proposals.nearest(requests).map(|(k, m, _)| (k, m))
+    }
+
+    /// A probe round of `batch` requests spent `seconds` outside its forward.
+    pub(crate) fn record_probe(&mut self, batch: usize, seconds: f64) {
+        self.probes.record(batch, seconds);
+    }
+
+    /// The median seconds outside the forward of a probe round of the batch size nearest
+    /// `batch`, if one was timed.
+    pub(crate) fn probe_near(&self, batch: usize) -> Option<f64> {
+        self.probes.near(batch)
     }
 
     /// A plain round of `batch` requests spent `rest` seconds outside the forward.

@@ -45,7 +45,7 @@ pub use early_stop::{schedule_lengths, schedule_lengths_ahead};
 pub use machine::{Machine, cache_dir};
 pub use pipelined::schedule_pipelined;
 pub(crate) use planner::{Drafting, Planner};
-pub use planner::{EXPLORE_SHARE, REFRESH_ROUNDS};
+pub use planner::{EXPLORE_SHARE, REFRESH_ROUNDS, REFRESH_ROUNDS_MAX};
 pub use profile::{MAX_PROFILE_TOKENS, measure_steps_per_second};
 pub use table::StepsPerSecond;
 pub use threshold::threshold_lengths;

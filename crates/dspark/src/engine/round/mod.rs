@@ -50,6 +50,9 @@ pub(super) struct Plan {
     /// Seconds proposing (without appending the pending features first: that is the cost of
     /// switching back from plain rounds, not of drafting).
     pub(super) propose_seconds: f64,
+    /// Seconds appending the pending features before proposing (a probe's price includes
+    /// them).
+    pub(super) flush_seconds: f64,
 }
 
 impl Plan {
@@ -420,6 +423,10 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             let proposers = p.drafted.iter().filter(|&&d| d).count();
             if proposers > 0 {
                 self.planner.observe_proposal(proposers, p.propose_seconds);
+            }
+            if p.probe {
+                let outside = p.flush_seconds + p.propose_seconds + after;
+                self.planner.observe_probe(p.act.len(), outside);
             }
             self.planner.observe_round(
                 p.act.len(),

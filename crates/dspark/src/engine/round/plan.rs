@@ -78,6 +78,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             plain,
             probe: choice == Drafting::Probe,
             propose_seconds: 0.0,
+            flush_seconds: 0.0,
             act,
         };
         if plain || drafting.is_empty() {
@@ -88,6 +89,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let k = self.propose(&mut plan, &drafting)?;
         let seconds = t.elapsed().as_secs_f64();
         plan.propose_seconds = seconds - flushed;
+        plan.flush_seconds = flushed;
         out.timing.drafter_seconds += seconds;
         // A request that failed proposing ends alone (it verifies nothing).
         let drafting: Vec<usize> = drafting.into_iter().filter(|&j| plan.drafted[j]).collect();

@@ -19,7 +19,10 @@
 //! pending rows, a refresh round), and near a tie the estimates' noise would decide.
 //! Confidences go stale in plain rounds: after a streak of them (1 plain round after drafting
 //! stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
-//! again), and before any drafted round (no request has confidences, the record is empty),
+//! again; and at least as many as make the exploring round's extra time, priced from the
+//! round costs or a timed probe's, [`REFRESH_SHARE`] of the streak's, up to
+//! [`REFRESH_ROUNDS_MAX`]: so a change of conditions is noticed within that many rounds),
+//! and before any drafted round (no request has confidences, the record is empty),
 //! the round explores if drafting would pay at the best acceptance the record supports; where
 //! even that does not pay (a compute-bound batch), no refresh is taken and the rounds stay
 //! plain; nor is one taken when fewer tokens are left to generate than the streak it would
@@ -72,6 +75,15 @@ pub const REFRESH_ROUNDS: usize = 16;
 /// found drafting still not paying (a refresh is a drafted round: on a target too cheap to draft
 /// for, each costs several plain ones).
 const REFRESH_GROWTH: usize = 4;
+
+/// The most a refresh may cost, as a share of the plain rounds of the streak it ends: a
+/// streak after an exploring round is at least long enough that the exploring round's extra
+/// time over a plain one (its proposal, its wider forward) stays within this share.
+const REFRESH_SHARE: f64 = 0.05;
+
+/// The longest streak of plain rounds [`REFRESH_SHARE`] makes: drafting is tried again at
+/// least this often, so a change (a machine that got quieter) is noticed within it.
+pub const REFRESH_ROUNDS_MAX: usize = 64;
 
 /// A plain round whose expected `Θ` is at least this share of the best drafted round's is close
 /// enough to be tried when its size has not been timed (the choice rests on the prior there).
@@ -382,10 +394,15 @@ impl Planner {
                 .flat_map(|_| (0..n).map(|k| self.acceptance.optimistic(k)))
                 .collect();
             let could = drafting_pays(&best, b, n, &table, costs, &best)?.pays;
-            if could && due {
-                // If drafting still does not pay after it, the next streak is longer.
-                self.streak.refresh_after =
-                    (self.streak.refresh_after * REFRESH_GROWTH).min(REFRESH_ROUNDS);
+            if could {
+                // If drafting still does not pay after it, the next streak is longer, and long
+                // enough to pay for this round.
+                let grown = (self.streak.refresh_after * REFRESH_GROWTH).min(REFRESH_ROUNDS);
+                let explore = Explore {
+                    tokens: self.explore_tokens(n),
+                    outside: self.costs.probe_near(b),
+                };
+                self.streak.refresh_after = grown.max(priced_streak(b, n, &table, costs, explore));
             }
             // The round explores: one request's proposal tells what the batch's would.
             return Ok(match (could, b) {
@@ -415,6 +432,18 @@ impl Planner {
             self.streak.refresh_after = 1;
         }
         Ok(if pays { Drafting::All } else { Drafting::Plain })
+    }
+
+    /// Tokens an exploring request is expected to commit with `n` drafts: 1 and the survival
+    /// of each slot at the measured rates (a confidence of 1/2 where there are none).
+    fn explore_tokens(&self, n: usize) -> f64 {
+        let mut survival = 1.0;
+        let mut tokens = 1.0;
+        for k in 0..n {
+            survival *= f64::from(self.acceptance.expected(k, 0.5));
+            tokens += survival;
+        }
+        tokens
     }
 
     /// Per request and draft position `k < n` (`[B·n]`), the acceptance expected before this
@@ -597,6 +626,14 @@ impl Planner {
         }
     }
 
+    /// A probe round of `batch` requests spent `seconds` outside its forward (its catch-up,
+    /// proposal and kernels), under a scheduling policy: what an exploring round costs.
+    pub(crate) fn observe_probe(&mut self, batch: usize, seconds: f64) {
+        if self.schedules() {
+            self.costs.record_probe(batch, seconds);
+        }
+    }
+
     /// `requests` requests proposed in one call (a drafted round's or a probe's) in `seconds`
     /// (under a scheduling policy).
     pub(crate) fn observe_proposal(&mut self, requests: usize, seconds: f64) {
@@ -619,6 +656,47 @@ impl Planner {
     /// Age the acceptance record by one drafted round.
     pub(crate) fn decay(&mut self) {
         self.acceptance.decay();
+    }
+}
+
+/// What an exploring round (one request drafting: a probe, or the round itself at `b = 1`)
+/// is expected to give and was timed to cost.
+#[derive(Debug, Clone, Copy)]
+struct Explore {
+    /// Tokens its drafting request commits ([`Planner::explore_tokens`]).
+    tokens: f64,
+    /// A timed probe's seconds outside its forward, when one was (a catch-up after a long
+    /// streak costs more than a drafted round's extension).
+    outside: Option<f64>,
+}
+
+/// Plain rounds of `b` requests that an exploring round drafting `n` costs [`REFRESH_SHARE`]
+/// of, on `table` with `costs`: the shortest streak it pays for, at most
+/// [`REFRESH_ROUNDS_MAX`]. Its cost is its time beyond the plain rounds' that commit as many
+/// tokens (`b − 1 + tokens`), so an exploring round that drafts well costs nothing.
+fn priced_streak(
+    b: usize,
+    n: usize,
+    table: &StepsPerSecond,
+    costs: Costs,
+    explore: Explore,
+) -> usize {
+    let plain = 1.0 / table.with_overhead(b as f64 * costs.plain_rest).sps(b);
+    let commits = (b.saturating_sub(1) as f64 + explore.tokens) / b.max(1) as f64;
+    let explore = match explore.outside.filter(|s| s.is_finite() && *s >= 0.0) {
+        Some(outside) => 1.0 / table.sps(b + n) + outside,
+        None => {
+            let others = b.saturating_sub(1) as f64 * costs.plain_rest;
+            let rest = costs.propose + costs.drafted_rest + others;
+            1.0 / table.with_overhead(rest).sps(b + n)
+        }
+    };
+    let extra = (explore - plain * commits).max(0.0);
+    let rounds = (extra / (REFRESH_SHARE * plain)).ceil();
+    if rounds.is_finite() {
+        (rounds as usize).clamp(1, REFRESH_ROUNDS_MAX)
+    } else {
+        REFRESH_ROUNDS_MAX
     }
 }
 
