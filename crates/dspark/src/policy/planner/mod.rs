@@ -19,8 +19,9 @@
 //! pending rows, a refresh round), and near a tie the estimates' noise would decide.
 //! Confidences go stale in plain rounds: after a streak of them (1 plain round after drafting
 //! stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
-//! again; and at least as many as make the exploring round's extra time, priced from the
-//! round costs or a timed probe's, [`REFRESH_SHARE`] of the streak's, up to
+//! again; and at least as many as make the exploring round's time beyond the plain rounds'
+//! that would commit as many tokens, priced from the round costs or a timed probe's,
+//! [`REFRESH_SHARE`] of the streak's, up to
 //! [`REFRESH_ROUNDS_MAX`]: so a change of conditions is noticed within that many rounds),
 //! and before any drafted round (no request has confidences, the record is empty),
 //! the round explores if drafting would pay at the best acceptance the record supports; where
@@ -395,9 +396,13 @@ impl Planner {
                 .collect();
             let could = drafting_pays(&best, b, n, &table, costs, &best)?.pays;
             if could {
-                // If drafting still does not pay after it, the next streak is longer, and long
-                // enough to pay for this round.
-                let grown = (self.streak.refresh_after * REFRESH_GROWTH).min(REFRESH_ROUNDS);
+                // If drafting still does not pay after it, the next streak is longer (after a
+                // refresh), and long enough to pay for this round.
+                let grown = if due {
+                    (self.streak.refresh_after * REFRESH_GROWTH).min(REFRESH_ROUNDS)
+                } else {
+                    self.streak.refresh_after
+                };
                 let explore = Explore {
                     tokens: self.explore_tokens(n),
                     outside: self.costs.probe_near(b),
@@ -434,13 +439,14 @@ impl Planner {
         Ok(if pays { Drafting::All } else { Drafting::Plain })
     }
 
-    /// Tokens an exploring request is expected to commit with `n` drafts: 1 and the survival
-    /// of each slot at the measured rates (a confidence of 1/2 where there are none).
+    /// Tokens an exploring request would commit with `n` drafts at the best acceptance the
+    /// record supports (the acceptance that makes exploring worth it,
+    /// [`Acceptance::optimistic`]): 1 and the survival of each slot.
     fn explore_tokens(&self, n: usize) -> f64 {
         let mut survival = 1.0;
         let mut tokens = 1.0;
         for k in 0..n {
-            survival *= f64::from(self.acceptance.expected(k, 0.5));
+            survival *= f64::from(self.acceptance.optimistic(k));
             tokens += survival;
         }
         tokens
@@ -673,7 +679,9 @@ struct Explore {
 /// Plain rounds of `b` requests that an exploring round drafting `n` costs [`REFRESH_SHARE`]
 /// of, on `table` with `costs`: the shortest streak it pays for, at most
 /// [`REFRESH_ROUNDS_MAX`]. Its cost is its time beyond the plain rounds' that commit as many
-/// tokens (`b − 1 + tokens`), so an exploring round that drafts well costs nothing.
+/// tokens (`b − 1 + tokens`): a lone request's refresh, which drafts for the whole batch,
+/// costs about nothing (it is taken because drafting could pay), a probe of a batch the
+/// proposal and the catch-up the other requests do not share.
 fn priced_streak(
     b: usize,
     n: usize,

@@ -146,8 +146,8 @@ fn a_batch_explores_with_one_request_then_weighs_the_others_by_the_record() {
 fn a_refresh_is_not_taken_with_fewer_tokens_left_than_its_streak() {
     // One request, one draft: 1 ms a forward, proposing 0.3 ms. Stale confidences of 0.1
     // say drafting does not pay; a fresh block (every draft accepted, the optimistic
-    // bound) would: the streak of plain rounds ends in a refresh, 1 round, then 4 (a
-    // refresh's 1.3 ms commit 1.5 tokens as expected without a record: it costs nothing).
+    // bound) would: the streak of plain rounds ends in a refresh, 1 round, then 4 (a lone
+    // request's refresh would commit 2 tokens at that bound in its 1.3 ms: it costs nothing).
     let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
     let run = |remaining: usize| -> Vec<bool> {
         let mut p = learned(1, &flat, None);
@@ -167,36 +167,43 @@ fn a_refresh_is_not_taken_with_fewer_tokens_left_than_its_streak() {
 }
 
 #[test]
-fn a_refresh_s_streak_is_long_enough_to_pay_for_it() {
-    // One request, four drafts, 1 ms a forward of any size; stale confidences of 0.1 say
-    // drafting does not pay, a fresh block would. Without a record a drafting request is
-    // expected to commit 1.94 tokens (1/2 a slot): a refresh costs its time beyond 1.94 ms,
-    // and the plain rounds after it are at least enough for that to be REFRESH_SHARE of them.
+fn a_probe_s_streak_is_long_enough_to_pay_for_it() {
+    // Two requests, four drafts, 1 ms a forward of any size, proposing 0.3 ms a request; stale
+    // confidences of 0.1 say drafting does not pay, fresh blocks would. A probe (one request
+    // drafts) commits at most 1 + 5 tokens, 3 plain rounds' worth: its cost is its time
+    // beyond 3 ms, and the plain rounds after it are at least enough for that to be
+    // REFRESH_SHARE of them.
     let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
-    let gaps = |propose: f64, probe: Option<f64>| -> Vec<usize> {
+    let gaps = |probe: Option<f64>| -> Vec<usize> {
         let mut p = learned(4, &flat, None);
         for _ in 0..2 {
-            p.observe_round(1, false, true, propose, 0.0, 0.0);
+            p.observe_round(2, false, true, 6e-4, 0.0, 0.0);
         }
         if let Some(s) = probe {
-            p.observe_probe(1, s);
+            p.observe_probe(2, s);
         }
         let conf = [0.1f32; 4];
-        let stale = [Some(&conf[..])];
-        let drafted: Vec<usize> = (0..200)
-            .filter(|_| p.drafts(&stale, Some(&flat), 1000).unwrap() != Drafting::Plain)
+        let stale = [Some(&conf[..]), Some(&conf[..])];
+        let choices: Vec<Drafting> = (0..200)
+            .map(|_| p.drafts(&stale, Some(&flat), 1000).unwrap())
             .collect();
-        drafted.windows(2).map(|w| w[1] - w[0] - 1).collect()
+        let probes: Vec<usize> = (0..200)
+            .filter(|&i| choices[i] != Drafting::Plain)
+            .collect();
+        assert!(probes.iter().all(|&i| choices[i] == Drafting::Probe));
+        probes.windows(2).map(|w| w[1] - w[0] - 1).collect()
     };
-    // Proposing 0.3 ms: 1.3 ms commit as much as 1.94 plain rounds, the streak only grows.
-    assert_eq!(gaps(3e-4, None)[..3], [4, 16, 16]);
-    // 2 ms: (3 − 1.94) / (0.05 · 1) = 21.2, so 22 plain rounds, more than the growth's.
-    assert_eq!(gaps(2e-3, None)[..3], [22, 22, 22]);
-    // A timed probe of 3 ms outside its forward: (4 − 1.94) / 0.05 = 41.2.
-    assert_eq!(gaps(3e-4, Some(3e-3))[..2], [42, 42]);
+    // Untimed, a probe is priced as a drafted round of one request: 1.3 ms, within its 3.
+    assert_eq!(gaps(None)[..3], [4, 16, 16]);
+    // A probe timed at 1.5 ms outside its forward: 2.5 ms, still within.
+    assert_eq!(gaps(Some(1.5e-3))[..3], [4, 16, 16]);
+    // At 3 ms: (4 − 3) / (0.05 · 1) = 20 plain rounds, more than the growth's 4 and 16.
+    assert_eq!(gaps(Some(3e-3))[..3], [20, 20, 20]);
     // Dearer still: at most REFRESH_ROUNDS_MAX.
-    let g = gaps(3e-4, Some(1.0));
-    assert_eq!(g[..2], [REFRESH_ROUNDS_MAX, REFRESH_ROUNDS_MAX]);
+    assert_eq!(
+        gaps(Some(1.0))[..2],
+        [REFRESH_ROUNDS_MAX, REFRESH_ROUNDS_MAX]
+    );
     assert!((REFRESH_ROUNDS..=200).contains(&REFRESH_ROUNDS_MAX));
 }
 
