@@ -21,9 +21,8 @@
 //! stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
 //! again; and at least as many as make the exploring round's time beyond the plain rounds'
 //! that would commit as many tokens, priced from the round costs or a timed probe's,
-//! [`REFRESH_SHARE`] of the streak's, up to
-//! [`REFRESH_ROUNDS_MAX`]: so a change of conditions is noticed within that many rounds),
-//! and before any drafted round (no request has confidences, the record is empty),
+//! [`REFRESH_SHARE`] of the streak's, up to [`REFRESH_ROUNDS_MAX`]: so a change of conditions
+//! is noticed within that many rounds), and before any drafted round (no request has confidences, the record is empty),
 //! the round explores if drafting would pay at the best acceptance the record supports; where
 //! even that does not pay (a compute-bound batch), no refresh is taken and the rounds stay
 //! plain; nor is one taken when fewer tokens are left to generate than the streak it would
@@ -78,8 +77,8 @@ pub const REFRESH_ROUNDS: usize = 16;
 const REFRESH_GROWTH: usize = 4;
 
 /// The most a refresh may cost, as a share of the plain rounds of the streak it ends: a
-/// streak after an exploring round is at least long enough that the exploring round's extra
-/// time over a plain one (its proposal, its wider forward) stays within this share.
+/// streak after an exploring round is at least long enough that the exploring round's time
+/// beyond the plain rounds that would commit as many tokens stays within this share.
 const REFRESH_SHARE: f64 = 0.05;
 
 /// The longest streak of plain rounds [`REFRESH_SHARE`] makes: drafting is tried again at
