@@ -22,11 +22,11 @@
 //! again; and at least as many as make the exploring round's time beyond the plain rounds'
 //! that would commit as many tokens, priced from the round costs or a timed probe's,
 //! [`REFRESH_SHARE`] of the streak's, up to [`REFRESH_ROUNDS_MAX`]: so a change of conditions
-//! is noticed within that many rounds), and before any drafted round (no request has confidences, the record is empty),
-//! the round explores if drafting would pay at the best acceptance the record supports; where
-//! even that does not pay (a compute-bound batch), no refresh is taken and the rounds stay
-//! plain; nor is one taken when fewer tokens are left to generate than the streak it would
-//! end. An exploring round of several requests is a probe ([`Drafting::Probe`]): one request
+//! is noticed within that many rounds), and before any drafted round (no request has
+//! confidences, the record is empty), the round explores if drafting would pay at the best
+//! acceptance the record supports; where even that does not pay (a compute-bound batch), no
+//! refresh is taken and the rounds stay plain; nor is one taken when fewer tokens are left to
+//! generate than the streak it would end. An exploring round of several requests is a probe ([`Drafting::Probe`]): one request
 //! drafts (the first without confidences, else each in turn), paying one proposal and one
 //! context catch-up where the whole batch would pay `B` of each, and the next round weighs
 //! the batch on what it taught (a request without confidences by the record). A plain round
