@@ -86,10 +86,14 @@ fn config(rows: usize) -> Config {
 #[derive(Clone, Copy)]
 struct Sums([[i32; 2 * GROUP]; TILE]);
 
-/// A block's tiles: A `rows` rows from `a` (at `stride`), B the two group-blocks, into C tiles
-/// stored side by side at `c` (64-byte rows), with tile set `$a`, `$c0`, `$c1`.
+/// A block's tiles with set `$a`, `$c0`, `$c1`: A the configured rows from `$x` (at
+/// `$stride`), B the two group-blocks `$w0` and `$w1`, into C tiles stored side by side at
+/// `$sums` (64-byte rows).
 macro_rules! block_sums {
-    ($a:literal, $c0:literal, $c1:literal, $x:expr, $stride:expr, $w0:expr, $w1:expr, $sums:expr) => {{
+    (
+        $a:literal, $c0:literal, $c1:literal,
+        $x:expr, $stride:expr, $w0:expr, $w1:expr, $sums:expr
+    ) => {{
         load!($a, $x, $stride);
         load!(1, $w0.qs.as_ptr(), C_BYTES);
         load!(2, $w1.qs.as_ptr(), C_BYTES);

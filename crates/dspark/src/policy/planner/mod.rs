@@ -26,10 +26,11 @@
 //! confidences, the record is empty), the round explores if drafting would pay at the best
 //! acceptance the record supports; where even that does not pay (a compute-bound batch), no
 //! refresh is taken and the rounds stay plain; nor is one taken when fewer tokens are left to
-//! generate than the streak it would end. An exploring round of several requests is a probe ([`Drafting::Probe`]): one request
-//! drafts (the first without confidences, else each in turn), paying one proposal and one
-//! context catch-up where the whole batch would pay `B` of each, and the next round weighs
-//! the batch on what it taught (a request without confidences by the record). A plain round
+//! generate than the streak it would end. An exploring round of several requests is a probe
+//! ([`Drafting::Probe`]): one request drafts (the first without confidences, else each in
+//! turn), paying one proposal and one context catch-up where the whole batch would pay `B` of
+//! each, and the next round weighs the batch on what it taught (a request without
+//! confidences by the record). A plain round
 //! is exactly a target-only step (same seeds: greedy output is unchanged and sampling stays
 //! exact); its features (and a joining request's prefill features) wait for the request's
 //! next proposal, and extend its drafter context in one call then.
