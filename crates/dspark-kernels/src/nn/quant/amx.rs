@@ -128,7 +128,9 @@ unsafe fn pair_tile<const R: usize>(
     let skip = rows - R;
     let stride = op.x.blocks * BLOCK;
     let a = op.x.qs[(r - skip) * stride..].as_ptr();
-    let stash = |i: usize| sums[i % 2].0.as_ptr().cast::<u8>().cast_mut();
+    // Written by the tile stores and read by the vector loads: one mutable provenance.
+    let base = sums.as_mut_ptr();
+    let stash = |i: usize| base.wrapping_add(i % 2).cast::<u8>();
     // SAFETY (every instruction below): the caller's contract: the tiles read `rows` rows of
     // the activations from row `r − skip` and one group-block each, within bounds, and store
     // `rows` rows of 32 bytes at a 64-byte stride into `sums`.
