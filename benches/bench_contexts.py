@@ -35,12 +35,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_memory_bound import (
+from peer_runs import (
     PEERS,
-    _run,
     cpu_isa,
     llama_bench_rates,
     read_bandwidth,
+    run_command,
     speculative_simple_rates,
     timed_calls,
 )
@@ -112,7 +112,7 @@ def peer_row(
         got: dict[str, Any] = {}
         for extra in (["-p", "0", "-n", n, "-d", str(context)],
                       ["-p", "0", "-n", "0", "-pg", f"{context},{n}"]):  # fmt: skip
-            out = _run([str(bins / "llama-bench"), "-m", str(target), *extra,
+            out = run_command([str(bins / "llama-bench"), "-m", str(target), *extra,
                         "-t", th, "-r", "1", "-o", "json"], 900)  # fmt: skip
             if out is None:
                 return None
@@ -121,7 +121,7 @@ def peer_row(
     if engine == "draft-dspark":
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write(text)
-        out = _run([str(bins / "llama-speculative-simple"), "-m", str(target),
+        out = run_command([str(bins / "llama-speculative-simple"), "-m", str(target),
                     "-md", str(drafter), "--spec-type", "draft-dspark",
                     "--spec-draft-n-max", "8", "-f", f.name, "-n", n, "--temp", "0", "--top-k", "1",
                     "-t", th, "-td", th, "-c", str(context + int(n) + 512),

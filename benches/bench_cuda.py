@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -54,50 +53,9 @@ import dspark
 from dspark.example import _qwen3_layer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from device_timing import emit, read_bandwidth, sync, timeit, versus
 from torch_reference import markov_block as torch_block
 from torch_reference import verify as torch_verify
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timeit(fn: Callable[[], object], device: torch.device, *, runs: int, warmup: int = 2) -> float:
-    """Median seconds per call (the device synchronized around each call)."""
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def versus(t_ours: float, t_ref: float, ref: str) -> dict[str, float]:
-    """A row's timing columns: dspark's and ``ref``'s milliseconds and the speedup over ``ref``."""
-    return {
-        "dspark_ms": t_ours * 1e3,
-        f"{ref}_ms": t_ref * 1e3,
-        f"speedup_vs_{ref}": t_ref / t_ours,
-    }
-
-
-def emit(rows: list[dict], row: dict) -> None:
-    """Append ``row`` to ``rows`` and print it as one JSON line (as soon as it is measured)."""
-    rows.append(row)
-    print(json.dumps(row), flush=True)
-
-
-def read_bandwidth(device: torch.device, mib: int) -> float:
-    """Bytes per second of a full read: best of 5 sums over a ``mib`` MiB float32 tensor."""
-    x = torch.ones(mib * 2**20 // 4, device=device)
-    best = min(timeit(lambda: x.sum(), device, runs=3, warmup=1) for _ in range(5))
-    return x.numel() * 4 / best
-
 
 DEVICE_TYPE = "cuda"  # set by main: on the CPU (a smoke run) the host path is what runs
 

@@ -45,10 +45,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench_memory_bound import (
-    _run,
+from peer_runs import (
     cpu_isa,
     llama_bench_rates,
+    run_command,
     speculative_simple_rates,
     timed_calls,
 )
@@ -115,7 +115,7 @@ def llama_bench(peers: dict[str, Any], gguf: Path, threads: int, ptoks: int, tok
     exe = Path(peers.get("tools", {}).get("llama-bench", "/nonexistent"))
     if not exe.is_file() or not gguf.is_file():
         return None
-    out = _run(
+    out = run_command(
         [
             str(exe),
             "-m",
@@ -149,9 +149,10 @@ def draft_dspark(
     if not (exe.is_file() and gguf.is_file() and drafter.is_file()):
         return None
     th = str(threads)
-    out = _run([str(exe), "-m", str(gguf), "-md", str(drafter), "--spec-type", "draft-dspark",
-                "--spec-draft-n-max", "8", "-p", text, "-n", str(tokens), "--temp", "0",
-                "--top-k", "1", "-t", th, "-td", th, "-c", "2048"], 600)  # fmt: skip
+    out = run_command([str(exe), "-m", str(gguf), "-md", str(drafter),
+                       "--spec-type", "draft-dspark", "--spec-draft-n-max", "8", "-p", text,
+                       "-n", str(tokens), "--temp", "0", "--top-k", "1", "-t", th, "-td", th,
+                       "-c", "2048"], 600)  # fmt: skip
     return speculative_simple_rates(out) if out else None
 
 

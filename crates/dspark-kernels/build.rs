@@ -44,7 +44,11 @@ fn build_ptx() -> Result<(), String> {
         .filter(|p| p.extension().is_some_and(|x| x == "cu"))
         .collect();
     sources.sort();
-    for header in ["kernels/fused_common.cuh", "kernels/emu/emu.h"] {
+    for header in [
+        "kernels/fused_common.cuh",
+        "kernels/fused_verify.cuh",
+        "kernels/emu/emu.h",
+    ] {
         println!("cargo:rerun-if-changed={}", manifest.join(header).display());
     }
     let mut report = String::new();

@@ -1,7 +1,7 @@
 //! The model layers the drafter and the native target are built from, written once.
 //!
-//! - [`linear`]: [`Linear`] (packed panels on the host, a candle weight elsewhere) and
-//!   [`matmul_t`], the small-row product;
+//! - [`linear`]: [`Linear`] (packed panels on the host, a candle weight elsewhere);
+//! - [`matmul`]: [`matmul_t`], the small-row product of everything else;
 //! - [`packed`]: the panel-packed weight and its register-tiled kernel (x86 bodies in
 //!   `packed/x86.rs`);
 //! - [`quant`]: quantized weights in GGUF's blocks (Q8_0: [`quant::QuantMatrix`]; Q4_K:
@@ -28,6 +28,7 @@ pub mod dtype;
 pub mod fused;
 pub mod gguf;
 pub mod linear;
+pub mod matmul;
 pub mod mlp;
 pub mod norm;
 pub mod packed;
@@ -39,7 +40,8 @@ pub mod weights;
 pub use crate::cpu::par::PAR_MIN_MACS;
 pub use attention::{causal_gqa_attention, causal_gqa_attention_kt, gqa_attention, softmax_last};
 pub use dtype::{DEFAULT_KV_DTYPE, LoadOptions, WeightDtype};
-pub use linear::{Linear, PACKED_HEAD_MAX, SMALL_ROWS, f32_of, matmul_t, output_head};
+pub use linear::{Linear, PACKED_HEAD_MAX, f32_of, output_head};
+pub use matmul::{SMALL_ROWS, matmul_t};
 pub use mlp::swiglu;
 pub use norm::rms_norm;
 pub use rope::Rope;

@@ -13,7 +13,7 @@ pub use panel_kv::{Buffers, PanelKv, Shape as PanelShape, Visible};
 use candle_core::{D, Tensor};
 
 use super::fused;
-use super::linear::matmul_t;
+use super::matmul::matmul_t;
 use crate::error::{Error, Result};
 
 /// `softmax` over the last dimension, numerically stable.

@@ -3,7 +3,52 @@
 //! the same bits (a 9-row verification of a 0.6 B target quantizes about 80,000 values a layer;
 //! the scalar rule spent more time on them than the kernels on the weights).
 
-use super::rule::quantize_block;
+use super::rule::{BLOCK, quantize_block};
+
+/// Activations quantized per row and block: `blocks` scales, `blocks · 32` bytes and `blocks`
+/// byte sums per row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantRows {
+    /// Blocks per row.
+    pub blocks: usize,
+    /// `[n, blocks]` scales.
+    pub d: Vec<f32>,
+    /// `[n, blocks · 32]` bytes.
+    pub qs: Vec<i8>,
+    /// `[n, blocks]` sums of each block's bytes (a kernel that offsets the weights by 128 to
+    /// multiply unsigned by signed bytes takes `128 · sum` back out).
+    pub sums: Vec<i32>,
+}
+
+impl QuantRows {
+    /// Quantize row-major `x: [n, cols]` (each row's last block zero-padded).
+    pub fn new(x: &[f32], n: usize, cols: usize) -> Self {
+        let blocks = cols.div_ceil(BLOCK);
+        let mut d = vec![0.0f32; n * blocks];
+        let mut qs = vec![0i8; n * blocks * BLOCK];
+        quantize_rows(x, n, cols, BLOCK, &mut d, &mut qs);
+        let sums = qs
+            .chunks_exact(BLOCK)
+            .map(|q| q.iter().map(|&v| i32::from(v)).sum())
+            .collect();
+        Self {
+            blocks,
+            d,
+            qs,
+            sums,
+        }
+    }
+
+    /// Row `r`'s scales, bytes and block sums.
+    pub fn row(&self, r: usize) -> (&[f32], &[i8], &[i32]) {
+        let b = self.blocks;
+        (
+            &self.d[r * b..(r + 1) * b],
+            &self.qs[r * b * BLOCK..(r + 1) * b * BLOCK],
+            &self.sums[r * b..(r + 1) * b],
+        )
+    }
+}
 
 /// Row-major `x: [n, cols]` in blocks of `block` values (each row's last one zero-padded):
 /// `d` gets `[n, ⌈cols / block⌉]` scales and `qs` `[n, ⌈cols / block⌉ · block]` bytes.

@@ -25,7 +25,8 @@
 
 use std::arch::x86_64::*;
 
-use super::rule::{BLOCK, GROUP, GroupQ8, QuantRows};
+use super::acts::QuantRows;
+use super::rule::{BLOCK, GROUP, GroupQ8};
 use super::simd::{self, Operands, prefetch_ahead, store};
 use super::zmm::pair_f16;
 use crate::cpu::amx::{self, Config, Unit, load, release};

@@ -2,18 +2,15 @@
 //! and v projections, its gate and up), the activations quantized once per format. Every
 //! part's outputs are the bits of its own product.
 //!
-//! [`group_with`] runs parts of one format ([`Blocks`]); [`matmul_mixed`] parts of several (a
-//! `Q4_K_M` file's Q4_K query and key maps beside a Q6_K value map), Q4_K and Q6_K sharing
-//! their activations (Q6_K's are Q4_K's and 16-value offsets).
+//! [`group_with`] runs parts of one format ([`Blocks`]); `mixed.rs` runs parts of several on
+//! the same dispatch.
 
 use rayon::prelude::*;
 
-use super::q4k::{Q4KMatrix, Q8KRows};
-use super::q6k::{Q6KMatrix, Q6KRows};
+use super::QuantKernel;
 use super::rule::GROUP;
 #[cfg(target_arch = "x86_64")]
 use super::simd::Operands;
-use super::{QuantKernel, QuantMatrix, QuantRows};
 
 /// Pool tasks per pool thread of a split product: several, so that a worker slowed by another
 /// process leaves its share to be stolen (as the panel products split theirs).
@@ -88,11 +85,11 @@ impl<W, X> Bodies<W, X> {
 }
 
 /// A part's `(rows, cols)` and bias.
-type Shape<'a> = ((usize, usize), Option<&'a [f32]>);
+pub(super) type Shape<'a> = ((usize, usize), Option<&'a [f32]>);
 
 /// Whether `parts` (shapes and biases) fit one `x: [n, cols]`: `Some(cols)` when every part has
 /// `x`'s width and each bias its part's rows.
-fn fits(parts: &[Shape<'_>], x: &[f32], n: usize) -> Option<usize> {
+pub(super) fn fits(parts: &[Shape<'_>], x: &[f32], n: usize) -> Option<usize> {
     let ((_, cols), _) = *parts.first()?;
     let ok = |&((rows, c), b): &Shape<'_>| c == cols && b.is_none_or(|b| b.len() == rows);
     (n.checked_mul(cols) == Some(x.len()) && parts.iter().all(ok)).then_some(cols)
@@ -102,7 +99,7 @@ fn fits(parts: &[Shape<'_>], x: &[f32], n: usize) -> Option<usize> {
 /// rows: `run(p, o0, out)` writes part `p`'s outputs `o0 ..` into `out` (`[n, width]`), split
 /// over the pool when the weights are large ([`TASKS_PER_THREAD`] runs of whole groups of rows
 /// per thread, each within one part); then each part's bias is added.
-fn dispatch(
+pub(super) fn dispatch(
     rows: &[usize],
     biases: &[Option<&[f32]>],
     bytes: usize,
@@ -151,7 +148,7 @@ fn dispatch(
 }
 
 /// The kernel a product runs: `kernel`, or the portable one where this CPU lacks it.
-fn runnable(kernel: QuantKernel) -> QuantKernel {
+pub(super) fn runnable(kernel: QuantKernel) -> QuantKernel {
     if kernel.available() {
         kernel
     } else {
@@ -177,67 +174,5 @@ pub(crate) fn group_with<M: Blocks>(
     let bytes = parts.iter().map(|(m, _)| m.bytes()).sum();
     Some(dispatch(&rows, &biases, bytes, n, |p, o0, out| {
         parts[p].0.run(kernel, &q, n, o0, out);
-    }))
-}
-
-/// A quantized weight of any format, for [`matmul_mixed`].
-#[derive(Debug, Clone, Copy)]
-pub enum AnyQuant<'a> {
-    /// Q8_0 blocks.
-    Q8(&'a QuantMatrix),
-    /// Q4_K super-blocks.
-    Q4K(&'a Q4KMatrix),
-    /// Q6_K super-blocks.
-    Q6K(&'a Q6KMatrix),
-}
-
-impl AnyQuant<'_> {
-    fn shape(&self) -> (usize, usize) {
-        match self {
-            Self::Q8(m) => m.shape(),
-            Self::Q4K(m) => m.shape(),
-            Self::Q6K(m) => m.shape(),
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            Self::Q8(m) => Blocks::bytes(*m),
-            Self::Q4K(m) => Blocks::bytes(*m),
-            Self::Q6K(m) => Blocks::bytes(*m),
-        }
-    }
-}
-
-/// `y_i = x · W_iᵀ (+ bias_i)` for parts of any quantized formats, with the fastest body: each
-/// format's activations quantized once (Q4_K reading Q6_K's when both are there), every part's
-/// outputs in one pool dispatch, each the bits of its own product. `None` as [`group_with`].
-pub fn matmul_mixed(
-    parts: &[(AnyQuant<'_>, Option<&[f32]>)],
-    x: &[f32],
-    n: usize,
-) -> Option<Vec<Vec<f32>>> {
-    let shapes: Vec<_> = parts.iter().map(|(m, b)| (m.shape(), *b)).collect();
-    let cols = fits(&shapes, x, n)?;
-    let kernel = runnable(QuantKernel::best());
-    let has = |f: fn(&AnyQuant<'_>) -> bool| parts.iter().any(|(m, _)| f(m));
-    let q8 = has(|m| matches!(m, AnyQuant::Q8(_))).then(|| QuantRows::new(x, n, cols));
-    let q6 = has(|m| matches!(m, AnyQuant::Q6K(_))).then(|| Q6KRows::new(x, n, cols));
-    let q4 = match &q6 {
-        None if has(|m| matches!(m, AnyQuant::Q4K(_))) => Some(Q8KRows::new(x, n, cols)),
-        _ => None,
-    };
-    let k_acts = q6.as_ref().map(|q| &q.x).or(q4.as_ref());
-    let rows: Vec<usize> = shapes.iter().map(|((r, _), _)| *r).collect();
-    let biases: Vec<_> = parts.iter().map(|(_, b)| *b).collect();
-    let bytes = parts.iter().map(|(m, _)| m.bytes()).sum();
-    Some(dispatch(&rows, &biases, bytes, n, |p, o0, out| {
-        match (parts[p].0, &q8, k_acts, &q6) {
-            (AnyQuant::Q8(m), Some(q), _, _) => m.run(kernel, q, n, o0, out),
-            (AnyQuant::Q4K(m), _, Some(q), _) => m.run(kernel, q, n, o0, out),
-            (AnyQuant::Q6K(m), _, _, Some(q)) => m.run(kernel, q, n, o0, out),
-            // Every format present had its activations quantized above.
-            _ => {}
-        }
     }))
 }

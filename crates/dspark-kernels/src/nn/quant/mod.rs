@@ -24,6 +24,7 @@ mod acts;
 #[cfg(target_arch = "x86_64")]
 mod amx;
 mod group;
+mod mixed;
 pub mod q4k;
 pub mod q6k;
 pub mod rule;
@@ -37,9 +38,10 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 mod zmm;
 
-pub use group::{AnyQuant, matmul_mixed};
+pub use acts::QuantRows;
 pub(crate) use group::{Blocks, Bodies, group_with};
-pub use rule::{BLOCK, GROUP, GroupQ8, QuantRows};
+pub use mixed::{AnyQuant, matmul_mixed};
+pub use rule::{BLOCK, GROUP, GroupQ8};
 use superblock::{SuperGroup, SuperMatrix};
 
 /// A quantized format for weight matrices.

@@ -8,7 +8,8 @@
 
 use std::arch::x86_64::*;
 
-use super::rule::{BLOCK, GroupQ8, QuantRows};
+use super::acts::QuantRows;
+use super::rule::{BLOCK, GroupQ8};
 use super::simd::{self, Dpbusd, Operands, broadcast4, group_body, prefetch_ahead, store};
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).

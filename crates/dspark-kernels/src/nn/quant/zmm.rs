@@ -7,7 +7,8 @@
 
 use std::arch::x86_64::*;
 
-use super::rule::{BLOCK, GroupQ8, QuantRows};
+use super::acts::QuantRows;
+use super::rule::{BLOCK, GroupQ8};
 use super::simd::{self, Operands, pair_body, prefetch_ahead, store};
 use super::vnni;
 

@@ -4,7 +4,7 @@
 //! `cpu_fwd`; [`decode`] turns its status words into the fast path's first error.
 
 use super::exec::BlockSettings;
-use super::layout::{SB_CHUNK, SB_CPT, THREADS, VfChunk, sb_status};
+use super::layout::{SB_CHUNK, SB_CPT, THREADS, VfChunk, sb_chunks, sb_status};
 use super::math::{
     Goal, KeyCut, chunk_stats, exp, finite, merge_chunks, radix, validity, walk_parts,
 };
@@ -52,11 +52,6 @@ pub(crate) struct Output {
     pub out: Vec<f32>,
     /// `[B, K, r]` embeddings.
     pub emb: Vec<f32>,
-}
-
-/// Bias chunks per row.
-pub(crate) fn nchunks(valid: usize) -> usize {
-    valid.div_ceil(SB_CHUNK).max(1)
 }
 
 impl<'a> Call<'a> {
@@ -277,7 +272,7 @@ pub(crate) fn run(call: &Call<'_>) -> Output {
                             o.out[row_at + call.map(d)] = v;
                         }
                     }
-                    let stats: Vec<VfChunk> = (0..nchunks(valid))
+                    let stats: Vec<VfChunk> = (0..sb_chunks(valid))
                         .map(|c| {
                             let start = c * SB_CHUNK;
                             let len = SB_CHUNK.min(valid - start);

@@ -3,10 +3,10 @@
 //! same parameter blocks and the same launches, in the plan's order.
 
 use super::layout::{
-    Dtype, SB_MAX_BATCH, SbParams, TokenKind, VF_MAX_STOPS, VfParams, VfReq, vf_out_words,
+    Dtype, SB_MAX_BATCH, SbParams, TokenKind, VF_MAX_STOPS, VfParams, VfReq, sb_chunks, vf_chunks,
+    vf_out_words,
 };
 use super::plan::{BlockShape, Launch, VerifyShape, block_plan, verify_plan};
-use super::verify::nchunks;
 use crate::error::{Error, Result};
 
 /// A parameter block passed by value to a kernel.
@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// Implementors are `#[repr(C)]` plain data that the kernels declare field for field.
 pub unsafe trait KernelParams: Copy + Send + Sync + 'static {}
 
-// SAFETY: `#[repr(C)]` plain data, declared as `VfParams` in kernels/fused_verify.cu.
+// SAFETY: `#[repr(C)]` plain data, declared as `VfParams` in kernels/fused_verify.cuh.
 unsafe impl KernelParams for VfParams {}
 
 // SAFETY: `#[repr(C)]` plain data, declared as `SbParams` in kernels/fused_block.cu.
@@ -87,7 +87,7 @@ fn params_of(
         batch: 0,
         width: shape.width as u32,
         vocab: shape.vocab as u32,
-        nchunks: nchunks(shape.vocab) as u32,
+        nchunks: vf_chunks(shape.vocab) as u32,
         dt_target: inputs.target.1 as u32,
         dt_draft: inputs.draft.map_or(0, |d| d.1 as u32),
         tok_kind: tokens.1 as u32,
@@ -303,7 +303,7 @@ pub fn run_block<B: Backend>(
         vocab_t: set.target_vocab as u32,
         valid: set.valid as u32,
         rank: set.rank as u32,
-        nchunks: super::block::nchunks(set.valid) as u32,
+        nchunks: sb_chunks(set.valid) as u32,
         slot: 0,
         dt_base: inputs.base.1 as u32,
         dt_w1: inputs.w1.1 as u32,

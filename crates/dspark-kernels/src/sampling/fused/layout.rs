@@ -1,6 +1,6 @@
 //! The memory layout the fused kernels and their Rust models share: parameter blocks (passed
 //! by value to every launch), the records the launches hand each other, and the words they
-//! return. Each `#[repr(C)]` struct here is declared field for field in `kernels/*.cu`, whose
+//! return. Each `#[repr(C)]` struct here is declared field for field in `kernels/*.cu[h]`, whose
 //! `static_assert`s and this module's tests pin the sizes.
 
 /// Threads per block of every fused kernel (`DS_NT`).
@@ -18,6 +18,16 @@ pub const VF_MAX_STOPS: usize = 64;
 pub const MAX_VOCAB: usize = 1 << 23;
 /// One unit of weight in the radix selection's fixed-point masses (`DS_FX_ONE`).
 pub const FX_ONE: f32 = 1_099_511_627_776.0;
+
+/// Verification chunks of a `vocab`-wide row.
+pub(crate) fn vf_chunks(vocab: usize) -> usize {
+    vocab.div_ceil(VF_CHUNK)
+}
+
+/// Bias chunks of a row of `valid` draft columns (at least one).
+pub(crate) fn sb_chunks(valid: usize) -> usize {
+    valid.div_ceil(SB_CHUNK).max(1)
+}
 
 /// Requests per block-sampler parameter block (`SB_MAXB`).
 pub const SB_MAX_BATCH: usize = 256;

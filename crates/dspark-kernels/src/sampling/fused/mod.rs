@@ -2,8 +2,8 @@
 //! take per-request settings by value and return a few words, with a Rust model of each
 //! launch (its `cpu_fwd`).
 //!
-//! - `kernels/fused_verify.cu` verifies a block in four launches ([`plan::verify_plan`]);
-//!   `verify` is its model.
+//! - `kernels/fused_verify.cu` verifies a block in four launches ([`plan::verify_plan`]), its
+//!   records and walk in `fused_verify.cuh`; `verify` is its model.
 //! - `kernels/fused_block.cu` drafts a block (the Markov sampler) in at most `2K + 1`
 //!   launches ([`plan::block_plan`]); `block` is its model.
 //! - `kernels/fused_common.cuh` holds what they share (the CPU's exp, the counter-based

@@ -5,7 +5,8 @@
 //! [`Verification`] or the fast path's first error.
 
 use super::layout::{
-    THREADS, VF_CHUNK, VF_EPT, VfChunk, VfReq, VfResid, VfRow, flag, status, vf_out_words,
+    THREADS, VF_CHUNK, VF_EPT, VfChunk, VfReq, VfResid, VfRow, flag, status, vf_chunks,
+    vf_out_words,
 };
 use super::math::{
     Goal, KeyCut, block_sum, chunk_stats, finite, merge_chunks, radix, validity, walk_parts,
@@ -50,15 +51,10 @@ pub(crate) fn vf_req(r: &Request, vocab: usize) -> VfReq {
     }
 }
 
-/// Chunks per row.
-pub(crate) fn nchunks(vocab: usize) -> usize {
-    vocab.div_ceil(VF_CHUNK)
-}
-
 /// `vf_merge` over the chunks of a whole row (each from `vf_chunk`).
 fn merge(row: Floats<'_>, want_sum: bool, s: f32) -> (f32, u32, u32, f64) {
     let v = row.len();
-    let chunks: Vec<VfChunk> = (0..nchunks(v))
+    let chunks: Vec<VfChunk> = (0..vf_chunks(v))
         .map(|c| {
             let start = c * VF_CHUNK;
             let len = VF_CHUNK.min(v - start);
@@ -326,7 +322,7 @@ impl DrawRow<'_> {
 /// `vf_resid_chunk` over every chunk: `(rsum, msum)` per chunk (thread `t` sums values
 /// `t, t + 256, ...` of the chunk, in order).
 fn resid_sums(d: &DrawRow<'_>, vocab: usize, residual: bool) -> Vec<VfResid> {
-    (0..nchunks(vocab))
+    (0..vf_chunks(vocab))
         .map(|c| {
             let start = c * VF_CHUNK;
             let (mut rs, mut ms) = ([0f32; THREADS], [0f32; THREADS]);

@@ -1,6 +1,9 @@
 //! The planner's choices on synthetic tables, costs and acceptance records.
 
 use super::*;
+use crate::nn::WeightDtype;
+use crate::policy::StepsPerSecond;
+use crate::policy::learned::MIN_SAMPLES;
 
 #[test]
 fn a_close_choice_times_the_plain_size_before_trusting_the_prior() {

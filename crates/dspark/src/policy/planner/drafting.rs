@@ -1,0 +1,228 @@
+//! Whether a round drafts: the choice between a drafted and a plain round, the streak of plain
+//! rounds and the refreshes that end it (the module docs of `planner` say how).
+
+use super::{Drafting, Planner};
+use crate::error::Result;
+use crate::policy::StepsPerSecond;
+use crate::policy::learned::{Costs, MIN_SAMPLES};
+use crate::policy::weigh::{drafting_pays, stale_of};
+use crate::policy::{PLAIN_MARGIN, VerifyPolicy};
+
+/// Most plain rounds in a row before a round drafts again, to refresh the confidences the
+/// choice is made from.
+pub const REFRESH_ROUNDS: usize = 16;
+
+/// By how much the streak of plain rounds before the next refresh grows after a refresh that
+/// found drafting still not paying (a refresh is a drafted round: on a target too cheap to draft
+/// for, each costs several plain ones).
+const REFRESH_GROWTH: usize = 4;
+
+/// The most a refresh may cost, as a share of the plain rounds of the streak it ends: a
+/// streak after an exploring round is at least long enough that the exploring round's time
+/// beyond the plain rounds that would commit as many tokens stays within this share.
+const REFRESH_SHARE: f64 = 0.05;
+
+/// The longest streak of plain rounds [`REFRESH_SHARE`] makes: drafting is tried again at
+/// least this often, so a change (a machine that got quieter) is noticed within it.
+pub const REFRESH_ROUNDS_MAX: usize = 64;
+
+/// A plain round whose expected `Θ` is at least this share of the best drafted round's is close
+/// enough to be tried when its size has not been timed (the choice rests on the prior there).
+pub const EXPLORE_SHARE: f64 = 0.8;
+
+/// Request-rounds the acceptance record holds (at the first draft position) before a close
+/// choice is tested with a plain round: earlier, the drafted estimate is mostly the prior's.
+const EXPLORE_EVIDENCE: f64 = 8.0;
+
+/// The streak of plain rounds: rounds since the last drafted one, and after how many the next
+/// one drafts anyway.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Streak {
+    since_draft: usize,
+    refresh_after: usize,
+}
+
+impl Default for Streak {
+    fn default() -> Self {
+        Self {
+            since_draft: 0,
+            refresh_after: 1,
+        }
+    }
+}
+
+impl Planner {
+    /// What a round of the drafting requests whose previous-round confidences are `stale`
+    /// (one entry each) does; the streak of plain rounds follows. `measured`: this round's
+    /// table (see [`Planner::round_table`]); `remaining`: the most tokens a drafting request
+    /// may still commit (its budget).
+    pub(crate) fn drafts(
+        &mut self,
+        stale: &[Option<&[f32]>],
+        measured: Option<&StepsPerSecond>,
+        remaining: usize,
+    ) -> Result<Drafting> {
+        let drafts = self.drafting_pays_now(stale, measured, remaining)?;
+        if drafts != Drafting::Plain {
+            self.streak.since_draft = 0;
+        } else {
+            self.streak.since_draft += 1;
+        }
+        Ok(drafts)
+    }
+
+    /// The number of the next probe round (whose request drafts in turn).
+    pub(crate) fn next_probe(&mut self) -> usize {
+        self.probes += 1;
+        self.probes - 1
+    }
+
+    /// A round drafts whatever the policy would choose (a request in it needs it): the
+    /// streak of plain rounds ends.
+    pub(crate) fn drafting_forced(&mut self) {
+        self.streak.since_draft = 0;
+    }
+
+    fn drafting_pays_now(
+        &mut self,
+        stale: &[Option<&[f32]>],
+        measured: Option<&StepsPerSecond>,
+        remaining: usize,
+    ) -> Result<Drafting> {
+        let n = self.num_speculative;
+        let b = stale.len();
+        let table = match &self.verify {
+            VerifyPolicy::Scheduled(s) | VerifyPolicy::Pipelined(s) => s.clone(),
+            VerifyPolicy::ScheduledMeasured => match measured {
+                Some(t) => t.clone(),
+                None => return Ok(Drafting::All),
+            },
+            VerifyPolicy::Full | VerifyPolicy::Threshold(_) => return Ok(Drafting::All),
+        };
+        if n == 0 {
+            return Ok(Drafting::All);
+        }
+        let Some(costs) = self.round_costs(b) else {
+            return Ok(Drafting::All);
+        };
+        // A refresh (the streak is due) or a request without confidences yet: the round's
+        // choice would be made on confidences it does not have. Fresh ones can only change it
+        // if drafting pays at the best acceptance the record supports
+        // (`Acceptance::optimistic`); where even that does not pay, a drafted round is waste (on
+        // a compute-bound batch it also appends every pending feature row). A drafter without
+        // a confidence head never has any: its choice reads the measured acceptance alone.
+        // Once the record holds a drafted round, a request without confidences is weighed by
+        // it (the normal choice below), not explored for.
+        let fresh = self.confidences
+            && self.acceptance.evidence() <= 0.0
+            && (0..b).any(|r| stale_of(stale, r, n).is_none());
+        // A refresh buys its price back over the rounds after it: with fewer tokens left than
+        // the streak it ends, it is not taken (the streak's growth prices how often refreshes
+        // find drafting still not paying).
+        let due = self.streak.since_draft >= self.streak.refresh_after
+            && remaining >= self.streak.refresh_after;
+        if fresh || due {
+            let best: Vec<f32> = (0..b)
+                .flat_map(|_| (0..n).map(|k| self.acceptance.optimistic(k)))
+                .collect();
+            let could = drafting_pays(&best, b, n, &table, costs, &best)?.pays;
+            if could {
+                // If drafting still does not pay after it, the next streak is longer (after a
+                // refresh), and long enough to pay for this round.
+                let grown = if due {
+                    (self.streak.refresh_after * REFRESH_GROWTH).min(REFRESH_ROUNDS)
+                } else {
+                    self.streak.refresh_after
+                };
+                let explore = Explore {
+                    tokens: self.explore_tokens(n),
+                    outside: self.costs.probe_near(b),
+                };
+                self.streak.refresh_after = grown.max(priced_streak(b, n, &table, costs, explore));
+            }
+            // The round explores: one request's proposal tells what the batch's would.
+            return Ok(match (could, b) {
+                (false, _) => Drafting::Plain,
+                (true, 1) => Drafting::All,
+                (true, _) => Drafting::Probe,
+            });
+        }
+        let survival = self.expected_acceptance(stale, n);
+        let w = drafting_pays(&survival, b, n, &table, costs, &survival)?;
+        // A close choice on a learned table whose plain size was never timed: the plain price
+        // is the prior's guess, so a plain round is taken to time it (at most MIN_SAMPLES per
+        // size; the ring keeps them), once the acceptance record is not just its prior.
+        let explore = matches!(self.verify, VerifyPolicy::ScheduledMeasured)
+            && w.plain_share >= EXPLORE_SHARE
+            && self.acceptance.evidence() >= EXPLORE_EVIDENCE
+            && self.times.timed(b) < MIN_SAMPLES;
+        // Costs the drafter's prior priced (no drafted round of this batch size timed): the
+        // whole batch drafts only on a clear gain, and once its plain size has a timing (a
+        // probe's wider forward alone misprices it). A wrong bet costs the batch's proposal;
+        // a plain round costs what target-only decoding does.
+        let unproven = matches!(self.verify, VerifyPolicy::ScheduledMeasured)
+            && self.costs.get(b).is_none()
+            && (self.times.timed(b) == 0 || w.plain_share * (1.0 + PLAIN_MARGIN) > 1.0);
+        let pays = w.pays && !explore && !unproven;
+        if pays {
+            self.streak.refresh_after = 1;
+        }
+        Ok(if pays { Drafting::All } else { Drafting::Plain })
+    }
+
+    /// Tokens an exploring request would commit with `n` drafts at the best acceptance the
+    /// record supports (the acceptance that makes exploring worth it,
+    /// [`Acceptance::optimistic`]): 1 and the survival of each slot.
+    fn explore_tokens(&self, n: usize) -> f64 {
+        let mut survival = 1.0;
+        let mut tokens = 1.0;
+        for k in 0..n {
+            survival *= f64::from(self.acceptance.optimistic(k));
+            tokens += survival;
+        }
+        tokens
+    }
+}
+
+/// What an exploring round (one request drafting: a probe, or the round itself at `b = 1`)
+/// is expected to give and was timed to cost.
+#[derive(Debug, Clone, Copy)]
+struct Explore {
+    /// Tokens its drafting request commits ([`Planner::explore_tokens`]).
+    tokens: f64,
+    /// A timed probe's seconds outside its forward, when one was (a catch-up after a long
+    /// streak costs more than a drafted round's extension).
+    outside: Option<f64>,
+}
+
+/// Plain rounds of `b` requests that an exploring round drafting `n` costs [`REFRESH_SHARE`]
+/// of, on `table` with `costs`: the shortest streak it pays for, at most
+/// [`REFRESH_ROUNDS_MAX`]. Its cost is its time beyond the plain rounds' that commit as many
+/// tokens (`b − 1 + tokens`): a lone request's refresh, which drafts for the whole batch,
+/// costs about nothing (it is taken because drafting could pay), a probe of a batch the
+/// proposal and the catch-up the other requests do not share.
+fn priced_streak(
+    b: usize,
+    n: usize,
+    table: &StepsPerSecond,
+    costs: Costs,
+    explore: Explore,
+) -> usize {
+    let plain = 1.0 / table.with_overhead(b as f64 * costs.plain_rest).sps(b);
+    let commits = (b.saturating_sub(1) as f64 + explore.tokens) / b.max(1) as f64;
+    let explore = match explore.outside.filter(|s| s.is_finite() && *s >= 0.0) {
+        Some(outside) => 1.0 / table.sps(b + n) + outside,
+        None => {
+            let others = b.saturating_sub(1) as f64 * costs.plain_rest;
+            let rest = costs.propose + costs.drafted_rest + others;
+            1.0 / table.with_overhead(rest).sps(b + n)
+        }
+    };
+    let extra = (explore - plain * commits).max(0.0);
+    let rounds = (extra / (REFRESH_SHARE * plain)).ceil();
+    if rounds.is_finite() {
+        (rounds as usize).clamp(1, REFRESH_ROUNDS_MAX)
+    } else {
+        REFRESH_ROUNDS_MAX
+    }
+}
