@@ -187,6 +187,12 @@ impl ForwardTimes {
         Some(Scales { read, multiply })
     }
 
+    /// Whether the line through the counts timed in `rounds` ([`ForwardTimes::line`]) exists
+    /// and prices `n`.
+    pub(crate) fn line_covers(&self, n: usize, rounds: RangeInclusive<usize>) -> bool {
+        self.line(&rounds).is_some_and(|l| l.covers(n))
+    }
+
     /// The least-squares line `t(n) = a + b·n` through the median timing of every count timed
     /// in `rounds` (weighted by its timings), when those counts span a factor of [`LINE_SPAN`]
     /// or more with [`MIN_SAMPLES`] timings at each end: between the sizes the rounds run (a plain round's `B` tokens, a drafted round's
@@ -497,6 +503,8 @@ mod tests {
         };
         let m = Machine {
             read_bytes_per_s: 1e10,
+            cache_bytes: 0.0,
+            cache_read_bytes_per_s: 1e10,
             flops_f32: 1e11,
             flops_bf16: 1e11,
             flops_q8_0: 1e11,

@@ -7,8 +7,13 @@
 //! the scheduler's table needs both before the first round. [`Machine::current`] gives them:
 //! - from the cache file of this CPU model, thread count and build (debug builds time
 //!   differently, and so does each packed kernel), in the user's cache directory ([`cache_dir`]);
-//! - otherwise measured (about a tenth of a second: a 64 MiB read over the pool and one packed
-//!   product per weight dtype and quantized format, each the best of three) and written there.
+//! - otherwise measured (about a tenth of a second: a 64 MiB read over the pool, reads of a
+//!   buffer a quarter of the last-level cache's size, and one packed product per weight dtype
+//!   and quantized format, each the best of three) and written there.
+//!
+//! A model whose weights fit in half the last-level cache (a small target) reads them from the
+//! cache every step, not from memory: the prior prices its reads at the cache's rate
+//! ([`Machine::read_rate`]).
 //!
 //! A cache file that is corrupt, truncated or written for another machine is ignored and
 //! rewritten, with a warning on stderr. A directory that cannot be written (read-only, a file
@@ -29,7 +34,7 @@ use crate::nn::quant::Quant;
 use crate::view::Floats;
 
 /// The cache file's format version (a file of another version is measured again).
-const FORMAT: u32 = 3;
+const FORMAT: u32 = 4;
 
 /// Bytes read by the bandwidth measurement: past every cache level of the machines served.
 const READ_BYTES: usize = 64 << 20;
@@ -46,11 +51,21 @@ const GEMM_DIM: usize = 1024;
 /// Plausible speeds: a value outside is a corrupt cache file.
 const PLAUSIBLE: std::ops::RangeInclusive<f64> = 1e6..=1e17;
 
+/// Passes over the cache-resident buffer in one timed run of the cache measurement (one pass
+/// is tens of microseconds, near the pool's dispatch cost).
+const CACHE_PASSES: usize = 8;
+
 /// How fast this machine reads memory and multiplies (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
     /// Bytes per second read by every pool thread together.
     pub read_bytes_per_s: f64,
+    /// Bytes of the last-level cache (0 where unknown).
+    pub cache_bytes: f64,
+    /// Bytes per second read by every pool thread together from a buffer that stays in the
+    /// last-level cache (a quarter of it): the rate a model whose weights fit in half of it
+    /// reads them at, step after step ([`Machine::read_rate`]).
+    pub cache_read_bytes_per_s: f64,
     /// Floating-point operations per second (a multiply-add counts 2) of the packed f32
     /// kernel over the pool.
     pub flops_f32: f64,
@@ -75,6 +90,8 @@ impl Machine {
     pub fn accelerator() -> Machine {
         Machine {
             read_bytes_per_s: 2.0e12,
+            cache_bytes: 0.0,
+            cache_read_bytes_per_s: 2.0e12,
             flops_f32: 5.0e13,
             flops_bf16: 2.0e14,
             // A device holds quantized maps as float32 tensors.
@@ -95,16 +112,29 @@ impl Machine {
         }
     }
 
+    /// The rate `bytes` of weights are read at, every forward: from the last-level cache when
+    /// they fit in half of it (the rest holds the caches, activations and a drafter), else
+    /// from memory.
+    pub fn read_rate(&self, bytes: f64) -> f64 {
+        if bytes <= self.cache_bytes / 2.0 {
+            self.cache_read_bytes_per_s
+        } else {
+            self.read_bytes_per_s
+        }
+    }
+
     fn plausible(&self) -> bool {
-        [
-            self.read_bytes_per_s,
-            self.flops_f32,
-            self.flops_bf16,
-            self.flops_q8_0,
-            self.flops_q4_k,
-        ]
-        .iter()
-        .all(|v| PLAUSIBLE.contains(v))
+        (0.0..=1e12).contains(&self.cache_bytes)
+            && [
+                self.read_bytes_per_s,
+                self.cache_read_bytes_per_s,
+                self.flops_f32,
+                self.flops_bf16,
+                self.flops_q8_0,
+                self.flops_q4_k,
+            ]
+            .iter()
+            .all(|v| PLAUSIBLE.contains(v))
     }
 }
 
@@ -195,14 +225,18 @@ fn load(path: &Path, key: &Key) -> std::result::Result<Option<Machine>, String> 
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
+    // The version first: a file of another version need not have this one's fields.
+    #[derive(Deserialize)]
+    struct Version {
+        format: u32,
+    }
+    if let Ok(v) = serde_json::from_slice::<Version>(&text)
+        && v.format != FORMAT
+    {
+        return Err(format!("format {} (this build writes {FORMAT})", v.format));
+    }
     let entry: Entry =
         serde_json::from_slice(&text).map_err(|e| format!("not a cache file ({e})"))?;
-    if entry.format != FORMAT {
-        return Err(format!(
-            "format {} (this build writes {FORMAT})",
-            entry.format
-        ));
-    }
     if entry.key != *key {
         return Err(format!(
             "written for {:?} with {} threads ({} build)",
@@ -275,6 +309,29 @@ fn fastest(mut f: impl FnMut()) -> f64 {
         .max(1e-9)
 }
 
+/// Bytes of the largest cache the first CPU reports (Linux's sysfs); `None` where unknown.
+fn last_level_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.flatten()
+        .filter_map(|e| {
+            let size = std::fs::read_to_string(e.path().join("size")).ok()?;
+            let size = size.trim();
+            let (digits, unit) = match size.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+                Some((i, _)) => size.split_at(i),
+                None => (size, ""),
+            };
+            let n: usize = digits.parse().ok()?;
+            match unit {
+                "" => Some(n),
+                "K" => n.checked_mul(1 << 10),
+                "M" => n.checked_mul(1 << 20),
+                "G" => n.checked_mul(1 << 30),
+                _ => None,
+            }
+        })
+        .max()
+}
+
 /// Measure this machine (see the module docs).
 pub fn measure() -> Machine {
     let words = READ_BYTES / 8;
@@ -292,6 +349,28 @@ pub fn measure() -> Machine {
             .reduce(|| 0, u64::wrapping_add);
     });
     std::hint::black_box(sink);
+    let cache = last_level_cache_bytes().unwrap_or(0);
+    let cache_read = match cache / 4 / 8 {
+        0 => READ_BYTES as f64 / read,
+        words => {
+            let buf: Vec<u64> = (0..words as u64).collect();
+            let chunk = words.div_ceil(rayon::current_num_threads().max(1)).max(1);
+            let pass = || {
+                buf.par_chunks(chunk)
+                    .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
+                    .reduce(|| 0, u64::wrapping_add)
+            };
+            // Once to bring it in, then timed.
+            sink ^= pass();
+            let secs = fastest(|| {
+                for _ in 0..CACHE_PASSES {
+                    sink ^= pass();
+                }
+            });
+            std::hint::black_box(sink);
+            (CACHE_PASSES * words * 8) as f64 / secs
+        }
+    };
     let x: Vec<f32> = (0..GEMM_ROWS * GEMM_DIM)
         .map(|i| (i % 7) as f32 * 0.125)
         .collect();
@@ -322,6 +401,9 @@ pub fn measure() -> Machine {
     };
     Machine {
         read_bytes_per_s: READ_BYTES as f64 / read,
+        cache_bytes: cache as f64,
+        // A cache slower than memory is a measurement gone wrong (a preempted pass).
+        cache_read_bytes_per_s: cache_read.max(READ_BYTES as f64 / read),
         flops_f32: flops / f32s,
         flops_bf16: flops / bf16s,
         flops_q8_0: quant(Quant::Q8_0),
@@ -343,6 +425,8 @@ mod tests {
 
     const M: Machine = Machine {
         read_bytes_per_s: 2e10,
+        cache_bytes: 3.2e7,
+        cache_read_bytes_per_s: 1.5e11,
         flops_f32: 1e11,
         flops_bf16: 8e10,
         flops_q8_0: 2e11,

@@ -59,7 +59,7 @@ impl Split {
         });
         Self {
             overhead: cost.layers.max(1) as f64 * layer,
-            read: cost.weight_bytes / machine.read_bytes_per_s,
+            read: cost.weight_bytes / machine.read_rate(cost.weight_bytes),
             per_token: cost.flops_per_token / machine.flops(cost.dtype, cost.quant),
         }
     }
@@ -98,11 +98,37 @@ mod tests {
 
     const M: Machine = Machine {
         read_bytes_per_s: 2e10,
+        cache_bytes: 0.0,
+        cache_read_bytes_per_s: 2e10,
         flops_f32: 1e11,
         flops_bf16: 5e10,
         flops_q8_0: 2e11,
         flops_q4_k: 2.5e11,
     };
+
+    #[test]
+    fn weights_that_fit_in_half_the_cache_are_read_at_its_rate() {
+        let cached = Machine {
+            cache_bytes: 6.4e7,
+            cache_read_bytes_per_s: 1e11,
+            ..M
+        };
+        let cost = |bytes: f64| ForwardCost {
+            weight_bytes: bytes,
+            flops_per_token: 1.0,
+            layers: 1,
+            dtype: WeightDtype::F32,
+            quant: None,
+            layer_seconds: Some(0.0),
+        };
+        let read = |bytes: f64, m: &Machine| Split::new(&cost(bytes), m, false).parts(1).0;
+        // 16 MB, within half of a 64 MB cache: 0.16 ms at its rate (0.8 ms from memory).
+        assert!((read(1.6e7, &cached) - 1.6e-4).abs() < 1e-12);
+        // 48 MB, past half of it: from memory.
+        assert!((read(4.8e7, &cached) - 2.4e-3).abs() < 1e-12);
+        // A cache of unknown size: from memory.
+        assert!((read(1.6e7, &M) - 8e-4).abs() < 1e-12);
+    }
 
     #[test]
     fn a_small_forward_reads_and_a_large_one_multiplies() {

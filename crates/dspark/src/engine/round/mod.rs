@@ -47,6 +47,9 @@ pub(super) struct Plan {
     /// The scheduling policy chose a probe: one request drafts, to learn (its costs price no
     /// round of either kind).
     pub(super) probe: bool,
+    /// The round explored (a probe, or a lone request's refresh): its time outside the forward
+    /// prices the next refreshes.
+    pub(super) explored: bool,
     /// Seconds proposing (without appending the pending features first: that is the cost of
     /// switching back from plain rounds, not of drafting).
     pub(super) propose_seconds: f64,
@@ -424,7 +427,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             if proposers > 0 {
                 self.planner.observe_proposal(proposers, p.propose_seconds);
             }
-            if p.probe {
+            if p.probe || p.explored {
                 let outside = p.flush_seconds + p.propose_seconds + after;
                 self.planner.observe_probe(p.act.len(), outside);
             }

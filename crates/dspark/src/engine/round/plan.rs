@@ -77,6 +77,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             drafted: vec![false; act.len()],
             plain,
             probe: choice == Drafting::Probe,
+            explored: choice != Drafting::Plain && self.planner.explored(),
             propose_seconds: 0.0,
             flush_seconds: 0.0,
             act,

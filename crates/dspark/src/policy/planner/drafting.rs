@@ -62,6 +62,7 @@ impl Planner {
         measured: Option<&StepsPerSecond>,
         remaining: usize,
     ) -> Result<Drafting> {
+        self.explored = false;
         let drafts = self.drafting_pays_now(stale, measured, remaining)?;
         if drafts != Drafting::Plain {
             self.streak.since_draft = 0;
@@ -119,6 +120,18 @@ impl Planner {
         // A refresh buys its price back over the rounds after it: with fewer tokens left than
         // the streak it ends, it is not taken (the streak's growth prices how often refreshes
         // find drafting still not paying).
+        // The streak was priced when it began; a timed exploring round since (the first one's
+        // catch-up and proposal) can price it longer, and then it runs on.
+        if self.streak.since_draft >= self.streak.refresh_after
+            && let Some(outside) = self.costs.probe_near(b)
+        {
+            let explore = Explore {
+                tokens: self.explore_tokens(n),
+                outside: Some(outside),
+            };
+            let priced = priced_streak(b, n, &table, costs, explore);
+            self.streak.refresh_after = self.streak.refresh_after.max(priced);
+        }
         let due = self.streak.since_draft >= self.streak.refresh_after
             && remaining >= self.streak.refresh_after;
         if fresh || due {
@@ -139,6 +152,7 @@ impl Planner {
                     outside: self.costs.probe_near(b),
                 };
                 self.streak.refresh_after = grown.max(priced_streak(b, n, &table, costs, explore));
+                self.explored = true;
             }
             // The round explores: one request's proposal tells what the batch's would.
             return Ok(match (could, b) {
@@ -149,13 +163,21 @@ impl Planner {
         }
         let survival = self.expected_acceptance(stale, n);
         let w = drafting_pays(&survival, b, n, &table, costs, &survival)?;
-        // A close choice on a learned table whose plain size was never timed: the plain price
-        // is the prior's guess, so a plain round is taken to time it (at most MIN_SAMPLES per
-        // size; the ring keeps them), once the acceptance record is not just its prior.
-        let explore = matches!(self.verify, VerifyPolicy::ScheduledMeasured)
-            && w.plain_share >= EXPLORE_SHARE
-            && self.acceptance.evidence() >= EXPLORE_EVIDENCE
+        // A plain size with fewer than MIN_SAMPLES timings of its own is priced by the prior:
+        // the plain price is a guess, so plain rounds are taken to time it (at most MIN_SAMPLES
+        // per size; the ring keeps them). Where a line through the round sizes covers it
+        // (`learned.rs`), once the drafted rounds' costs are timed, whatever the choice's
+        // margin: without that line the price is the prior's split scaled by the drafted
+        // forwards, and on a target that fits in the caches (a decode step bound by its
+        // per-token work, not by reading the weights) that prices a decode step at up to three
+        // times its time, so that drafting looks like it pays where it costs. Elsewhere, only
+        // a close choice, once the acceptance record is not just its prior.
+        let untimed = matches!(self.verify, VerifyPolicy::ScheduledMeasured)
             && self.times.timed(b) < MIN_SAMPLES;
+        let unanchored = self.costs.get(b).is_some() && !self.times.line_covers(b, b..=b * (n + 1));
+        let close =
+            w.plain_share >= EXPLORE_SHARE && self.acceptance.evidence() >= EXPLORE_EVIDENCE;
+        let explore = untimed && (unanchored || close);
         // Costs the drafter's prior priced (no drafted round of this batch size timed): the
         // whole batch drafts only on a clear gain, and once its plain size has a timing (a
         // probe's wider forward alone misprices it). A wrong bet costs the batch's proposal;
@@ -170,14 +192,16 @@ impl Planner {
         Ok(if pays { Drafting::All } else { Drafting::Plain })
     }
 
-    /// Tokens an exploring request would commit with `n` drafts at the best acceptance the
-    /// record supports (the acceptance that makes exploring worth it,
-    /// [`Acceptance::optimistic`]): 1 and the survival of each slot.
+    /// Tokens an exploring request is expected to commit with `n` drafts at the acceptance
+    /// the record measures (a confidence of 1/2 counted as its prior, as for a request without
+    /// confidences): 1 and the survival of each slot. The price of a refresh counts these, not
+    /// the best acceptance the record supports that makes it worth taking: where drafting
+    /// pays, a refresh costs nothing; where it does not, what its extra time buys back.
     fn explore_tokens(&self, n: usize) -> f64 {
         let mut survival = 1.0;
         let mut tokens = 1.0;
         for k in 0..n {
-            survival *= f64::from(self.acceptance.optimistic(k));
+            survival *= f64::from(self.acceptance.expected(k, 0.5));
             tokens += survival;
         }
         tokens

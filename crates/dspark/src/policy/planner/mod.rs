@@ -20,9 +20,11 @@
 //! Confidences go stale in plain rounds: after a streak of them (1 plain round after drafting
 //! stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
 //! again; and at least as many as make the exploring round's time beyond the plain rounds'
-//! that would commit as many tokens, priced from the round costs or a timed probe's,
-//! [`REFRESH_SHARE`] of the streak's, up to [`REFRESH_ROUNDS_MAX`]: so a change of conditions
-//! is noticed within that many rounds), and before any drafted round (no request has
+//! that would commit the tokens it is expected to (at the acceptance the record measures),
+//! priced from the round costs or a timed exploring round's (a probe's, or a lone request's
+//! refresh, its catch-up included), [`REFRESH_SHARE`] of the streak's, up to
+//! [`REFRESH_ROUNDS_MAX`], and priced again when such a timing arrives during the streak: so a
+//! change of conditions is noticed within that many rounds), and before any drafted round (no request has
 //! confidences, the record is empty), the round explores if drafting would pay at the best
 //! acceptance the record supports; where even that does not pay (a compute-bound batch), no
 //! refresh is taken and the rounds stay plain; nor is one taken when fewer tokens are left to
@@ -46,10 +48,14 @@
 //! [`PLAIN_MARGIN`](super::PLAIN_MARGIN)): a wrong bet costs the batch's proposal, a plain
 //! round what target-only decoding does.
 //!
-//! Under the learned table, a choice for drafting that is close (the plain round expected at
-//! [`EXPLORE_SHARE`] of the drafted one or more) while the plain round's size has fewer than
-//! `MIN_SAMPLES` timings rests on the prior's guess of that size: once the acceptance record
-//! holds 8 request-rounds, a plain round is taken to time it, up to `MIN_SAMPLES` per size.
+//! Under the learned table, a choice for drafting while the plain round's size has fewer than
+//! `MIN_SAMPLES` timings rests on the prior's guess of that size, and a plain round is taken to
+//! time it, up to `MIN_SAMPLES` per size: as soon as the drafted rounds' costs are timed where
+//! no line through the round sizes prices it (the prior scaled by the drafted forwards alone
+//! can price a cache-resident target's decode step at three times its time, and drafting then
+//! looks like it pays where it costs), else once the choice is close (the plain round expected
+//! at [`EXPLORE_SHARE`] of the drafted one or more) and the acceptance record holds 8
+//! request-rounds.
 //!
 //! A request whose own limit (`max_drafts`, its budget) leaves no draft, or that never drafts,
 //! takes the same target-only step inside a drafted round.
@@ -106,6 +112,9 @@ pub(crate) struct Planner {
     streak: Streak,
     /// Probe rounds taken (whose turn the next one is).
     probes: usize,
+    /// The latest choice explored (a refresh, or a request without confidences): one request
+    /// drafted to learn, a probe's or, alone, the whole batch's round.
+    explored: bool,
 }
 
 /// The drafter's block pass by shape ([`Drafter::propose_cost`](crate::drafter::Drafter)):
@@ -132,6 +141,7 @@ impl Planner {
             drafter: None,
             streak: Streak::default(),
             probes: 0,
+            explored: false,
         }
     }
 
@@ -195,6 +205,13 @@ impl Planner {
             }
             _ => None,
         }
+    }
+
+    /// Whether the latest round's choice ([`Planner::drafts`]) was to explore: its time outside
+    /// the forward (catch-up, proposal, kernels) prices the next refreshes
+    /// ([`Planner::observe_probe`]), a lone request's as a probe's.
+    pub(crate) fn explored(&self) -> bool {
+        self.explored
     }
 
     /// Whether the policy uses the confidence policies' bookkeeping (round costs, pending
