@@ -80,7 +80,11 @@ def test_default_demo_runs_the_first_heldout_prompts(capsys: pytest.CaptureFixtu
     assert s["greedy_matches_target"] is True
     assert all(r["greedy_matches_target"] for r in s["per_prompt"])
     assert s["new_tokens"] == 32 and s["prompt_tokens"] == 2 * 96
-    assert s["acceptance_length"] > 1.0
+    # The default policy drafts only where it pays: on a machine where the bundled target's
+    # step is too cheap for any block to pay, every round after the first exploring one may be
+    # plain (τ 1). Drafting itself is checked under --verify full below.
+    assert s["acceptance_length"] >= 1.0
+    assert s["plain_rounds"] <= s["rounds"]
     assert 0.0 < s["distinct_4gram_ratio"] <= 1.0
     fresh = [r for r in s["per_prompt"] if r["distinct_4gram_ratio"] >= 0.5]
     assert s["non_repeating"]["prompts"] == len(fresh)

@@ -152,7 +152,9 @@ impl Planner {
                     outside: self.costs.probe_near(b),
                 };
                 self.streak.refresh_after = grown.max(priced_streak(b, n, &table, costs, explore));
-                self.explored = true;
+                // A refresh's time prices the next ones (a request's first proposal, which
+                // catches its drafter context up over the whole prompt, would overprice them).
+                self.explored = due;
             }
             // The round explores: one request's proposal tells what the batch's would.
             return Ok(match (could, b) {
@@ -192,19 +194,30 @@ impl Planner {
         Ok(if pays { Drafting::All } else { Drafting::Plain })
     }
 
-    /// Tokens an exploring request is expected to commit with `n` drafts at the acceptance
-    /// the record measures (a confidence of 1/2 counted as its prior, as for a request without
-    /// confidences): 1 and the survival of each slot. The price of a refresh counts these, not
-    /// the best acceptance the record supports that makes it worth taking: where drafting
-    /// pays, a refresh costs nothing; where it does not, what its extra time buys back.
-    fn explore_tokens(&self, n: usize) -> f64 {
-        let mut survival = 1.0;
-        let mut tokens = 1.0;
-        for k in 0..n {
-            survival *= f64::from(self.acceptance.expected(k, 0.5));
-            tokens += survival;
-        }
-        tokens
+    /// Tokens an exploring request is expected to commit with `n` drafts: 1 and the survival
+    /// of each slot, at the acceptance the record measures (a confidence of 1/2 counted as its
+    /// prior, as for a request without confidences) as far as the record holds
+    /// [`EXPLORE_EVIDENCE`] request-rounds, and before that partly at the best acceptance it
+    /// supports ([`Acceptance::optimistic`]): weighted `e : EXPLORE_EVIDENCE` with `e` the
+    /// evidence. The price of a refresh counts these: where drafting pays, a refresh costs
+    /// nothing; where the record says it does not, what its extra time buys back; and a first
+    /// round or two of bad luck (a prompt cut mid-word) do not yet make the streak long.
+    ///
+    /// [`Acceptance::optimistic`]: crate::policy::acceptance::Acceptance::optimistic
+    pub(super) fn explore_tokens(&self, n: usize) -> f64 {
+        let tokens = |rate: &dyn Fn(usize) -> f32| {
+            let (mut survival, mut tokens) = (1.0, 1.0);
+            for k in 0..n {
+                survival *= f64::from(rate(k));
+                tokens += survival;
+            }
+            tokens
+        };
+        let measured = tokens(&|k| self.acceptance.expected(k, 0.5));
+        let best = tokens(&|k| self.acceptance.optimistic(k));
+        let e = self.acceptance.evidence().max(0.0);
+        let w = e / (e + EXPLORE_EVIDENCE);
+        w * measured + (1.0 - w) * best
     }
 }
 

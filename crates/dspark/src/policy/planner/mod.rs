@@ -112,8 +112,8 @@ pub(crate) struct Planner {
     streak: Streak,
     /// Probe rounds taken (whose turn the next one is).
     probes: usize,
-    /// The latest choice explored (a refresh, or a request without confidences): one request
-    /// drafted to learn, a probe's or, alone, the whole batch's round.
+    /// The latest choice was a refresh: one request drafted to learn, a probe's or, alone, the
+    /// whole batch's round.
     explored: bool,
 }
 
@@ -207,8 +207,8 @@ impl Planner {
         }
     }
 
-    /// Whether the latest round's choice ([`Planner::drafts`]) was to explore: its time outside
-    /// the forward (catch-up, proposal, kernels) prices the next refreshes
+    /// Whether the latest round's choice ([`Planner::drafts`]) was a refresh: its time outside
+    /// the forward (catch-up, proposal, kernels) prices the next ones
     /// ([`Planner::observe_probe`]), a lone request's as a probe's.
     pub(crate) fn explored(&self) -> bool {
         self.explored

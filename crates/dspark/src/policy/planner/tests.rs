@@ -216,10 +216,9 @@ fn a_refresh_is_not_taken_with_fewer_tokens_left_than_its_streak() {
 fn a_probe_s_streak_is_long_enough_to_pay_for_it() {
     // Two requests, four drafts, 1 ms a forward of any size, proposing 0.3 ms a request; stale
     // confidences of 0.1 say drafting does not pay, fresh blocks would. A probe (one request
-    // drafts) is expected to commit 1 + 1/2 + 1/4 + 1/8 + 1/16 = 1.94 tokens (an empty record
-    // at its prior of 1/2 a draft) and the other request 1: 1.47 plain rounds of the batch.
-    // Its cost is its time beyond those, and the plain rounds after it are at least enough
-    // for that to be REFRESH_SHARE of them.
+    // drafts) commits at most 1 + 5 tokens, 3 plain rounds' worth: its cost is its time
+    // beyond 3 ms, and the plain rounds after it are at least enough for that to be
+    // REFRESH_SHARE of them.
     let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
     let gaps = |probe: Option<f64>| -> Vec<usize> {
         let mut p = learned(4, &flat, None);
@@ -240,14 +239,12 @@ fn a_probe_s_streak_is_long_enough_to_pay_for_it() {
         assert!(probes.iter().all(|&i| choices[i] == Drafting::Probe));
         probes.windows(2).map(|w| w[1] - w[0] - 1).collect()
     };
-    // Untimed, a probe is priced as a drafted round of one request: 1.3 ms, within its 1.47
-    // (the growth's 4, 16, 16 then).
+    // Untimed, a probe is priced as a drafted round of one request: 1.3 ms, within its 3.
     assert_eq!(gaps(None)[..3], [4, 16, 16]);
-    // A probe timed at 1.5 ms outside its forward: (2.5 − 1.47) / (0.05 · 1) = 21 plain
-    // rounds, more than the growth's 4 and 16.
-    assert_eq!(gaps(Some(1.5e-3))[..3], [21, 21, 21]);
-    // At 3 ms: (4 − 1.47) / 0.05 = 51.
-    assert_eq!(gaps(Some(3e-3))[..2], [51, 51]);
+    // A probe timed at 1.5 ms outside its forward: 2.5 ms, still within.
+    assert_eq!(gaps(Some(1.5e-3))[..3], [4, 16, 16]);
+    // At 3 ms: (4 − 3) / (0.05 · 1) = 20 plain rounds, more than the growth's 4 and 16.
+    assert_eq!(gaps(Some(3e-3))[..3], [20, 20, 20]);
     // Dearer still: at most REFRESH_ROUNDS_MAX.
     assert_eq!(
         gaps(Some(1.0))[..2],
@@ -304,4 +301,23 @@ fn a_batch_drafts_on_prior_priced_costs_only_on_a_clear_gain_after_a_plain_timin
     assert_eq!(probed(Some(1.7e-3)), Drafting::Plain);
     // A proposal timed below its price makes the batch's cheaper, by at most 8 times.
     assert_eq!(probed(Some(1e-6)), Drafting::All);
+}
+
+#[test]
+fn a_refresh_is_priced_at_the_measured_acceptance_once_the_record_holds_enough() {
+    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
+    let mut p = learned(4, &flat, None);
+    // An empty record: the best acceptance it supports (every draft): 5 tokens.
+    assert!((p.explore_tokens(4) - 5.0).abs() < 1e-9);
+    // One round whose first draft was rejected: still mostly the best acceptance (about 3.9).
+    p.observe_acceptance(4, 0, Some(&[0.5; 4]));
+    let one = p.explore_tokens(4);
+    assert!(one > 3.5, "{one}");
+    // 64 of them: the record's rate weighs in (about 1.1 tokens), so a refresh's price, and
+    // the streak after it, follow what drafting is measured to give.
+    for _ in 0..63 {
+        p.observe_acceptance(4, 0, Some(&[0.5; 4]));
+    }
+    let many = p.explore_tokens(4);
+    assert!(many < 1.3, "{many}");
 }
