@@ -117,11 +117,8 @@ impl Planner {
         let fresh = self.confidences
             && self.acceptance.evidence() <= 0.0
             && (0..b).any(|r| stale_of(stale, r, n).is_none());
-        // A refresh buys its price back over the rounds after it: with fewer tokens left than
-        // the streak it ends, it is not taken (the streak's growth prices how often refreshes
-        // find drafting still not paying).
-        // The streak was priced when it began; a timed exploring round since (the first one's
-        // catch-up and proposal) can price it longer, and then it runs on.
+        // The streak was priced when it began; a refresh timed since (its catch-up, proposal
+        // and kernels) can price it longer, and then it runs on.
         if self.streak.since_draft >= self.streak.refresh_after
             && let Some(outside) = self.costs.probe_near(b)
         {
@@ -132,6 +129,9 @@ impl Planner {
             let priced = priced_streak(b, n, &table, costs, explore);
             self.streak.refresh_after = self.streak.refresh_after.max(priced);
         }
+        // A refresh buys its price back over the rounds after it: with fewer tokens left than
+        // the streak it ends, it is not taken (the streak's growth prices how often refreshes
+        // find drafting still not paying).
         let due = self.streak.since_draft >= self.streak.refresh_after
             && remaining >= self.streak.refresh_after;
         if fresh || due {
