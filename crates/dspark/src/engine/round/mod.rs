@@ -47,8 +47,8 @@ pub(super) struct Plan {
     /// The scheduling policy chose a probe: one request drafts, to learn (its costs price no
     /// round of either kind).
     pub(super) probe: bool,
-    /// The round explored (a probe, or a lone request's refresh): its time outside the forward
-    /// prices the next refreshes.
+    /// The round was a refresh (a probe's, or a lone request's whole round): its time outside
+    /// the forward prices the next refreshes.
     pub(super) explored: bool,
     /// Seconds proposing (without appending the pending features first: that is the cost of
     /// switching back from plain rounds, not of drafting).
