@@ -50,19 +50,22 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             .collect();
         let measured = self.planner.round_table(&self.target, drafting.len())?;
         let rows: Vec<usize> = drafting.iter().map(|&j| act[j]).collect();
-        let choice = if drafting.iter().any(|&j| pinned[j]) {
+        // `explored`: the planner's choice was a refresh (read where it chose, never stale).
+        let (choice, explored) = if drafting.iter().any(|&j| pinned[j]) {
             self.planner.drafting_forced();
-            Drafting::All
+            (Drafting::All, false)
         } else if drafting.is_empty() {
-            Drafting::Plain
+            (Drafting::Plain, false)
         } else {
             let remaining = rows
                 .iter()
                 .filter_map(|&i| self.sched.rows[i].as_ref().map(|s| s.budget_left()))
                 .max()
                 .unwrap_or(0);
-            self.planner
-                .drafts(&stale(&self.sched, &rows), measured.as_ref(), remaining)?
+            let choice =
+                self.planner
+                    .drafts(&stale(&self.sched, &rows), measured.as_ref(), remaining)?;
+            (choice, self.planner.explored())
         };
         let plain = choice == Drafting::Plain && !drafting.is_empty();
         let drafting = match choice {
@@ -77,7 +80,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             drafted: vec![false; act.len()],
             plain,
             probe: choice == Drafting::Probe,
-            explored: choice != Drafting::Plain && self.planner.explored(),
+            explored,
             propose_seconds: 0.0,
             flush_seconds: 0.0,
             act,

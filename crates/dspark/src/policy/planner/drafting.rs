@@ -122,11 +122,7 @@ impl Planner {
         if self.streak.since_draft >= self.streak.refresh_after
             && let Some(outside) = self.costs.probe_near(b)
         {
-            let explore = Explore {
-                tokens: self.explore_tokens(n),
-                outside: Some(outside),
-            };
-            let priced = priced_streak(b, n, &table, costs, explore);
+            let priced = self.streak_price(b, &table, costs, Some(outside));
             self.streak.refresh_after = self.streak.refresh_after.max(priced);
         }
         // A refresh buys its price back over the rounds after it: with fewer tokens left than
@@ -147,11 +143,8 @@ impl Planner {
                 } else {
                     self.streak.refresh_after
                 };
-                let explore = Explore {
-                    tokens: self.explore_tokens(n),
-                    outside: self.costs.probe_near(b),
-                };
-                self.streak.refresh_after = grown.max(priced_streak(b, n, &table, costs, explore));
+                let priced = self.streak_price(b, &table, costs, self.costs.probe_near(b));
+                self.streak.refresh_after = grown.max(priced);
                 // A refresh's time prices the next ones (a request's first proposal, which
                 // catches its drafter context up over the whole prompt, would overprice them).
                 self.explored = due;
@@ -192,6 +185,23 @@ impl Planner {
             self.streak.refresh_after = 1;
         }
         Ok(if pays { Drafting::All } else { Drafting::Plain })
+    }
+
+    /// [`priced_streak`] for a batch of `b` with this planner's drafts and expected tokens, its
+    /// exploring round `outside` seconds beyond its forward where one was timed.
+    fn streak_price(
+        &self,
+        b: usize,
+        table: &StepsPerSecond,
+        costs: Costs,
+        outside: Option<f64>,
+    ) -> usize {
+        let n = self.num_speculative;
+        let explore = Explore {
+            tokens: self.explore_tokens(n),
+            outside,
+        };
+        priced_streak(b, n, table, costs, explore)
     }
 
     /// Tokens an exploring request is expected to commit with `n` drafts: 1 and the survival
