@@ -466,6 +466,14 @@ mod tests {
         let implausible = good.replace("20000000000", "0");
         let future = good.replace(&format!("\"format\":{FORMAT}"), "\"format\":99");
         assert_ne!(future, good);
+        // A file of an older version, without this version's fields: told by its version.
+        let mut old: serde_json::Value = serde_json::from_str(&good).unwrap();
+        old["format"] = (FORMAT - 1).into();
+        old.as_object_mut().unwrap().remove("cache_bytes");
+        std::fs::write(&path, old.to_string()).unwrap();
+        let why = load(&path, &key()).unwrap_err();
+        assert!(why.starts_with(&format!("format {}", FORMAT - 1)), "{why}");
+        let old = old.to_string();
         let truncated = good[..good.len() / 2].to_string();
         foreign.push(' ');
         for bad in [
@@ -474,6 +482,7 @@ mod tests {
             foreign,
             implausible,
             future,
+            old,
         ] {
             std::fs::write(&path, &bad).unwrap();
             assert!(load(&path, &key()).is_err(), "{bad}");
