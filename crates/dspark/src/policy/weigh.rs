@@ -8,9 +8,35 @@ use super::learned::Costs;
 use super::{StepsPerSecond, schedule_lengths_batch};
 use crate::error::Result;
 
-/// How much faster (relative) a plain round must be expected to run than the best drafted
-/// round before a round skips drafting.
-pub const PLAIN_MARGIN: f64 = 0.1;
+/// How much faster (relative) one kind of round must be expected to run than the other before
+/// the planner switches to it: a drafting streak goes plain once a plain round is expected
+/// faster by more than this, and a plain streak drafts only once the best drafted round is.
+/// Near a tie the rounds stay what they were (the estimates' noise would decide, and a switch
+/// has costs the model does not price: appending the pending rows), and a choice that starts
+/// drafting must expect a gain: where drafting and plain decoding tie, plain decoding is
+/// never slower.
+pub const PLAIN_MARGIN: f64 = 0.05;
+
+/// What the round before chose (the hysteresis of [`PLAIN_MARGIN`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Regime {
+    /// It drafted by the choice (not to explore): drafting goes on unless a plain round is
+    /// expected faster by more than the margin.
+    Drafting,
+    /// It was plain or explored: a round drafts only if it is expected faster by more than
+    /// the margin.
+    Plain,
+}
+
+impl Regime {
+    /// The largest `Θ_plain / Θ_drafted` at which a round drafts.
+    pub(crate) fn plain_share_max(self) -> f64 {
+        match self {
+            Self::Drafting => 1.0 + PLAIN_MARGIN,
+            Self::Plain => 1.0 / (1.0 + PLAIN_MARGIN),
+        }
+    }
+}
 
 /// Expected tokens a round commits when request `r` verifies `lens[r]` of its `n` drafts
 /// with confidences `c` (`[B·n]`): one each, plus the survival of every verified slot.
@@ -51,11 +77,11 @@ fn drafted_bound(c: &[f32], b: usize, n: usize, sps: &StepsPerSecond) -> f64 {
 }
 
 /// How a drafted round of `b` requests whose latest confidences are `stale` (`[B·n]`) weighs
-/// against a plain round, given the table `sps`, the per-request costs outside the forward and
-/// the scheduler's look-ahead `ahead` (`[B·n]`).
+/// against a plain round, given the table `sps`, the per-request costs outside the forward, the
+/// scheduler's look-ahead `ahead` (`[B·n]`) and what the round before chose (`regime`).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Weighed {
-    /// Drafting beats the plain round (or loses by less than [`PLAIN_MARGIN`]).
+    /// Drafting beats the plain round by the regime's margin ([`Regime::plain_share_max`]).
     pub(super) pays: bool,
     /// `Θ` of the plain round over `Θ` of the best drafted round (0 when the search was
     /// skipped: the plain round wins by more than the margin).
@@ -69,14 +95,16 @@ pub(super) fn drafting_pays(
     sps: &StepsPerSecond,
     costs: Costs,
     ahead: &[f32],
+    regime: Regime,
 ) -> Result<Weighed> {
+    let share_max = regime.plain_share_max();
     let bf = b as f64;
     let drafted = sps.with_overhead(bf * (costs.propose + costs.drafted_rest));
     let theta_plain = bf * sps.with_overhead(bf * costs.plain_rest).sps(b);
     // No drafted round of `m` verified tokens beats the `m - b` most likely slots at the table's
     // price of `m`: when even the best such bound loses by the margin, the search
     // (O((B·K)²)) is skipped. On a target too cheap to draft for, that is every round.
-    if theta_plain > (1.0 + PLAIN_MARGIN) * drafted_bound(stale, b, n, &drafted) {
+    if theta_plain > share_max * drafted_bound(stale, b, n, &drafted) {
         return Ok(Weighed {
             pays: false,
             plain_share: 0.0,
@@ -87,7 +115,7 @@ pub(super) fn drafting_pays(
     let theta_drafted = expected_tokens(stale, n, &lens) * drafted.sps(verified);
     // A drafted round that would verify nothing is a plain round that also proposed.
     Ok(Weighed {
-        pays: verified > b && theta_plain <= (1.0 + PLAIN_MARGIN) * theta_drafted,
+        pays: verified > b && theta_plain <= share_max * theta_drafted,
         plain_share: theta_plain / theta_drafted,
     })
 }
@@ -100,6 +128,8 @@ pub(super) fn stale_of<'a>(stale: &[Option<&'a [f32]>], r: usize, n: usize) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PLAIN: Regime = Regime::Plain;
 
     fn costs(propose: f64, rest: f64) -> Costs {
         Costs {
@@ -117,15 +147,23 @@ mod tests {
         let conf = vec![0.7f32; b * n];
         // Drafting costs 0.5 ms per request: verifying more tokens cannot pay for it.
         assert!(
-            !drafting_pays(&conf, b, n, &linear, costs(5e-4, 1e-5), &vec![0.0; b * n])
-                .unwrap()
-                .pays
+            !drafting_pays(
+                &conf,
+                b,
+                n,
+                &linear,
+                costs(5e-4, 1e-5),
+                &vec![0.0; b * n],
+                PLAIN
+            )
+            .unwrap()
+            .pays
         );
         // A flat table (memory-bound: a forward costs the same for 1 or 64 tokens) with cheap
         // drafting: speculation pays.
         let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
         assert!(
-            drafting_pays(&conf[..n], 1, n, &flat, costs(1e-4, 1e-5), &[0.0; 4])
+            drafting_pays(&conf[..n], 1, n, &flat, costs(1e-4, 1e-5), &[0.0; 4], PLAIN)
                 .unwrap()
                 .pays
         );
@@ -139,7 +177,8 @@ mod tests {
                 n,
                 &sublinear,
                 costs(5e-5, 1e-5),
-                &vec![0.0; b * n]
+                &vec![0.0; b * n],
+                PLAIN
             )
             .unwrap()
             .pays
@@ -147,18 +186,25 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_round_must_win_by_the_margin() {
+    fn a_switch_needs_the_margin_either_way() {
         // 1 ms per forward whatever it verifies; one draft at 0.5: a drafted round commits
         // 1.5 tokens in 1 ms + the proposal, a plain one 1 token in 1 ms.
         let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
-        let pays = |propose: f64| {
-            drafting_pays(&[0.5], 1, 1, &flat, costs(propose, 0.0), &[0.0]).map(|w| w.pays)
+        let pays = |propose: f64, regime| {
+            drafting_pays(&[0.5], 1, 1, &flat, costs(propose, 0.0), &[0.0], regime)
+                .map(|w| w.pays)
+                .unwrap()
         };
-        // Plain faster by 5% (proposal 0.575 ms): within the margin, it drafts.
-        assert!(pays(0.575e-3).unwrap());
-        // Plain faster by 20% (proposal 0.8 ms): it goes plain.
-        assert!(!pays(0.8e-3).unwrap());
-        const { assert!(PLAIN_MARGIN > 0.05 && PLAIN_MARGIN < 0.2) };
+        // Drafting faster by 7% (proposal 0.4 ms): it drafts either way.
+        assert!(pays(0.4e-3, Regime::Drafting) && pays(0.4e-3, PLAIN));
+        // Plain faster by 3% (proposal 0.55 ms): a drafting streak goes on, a plain one stays.
+        assert!(pays(0.55e-3, Regime::Drafting));
+        assert!(!pays(0.55e-3, PLAIN));
+        // Drafting faster by 2% (proposal 0.47 ms): within the margin, a plain streak stays.
+        assert!(!pays(0.47e-3, PLAIN));
+        // Plain faster by 7% (proposal 0.6 ms): it goes plain either way.
+        assert!(!pays(0.6e-3, Regime::Drafting) && !pays(0.6e-3, PLAIN));
+        const { assert!(PLAIN_MARGIN > 0.03 && PLAIN_MARGIN < 0.1) };
     }
 
     #[test]
@@ -188,14 +234,16 @@ mod tests {
                 StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0 / (1.0 + slope))]).unwrap();
             for propose in [0.0, 1e-4, 1e-3, 1e-2] {
                 let k = costs(propose, 1e-5);
-                let fast = drafting_pays(&c, b, n, &t, k, &c).unwrap().pays;
-                let drafted = t.with_overhead(b as f64 * (k.propose + k.drafted_rest));
-                let lens = schedule_lengths_batch(&c, b, n, &drafted, &c).unwrap();
-                let verified = b + lens.iter().sum::<usize>();
-                let theta_plain = b as f64 * t.with_overhead(b as f64 * k.plain_rest).sps(b);
-                let theta = expected_tokens(&c, n, &lens) * drafted.sps(verified);
-                let slow = verified > b && theta_plain <= (1.0 + PLAIN_MARGIN) * theta;
-                assert_eq!(fast, slow, "slope {slope} propose {propose}");
+                for regime in [Regime::Drafting, PLAIN] {
+                    let fast = drafting_pays(&c, b, n, &t, k, &c, regime).unwrap().pays;
+                    let drafted = t.with_overhead(b as f64 * (k.propose + k.drafted_rest));
+                    let lens = schedule_lengths_batch(&c, b, n, &drafted, &c).unwrap();
+                    let verified = b + lens.iter().sum::<usize>();
+                    let theta_plain = b as f64 * t.with_overhead(b as f64 * k.plain_rest).sps(b);
+                    let theta = expected_tokens(&c, n, &lens) * drafted.sps(verified);
+                    let slow = verified > b && theta_plain <= regime.plain_share_max() * theta;
+                    assert_eq!(fast, slow, "slope {slope} propose {propose} {regime:?}");
+                }
             }
         }
     }

@@ -5,7 +5,7 @@ use super::{Drafting, Planner};
 use crate::error::Result;
 use crate::policy::StepsPerSecond;
 use crate::policy::learned::{Costs, MIN_SAMPLES};
-use crate::policy::weigh::{drafting_pays, stale_of};
+use crate::policy::weigh::{Regime, drafting_pays, stale_of};
 use crate::policy::{PLAIN_MARGIN, VerifyPolicy};
 
 /// Most plain rounds in a row before a round drafts again, to refresh the confidences the
@@ -30,16 +30,22 @@ pub const REFRESH_ROUNDS_MAX: usize = 64;
 /// enough to be tried when its size has not been timed (the choice rests on the prior there).
 pub const EXPLORE_SHARE: f64 = 0.8;
 
+/// The gain a drafted round must show on prior-priced costs (no drafted round of the batch
+/// size timed yet) before the whole batch bets its proposals on it: the prior is a guess, so
+/// twice the [`PLAIN_MARGIN`] that measured costs need.
+const UNPROVEN_MARGIN: f64 = 2.0 * PLAIN_MARGIN;
+
 /// Request-rounds the acceptance record holds (at the first draft position) before a close
 /// choice is tested with a plain round: earlier, the drafted estimate is mostly the prior's.
 const EXPLORE_EVIDENCE: f64 = 8.0;
 
-/// The streak of plain rounds: rounds since the last drafted one, and after how many the next
-/// one drafts anyway.
+/// The streak of plain rounds: rounds since the last drafted one, after how many the next
+/// one drafts anyway, and whether the last round drafted by the choice (not to explore).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Streak {
     since_draft: usize,
     refresh_after: usize,
+    drafting: bool,
 }
 
 impl Default for Streak {
@@ -47,6 +53,18 @@ impl Default for Streak {
         Self {
             since_draft: 0,
             refresh_after: 1,
+            drafting: false,
+        }
+    }
+}
+
+impl Streak {
+    /// What the round before chose, for the choice's margin.
+    fn regime(&self) -> Regime {
+        if self.drafting {
+            Regime::Drafting
+        } else {
+            Regime::Plain
         }
     }
 }
@@ -63,7 +81,9 @@ impl Planner {
         remaining: usize,
     ) -> Result<Drafting> {
         self.explored = false;
-        let drafts = self.drafting_pays_now(stale, measured, remaining)?;
+        let regime = self.streak.regime();
+        self.streak.drafting = false;
+        let drafts = self.drafting_pays_now(stale, measured, remaining, regime)?;
         if drafts != Drafting::Plain {
             self.streak.since_draft = 0;
         } else {
@@ -89,6 +109,7 @@ impl Planner {
         stale: &[Option<&[f32]>],
         measured: Option<&StepsPerSecond>,
         remaining: usize,
+        regime: Regime,
     ) -> Result<Drafting> {
         let n = self.num_speculative;
         let b = stale.len();
@@ -134,7 +155,7 @@ impl Planner {
             let best: Vec<f32> = (0..b)
                 .flat_map(|_| (0..n).map(|k| self.acceptance.optimistic(k)))
                 .collect();
-            let could = drafting_pays(&best, b, n, &table, costs, &best)?.pays;
+            let could = drafting_pays(&best, b, n, &table, costs, &best, Regime::Plain)?.pays;
             if could {
                 // If drafting still does not pay after it, the next streak is longer (after a
                 // refresh), and long enough to pay for this round.
@@ -157,7 +178,7 @@ impl Planner {
             });
         }
         let survival = self.expected_acceptance(stale, n);
-        let w = drafting_pays(&survival, b, n, &table, costs, &survival)?;
+        let w = drafting_pays(&survival, b, n, &table, costs, &survival, regime)?;
         // A plain size with fewer than MIN_SAMPLES timings of its own is priced by the prior:
         // the plain price is a guess, so plain rounds are taken to time it (at most MIN_SAMPLES
         // per size; the ring keeps them). Where a line through the round sizes covers it
@@ -179,10 +200,11 @@ impl Planner {
         // a plain round costs what target-only decoding does.
         let unproven = matches!(self.verify, VerifyPolicy::ScheduledMeasured)
             && self.costs.get(b).is_none()
-            && (self.times.timed(b) == 0 || w.plain_share * (1.0 + PLAIN_MARGIN) > 1.0);
+            && (self.times.timed(b) == 0 || w.plain_share * (1.0 + UNPROVEN_MARGIN) > 1.0);
         let pays = w.pays && !explore && !unproven;
         if pays {
             self.streak.refresh_after = 1;
+            self.streak.drafting = true;
         }
         Ok(if pays { Drafting::All } else { Drafting::Plain })
     }
@@ -205,29 +227,23 @@ impl Planner {
     }
 
     /// Tokens an exploring request is expected to commit with `n` drafts: 1 and the survival
-    /// of each slot, at the acceptance the record measures (a confidence of 1/2 counted as its
-    /// prior, as for a request without confidences) as far as the record holds
-    /// [`EXPLORE_EVIDENCE`] request-rounds, and before that partly at the best acceptance it
-    /// supports ([`Acceptance::optimistic`]): weighted `e : EXPLORE_EVIDENCE` with `e` the
-    /// evidence. The price of a refresh counts these: where drafting pays, a refresh costs
-    /// nothing; where the record says it does not, what its extra time buys back; and a first
-    /// round or two of bad luck (a prompt cut mid-word) do not yet make the streak long.
+    /// of each slot at the acceptance the record measures, a confidence of 1/2 counted as its
+    /// prior (as for a request without confidences: [`PRIOR`] observations, so that one round
+    /// of bad luck moves it only part of the way). The price of a refresh counts these: where
+    /// drafting pays, a refresh costs nothing; where the record says it does not, what its
+    /// extra time buys back. (Priced at the best acceptance the record supports instead, a
+    /// refresh looked free until the record held several rounds, and a request whose drafts
+    /// were rarely accepted paid three or four of them in its first 64 tokens: 0.86x
+    /// target-only under a frequency penalty, 0.90x priced so.)
     ///
-    /// [`Acceptance::optimistic`]: crate::policy::acceptance::Acceptance::optimistic
+    /// [`PRIOR`]: crate::policy::acceptance::PRIOR
     pub(super) fn explore_tokens(&self, n: usize) -> f64 {
-        let tokens = |rate: &dyn Fn(usize) -> f32| {
-            let (mut survival, mut tokens) = (1.0, 1.0);
-            for k in 0..n {
-                survival *= f64::from(rate(k));
-                tokens += survival;
-            }
-            tokens
-        };
-        let measured = tokens(&|k| self.acceptance.expected(k, 0.5));
-        let best = tokens(&|k| self.acceptance.optimistic(k));
-        let e = self.acceptance.evidence().max(0.0);
-        let w = e / (e + EXPLORE_EVIDENCE);
-        w * measured + (1.0 - w) * best
+        let (mut survival, mut tokens) = (1.0, 1.0);
+        for k in 0..n {
+            survival *= f64::from(self.acceptance.expected(k, 0.5));
+            tokens += survival;
+        }
+        tokens
     }
 }
 

@@ -13,10 +13,13 @@
 //!   table priced with the measured cost of proposing and of the rest of a drafted round;
 //! - plain: one token per request, the table priced with the rest of a plain round.
 //!
-//! It drafts unless the best drafted round verifies nothing or the plain round is faster by
-//! more than [`PLAIN_MARGIN`](super::PLAIN_MARGIN): a plain round teaches nothing (no
-//! confidences, no acceptance), the switch has costs the model does not price (appending the
-//! pending rows, a refresh round), and near a tie the estimates' noise would decide.
+//! Each switch needs a margin, [`PLAIN_MARGIN`](super::PLAIN_MARGIN): a round after a plain
+//! one (or after an exploring one) drafts only if the best drafted round is expected faster by
+//! more than it, and a round after one that drafted by this choice goes plain only if the
+//! plain round is. Near a tie the rounds stay what they were (the estimates' noise would
+//! decide, and a switch has costs the model does not price: appending the pending rows), and
+//! drafting never starts on a tie, where plain decoding is never slower. A drafted round that
+//! would verify nothing is a plain round.
 //! Confidences go stale in plain rounds: after a streak of them (1 plain round after drafting
 //! stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
 //! again; and at least as many as make the exploring round's time beyond the plain rounds'
@@ -25,8 +28,8 @@
 //! refresh, its catch-up included), [`REFRESH_SHARE`] of the streak's, up to
 //! [`REFRESH_ROUNDS_MAX`], and priced again when such a timing arrives during the streak: so a
 //! change of conditions is noticed within that many rounds), and before any drafted round (no request has
-//! confidences, the record is empty), the round explores if drafting would pay at the best
-//! acceptance the record supports; where even that does not pay (a compute-bound batch), no
+//! confidences, the record is empty), the round explores if drafting would gain by the
+//! margin at the best acceptance the record supports; where even that does not pay (a compute-bound batch), no
 //! refresh is taken and the rounds stay plain; nor is one taken when fewer tokens are left to
 //! generate than the streak it would end. An exploring round of several requests is a probe
 //! ([`Drafting::Probe`]): one request drafts (the first without confidences, else each in
