@@ -140,7 +140,7 @@ pub fn matmul_group<T: PanelElem>(
 
 /// Pool tasks for a group of `n` rows: 1 (inline) unless it is worth the pool, either for its
 /// multiply-adds ([`crate::threads::use_pool`] from [`PAR_MIN_MACS`]) or for the weight bytes
-/// it streams ([`crate::threads::split_stream`]).
+/// it streams times its rows ([`crate::threads::split_product`]).
 fn pool_tasks<T: PanelElem>(parts: &[GroupPart<'_, T>], n: usize) -> usize {
     let panels: usize = parts.iter().map(|(w, _)| w.rows().div_ceil(PANEL)).sum();
     if panels <= TASK_PANELS {
@@ -151,7 +151,7 @@ fn pool_tasks<T: PanelElem>(parts: &[GroupPart<'_, T>], n: usize) -> usize {
     let work = n.saturating_mul(rows).saturating_mul(cols);
     let bytes = (panels * cols * PANEL).saturating_mul(std::mem::size_of::<T>());
     let pool = (work >= PAR_MIN_MACS && crate::threads::use_pool(work))
-        || crate::threads::split_stream(bytes);
+        || crate::threads::split_product(bytes, n);
     if pool {
         rayon::current_num_threads() * TASKS_PER_THREAD
     } else {

@@ -25,8 +25,9 @@
 //!   reads. A bf16 panel stores its columns in pairs; the rule, its layout and the kernels that
 //!   emulate it are in `pairs.rs`.
 //!
-//! Products stream their weights from memory, so large ones split the panels over the thread
-//! pool (see [`crate::threads::split_stream`] and [`crate::threads::use_pool`]); each task
+//! Products stream their weights from memory, so large ones (weight bytes times rows) split the
+//! panels over the thread pool (see [`crate::threads::split_product`] and
+//! [`crate::threads::use_pool`]); each task
 //! writes its own panels' lanes of every row straight into the row-major result, so a decode or
 //! verify step allocates its output once and copies nothing. The views and the split are in
 //! `view.rs`, the register tiles in `tile.rs` and `x86.rs` (bf16's in `pairs.rs` and

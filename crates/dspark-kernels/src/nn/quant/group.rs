@@ -97,7 +97,7 @@ pub(super) fn fits(parts: &[Shape<'_>], x: &[f32], n: usize) -> Option<usize> {
 
 /// The outputs of parts of `rows[p]` rows each (`bytes` of weights in all) for `n` activation
 /// rows: `run(p, o0, out)` writes part `p`'s outputs `o0 ..` into `out` (`[n, width]`), split
-/// over the pool when the weights are large ([`TASKS_PER_THREAD`] runs of whole groups of rows
+/// over the pool when the product is large ([`crate::threads::split_product`]) ([`TASKS_PER_THREAD`] runs of whole groups of rows
 /// per thread, each within one part); then each part's bias is added.
 pub(super) fn dispatch(
     rows: &[usize],
@@ -107,7 +107,7 @@ pub(super) fn dispatch(
     run: impl Fn(usize, usize, &mut [f32]) + Sync,
 ) -> Vec<Vec<f32>> {
     let mut ys: Vec<Vec<f32>> = rows.iter().map(|&r| vec![0.0; n * r]).collect();
-    if n > 0 && crate::threads::split_stream(bytes) {
+    if n > 0 && crate::threads::split_product(bytes, n) {
         // Rows per task: a multiple of GROUP, so every task starts on a group.
         let groups: usize = rows.iter().map(|r| r.div_ceil(GROUP)).sum();
         let tasks = rayon::current_num_threads() * TASKS_PER_THREAD;

@@ -17,8 +17,8 @@
 //!
 //! A decode step on a CPU is bound by the bytes it reads: a Q8_0 weight reads about half a bf16
 //! one's, a Q4_K weight about a quarter. A product reads each weight block once for all its rows
-//! (a verification's 9 rows included) and splits the outputs over the pool for large weights, as
-//! the panel kernel does ([`crate::threads::split_stream`]).
+//! (a verification's 9 rows included) and splits the outputs over the pool for large products
+//! (weight bytes times rows), as the panel kernel does ([`crate::threads::split_product`]).
 
 mod acts;
 #[cfg(target_arch = "x86_64")]

@@ -138,12 +138,12 @@ impl Planner {
         let fresh = self.confidences
             && self.acceptance.evidence() <= 0.0
             && (0..b).any(|r| stale_of(stale, r, n).is_none());
-        // The streak was priced when it began; a refresh timed since (its catch-up, proposal
-        // and kernels) can price it longer, and then it runs on.
-        if self.streak.since_draft >= self.streak.refresh_after
-            && let Some(outside) = self.costs.probe_near(b)
-        {
-            let priced = self.streak_price(b, &table, costs, Some(outside));
+        // The streak was priced when it began; what was timed since (a refresh's catch-up,
+        // proposal and kernels; the plain rounds of the streak itself, which the first price
+        // after a request's first proposal had only the prior for) can price it longer, and
+        // then it runs on.
+        if self.streak.since_draft >= self.streak.refresh_after {
+            let priced = self.streak_price(b, &table, costs, self.costs.probe_near(b));
             self.streak.refresh_after = self.streak.refresh_after.max(priced);
         }
         // A refresh buys its price back over the rounds after it: with fewer tokens left than

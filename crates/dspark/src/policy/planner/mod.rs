@@ -26,7 +26,8 @@
 //! that would commit the tokens it is expected to (at the acceptance the record measures),
 //! priced from the round costs or a timed exploring round's (a probe's, or a lone request's
 //! refresh, its catch-up included), [`REFRESH_SHARE`] of the streak's, up to
-//! [`REFRESH_ROUNDS_MAX`], and priced again when such a timing arrives during the streak: so a
+//! [`REFRESH_ROUNDS_MAX`], and priced again when it falls due, on what was timed since (a
+//! refresh's time, the streak's own plain rounds where the first price had the prior): so a
 //! change of conditions is noticed within that many rounds), and before any drafted round (no request has
 //! confidences, the record is empty), the round explores if drafting would gain by the
 //! margin at the best acceptance the record supports; where even that does not pay (a compute-bound batch), no

@@ -339,3 +339,31 @@ fn a_refresh_is_priced_at_the_measured_acceptance() {
     }
     assert!(q.explore_tokens(4) > 4.5);
 }
+
+#[test]
+fn a_streak_priced_on_the_prior_is_priced_again_when_it_falls_due() {
+    // One request, four drafts, proposing 0.5 ms; stale confidences of 0.1: drafting does not
+    // pay, refreshes are taken as they fall due. The prior prices every forward at 1 ms, so a
+    // refresh (1.5 ms for 1.94 tokens at the record's prior) looks free and the streaks only
+    // grow 1, 4, 16.
+    let prior = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
+    let mut p = learned(4, &prior, None);
+    for _ in 0..2 {
+        p.observe_round(1, false, true, 5e-4, 0.0, 0.0);
+    }
+    let conf = [0.1f32; 4];
+    let stale = [Some(&conf[..])];
+    let refreshes = |p: &mut Planner, table: &StepsPerSecond, rounds: usize| -> Vec<usize> {
+        (0..rounds)
+            .filter(|_| p.drafts(&stale, Some(table), 1000).unwrap() != Drafting::Plain)
+            .collect()
+    };
+    assert_eq!(refreshes(&mut p, &prior, 7), [1, 6]);
+    // The plain rounds are timed at 0.3 ms, a 5-token forward at 0.8 ms: a refresh (1.3 ms,
+    // drafting 15% ahead at best) costs 0.72 ms beyond the plain rounds that commit its 1.94
+    // tokens, 48 plain rounds' 5%. The streak due now (16 rounds) is priced again before it
+    // ends, and runs to 48.
+    let timed = StepsPerSecond::linear(vec![(1, 1.0 / 3e-4), (5, 1250.0), (64, 1000.0)]).unwrap();
+    let later = refreshes(&mut p, &timed, 80);
+    assert_eq!(later.first(), Some(&48), "{later:?}");
+}
