@@ -21,6 +21,22 @@ const FIRST_TABLE: usize = 256;
 /// past it, tables are built per call.
 pub const ROPE_CACHE_MAX: usize = 1 << 17;
 
+/// Positions the host tables of a [`Rope`] cover at most (2^15: 32 MiB for both at 128
+/// rotated dims); past it, rows are evaluated per call.
+pub const HOST_TABLE_MAX: usize = 1 << 15;
+
+/// Host `(cos, sin)` rows for positions `0 .. len` (row-major, `rotary_dim` values each),
+/// grown by doubling, so that a pass copies its rows instead of evaluating a sine and a cosine
+/// per rotated pair: building a 96-token prompt's tables took 0.13-0.16 ms (EPYC Zen 4), paid by
+/// each target prefill and each drafter context catch-up. A row holds the values
+/// [`Rope::tables`] evaluates for its position, so where it comes from changes no bit.
+#[derive(Debug, Default)]
+struct HostTables {
+    len: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
 /// Rotary position embedding tables for one head dimension.
 #[derive(Debug, Clone)]
 pub struct Rope {
@@ -29,6 +45,8 @@ pub struct Rope {
     head_dim: usize,
     /// `rotary_dim / 2` inverse frequencies (already divided by a linear scaling factor).
     inv_freq: Vec<f64>,
+    /// The rows evaluated so far (shared by clones: the same parameters).
+    host: Arc<Mutex<HostTables>>,
 }
 
 impl Rope {
@@ -75,29 +93,63 @@ impl Rope {
             rotary_dim,
             head_dim,
             inv_freq,
+            host: Arc::default(),
         })
     }
 
     /// `(cos, sin)` tables `[N, rotary_dim]` for the given absolute positions (angles in `f64`,
-    /// stored as `f32`; each half of the row repeats the frequencies, NeoX style).
+    /// stored as `f32`; each half of the row repeats the frequencies, NeoX style), copied from
+    /// the host rows kept so far (evaluated past [`HOST_TABLE_MAX`]).
     pub fn tables(&self, positions: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
-        let half = self.rotary_dim / 2;
-        let mut cos = Vec::with_capacity(positions.len() * self.rotary_dim);
-        let mut sin = Vec::with_capacity(positions.len() * self.rotary_dim);
-        for &p in positions {
-            for _ in 0..2 {
-                for f in &self.inv_freq[..half] {
-                    let a = p as f64 * f;
-                    cos.push(a.cos() as f32);
-                    sin.push(a.sin() as f32);
-                }
-            }
-        }
+        let rd = self.rotary_dim;
         let n = positions.len();
+        let mut cos = Vec::with_capacity(n * rd);
+        let mut sin = Vec::with_capacity(n * rd);
+        let max = positions.iter().copied().max().unwrap_or(0);
+        if max < HOST_TABLE_MAX {
+            let mut t = self.host.lock().unwrap_or_else(PoisonError::into_inner);
+            if t.len <= max {
+                let len = (max + 1).next_power_of_two().max(FIRST_TABLE);
+                let HostTables {
+                    len: have,
+                    cos: c,
+                    sin: s,
+                } = &mut *t;
+                self.evaluate(*have..len, c, s);
+                *have = len;
+            }
+            for &p in positions {
+                cos.extend_from_slice(&t.cos[p * rd..(p + 1) * rd]);
+                sin.extend_from_slice(&t.sin[p * rd..(p + 1) * rd]);
+            }
+        } else {
+            self.evaluate(positions.iter().copied(), &mut cos, &mut sin);
+        }
         Ok((
-            crate::trace::upload(cos, (n, self.rotary_dim), device)?,
-            crate::trace::upload(sin, (n, self.rotary_dim), device)?,
+            crate::trace::upload(cos, (n, rd), device)?,
+            crate::trace::upload(sin, (n, rd), device)?,
         ))
+    }
+
+    /// Append the rows of `positions` to `cos` and `sin` (of equal lengths): each rotated pair's
+    /// angle in `f64`, its cosine and sine rounded to `f32`, the half repeated.
+    fn evaluate(
+        &self,
+        positions: impl Iterator<Item = usize>,
+        cos: &mut Vec<f32>,
+        sin: &mut Vec<f32>,
+    ) {
+        let half = self.rotary_dim / 2;
+        for p in positions {
+            let start = cos.len();
+            for f in &self.inv_freq[..half] {
+                let a = p as f64 * f;
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+            cos.extend_from_within(start..start + half);
+            sin.extend_from_within(start..start + half);
+        }
     }
 
     /// [`Self::tables`] for `positions` (the same values as `host`, uploaded as a `u32` tensor
@@ -156,5 +208,47 @@ impl Rope {
             let pass = x.narrow(D::Minus1, rd, self.head_dim - rd)?;
             Ok(Tensor::cat(&[&out, &pass], D::Minus1)?)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_rows_equal_evaluated_ones_in_any_order_and_past_the_kept_range() {
+        let spec = RopeSpec {
+            theta: 1e6,
+            rope_type: "default".into(),
+            partial_rotary_factor: 1.0,
+            factor: None,
+            original_max_position_embeddings: None,
+            neox_style: true,
+        };
+        let rope = Rope::new(&spec, 64, "test").unwrap();
+        let eval = |positions: &[usize]| {
+            let (mut c, mut s) = (Vec::new(), Vec::new());
+            rope.evaluate(positions.iter().copied(), &mut c, &mut s);
+            (c, s)
+        };
+        let host = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        // Unordered, repeated, growing the rows kept twice, and one past HOST_TABLE_MAX.
+        for positions in [
+            vec![5, 0, 3, 3],
+            vec![700, 2, 299],
+            vec![4095, 1],
+            vec![HOST_TABLE_MAX + 3, 7],
+        ] {
+            let (cos, sin) = rope.tables(&positions, &Device::Cpu).unwrap();
+            assert_eq!(cos.dims(), [positions.len(), 64]);
+            let (c, s) = eval(&positions);
+            assert_eq!(host(cos), c, "{positions:?}");
+            assert_eq!(host(sin), s, "{positions:?}");
+        }
+        // NeoX: each row's halves repeat; position 0 is (1, 0).
+        let (c, s) = eval(&[0, 9]);
+        assert_eq!(c[..32], c[32..64]);
+        assert_eq!(s[64..96], s[96..128]);
+        assert!(c[..64].iter().all(|&x| x == 1.0) && s[..64].iter().all(|&x| x == 0.0));
     }
 }
