@@ -12,12 +12,13 @@ cache starts empty in a fresh directory (``DSPARK_CACHE_DIR``), so the first run
 process also pays the measurement of the machine.
 
 Prompts are the first ``--prompt-tokens`` tokens of the bundled pair's held-out
-standard-library files (never trained on), ``--tokens`` new tokens, greedy; at N > 1 the first
-N of them run as one batch. Modes, interleaved within each repeat (their order reversed on odd
-repeats): ``target-only`` (``generate_target_only``), ``default`` (``verify`` left at its
-default), ``full``. Reports tokens/s end to end (prefill included) and decode only, the ratio
-of ``default`` to target-only and to the better of full and target-only (per repeat, then the
-median), plain rounds, and whether greedy output equals target-only's.
+standard-library files (never trained on), ``--tokens`` new tokens, greedy; N of them run as
+one batch, each repeat the next N (repeat ``r`` starts at prompt ``r·N``, wrapping), so that
+N = 1 is not one prompt's measurement. Modes, interleaved within each repeat (their order
+reversed on odd repeats): ``target-only`` (``generate_target_only``), ``default`` (``verify``
+left at its default), ``full``. Reports tokens/s end to end (prefill included) and decode
+only, the ratio of ``default`` to target-only and to the better of full and target-only (per
+repeat, then the median), plain rounds, and whether greedy output equals target-only's.
 
 ``--busy K`` starts K processes that spin on a core each for the whole run (the issue's "two
 busy processes" case) and stops them at the end. ``--pair DIR`` runs another pair (its
@@ -125,8 +126,12 @@ def main() -> int:
         for rep in range(args.repeats):
             for n in args.batches:
                 order = MODES if rep % 2 == 0 else tuple(reversed(MODES))
+                # Each repeat its own window of prompts (N = 1 is otherwise one prompt's
+                # measurement); the modes of a repeat share it.
+                start = (rep * n) % len(prompts)
+                batch = (prompts + prompts)[start : start + n]
                 for mode in order:
-                    r = run_mode(pair, mode, prompts[:n], args.tokens)
+                    r = run_mode(pair, mode, batch, args.tokens)
                     r["repeat"] = rep
                     runs.append(r)
                     print(
