@@ -54,3 +54,18 @@ pub struct RopeSpec {
     /// `true` for the NeoX (rotate-half) layout, the Qwen3 default.
     pub neox_style: bool,
 }
+
+impl RopeSpec {
+    /// What a Qwen3 config without RoPE options reads as: base frequency `theta`, the `default`
+    /// type, every dim rotating, no scaling, the NeoX layout.
+    pub fn neox(theta: f64) -> Self {
+        Self {
+            theta,
+            rope_type: "default".into(),
+            partial_rotary_factor: 1.0,
+            factor: None,
+            original_max_position_embeddings: None,
+            neox_style: true,
+        }
+    }
+}

@@ -217,14 +217,7 @@ mod tests {
 
     #[test]
     fn kept_rows_equal_evaluated_ones_in_any_order_and_past_the_kept_range() {
-        let spec = RopeSpec {
-            theta: 1e6,
-            rope_type: "default".into(),
-            partial_rotary_factor: 1.0,
-            factor: None,
-            original_max_position_embeddings: None,
-            neox_style: true,
-        };
+        let spec = RopeSpec::neox(1e6);
         let rope = Rope::new(&spec, 64, "test").unwrap();
         let eval = |positions: &[usize]| {
             let (mut c, mut s) = (Vec::new(), Vec::new());

@@ -141,48 +141,36 @@ mod tests {
 
     #[test]
     fn a_compute_bound_batch_stops_drafting_and_a_cheap_draft_keeps_it() {
+        // Whether `b` requests with confidences `conf` draft on `table` at `propose` seconds a
+        // request (after a plain round).
+        let pays = |conf: &[f32], b: usize, table: &StepsPerSecond, propose: f64| {
+            let n = conf.len() / b;
+            drafting_pays(
+                conf,
+                b,
+                n,
+                table,
+                costs(propose, 1e-5),
+                &vec![0.0; b * n],
+                PLAIN,
+            )
+            .unwrap()
+            .pays
+        };
         // Forward time linear in tokens (compute-bound): 1 ms per token.
         let linear = StepsPerSecond::linear(vec![(1, 1000.0), (512, 1000.0 / 512.0)]).unwrap();
         let (b, n) = (16, 4);
         let conf = vec![0.7f32; b * n];
         // Drafting costs 0.5 ms per request: verifying more tokens cannot pay for it.
-        assert!(
-            !drafting_pays(
-                &conf,
-                b,
-                n,
-                &linear,
-                costs(5e-4, 1e-5),
-                &vec![0.0; b * n],
-                PLAIN
-            )
-            .unwrap()
-            .pays
-        );
+        assert!(!pays(&conf, b, &linear, 5e-4));
         // A flat table (memory-bound: a forward costs the same for 1 or 64 tokens) with cheap
         // drafting: speculation pays.
         let flat = StepsPerSecond::linear(vec![(1, 1000.0), (64, 1000.0)]).unwrap();
-        assert!(
-            drafting_pays(&conf[..n], 1, n, &flat, costs(1e-4, 1e-5), &[0.0; 4], PLAIN)
-                .unwrap()
-                .pays
-        );
+        assert!(pays(&conf[..n], 1, &flat, 1e-4));
         // The same confidences on a table whose cost grows slower than the tokens verified
         // (a forward of 512 tokens costs 128 of one): drafting pays again.
         let sublinear = StepsPerSecond::linear(vec![(1, 1000.0), (512, 1000.0 / 128.0)]).unwrap();
-        assert!(
-            drafting_pays(
-                &conf,
-                b,
-                n,
-                &sublinear,
-                costs(5e-5, 1e-5),
-                &vec![0.0; b * n],
-                PLAIN
-            )
-            .unwrap()
-            .pays
-        );
+        assert!(pays(&conf, b, &sublinear, 5e-5));
     }
 
     #[test]

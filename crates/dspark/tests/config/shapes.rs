@@ -83,17 +83,7 @@ fn qwen3_4b_deepspec() {
     assert_eq!(heads(&s), (32, 8, 128));
     assert_eq!(s.shape.intermediate_size, 9728);
     assert_eq!(s.shape.rms_norm_eps, 1e-6);
-    assert_eq!(
-        s.shape.rope,
-        RopeSpec {
-            theta: 1e6,
-            rope_type: "default".into(),
-            partial_rotary_factor: 1.0,
-            factor: None,
-            original_max_position_embeddings: None,
-            neox_style: true,
-        }
-    );
+    assert_eq!(s.shape.rope, RopeSpec::neox(1e6));
     assert_eq!(s.shape.max_position_embeddings, Some(40960));
     assert_eq!(s.logit_scale, 1.0);
     assert_eq!(s.final_logit_softcapping, None);

@@ -236,12 +236,8 @@ fn softmax_and_swiglu_match_the_op_chains() {
 fn rope_matches_rotate_half_with_partial_rotation() {
     // head_dim 16, a quarter rotating (4 dims: 2 frequencies), the other 12 passing through.
     let spec = RopeSpec {
-        theta: 10_000.0,
-        rope_type: "default".into(),
         partial_rotary_factor: 0.25,
-        factor: None,
-        original_max_position_embeddings: None,
-        neox_style: true,
+        ..RopeSpec::neox(10_000.0)
     };
     let rope = Rope::new(&spec, 16, "test").unwrap();
     let positions = [0usize, 3, 17];
