@@ -24,9 +24,10 @@
 //!   reach the machine's read bandwidth. A product of several rows counts its weight bytes
 //!   once per row ([`split_product`]): a verification against weights that stay in the caches
 //!   is bound by its multiplies, which a second core halves. The native target's forward and
-//!   the drafter's passes run on a worker ([`on_pool`]: one handoff per forward, not per product), so their splits
-//!   are rayon joins from inside the pool: a worker whose peers are busy (another process
-//!   holds the other cores) finds its halves unstolen and runs them itself, with no wait.
+//!   the drafter's passes run on a worker ([`on_pool`]: one handoff per forward, not per
+//!   product), so their splits are rayon joins from inside the pool: a worker whose peers are
+//!   busy (another process holds the other cores) finds its halves unstolen and runs them
+//!   itself, with no wait.
 //!   Meanwhile the other workers stay awake between the forward's products for as long as
 //!   they keep finding work and are not preempted ([`on_pool`]'s helpers), instead of
 //!   sleeping after each product and being woken for the next.
@@ -113,7 +114,7 @@ pub fn split_stream(bytes: usize) -> bool {
 /// hold both cores, a split's stolen half can wait for a preempted worker, and 4 requests
 /// measured 1-6% slower (209.6 → 212.7 ms, 231.9 → 245.9 ms), within that run's noise.
 pub fn split_product(bytes: usize, rows: usize) -> bool {
-    split_stream(bytes) || split_from(bytes.saturating_mul(rows.max(1)), STREAM_POOL_MIN_BYTES)
+    split_from(bytes.saturating_mul(rows.max(1)), STREAM_POOL_MIN_BYTES)
 }
 
 /// [`split_stream`]'s rule for reads of `bytes` that split into a few independent pieces with no

@@ -332,6 +332,13 @@ fn last_level_cache_bytes() -> Option<usize> {
         .max()
 }
 
+/// The wrapping sum of `buf`, read in chunks of `chunk` words over the pool (a timed read).
+fn sum_over_pool(buf: &[u64], chunk: usize) -> u64 {
+    buf.par_chunks(chunk)
+        .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
+        .reduce(|| 0, u64::wrapping_add)
+}
+
 /// Measure this machine (see the module docs).
 pub fn measure() -> Machine {
     let words = READ_BYTES / 8;
@@ -342,12 +349,7 @@ pub fn measure() -> Machine {
         .div_ceil(rayon::current_num_threads().max(1) * 4)
         .max(1);
     let mut sink = 0u64;
-    let read = fastest(|| {
-        sink ^= buf
-            .par_chunks(chunk)
-            .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
-            .reduce(|| 0, u64::wrapping_add);
-    });
+    let read = fastest(|| sink ^= sum_over_pool(&buf, chunk));
     std::hint::black_box(sink);
     let cache = last_level_cache_bytes().unwrap_or(0);
     let cache_read = match cache / 4 / 8 {
@@ -355,16 +357,11 @@ pub fn measure() -> Machine {
         words => {
             let buf: Vec<u64> = (0..words as u64).collect();
             let chunk = words.div_ceil(rayon::current_num_threads().max(1)).max(1);
-            let pass = || {
-                buf.par_chunks(chunk)
-                    .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
-                    .reduce(|| 0, u64::wrapping_add)
-            };
             // Once to bring it in, then timed.
-            sink ^= pass();
+            sink ^= sum_over_pool(&buf, chunk);
             let secs = fastest(|| {
                 for _ in 0..CACHE_PASSES {
-                    sink ^= pass();
+                    sink ^= sum_over_pool(&buf, chunk);
                 }
             });
             std::hint::black_box(sink);

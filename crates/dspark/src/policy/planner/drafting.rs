@@ -142,8 +142,12 @@ impl Planner {
         // proposal and kernels; the plain rounds of the streak itself, which the first price
         // after a request's first proposal had only the prior for) can price it longer, and
         // then it runs on.
-        if self.streak.since_draft >= self.streak.refresh_after {
-            let priced = self.streak_price(b, &table, costs, self.costs.probe_near(b));
+        // Priced once, where a streak ends or a request explores (what follows reads it).
+        let priced = (fresh || self.streak.since_draft >= self.streak.refresh_after)
+            .then(|| self.streak_price(b, &table, costs, self.costs.probe_near(b)));
+        if self.streak.since_draft >= self.streak.refresh_after
+            && let Some(priced) = priced
+        {
             self.streak.refresh_after = self.streak.refresh_after.max(priced);
         }
         // A refresh buys its price back over the rounds after it: with fewer tokens left than
@@ -164,7 +168,7 @@ impl Planner {
                 } else {
                     self.streak.refresh_after
                 };
-                let priced = self.streak_price(b, &table, costs, self.costs.probe_near(b));
+                let priced = priced.unwrap_or(grown);
                 self.streak.refresh_after = grown.max(priced);
                 // A refresh's time prices the next ones (a request's first proposal, which
                 // catches its drafter context up over the whole prompt, would overprice them).

@@ -13,33 +13,31 @@
 //!   table priced with the measured cost of proposing and of the rest of a drafted round;
 //! - plain: one token per request, the table priced with the rest of a plain round.
 //!
-//! Each switch needs a margin, [`PLAIN_MARGIN`](super::PLAIN_MARGIN): a round after a plain
-//! one (or after an exploring one) drafts only if the best drafted round is expected faster by
-//! more than it, and a round after one that drafted by this choice goes plain only if the
-//! plain round is. Near a tie the rounds stay what they were (the estimates' noise would
-//! decide, and a switch has costs the model does not price: appending the pending rows), and
-//! drafting never starts on a tie, where plain decoding is never slower. A drafted round that
-//! would verify nothing is a plain round.
-//! Confidences go stale in plain rounds: after a streak of them (1 plain round after drafting
-//! stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
-//! again; and at least as many as make the exploring round's time beyond the plain rounds'
-//! that would commit the tokens it is expected to (at the acceptance the record measures),
-//! priced from the round costs or a timed exploring round's (a probe's, or a lone request's
-//! refresh, its catch-up included), [`REFRESH_SHARE`] of the streak's, up to
-//! [`REFRESH_ROUNDS_MAX`], and priced again when it falls due, on what was timed since (a
-//! refresh's time, the streak's own plain rounds where the first price had the prior): so a
-//! change of conditions is noticed within that many rounds), and before any drafted round (no request has
-//! confidences, the record is empty), the round explores if drafting would gain by the
-//! margin at the best acceptance the record supports; where even that does not pay (a compute-bound batch), no
-//! refresh is taken and the rounds stay plain; nor is one taken when fewer tokens are left to
-//! generate than the streak it would end. An exploring round of several requests is a probe
-//! ([`Drafting::Probe`]): one request drafts (the first without confidences, else each in
-//! turn), paying one proposal and one context catch-up where the whole batch would pay `B` of
-//! each, and the next round weighs the batch on what it taught (a request without
-//! confidences by the record). A plain round
-//! is exactly a target-only step (same seeds: greedy output is unchanged and sampling stays
-//! exact); its features (and a joining request's prefill features) wait for the request's
-//! next proposal, and extend its drafter context in one call then.
+//! Each switch needs a margin, [`PLAIN_MARGIN`](super::PLAIN_MARGIN): a round after a plain one (or
+//! after an exploring one) drafts only if the best drafted round is expected faster by more than
+//! it, and a round after one that drafted by this choice goes plain only if the plain round is.
+//! Near a tie the rounds stay what they were (the estimates' noise would decide, and a switch has
+//! costs the model does not price: appending the pending rows), and drafting never starts on a tie,
+//! where plain decoding is never slower. A drafted round that would verify nothing is a plain
+//! round. Confidences go stale in plain rounds: after a streak of them (1 plain round after
+//! drafting stopped paying, then 4, 16… up to [`REFRESH_ROUNDS`], back to 1 whenever drafting pays
+//! again; and at least as many as make the exploring round's time beyond the plain rounds' that
+//! would commit the tokens it is expected to (at the acceptance the record measures), priced from
+//! the round costs or a timed exploring round's (a probe's, or a lone request's refresh, its
+//! catch-up included), [`REFRESH_SHARE`] of the streak's, up to [`REFRESH_ROUNDS_MAX`], and priced
+//! again when it falls due, on what was timed since (a refresh's time, the streak's own plain
+//! rounds where the first price had the prior): so a change of conditions is noticed within that
+//! many rounds), and before any drafted round (no request has confidences, the record is empty),
+//! the round explores if drafting would gain by the margin at the best acceptance the record
+//! supports; where even that does not pay (a compute-bound batch), no refresh is taken and the
+//! rounds stay plain; nor is one taken when fewer tokens are left to generate than the streak it
+//! would end. An exploring round of several requests is a probe ([`Drafting::Probe`]): one request
+//! drafts (the first without confidences, else each in turn), paying one proposal and one context
+//! catch-up where the whole batch would pay `B` of each, and the next round weighs the batch on
+//! what it taught (a request without confidences by the record). A plain round is exactly a
+//! target-only step (same seeds: greedy output is unchanged and sampling stays exact); its features
+//! (and a joining request's prefill features) wait for the request's next proposal, and extend its
+//! drafter context in one call then.
 //!
 //! Under the learned table ([`VerifyPolicy::ScheduledMeasured`]) the round costs need no
 //! drafted round either: until a batch size has its proposals timed, proposing is priced from
@@ -49,7 +47,7 @@
 //! drafted round loses even with every draft accepted then never drafts (on a small target,
 //! a batch of 16), where it used to pay two drafted rounds to learn so. On such prior-priced
 //! costs the whole batch drafts only once its plain size has a timing and on a clear gain (by
-//! [`PLAIN_MARGIN`](super::PLAIN_MARGIN)): a wrong bet costs the batch's proposal, a plain
+//! twice [`PLAIN_MARGIN`](super::PLAIN_MARGIN)): a wrong bet costs the batch's proposal, a plain
 //! round what target-only decoding does.
 //!
 //! Under the learned table, a choice for drafting while the plain round's size has fewer than
