@@ -8,7 +8,8 @@
 //! The bundled target sits in cache; a user's does not. With `DSPARK_BENCH_PAIR=DIR` (a pair
 //! from `dspark make-example DIR --memory-bound`) the same forwards and proposals also run on
 //! that pair, memory-bound at B = 1 and compute-bound from a few dozen rows (B = 1 with 48 new
-//! tokens, a prompt's prefill; B = 4 with 9 each, a full verification).
+//! tokens, a prompt's prefill; B = 4 with 9 each, a full verification). `DSPARK_BENCH_QUANT`
+//! (`q8_0`, `q4_k`) quantizes that pair's target in place, as `--dtype` does.
 //!
 //! Under mimalloc, the allocator the Python extension uses (see README "Threads").
 //!
@@ -22,6 +23,8 @@ use std::path::{Path, PathBuf};
 use candle_core::Device;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dspark::drafter::ProposeOptions;
+use dspark::nn::LoadOptions;
+use dspark::nn::quant::Quant;
 use dspark::speculator::{LogitRows, TargetInput};
 use dspark::{Drafter, Qwen3Drafter, Qwen3Target, TargetModel};
 use std::hint::black_box;
@@ -43,8 +46,18 @@ fn ids(n: usize, vocab: usize) -> Vec<u32> {
 /// `batch` requests after a [`CONTEXT`]-token prompt each (the cache cut back to the prompt
 /// after every call), for each `s` of `sizes`, and one drafter proposal per request; on the
 /// pair in `dir` (`target/`, `drafter/`, loaded once), named `name` in the report.
-fn bench_pair(c: &mut Criterion, name: &str, dir: &Path, runs: &[(usize, &[usize])]) {
-    let target = Qwen3Target::load(&dir.join("target"), &Device::Cpu).unwrap();
+fn bench_pair(
+    c: &mut Criterion,
+    name: &str,
+    dir: &Path,
+    quant: Option<Quant>,
+    runs: &[(usize, &[usize])],
+) {
+    let options = LoadOptions {
+        quant,
+        ..LoadOptions::default()
+    };
+    let target = Qwen3Target::load_with(&dir.join("target"), &Device::Cpu, options).unwrap();
     let drafter = Qwen3Drafter::load(
         &dir.join("drafter"),
         &target.target_spec(),
@@ -124,13 +137,18 @@ fn bench_batch(
 /// (`dspark make-example DIR --memory-bound` writes one), that pair too, at B = 1 (`S` = 1, 9
 /// and 48, a prefill chunk) and B = 4 (`S` = 1, 3, 9).
 fn bench_target(c: &mut Criterion) {
-    bench_pair(c, "bundled", &models(), &[(1, &[1, 4, 9])]);
+    bench_pair(c, "bundled", &models(), None, &[(1, &[1, 4, 9])]);
     if let Some(dir) = std::env::var_os("DSPARK_BENCH_PAIR") {
         let dir = PathBuf::from(dir);
-        let name = dir
+        let quant = std::env::var("DSPARK_BENCH_QUANT").ok();
+        let quant = quant.map(|q| Quant::parse(&q).expect("DSPARK_BENCH_QUANT: q8_0 or q4_k"));
+        let mut name = dir
             .file_name()
             .map_or("pair".into(), |n| n.to_string_lossy().into_owned());
-        bench_pair(c, &name, &dir, &[(1, &[1, 9, 48]), (4, &[1, 3, 9])]);
+        if let Some(q) = quant {
+            name = format!("{name}-{}", q.as_str());
+        }
+        bench_pair(c, &name, &dir, quant, &[(1, &[1, 9, 48]), (4, &[1, 3, 9])]);
     }
 }
 

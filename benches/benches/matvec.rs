@@ -6,8 +6,9 @@
 //! `[1024, 5120]`) through [`PackedWeight::matmul`] with 1 and 9 rows, and reports bytes of
 //! weights per second, the figure to read against `matvec_bandwidth/sum` (a plain parallel read
 //! with as many threads as the pool). bf16 / f16 panels read half the bytes of f32 ones, so at
-//! the floor they multiply twice the weights per second; Q8_0 blocks (`q8_0`) read 34 bytes per
-//! 32 weights, Q4_K super-blocks (`q4_k`) 144 per 256.
+//! the floor they multiply twice the weights per second; Q8_0 blocks (`q8_0/<body>`) read 34
+//! bytes per 32 weights, Q4_K super-blocks (`q4_k/<body>`) 144 per 256, each on every quantized
+//! body this CPU runs (`avx512vnni`, `avxvnni`, `avx2`).
 //!
 //! The ring and the plain read each span [`stream_bytes`]: 4 times the last-level cache (at
 //! least 256 MiB), so both come from DRAM. A fixed 168 MB ring was a DRAM figure on a 32 MiB
@@ -24,7 +25,9 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dspark::nn::WeightDtype;
 use dspark::nn::packed::{Kernel, PackedWeight};
-use dspark::nn::quant::Quant;
+use dspark::nn::quant::q4k::Q4KMatrix;
+use dspark::nn::quant::superblock::{SuperGroup, SuperMatrix};
+use dspark::nn::quant::{QuantKernel, QuantMatrix};
 use dspark::view::Floats;
 use dspark_benches::parallel_sum;
 use std::hint::black_box;
@@ -77,63 +80,102 @@ fn bench_matvec(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("decode_matvec");
     g.sample_size(20);
-    // The float dtypes' panels, then the quantized formats' blocks.
-    let kinds: Vec<(&str, Result<WeightDtype, Quant>)> = WeightDtype::ALL
-        .map(|d| (d.as_str(), Ok(d)))
-        .into_iter()
-        .chain([Quant::Q8_0, Quant::Q4K].map(|q| (q.as_str(), Err(q))))
-        .collect();
-    for (name, kind) in kinds {
-        // Matrices in the ring (alternating `[MLP, HIDDEN]` and `[HIDDEN, MLP]`), an even count;
-        // each about this many bytes a weight (at least: the ring spans more, not less).
-        let per_weight = match kind {
-            Ok(d) => d.size(),
-            Err(Quant::Q8_0) => 2,
-            Err(_) => 1,
-        };
-        let each = MLP * HIDDEN * per_weight;
-        let ring_len = span.div_ceil(each).next_multiple_of(2);
-        // One matrix of each shape, copied around the ring (distinct memory, so every product
-        // still streams from DRAM; quantizing a 1 GiB ring would take minutes).
-        let shapes = [(MLP, HIDDEN), (HIDDEN, MLP)];
-        let proto: Vec<PackedWeight> = shapes
-            .iter()
-            .enumerate()
-            .map(|(s, &(rows, cols))| {
-                let w = values(rows * cols, s);
-                match kind {
-                    Ok(d) => PackedWeight::pack(Floats::F32(&w), rows, cols, d),
-                    Err(q) => PackedWeight::quantize(Floats::F32(&w), rows, cols, q),
-                }
-                .unwrap()
-            })
-            .collect();
-        let ring: Vec<PackedWeight> = (0..ring_len).map(|s| proto[s % 2].clone()).collect();
-        let bytes = ring[0].bytes();
-        for (label, kernel) in kernels(kind) {
-            let name = format!("{name}{label}");
-            for n in [1usize, 9] {
-                let xs = [values(n * HIDDEN, 7), values(n * MLP, 8)];
-                g.throughput(Throughput::Bytes(bytes as u64));
-                let mut next = 0;
-                g.bench_with_input(BenchmarkId::new(&name, n), &n, |b, &n| {
-                    b.iter(|| {
-                        next = (next + 1) % ring_len;
-                        let w = &ring[next];
-                        black_box(w.matmul_with(kernel, &xs[next % 2], n, None).unwrap())
-                    })
-                });
-            }
+    for dtype in WeightDtype::ALL {
+        let ring = Ring::new(span, dtype.size(), |w, rows, cols| {
+            PackedWeight::pack(Floats::F32(w), rows, cols, dtype).unwrap()
+        });
+        for (label, kernel) in kernels(dtype) {
+            let name = format!("{}{label}", dtype.as_str());
+            ring.bench(&mut g, &name, |w, x, n| w.matmul_with(kernel, x, n, None));
         }
+    }
+    // The quantized formats' blocks, on every body this CPU runs (AMX runs Q8_0's tiles from 12
+    // rows only: at 1 and 9 rows it is the AVX-512 VNNI body, so it is not repeated).
+    let bodies: Vec<QuantKernel> = QuantKernel::runnable()
+        .filter(|&k| !matches!(k, QuantKernel::Amx | QuantKernel::Portable))
+        .collect();
+    let q8 = Ring::new(span, 2, |w, rows, cols| {
+        QuantMatrix::quantize(Floats::F32(w), rows, cols).unwrap()
+    });
+    for &k in &bodies {
+        let name = format!("q8_0/{}", k.name());
+        q8.bench(&mut g, &name, |w, x, n| w.matmul_with(k, x, n, None));
+    }
+    drop(q8);
+    let q4 = Ring::new(span, 1, |w, rows, cols| {
+        Q4KMatrix::quantize(Floats::F32(w), rows, cols).unwrap()
+    });
+    for &k in &bodies {
+        let name = format!("q4_k/{}", k.name());
+        q4.bench(&mut g, &name, |w, x, n| w.matmul_with(k, x, n, None));
     }
     g.finish();
 }
 
-/// The kernels a dtype runs here: the best, and for bf16 on an AMX CPU also `vdpbf16ps`
-/// (`-avx512bf16`), so the two are timed in one run.
-fn kernels(kind: Result<WeightDtype, Quant>) -> Vec<(&'static str, Kernel)> {
+/// Matrices of the MLP's two shapes (alternating `[MLP, HIDDEN]` and `[HIDDEN, MLP]`, an even
+/// count) spanning at least `span` bytes at `per_weight` bytes a weight (or more), one of each
+/// shape made and copied around the ring: distinct memory, so every product streams from DRAM
+/// (quantizing a 1 GiB ring would take minutes).
+struct Ring<W> {
+    ring: Vec<W>,
+    bytes: usize,
+}
+
+impl<W: Clone + Weight> Ring<W> {
+    fn new(span: usize, per_weight: usize, make: impl Fn(&[f32], usize, usize) -> W) -> Self {
+        let len = span.div_ceil(MLP * HIDDEN * per_weight).next_multiple_of(2);
+        let shapes = [(MLP, HIDDEN), (HIDDEN, MLP)];
+        let proto: Vec<W> = shapes
+            .iter()
+            .enumerate()
+            .map(|(s, &(rows, cols))| make(&values(rows * cols, s), rows, cols))
+            .collect();
+        let ring: Vec<W> = (0..len).map(|s| proto[s % 2].clone()).collect();
+        let bytes = ring[0].bytes();
+        Self { ring, bytes }
+    }
+
+    /// `name`/1 and `name`/9: `product(w, x, n)` over the ring, in weight bytes per second.
+    fn bench(
+        &self,
+        g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        name: &str,
+        product: impl Fn(&W, &[f32], usize) -> Option<Vec<f32>>,
+    ) {
+        for n in [1usize, 9] {
+            let xs = [values(n * HIDDEN, 7), values(n * MLP, 8)];
+            g.throughput(Throughput::Bytes(self.bytes as u64));
+            let mut next = 0;
+            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
+                b.iter(|| {
+                    next = (next + 1) % self.ring.len();
+                    black_box(product(&self.ring[next], &xs[next % 2], n).unwrap())
+                })
+            });
+        }
+    }
+}
+
+/// A ring's matrix: its bytes.
+trait Weight {
+    fn bytes(&self) -> usize;
+}
+
+impl Weight for PackedWeight {
+    fn bytes(&self) -> usize {
+        PackedWeight::bytes(self)
+    }
+}
+
+impl<G: SuperGroup> Weight for SuperMatrix<G> {
+    fn bytes(&self) -> usize {
+        SuperMatrix::bytes(self)
+    }
+}
+
+fn kernels(dtype: WeightDtype) -> Vec<(&'static str, Kernel)> {
     let mut ks = vec![("", Kernel::best())];
-    if kind == Ok(WeightDtype::BF16) && Kernel::best() == Kernel::Amx {
+    if dtype == WeightDtype::BF16 && Kernel::best() == Kernel::Amx {
         ks.push(("-avx512bf16", Kernel::Avx512Bf16));
     }
     ks
@@ -151,7 +193,7 @@ fn bench_prefill(c: &mut Criterion) {
     g.throughput(Throughput::Elements((ROWS * MLP * HIDDEN) as u64));
     for dtype in WeightDtype::ALL {
         let p = PackedWeight::pack(Floats::F32(&w), MLP, HIDDEN, dtype).unwrap();
-        for (label, kernel) in kernels(Ok(dtype)) {
+        for (label, kernel) in kernels(dtype) {
             let name = format!("{}{label}", dtype.as_str());
             g.bench_function(BenchmarkId::new(name, ROWS), |b| {
                 b.iter(|| black_box(p.matmul_with(kernel, &x, ROWS, None).unwrap()))

@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use super::acts::QuantRows;
 use super::rule::{BLOCK, GroupQ8};
-use super::simd::{self, Operands, pair_body, prefetch_ahead, store};
+use super::simd::{self, Operands, pair_body, store};
 use super::vnni;
 
 /// Word `k` (bytes `32k .. 32k + 32`) of two group-blocks' bytes, in one vector.
@@ -62,8 +62,7 @@ unsafe fn pair_tile<const R: usize>(
         let flip = _mm512_set1_epi8(-128);
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, (b0, b1)) in w0.iter().zip(w1).enumerate() {
-            prefetch_ahead(b0, std::mem::size_of::<GroupQ8>());
-            prefetch_ahead(b1, std::mem::size_of::<GroupQ8>());
+            op.prefetch_pair(g, b);
             let (q0, q1) = (bytes_of(b0), bytes_of(b1));
             let mut sums: [__m512i; R] =
                 std::array::from_fn(|t| _mm512_set1_epi32(-128 * rows[t].2[b]));

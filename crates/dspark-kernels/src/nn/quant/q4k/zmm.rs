@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUPER};
 use super::vnni;
 use super::x86::{MINS16, SCALE32, unpack8};
-use crate::nn::quant::simd::{self, Operands, pair_body, prefetch_ahead, store};
+use crate::nn::quant::simd::{self, Operands, pair_body, store};
 use crate::nn::quant::zmm::{pair_f16, pair_word};
 
 /// Two 256-bit halves as one vector (`lo`: lanes 0–7).
@@ -51,9 +51,7 @@ unsafe fn pair_tile<const R: usize>(
         let zero = _mm512_setzero_si512();
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, (b0, b1)) in w0.iter().zip(w1).enumerate() {
-            let size = std::mem::size_of::<GroupQ4K>();
-            prefetch_ahead(b0, size);
-            prefetch_ahead(b1, size);
+            op.prefetch_pair(g, b);
             let [sc_lo, sc_hi, m_lo, m_hi] = {
                 let (u0, u1) = (unpack8(b0), unpack8(b1));
                 std::array::from_fn::<_, 4, _>(|i| join(u0[i], u1[i]))

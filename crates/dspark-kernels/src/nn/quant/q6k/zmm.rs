@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use super::rule::{GroupQ6K, Q6KRows, SUBS, SUPER};
 use super::x86;
-use crate::nn::quant::simd::{self, Operands, pair_body, prefetch_ahead, store};
+use crate::nn::quant::simd::{self, Operands, pair_body, store};
 use crate::nn::quant::zmm::pair_f16;
 
 /// Word `w` (32 bytes: the same 4 bytes of the 8 rows) of two groups' byte arrays, group `a`'s
@@ -86,9 +86,7 @@ unsafe fn pair_tile<const R: usize>(
         let zero = _mm512_setzero_si512();
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, (b0, b1)) in w0.iter().zip(w1).enumerate() {
-            let size = std::mem::size_of::<GroupQ6K>();
-            prefetch_ahead(b0, size);
-            prefetch_ahead(b1, size);
+            op.prefetch_pair(g, b);
             let xs: [*const i8; R] =
                 std::array::from_fn(|t| rows[t].1[b * SUPER..][..SUPER].as_ptr());
             let offs: [&[i32]; R] = std::array::from_fn(|t| &rows[t].2[b * SUBS..][..SUBS]);
