@@ -140,7 +140,9 @@ fn bench_target(c: &mut Criterion) {
     bench_pair(c, "bundled", &models(), None, &[(1, &[1, 4, 9])]);
     if let Some(dir) = std::env::var_os("DSPARK_BENCH_PAIR") {
         let dir = PathBuf::from(dir);
-        let quant = std::env::var("DSPARK_BENCH_QUANT").ok();
+        let quant = std::env::var("DSPARK_BENCH_QUANT")
+            .ok()
+            .filter(|q| !q.is_empty());
         let quant = quant.map(|q| Quant::parse(&q).expect("DSPARK_BENCH_QUANT: q8_0 or q4_k"));
         let mut name = dir
             .file_name()
