@@ -9,6 +9,10 @@ use super::rule::GROUP;
 /// How far ahead (bytes) of the block being read the kernels prefetch the weight stream.
 const PREFETCH_AHEAD: usize = 2048;
 
+/// How far ahead along the pair walk the AVX-512 bodies prefetch, in each of its two streams
+/// ([`Operands::prefetch_pair`], where it was measured).
+const PAIR_AHEAD: usize = 4096;
+
 /// Prefetch into L1 every cache line of the `bytes` that start [`PREFETCH_AHEAD`] bytes past
 /// `at` (a hint: it never faults, so the span may lie past the weights' end). The weights are
 /// one forward stream, group after group; the hardware prefetchers alone fell behind it. The
@@ -56,7 +60,7 @@ impl<'a, W, X> Operands<'a, W, X> {
     }
 
     /// Prefetch into L2 (`prefetcht1`), for a body that walks groups `g` and `g + 1` side by
-    /// side (block `b` of both, then the next), the lines of both streams [`PREFETCH_AHEAD`]
+    /// side (block `b` of both, then the next), the lines of both streams [`PAIR_AHEAD`]
     /// bytes further along that walk: past a group's end it goes on at groups `g + 2` and
     /// `g + 3`, which the pair after reads (a plain look-ahead from each group would fetch
     /// `g + 2` twice and `g + 3` never).
@@ -67,12 +71,14 @@ impl<'a, W, X> Operands<'a, W, X> {
     /// 16.0 -> 17.2-18.7. Most of it is the hint: the AVX-512 packed tiles found the same
     /// (`packed::x86::TO_L2`). The pair-aware addresses with `prefetcht0` gained nothing. End
     /// to end, the pair's Q4_K target forward went from 22-23 to 14-15.6 ms (1 row) and
-    /// 40-43 to 32-33 ms (9 rows), Q8_0 from 26-30 to 23 and 38-40 to 31-33.
+    /// 40-43 to 32-33 ms (9 rows), Q8_0 from 26-30 to 23 and 38-40 to 31-33; then 4 KiB ahead
+    /// in place of 2 (3 interleaved runs; 8 KiB in between): Q8_0 9 rows 29-31 ms where 2 KiB
+    /// gave 34-38, Q4_K 9 rows 31-34 against 34-35.
     #[inline(always)]
     pub(crate) fn prefetch_pair(&self, g: usize, b: usize) {
         let size = std::mem::size_of::<W>();
         let group = self.blocks * size;
-        let p = b * size + PREFETCH_AHEAD;
+        let p = b * size + PAIR_AHEAD;
         let (pairs, off) = (p / group, p % group);
         let base = self.weight.as_ptr().cast::<i8>();
         for s in 0..2 {
