@@ -7,8 +7,9 @@
 //! weights per second, the figure to read against `matvec_bandwidth/sum` (a plain parallel read
 //! with as many threads as the pool). bf16 / f16 panels read half the bytes of f32 ones, so at
 //! the floor they multiply twice the weights per second; Q8_0 blocks (`q8_0/<body>`) read 34
-//! bytes per 32 weights, Q4_K super-blocks (`q4_k/<body>`) 144 per 256, each on every quantized
-//! body this CPU runs (`avx512vnni`, `avxvnni`, `avx2`).
+//! bytes per 32 weights, Q4_K super-blocks (`q4_k/<body>`) 144 per 256, Q6_K ones (`q6_k/<body>`,
+//! a GGUF Q4_K_M file's value, down and head maps) 210 per 256, each on every quantized body this
+//! CPU runs (`avx512vnni`, `avxvnni`, `avx2`).
 //!
 //! The ring and the plain read each span [`stream_bytes`]: 4 times the last-level cache (at
 //! least 256 MiB), so both come from DRAM. A fixed 168 MB ring was a DRAM figure on a 32 MiB
@@ -26,6 +27,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use dspark::nn::WeightDtype;
 use dspark::nn::packed::{Kernel, PackedWeight};
 use dspark::nn::quant::q4k::Q4KMatrix;
+use dspark::nn::quant::q6k::Q6KMatrix;
 use dspark::nn::quant::superblock::{SuperGroup, SuperMatrix};
 use dspark::nn::quant::{QuantKernel, QuantMatrix};
 use dspark::view::Floats;
@@ -108,6 +110,15 @@ fn bench_matvec(c: &mut Criterion) {
     for &k in &bodies {
         let name = format!("q4_k/{}", k.name());
         q4.bench(&mut g, &name, |w, x, n| w.matmul_with(k, x, n, None));
+    }
+    drop(q4);
+    // Q6_K: a GGUF Q4_K_M file's value and down maps (some layers) and head.
+    let q6 = Ring::new(span, 1, |w, rows, cols| {
+        Q6KMatrix::quantize(Floats::F32(w), rows, cols).unwrap()
+    });
+    for &k in &bodies {
+        let name = format!("q6_k/{}", k.name());
+        q6.bench(&mut g, &name, |w, x, n| w.matmul_with(k, x, n, None));
     }
     g.finish();
 }
