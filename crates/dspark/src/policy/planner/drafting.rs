@@ -152,9 +152,15 @@ impl Planner {
         }
         // A refresh buys its price back over the rounds after it: with fewer tokens left than
         // the streak it ends, it is not taken (the streak's growth prices how often refreshes
-        // find drafting still not paying).
+        // find drafting still not paying). The streak itself paid for it (its price is a share
+        // of the streak's plain rounds), so a streak priced past [`REFRESH_ROUNDS`] asks only
+        // that many tokens left: asking for the whole streak (up to [`REFRESH_ROUNDS_MAX`])
+        // kept every shorter request from refreshing at all, and one early round priced too
+        // high (a slow first verification, an unlucky block) kept drafting off for good (an
+        // in-place `q4_k` target: plain in 61 of 63 rounds of each 64-token request, 0.92x
+        // target-only, where full verification ran 1.24x).
         let due = self.streak.since_draft >= self.streak.refresh_after
-            && remaining >= self.streak.refresh_after;
+            && remaining >= self.streak.refresh_after.min(REFRESH_ROUNDS);
         if fresh || due {
             let best: Vec<f32> = (0..b)
                 .flat_map(|_| (0..n).map(|k| self.acceptance.optimistic(k)))

@@ -221,6 +221,31 @@ fn a_refresh_is_not_taken_with_fewer_tokens_left_than_its_streak() {
 }
 
 #[test]
+fn a_long_streak_still_ends_in_a_refresh_within_a_short_request() {
+    // One request, eight drafts: 1 ms a forward, proposing 6 ms. Every draft accepted (the
+    // optimistic bound) would pay, the stale confidences of 0.1 say it does not, and a
+    // refresh's extra time prices the streak before it at REFRESH_ROUNDS_MAX (64) rounds. A
+    // request with 20 tokens left still takes the refresh that ends it (the streak paid for
+    // it); one with 10 left, fewer than REFRESH_ROUNDS, does not. (Asking for the whole
+    // streak left, no request of 64 tokens or fewer ever refreshed.)
+    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (16, 1000.0)]).unwrap();
+    let run = |remaining: usize| -> Vec<usize> {
+        let mut p = learned(8, &flat, None);
+        for _ in 0..2 {
+            p.observe_round(1, false, true, 6e-3, 0.0, 0.0);
+        }
+        let conf = [0.1f32; 8];
+        let stale = [Some(&conf[..])];
+        (0..100)
+            .filter(|_| p.drafts(&stale, Some(&flat), remaining).unwrap() != Drafting::Plain)
+            .collect()
+    };
+    let drafted = run(20);
+    assert_eq!(drafted, [REFRESH_ROUNDS_MAX]);
+    assert!(run(10).is_empty());
+}
+
+#[test]
 fn a_probe_s_streak_is_long_enough_to_pay_for_it() {
     // Two requests, four drafts, 1 ms a forward of any size, proposing 0.3 ms a request; stale
     // confidences of 0.1 say drafting does not pay, fresh blocks would. A probe (one request
