@@ -31,7 +31,7 @@
 //! the round explores if drafting would gain by the margin at the best acceptance the record
 //! supports; where even that does not pay (a compute-bound batch), no refresh is taken and the
 //! rounds stay plain; nor is one taken when fewer tokens are left to generate than the streak it
-//! would end. An exploring round of several requests is a probe ([`Drafting::Probe`]): one request
+//! would end, or than [`REFRESH_ROUNDS`] where that streak is longer. An exploring round of several requests is a probe ([`Drafting::Probe`]): one request
 //! drafts (the first without confidences, else each in turn), paying one proposal and one context
 //! catch-up where the whole batch would pay `B` of each, and the next round weighs the batch on
 //! what it taught (a request without confidences by the record). A plain round is exactly a
