@@ -26,10 +26,10 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dspark::nn::WeightDtype;
 use dspark::nn::packed::{Kernel, PackedWeight};
-use dspark::nn::quant::q4k::Q4KMatrix;
-use dspark::nn::quant::q6k::Q6KMatrix;
+use dspark::nn::quant::q4k::GroupQ4K;
+use dspark::nn::quant::q6k::GroupQ6K;
 use dspark::nn::quant::superblock::{SuperGroup, SuperMatrix};
-use dspark::nn::quant::{QuantKernel, QuantMatrix};
+use dspark::nn::quant::{GroupQ8, QuantKernel};
 use dspark::view::Floats;
 use dspark_benches::parallel_sum;
 use std::hint::black_box;
@@ -96,31 +96,29 @@ fn bench_matvec(c: &mut Criterion) {
     let bodies: Vec<QuantKernel> = QuantKernel::runnable()
         .filter(|&k| !matches!(k, QuantKernel::Amx | QuantKernel::Portable))
         .collect();
-    let q8 = Ring::new(span, 2, |w, rows, cols| {
-        QuantMatrix::quantize(Floats::F32(w), rows, cols).unwrap()
-    });
-    for &k in &bodies {
-        let name = format!("q8_0/{}", k.name());
-        q8.bench(&mut g, &name, |w, x, n| w.matmul_with(k, x, n, None));
-    }
-    drop(q8);
-    let q4 = Ring::new(span, 1, |w, rows, cols| {
-        Q4KMatrix::quantize(Floats::F32(w), rows, cols).unwrap()
-    });
-    for &k in &bodies {
-        let name = format!("q4_k/{}", k.name());
-        q4.bench(&mut g, &name, |w, x, n| w.matmul_with(k, x, n, None));
-    }
-    drop(q4);
+    quant_ring::<GroupQ8>(&mut g, span, 2, "q8_0", &bodies);
+    quant_ring::<GroupQ4K>(&mut g, span, 1, "q4_k", &bodies);
     // Q6_K: a GGUF Q4_K_M file's value and down maps (some layers) and head.
-    let q6 = Ring::new(span, 1, |w, rows, cols| {
-        Q6KMatrix::quantize(Floats::F32(w), rows, cols).unwrap()
-    });
-    for &k in &bodies {
-        let name = format!("q6_k/{}", k.name());
-        q6.bench(&mut g, &name, |w, x, n| w.matmul_with(k, x, n, None));
-    }
+    quant_ring::<GroupQ6K>(&mut g, span, 1, "q6_k", &bodies);
     g.finish();
+}
+
+/// A ring of one quantized format (at least `per_weight` bytes a weight), `name/<body>` on each
+/// of `bodies`.
+fn quant_ring<G: SuperGroup>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    span: usize,
+    per_weight: usize,
+    name: &str,
+    bodies: &[QuantKernel],
+) {
+    let ring = Ring::new(span, per_weight, |w, rows, cols| {
+        SuperMatrix::<G>::quantize(Floats::F32(w), rows, cols).unwrap()
+    });
+    for &k in bodies {
+        let label = format!("{name}/{}", k.name());
+        ring.bench(g, &label, |w, x, n| w.matmul_with(k, x, n, None));
+    }
 }
 
 /// Matrices of the MLP's two shapes (alternating `[MLP, HIDDEN]` and `[HIDDEN, MLP]`, an even

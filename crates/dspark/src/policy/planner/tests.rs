@@ -196,53 +196,42 @@ fn a_batch_explores_with_one_request_then_weighs_the_others_by_the_record() {
     assert_eq!(p.drafts(&none, Some(&table), 64).unwrap(), Drafting::Plain);
 }
 
+/// The rounds (of `rounds`) that draft for one request with `n` drafts whose stale confidences
+/// are all 0.1, forwards of 1 ms at any size, proposing `propose` seconds (timed twice), and
+/// `remaining` tokens left at every round.
+fn drafted_rounds(n: usize, propose: f64, remaining: usize, rounds: usize) -> Vec<usize> {
+    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (2 * n, 1000.0)]).unwrap();
+    let mut p = learned(n, &flat, None);
+    for _ in 0..2 {
+        p.observe_round(1, false, true, propose, 0.0, 0.0);
+    }
+    let conf = vec![0.1f32; n];
+    let stale = [Some(&conf[..])];
+    (0..rounds)
+        .filter(|_| p.drafts(&stale, Some(&flat), remaining).unwrap() != Drafting::Plain)
+        .collect()
+}
+
 #[test]
 fn a_refresh_is_not_taken_with_fewer_tokens_left_than_its_streak() {
-    // One request, one draft: 1 ms a forward, proposing 0.3 ms. Stale confidences of 0.1
-    // say drafting does not pay; a fresh block (every draft accepted, the optimistic
-    // bound) would: the streak of plain rounds ends in a refresh, 1 round, then 4 (a lone
-    // request's refresh would commit 2 tokens at that bound in its 1.3 ms: it costs nothing).
-    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
-    let run = |remaining: usize| -> Vec<bool> {
-        let mut p = learned(1, &flat, None);
-        for _ in 0..2 {
-            p.observe_round(1, false, true, 3e-4, 0.0, 0.0);
-        }
-        let conf = [0.1f32];
-        let stale = [Some(&conf[..])];
-        (0..10)
-            .map(|_| p.drafts(&stale, Some(&flat), remaining).unwrap() != Drafting::Plain)
-            .collect()
-    };
-    let f = false;
-    assert_eq!(run(64), [f, true, f, f, f, f, true, f, f, f]);
+    // One draft, proposing 0.3 ms. The stale confidences say drafting does not pay; a fresh
+    // block (every draft accepted, the optimistic bound) would: the streak of plain rounds ends
+    // in a refresh, 1 round, then 4 (a lone request's refresh would commit 2 tokens at that
+    // bound in its 1.3 ms: it costs nothing).
+    assert_eq!(drafted_rounds(1, 3e-4, 64, 10), [1, 6]);
     // Three tokens left: the streak of 4 would not be repaid.
-    assert_eq!(run(3), [f, true, f, f, f, f, f, f, f, f]);
+    assert_eq!(drafted_rounds(1, 3e-4, 3, 10), [1]);
 }
 
 #[test]
 fn a_long_streak_still_ends_in_a_refresh_within_a_short_request() {
-    // One request, eight drafts: 1 ms a forward, proposing 6 ms. Every draft accepted (the
-    // optimistic bound) would pay, the stale confidences of 0.1 say it does not, and a
-    // refresh's extra time prices the streak before it at REFRESH_ROUNDS_MAX (64) rounds. A
-    // request with 20 tokens left still takes the refresh that ends it (the streak paid for
-    // it); one with 10 left, fewer than REFRESH_ROUNDS, does not. (Asking for the whole
-    // streak left, no request of 64 tokens or fewer ever refreshed.)
-    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (16, 1000.0)]).unwrap();
-    let run = |remaining: usize| -> Vec<usize> {
-        let mut p = learned(8, &flat, None);
-        for _ in 0..2 {
-            p.observe_round(1, false, true, 6e-3, 0.0, 0.0);
-        }
-        let conf = [0.1f32; 8];
-        let stale = [Some(&conf[..])];
-        (0..100)
-            .filter(|_| p.drafts(&stale, Some(&flat), remaining).unwrap() != Drafting::Plain)
-            .collect()
-    };
-    let drafted = run(20);
-    assert_eq!(drafted, [REFRESH_ROUNDS_MAX]);
-    assert!(run(10).is_empty());
+    // Eight drafts, proposing 6 ms. Every draft accepted would pay, and a refresh's extra time
+    // prices the streak before it at REFRESH_ROUNDS_MAX (64) rounds. A request with 20 tokens
+    // left still takes the refresh that ends it (the streak paid for it); one with 10 left,
+    // fewer than REFRESH_ROUNDS, does not. (Asking for the whole streak left, no request of 64
+    // tokens or fewer ever refreshed.)
+    assert_eq!(drafted_rounds(8, 6e-3, 20, 100), [REFRESH_ROUNDS_MAX]);
+    assert!(drafted_rounds(8, 6e-3, 10, 100).is_empty());
 }
 
 #[test]
