@@ -72,7 +72,7 @@ impl<'a, W, X> Operands<'a, W, X> {
     /// (`packed::x86::TO_L2`). The pair-aware addresses with `prefetcht0` gained nothing. End
     /// to end, the pair's Q4_K target forward went from 22-23 to 14-15.6 ms (1 row) and
     /// 40-43 to 32-33 ms (9 rows), Q8_0 from 26-30 to 23 and 38-40 to 31-33; then 4 KiB ahead
-    /// in place of 2 (3 interleaved runs; 8 KiB in between): Q8_0 9 rows 29-31 ms where 2 KiB
+    /// in place of 2 (3 interleaved runs; 8 KiB fell between): Q8_0 9 rows 29-31 ms where 2 KiB
     /// gave 34-38, Q4_K 9 rows 31-34 against 34-35.
     #[inline(always)]
     pub(crate) fn prefetch_pair(&self, g: usize, b: usize) {
