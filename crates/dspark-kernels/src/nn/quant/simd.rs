@@ -10,20 +10,37 @@ use super::rule::GROUP;
 const PREFETCH_AHEAD: usize = 2048;
 
 /// How far ahead along the pair walk the AVX-512 bodies prefetch, in each of its two streams
-/// ([`Operands::prefetch_pair`], where it was measured).
+/// ([`Operands::pair_ahead`], where it was measured).
 const PAIR_AHEAD: usize = 4096;
 
 /// Prefetch into L1 every cache line of the `bytes` that start [`PREFETCH_AHEAD`] bytes past
 /// `at` (a hint: it never faults, so the span may lie past the weights' end). The weights are
 /// one forward stream, group after group; the hardware prefetchers alone fell behind it. The
-/// bodies that walk one group at a time use it (on the EPYC below, AVX2's Q8_0 and Q4_K rows
-/// lost 10-25% with `prefetcht1`); the AVX-512 ones walk two ([`Operands::prefetch_pair`]).
+/// AMX body runs it per block; the bodies that walk one group at a time spread the same lines
+/// over their block loop ([`prefetch_step`]; on the EPYC below, AVX2's Q8_0 and Q4_K rows lost
+/// 10-25% with `prefetcht1`), and the AVX-512 ones walk two ([`Operands::pair_ahead`]).
 #[inline(always)]
 pub(crate) fn prefetch_ahead<T>(at: *const T, bytes: usize) {
     let at = at.cast::<i8>().wrapping_add(PREFETCH_AHEAD);
     for line in (0..bytes).step_by(64) {
         // SAFETY: a prefetch reads nothing architecturally and never faults.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line)) };
+    }
+}
+
+/// [`prefetch_ahead`] of `block`'s lines (a `T`), spread over the `steps` steps of a body's
+/// block loop: step `i`'s share, `lines / steps` a step (rounded up) from the first step on
+/// (why: [`PairAhead::step`]). On the EPYC there (DRAM ring, 5 interleaved rounds, medians,
+/// against all lines at the block's start), the AVX2 bodies' 1-row products: Q4_K 21.4 -> 22.1
+/// GiB/s, Q8_0 26.3 -> 28.5, Q6_K 9.8 -> 20.6; 9 rows the same or better.
+#[inline(always)]
+pub(crate) fn prefetch_step<T>(block: *const T, i: usize, steps: usize) {
+    let lines = std::mem::size_of::<T>().div_ceil(64);
+    let per = lines.div_ceil(steps);
+    let at = block.cast::<i8>().wrapping_add(PREFETCH_AHEAD);
+    for line in i * per..((i + 1) * per).min(lines) {
+        // SAFETY: a prefetch reads nothing architecturally and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line)) };
     }
 }
 
@@ -59,14 +76,15 @@ impl<'a, W, X> Operands<'a, W, X> {
         }
     }
 
-    /// Prefetch into L2 (`prefetcht1`), for a body that walks groups `g` and `g + 1` side by
-    /// side (block `b` of both, then the next), the lines of both streams [`PAIR_AHEAD`]
-    /// bytes further along that walk: past a group's end it goes on at groups `g + 2` and
-    /// `g + 3`, which the pair after reads (a plain look-ahead from each group would fetch
-    /// `g + 2` twice and `g + 3` never).
+    /// Where to prefetch, for a body that walks groups `g` and `g + 1` side by side (block `b`
+    /// of both, then the next): the lines of both streams [`PAIR_AHEAD`] bytes further along
+    /// that walk. Past a group's end it goes on at groups `g + 2` and `g + 3`, which the pair
+    /// after reads (a plain look-ahead from each group would fetch `g + 2` twice and `g + 3`
+    /// never). The body prefetches them over its block loop ([`PairAhead::step`]).
     ///
     /// Measured on an EPYC (Zen 4, AVX-512 VNNI, 2 threads; DRAM ring of the memory-bound
-    /// pair's MLP matrices, 2 interleaved runs), against [`prefetch_ahead`] per group:
+    /// pair's MLP matrices, 2 interleaved runs), all lines at the block's start, against
+    /// [`prefetch_ahead`] per group:
     /// Q4_K 1 row 13.4-15.7 -> 20.5-21.0 GiB/s, 9 rows 7.0-8.4 -> 9.0-10.9; Q8_0 9 rows
     /// 16.0 -> 17.2-18.7. Most of it is the hint: the AVX-512 packed tiles found the same
     /// (`packed::x86::TO_L2`). The pair-aware addresses with `prefetcht0` gained nothing. End
@@ -75,18 +93,17 @@ impl<'a, W, X> Operands<'a, W, X> {
     /// in place of 2 (3 interleaved runs; 8 KiB fell between): Q8_0 9 rows 29-31 ms where 2 KiB
     /// gave 34-38, Q4_K 9 rows 31-34 against 34-35.
     #[inline(always)]
-    pub(crate) fn prefetch_pair(&self, g: usize, b: usize) {
+    pub(crate) fn pair_ahead(&self, g: usize, b: usize) -> PairAhead {
         let size = std::mem::size_of::<W>();
         let group = self.blocks * size;
         let p = b * size + PAIR_AHEAD;
         let (pairs, off) = (p / group, p % group);
         let base = self.weight.as_ptr().cast::<i8>();
-        for s in 0..2 {
-            let at = base.wrapping_add((g + s + 2 * pairs) * group + off);
-            for line in (0..size).step_by(64) {
-                // SAFETY: a prefetch reads nothing architecturally and never faults.
-                unsafe { _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(line)) };
-            }
+        PairAhead {
+            at: [0, 1].map(|s| base.wrapping_add((g + s + 2 * pairs) * group + off)),
+            left: group - off,
+            group,
+            lines: size.div_ceil(64),
         }
     }
 
@@ -99,6 +116,50 @@ impl<'a, W, X> Operands<'a, W, X> {
     /// The groups of the call's outputs.
     pub(crate) fn groups(&self) -> std::ops::Range<usize> {
         self.o0 / GROUP..(self.o0 + self.width).div_ceil(GROUP)
+    }
+}
+
+/// A block's look-ahead in both streams of a pair walk ([`Operands::pair_ahead`]).
+pub(crate) struct PairAhead {
+    /// Where the look-ahead starts in each stream.
+    at: [*const i8; 2],
+    /// Bytes from there to the group's end, past which each stream goes on two groups on.
+    left: usize,
+    /// Bytes of a group.
+    group: usize,
+    /// Lines of a block.
+    lines: usize,
+}
+
+impl PairAhead {
+    /// Prefetch into L2 (`prefetcht1`) step `i`'s share of the block's lines in both streams,
+    /// for a body whose block loop has `steps` steps: `lines / steps` lines a step (rounded up),
+    /// from the first step on.
+    ///
+    /// Spread, not in one burst at the block's start: the burst (18-54 prefetches) fills the
+    /// core's miss queue ahead of the block's own loads, and the loop after it issues none
+    /// (a reading of the numbers below; this VM exposes no counters to confirm it).
+    /// On the EPYC above (DRAM ring, 6 interleaved rounds, medians, against the burst): Q4_K 1
+    /// row 22.5 -> 26.0 GiB/s, 9 rows 10.7 -> 12.1; Q6_K 19.0 -> 25.4 and 9.7 -> 11.7; Q8_0 26.9
+    /// -> 28.1 and 19.5 -> 23.7. The pair's in-place Q4_K target forward (engine bench, 4
+    /// rounds twice): 1 row 13.4-14.9 -> 12.4-12.5 ms, 9 rows 33.6 -> 30.8-32.2, 48 rows equal
+    /// (174 against 165 ms, 6 rounds). Two partial-sum chains for 1-2 row tiles gained nothing.
+    #[inline(always)]
+    pub(crate) fn step(&self, i: usize, steps: usize) {
+        let per = self.lines.div_ceil(steps);
+        for line in i * per..((i + 1) * per).min(self.lines) {
+            // A block's lines run past the group's end at most once (a group holds a block).
+            let off = 64 * line
+                + if 64 * line >= self.left {
+                    self.group
+                } else {
+                    0
+                };
+            for at in self.at {
+                // SAFETY: a prefetch reads nothing architecturally and never faults.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(off)) };
+            }
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 
 use super::acts::QuantRows;
 use super::rule::{BLOCK, GroupQ8};
-use super::simd::{self, Dpbusd, Operands, broadcast4, group_body, prefetch_ahead, store};
+use super::simd::{self, Dpbusd, Operands, broadcast4, group_body, prefetch_step, store};
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
 ///
@@ -31,10 +31,10 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
         let flip = _mm256_set1_epi8(-128);
         let mut acc = [_mm256_setzero_ps(); R];
         for (b, block) in w.iter().enumerate() {
-            prefetch_ahead(block, std::mem::size_of::<GroupQ8>());
             let mut sums: [__m256i; R] =
                 std::array::from_fn(|t| _mm256_set1_epi32(-128 * rows[t].2[b]));
             for k in 0..BLOCK / 4 {
+                prefetch_step(block, k, BLOCK / 4);
                 // Word `k` is bytes 32k .. 32k + 32 of the group-block's 256.
                 let word = _mm256_loadu_si256(block.qs.as_ptr().add(32 * k).cast());
                 let word = _mm256_xor_si256(word, flip);

@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use super::acts::QuantRows;
 use super::rule::{BLOCK, GroupQ8};
-use super::simd::{Operands, broadcast4, group_body, prefetch_ahead, store};
+use super::simd::{Operands, broadcast4, group_body, prefetch_step, store};
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
 ///
@@ -31,9 +31,9 @@ unsafe fn tile<const R: usize>(
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); R];
     for (b, block) in w.iter().enumerate() {
-        prefetch_ahead(block, std::mem::size_of::<GroupQ8>());
         let mut sums = [_mm256_setzero_si256(); R];
         for k in 0..BLOCK / 4 {
+            prefetch_step(block, k, BLOCK / 4);
             // SAFETY: word `k` is bytes 32k .. 32k + 32 of the group-block's 256.
             let word = unsafe { _mm256_loadu_si256(block.qs.as_ptr().add(32 * k).cast()) };
             let mag = _mm256_abs_epi8(word);

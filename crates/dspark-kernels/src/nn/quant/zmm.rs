@@ -62,11 +62,12 @@ unsafe fn pair_tile<const R: usize>(
         let flip = _mm512_set1_epi8(-128);
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, (b0, b1)) in w0.iter().zip(w1).enumerate() {
-            op.prefetch_pair(g, b);
+            let ahead = op.pair_ahead(g, b);
             let (q0, q1) = (bytes_of(b0), bytes_of(b1));
             let mut sums: [__m512i; R] =
                 std::array::from_fn(|t| _mm512_set1_epi32(-128 * rows[t].2[b]));
             for k in 0..BLOCK / 4 {
+                ahead.step(k, BLOCK / 4);
                 let word = _mm512_xor_si512(pair_word(q0, q1, k), flip);
                 for (sum, (_, xq, _)) in sums.iter_mut().zip(&rows) {
                     let p = xq.as_ptr().add(b * BLOCK + 4 * k);

@@ -8,7 +8,7 @@ use std::arch::x86_64::*;
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUPER};
 use super::x86::{SCALE32, min_sums, scale_add, shuffle, unpack8};
 use crate::nn::quant::simd::{
-    self, Dpbusd, Operands, broadcast4, group_body, prefetch_ahead, store,
+    self, Dpbusd, Operands, broadcast4, group_body, prefetch_step, store,
 };
 
 /// Group `g`'s outputs of rows `r .. r + R` into `out` (`[n, width]`, outputs from `o0`).
@@ -32,7 +32,6 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
         let zero = _mm256_setzero_si256();
         let mut acc = [_mm256_setzero_ps(); R];
         for (b, block) in w.iter().enumerate() {
-            prefetch_ahead(block, std::mem::size_of::<GroupQ4K>());
             let [sc_lo, sc_hi, m_lo, m_hi] = unpack8(block);
             // Row t's 256 bytes of this block.
             let xs: [*const i8; R] =
@@ -41,6 +40,7 @@ pub(crate) unsafe fn tile<D: Dpbusd, const R: usize>(
             for c in 0..SUPER / 64 {
                 let (mut lo, mut hi) = ([zero; R], [zero; R]);
                 for k in 0..SUB / 4 {
+                    prefetch_step(block, 8 * c + k, SUPER / 8);
                     let v = _mm256_loadu_si256(block.qs.as_ptr().add(32 * (8 * c + k)).cast());
                     let vl = _mm256_and_si256(v, low);
                     let vh = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);

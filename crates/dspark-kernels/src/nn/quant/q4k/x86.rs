@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::rule::{GroupQ4K, Q8KRows, SUB, SUPER};
-use crate::nn::quant::simd::{Operands, broadcast4, group_body, prefetch_ahead, store};
+use crate::nn::quant::simd::{Operands, broadcast4, group_body, prefetch_step, store};
 
 /// A `vpshufb` control that gives every 32-bit lane the bytes `bytes` of itself (`-1`: zero).
 const fn pick(bytes: [i8; 4]) -> [i8; 32] {
@@ -137,7 +137,6 @@ unsafe fn tile<const R: usize>(
     let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); R];
     for (b, block) in w.iter().enumerate() {
-        prefetch_ahead(block, std::mem::size_of::<GroupQ4K>());
         let [sc_lo, sc_hi, m_lo, m_hi] = unpack8(block);
         // Row t's 256 bytes of this block.
         let xs: [*const i8; R] = std::array::from_fn(|t| rows[t].1[b * SUPER..][..SUPER].as_ptr());
@@ -145,6 +144,7 @@ unsafe fn tile<const R: usize>(
         for c in 0..SUPER / 64 {
             let (mut lo, mut hi) = ([zero; R], [zero; R]);
             for k in 0..SUB / 4 {
+                prefetch_step(block, 8 * c + k, SUPER / 8);
                 // SAFETY: word 8c + k is bytes 32 (8c + k) .. + 32 of the 1,024.
                 let v =
                     unsafe { _mm256_loadu_si256(block.qs.as_ptr().add(32 * (8 * c + k)).cast()) };

@@ -51,7 +51,7 @@ unsafe fn pair_tile<const R: usize>(
         let zero = _mm512_setzero_si512();
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, (b0, b1)) in w0.iter().zip(w1).enumerate() {
-            op.prefetch_pair(g, b);
+            let ahead = op.pair_ahead(g, b);
             let [sc_lo, sc_hi, m_lo, m_hi] = {
                 let (u0, u1) = (unpack8(b0), unpack8(b1));
                 std::array::from_fn::<_, 4, _>(|i| join(u0[i], u1[i]))
@@ -62,6 +62,7 @@ unsafe fn pair_tile<const R: usize>(
             for c in 0..SUPER / 64 {
                 let (mut lo, mut hi) = ([zero; R], [zero; R]);
                 for k in 0..SUB / 4 {
+                    ahead.step(8 * c + k, SUPER / 8);
                     let v = pair_word(&b0.qs, &b1.qs, 8 * c + k);
                     let vl = _mm512_and_si512(v, low);
                     let vh = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);

@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use super::rule::{GroupQ6K, Q6KRows, SUBS, SUPER};
 use crate::nn::quant::simd::{
-    self, Dpbusd, Operands, broadcast4, group_body, prefetch_ahead, store,
+    self, Dpbusd, Operands, broadcast4, group_body, prefetch_step, store,
 };
 
 /// `vpdpbusd` on AVX2: `vpmaddubsw`, then `vpmaddwd` by ones. Exact only while a byte pair's
@@ -92,7 +92,6 @@ pub(super) unsafe fn tile<D: Dpbusd, const R: usize>(
         let zero = _mm256_setzero_si256();
         let mut acc = [_mm256_setzero_ps(); R];
         for (b, block) in w.iter().enumerate() {
-            prefetch_ahead(block, std::mem::size_of::<GroupQ6K>());
             let xs: [*const i8; R] =
                 std::array::from_fn(|t| rows[t].1[b * SUPER..][..SUPER].as_ptr());
             let offs: [&[i32]; R] = std::array::from_fn(|t| &rows[t].2[b * SUBS..][..SUBS]);
@@ -102,6 +101,7 @@ pub(super) unsafe fn tile<D: Dpbusd, const R: usize>(
                     // Row t's dot products of the 4 parts' sub-blocks `8h + 2p + half`.
                     let mut dot = [[zero; 4]; R];
                     for k in 4 * half..4 * half + 4 {
+                        prefetch_step(block, 8 * h + k, 16);
                         let q = levels(block, h, k);
                         for (t, d) in dot.iter_mut().enumerate() {
                             for (p, dp) in d.iter_mut().enumerate() {

@@ -86,7 +86,7 @@ unsafe fn pair_tile<const R: usize>(
         let zero = _mm512_setzero_si512();
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, (b0, b1)) in w0.iter().zip(w1).enumerate() {
-            op.prefetch_pair(g, b);
+            let ahead = op.pair_ahead(g, b);
             let xs: [*const i8; R] =
                 std::array::from_fn(|t| rows[t].1[b * SUPER..][..SUPER].as_ptr());
             let offs: [&[i32]; R] = std::array::from_fn(|t| &rows[t].2[b * SUBS..][..SUBS]);
@@ -95,6 +95,7 @@ unsafe fn pair_tile<const R: usize>(
                 for half in 0..2 {
                     let mut dot = [[zero; 4]; R];
                     for k in 4 * half..4 * half + 4 {
+                        ahead.step(8 * h + k, 16);
                         let q = levels(b0, b1, h, k);
                         for (t, d) in dot.iter_mut().enumerate() {
                             for (p, dp) in d.iter_mut().enumerate() {
