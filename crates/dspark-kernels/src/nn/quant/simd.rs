@@ -29,19 +29,25 @@ pub(crate) fn prefetch_ahead<T>(at: *const T, bytes: usize) {
 }
 
 /// [`prefetch_ahead`] of `block`'s lines (a `T`), spread over the `steps` steps of a body's
-/// block loop: step `i`'s share, `lines / steps` a step (rounded up) from the first step on
-/// (why: [`PairAhead::step`]). On the EPYC there (DRAM ring, 5 interleaved rounds, medians,
-/// against all lines at the block's start), the AVX2 bodies' 1-row products: Q4_K 21.4 -> 22.1
-/// GiB/s, Q8_0 26.3 -> 28.5, Q6_K 9.8 -> 20.6; 9 rows the same or better.
+/// block loop: step `i`'s share ([`step_lines`]; why: [`PairAhead::step`]). On the EPYC there
+/// (DRAM ring, 5 interleaved rounds, medians, against all lines at the block's start), the
+/// AVX2 bodies' 1-row products: Q4_K 21.4 -> 22.1 GiB/s, Q8_0 26.3 -> 28.5, Q6_K 9.8 -> 20.6;
+/// 9 rows the same or better.
 #[inline(always)]
 pub(crate) fn prefetch_step<T>(block: *const T, i: usize, steps: usize) {
-    let lines = std::mem::size_of::<T>().div_ceil(64);
-    let per = lines.div_ceil(steps);
     let at = block.cast::<i8>().wrapping_add(PREFETCH_AHEAD);
-    for line in i * per..((i + 1) * per).min(lines) {
+    for line in step_lines(std::mem::size_of::<T>().div_ceil(64), i, steps) {
         // SAFETY: a prefetch reads nothing architecturally and never faults.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line)) };
     }
+}
+
+/// Step `i`'s share of a block's `lines` over `steps` steps: `lines / steps` a step (rounded
+/// up), from the first step on.
+#[inline(always)]
+fn step_lines(lines: usize, i: usize, steps: usize) -> std::ops::Range<usize> {
+    let per = lines.div_ceil(steps);
+    (i * per).min(lines)..((i + 1) * per).min(lines)
 }
 
 /// One call's operands, as each of its tiles reads them: the weight's group-blocks (`blocks`
@@ -132,9 +138,8 @@ pub(crate) struct PairAhead {
 }
 
 impl PairAhead {
-    /// Prefetch into L2 (`prefetcht1`) step `i`'s share of the block's lines in both streams,
-    /// for a body whose block loop has `steps` steps: `lines / steps` lines a step (rounded up),
-    /// from the first step on.
+    /// Prefetch into L2 (`prefetcht1`) step `i`'s share ([`step_lines`]) of the block's lines
+    /// in both streams, for a body whose block loop has `steps` steps.
     ///
     /// Spread, not in one burst at the block's start: the burst (18-54 prefetches) fills the
     /// core's miss queue ahead of the block's own loads, and the loop after it issues none
@@ -146,8 +151,7 @@ impl PairAhead {
     /// (174 against 165 ms, 6 rounds). Two partial-sum chains for 1-2 row tiles gained nothing.
     #[inline(always)]
     pub(crate) fn step(&self, i: usize, steps: usize) {
-        let per = self.lines.div_ceil(steps);
-        for line in i * per..((i + 1) * per).min(self.lines) {
+        for line in step_lines(self.lines, i, steps) {
             // A block's lines run past the group's end at most once (a group holds a block).
             let off = 64 * line
                 + if 64 * line >= self.left {
@@ -302,5 +306,26 @@ impl Dpbusd for AvxVnni {
     unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: by the contract, AVX-VNNI is enabled here.
         unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::step_lines;
+
+    #[test]
+    fn the_steps_share_every_line_once_in_order() {
+        for lines in 1..64 {
+            for steps in 1..40 {
+                let all: Vec<usize> = (0..steps)
+                    .flat_map(|i| step_lines(lines, i, steps))
+                    .collect();
+                assert_eq!(
+                    all,
+                    (0..lines).collect::<Vec<_>>(),
+                    "{lines} lines, {steps} steps"
+                );
+            }
+        }
     }
 }
