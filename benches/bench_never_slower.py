@@ -2,7 +2,7 @@
 runs it (issue 47).
 
     python benches/bench_never_slower.py [--pair DIR] [--backend native|hf] [--batches 1 4 16] \\
-        [--prompt-tokens 96] \\
+        [--dtype q4_k] [--prompt-tokens 96] \\
         [--tokens 64] [--repeats 3] [--busy 0] [--out benches/results/never_slower.json]
 
 Each run builds a new :class:`dspark.Speculator` over the loaded pair and times its first
@@ -23,7 +23,8 @@ repeat, then the median), plain rounds, and whether greedy output equals target-
 ``--busy K`` starts K processes that spin on a core each for the whole run (the issue's "two
 busy processes" case) and stops them at the end. ``--pair DIR`` runs another pair (its
 ``target/`` and ``drafter/``, e.g. ``dspark make-example DIR --memory-bound``); ``--backend hf``
-runs the target through transformers (needs torch).
+runs the target through transformers (needs torch). ``--dtype`` loads the native target in
+another dtype (``q8_0`` or ``q4_k`` quantizes it in place, as ``dspark generate --dtype`` does).
 """
 
 from __future__ import annotations
@@ -107,13 +108,25 @@ def main() -> int:
     ap.add_argument("--busy", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--backend", choices=("native", "hf"), default="native")
+    ap.add_argument("--dtype", default=None, help="native target's dtype (e.g. q4_k, q8_0)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
     os.environ["DSPARK_CACHE_DIR"] = tempfile.mkdtemp(prefix="dspark-cache-")
     from dspark.bundled import heldout_texts, load_pair
 
-    pair = load_pair(args.pair, threads=args.threads, backend=args.backend)
+    if args.dtype is not None:
+        from dspark.bundled import bundled_dir
+        from dspark.pair import load_native_pair
+
+        if args.backend != "native":
+            ap.error("--dtype needs --backend native")
+        root = args.pair or bundled_dir()
+        pair = load_native_pair(
+            root / "target", root / "drafter", dtype=args.dtype, threads=args.threads
+        )
+    else:
+        pair = load_pair(args.pair, threads=args.threads, backend=args.backend)
     texts = heldout_texts(args.pair)
     prompts = [pair.tokenizer.encode(t).ids[: args.prompt_tokens] for _, t in texts]
     prompts = [p for p in prompts if len(p) == args.prompt_tokens]
@@ -191,6 +204,7 @@ def main() -> int:
         "bench": "never_slower",
         "pair": str(args.pair) if args.pair else "bundled",
         "target_backend": args.backend,
+        "target_dtype": args.dtype or "checkpoint",
         "cpu": cpu_name(),
         "isa": isa(),
         "threads": args.threads or os.cpu_count(),

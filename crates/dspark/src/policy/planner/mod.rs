@@ -31,7 +31,9 @@
 //! the round explores if drafting would gain by the margin at the best acceptance the record
 //! supports; where even that does not pay (a compute-bound batch), no refresh is taken and the
 //! rounds stay plain; nor is one taken when fewer tokens are left to generate than the streak it
-//! would end, or than [`REFRESH_ROUNDS`] where that streak is longer. An exploring round of several requests is a probe ([`Drafting::Probe`]): one request
+//! would end, or than [`REFRESH_ROUNDS`] where that streak is longer.
+//!
+//! An exploring round of several requests is a probe ([`Drafting::Probe`]): one request
 //! drafts (the first without confidences, else each in turn), paying one proposal and one context
 //! catch-up where the whole batch would pay `B` of each, and the next round weighs the batch on
 //! what it taught (a request without confidences by the record). A plain round is exactly a
@@ -48,7 +50,8 @@
 //! a batch of 16), where it used to pay two drafted rounds to learn so. On such prior-priced
 //! costs the whole batch drafts only once its plain size has a timing and on a clear gain (by
 //! twice [`PLAIN_MARGIN`](super::PLAIN_MARGIN)): a wrong bet costs the batch's proposal, a plain
-//! round what target-only decoding does.
+//! round what target-only decoding does. A lone request needs only the timing (its probe is
+//! its whole round: there is no cheaper bet).
 //!
 //! Under the learned table, a choice for drafting while the plain round's size has fewer than
 //! `MIN_SAMPLES` timings rests on the prior's guess of that size, and a plain round is taken to
@@ -57,7 +60,8 @@
 //! can price a cache-resident target's decode step at three times its time, and drafting then
 //! looks like it pays where it costs), else once the choice is close (the plain round expected
 //! at [`EXPLORE_SHARE`] of the drafted one or more) and the acceptance record holds 8
-//! request-rounds.
+//! request-rounds. Such a round leaves the choice as it was: it is neither a switch (the
+//! margin the next round needs is the one before it) nor part of a streak of plain rounds.
 //!
 //! A request whose own limit (`max_drafts`, its budget) leaves no draft, or that never drafts,
 //! takes the same target-only step inside a drafted round.

@@ -381,3 +381,47 @@ fn a_streak_priced_on_the_prior_is_priced_again_when_it_falls_due() {
     let later = refreshes(&mut p, &timed, 80);
     assert_eq!(later.first(), Some(&48), "{later:?}");
 }
+
+#[test]
+fn a_lone_request_drafts_past_the_margin_and_rounds_timing_the_plain_size_keep_it() {
+    // One request, four drafts at 0.8, 1 ms a forward of any size, a decode step timed once,
+    // proposals timed at 2.1 ms.
+    let flat = StepsPerSecond::linear(vec![(1, 1000.0), (8, 1000.0)]).unwrap();
+    let mut p = learned(4, &flat, Some(pass(1e-3)));
+    p.observe_forward(1, 1e-3);
+    let time_proposal = |p: &mut Planner| {
+        p.observe_proposal(1, 2.1e-3);
+        p.observe_round(1, false, true, 2.1e-3, 0.0, 0.0);
+    };
+    time_proposal(&mut p);
+    let conf = [0.8f32; 4];
+    let stale = [Some(&conf[..])];
+    // One proposal timed (the costs still priced by the drafter's shape): about 3.4 tokens in
+    // 3.1 ms against 1 in 1 ms, a gain of 8%. Past the margin, and a lone request needs no
+    // more (its probe would be the whole round); a batch would need twice the margin.
+    assert_eq!(p.drafts(&stale, Some(&flat), 64).unwrap(), Drafting::All);
+    // One of its drafts accepted: drafting now leads by less than the margin (3.15 tokens in
+    // 3.1 ms), but it led, so the choice holds. The costs are timed and no line prices the
+    // decode step: plain rounds time it (MIN_SAMPLES timings in all). They leave the choice
+    // where it was: drafting resumes after them, where it used to need the margin again and
+    // stayed plain until a refresh.
+    time_proposal(&mut p);
+    p.observe_acceptance(4, 1, Some(&conf));
+    p.observe_forward(5, 1e-3);
+    let mut choices = Vec::new();
+    for _ in 0..4 {
+        let d = p.drafts(&stale, Some(&flat), 64).unwrap();
+        p.observe_forward(if d == Drafting::Plain { 1 } else { 5 }, 1e-3);
+        choices.push(d);
+    }
+    assert_eq!(
+        choices,
+        [
+            Drafting::Plain,
+            Drafting::Plain,
+            Drafting::All,
+            Drafting::All
+        ],
+        "two rounds time the decode step (one was timed), then drafting goes on"
+    );
+}
