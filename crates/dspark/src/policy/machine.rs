@@ -7,9 +7,10 @@
 //! the scheduler's table needs both before the first round. [`Machine::current`] gives them:
 //! - from the cache file of this CPU model, thread count and build (debug builds time
 //!   differently, and so does each packed kernel), in the user's cache directory ([`cache_dir`]);
-//! - otherwise measured (about a tenth of a second: a 64 MiB read over the pool, reads of a
-//!   buffer a quarter of the last-level cache's size, and one packed product per weight dtype
-//!   and quantized format, each the best of three) and written there.
+//! - otherwise measured (a fifth of a second on a 2-core VM, half of it the first touch of the
+//!   read buffer: a 64 MiB read over the pool, reads of a buffer a quarter of the last-level
+//!   cache's size, and one packed product per weight dtype and quantized format, each the best
+//!   of three) and written there.
 //!
 //! A model whose weights fit in half the last-level cache (a small target) reads them from the
 //! cache every step, not from memory: the prior prices its reads at the cache's rate

@@ -378,3 +378,32 @@ fn amx_runs_where_the_cpu_has_it() {
     assert_eq!(QuantKernel::Amx.available(), expect);
     assert_eq!(QuantKernel::best() == QuantKernel::Amx, expect);
 }
+
+/// Each row of `w` (`[rows, cols]`) quantized alone: its bytes as a GGUF file stores them.
+fn rows_alone<G: SuperGroup>(w: &[f32], rows: usize, cols: usize) -> Vec<u8> {
+    (0..rows)
+        .flat_map(|o| {
+            let row = &w[o * cols..(o + 1) * cols];
+            SuperMatrix::<G>::quantize(Floats::F32(row), 1, cols)
+                .unwrap()
+                .to_gguf()
+        })
+        .collect()
+}
+
+#[test]
+fn a_matrix_quantized_over_the_pool_has_each_row_s_own_blocks() {
+    // 43 rows: 5 full groups and a partial one, quantized group by group over the pool; each
+    // row's blocks are the ones it gets alone, in its own group and slot.
+    let (rows, cols) = (43, 512);
+    let w = values(rows * cols, 11);
+    let q8 = QuantMatrix::quantize(Floats::F32(&w), rows, cols).unwrap();
+    assert_eq!(q8.to_gguf(), rows_alone::<GroupQ8>(&w, rows, cols));
+    let q4 = q4k::Q4KMatrix::quantize(Floats::F32(&w), rows, cols).unwrap();
+    assert_eq!(q4.to_gguf(), rows_alone::<q4k::GroupQ4K>(&w, rows, cols));
+    // A value that is not finite in the last group's last row still refuses the matrix.
+    let mut bad = w.clone();
+    bad[rows * cols - 1] = f32::NAN;
+    assert!(QuantMatrix::quantize(Floats::F32(&bad), rows, cols).is_none());
+    assert!(q4k::Q4KMatrix::quantize(Floats::F32(&bad), rows, cols).is_none());
+}
