@@ -163,7 +163,12 @@ impl ForwardTimes {
     /// How the kept timings run against `profiled` (see [`Scales`]); `None` when nothing is
     /// kept. With the prior's `split`, a timing scales the bound that prices its count: the
     /// reads where they bound it (a decode step), the multiplies where they do (a prefill, a
-    /// wide verification); a bound no timing reached takes the other's scale.
+    /// wide verification). A bound no timing reached takes the other's scale where that is a
+    /// slowdown (the per-operation costs of a small model's kernels slow both), else its own
+    /// prior's (1): a bound that runs faster than priced says nothing of the other, whose rate
+    /// was measured at its best. (Borrowed, a first call's prefill at 0.73 of its price priced
+    /// the memory-bound pair's bf16 decode step at 28 ms, below the 38 ms its weights take to
+    /// read and the 41 it took, until plain rounds timed it.)
     pub(crate) fn scales(
         &self,
         profiled: &StepsPerSecond,
@@ -181,7 +186,8 @@ impl ForwardTimes {
         let ok = |v: Vec<f64>| median(v).filter(|s| s.is_finite() && *s > 0.0);
         let (read, multiply) = match (ok(reads), ok(multiplies)) {
             (Some(r), Some(m)) => (r, m),
-            (Some(x), None) | (None, Some(x)) => (x, x),
+            (Some(r), None) => (r, r.max(1.0)),
+            (None, Some(m)) => (m.max(1.0), m),
             (None, None) => return None,
         };
         Some(Scales { read, multiply })
@@ -195,9 +201,10 @@ impl ForwardTimes {
 
     /// The least-squares line `t(n) = a + b·n` through the median timing of every count timed
     /// in `rounds` (weighted by its timings), when those counts span a factor of [`LINE_SPAN`]
-    /// or more with [`MIN_SAMPLES`] timings at each end: between the sizes the rounds run (a plain round's `B` tokens, a drafted round's
-    /// more), it prices what the prior's shape misjudges (a small model's kernels run far below
-    /// the machine's multiply rate). Other counts (a prefill) stay out of it.
+    /// or more with [`MIN_SAMPLES`] timings at each end: between the sizes the rounds run (a
+    /// plain round's `B` tokens, a drafted round's more), it prices what the prior's shape
+    /// misjudges (a small model's kernels run far below the machine's multiply rate). Other
+    /// counts (a prefill) stay out of it.
     fn line(&self, rounds: &RangeInclusive<usize>) -> Option<Line> {
         let pts: Vec<(f64, f64, f64)> = self
             .0
@@ -536,6 +543,19 @@ mod tests {
         decode.record(1, 2e-2);
         let s = decode.scales(&prior, Some(&split)).unwrap();
         assert_eq!(s.read, s.multiply);
+        // A prefill faster than its price says nothing of the reads: they keep the prior's.
+        let mut prefill = ForwardTimes::default();
+        prefill.record(400, 0.2);
+        let s = prefill.scales(&prior, Some(&split)).unwrap();
+        assert!((s.multiply - 0.5).abs() < 1e-9 && s.read == 1.0, "{s:?}");
+        assert!(
+            (1.0 / prefill.refine(&prior, 1..=1, Some(&split)).unwrap().sps(1) - 1e-2).abs() < 1e-6
+        );
+        // A slow one (a small model's kernels) slows both.
+        prefill.record(400, 1.6);
+        prefill.record(400, 1.6);
+        let s = prefill.scales(&prior, Some(&split)).unwrap();
+        assert!(s.read == s.multiply && s.read > 1.0, "{s:?}");
     }
 
     #[test]
