@@ -80,15 +80,23 @@ impl Grammars {
             matcher,
             words: self.vocab.div_ceil(32),
             eos: self.eos,
+            past_end: 0,
         })
     }
 }
 
 /// One request's grammar state.
+///
+/// The end-of-sequence token and whatever follows it (a request with `ignore_eos`, or drafts
+/// checked past the end) are counted here, not fed to the matcher: a matcher that consumed it
+/// has stopped, and rolling a stopped matcher back does not restore its state, while the
+/// engine consumes drafts and rolls them back every round.
 pub struct Guided {
     matcher: Matcher,
     words: usize,
     eos: u32,
+    /// Tokens consumed from the end-of-sequence token on.
+    past_end: usize,
 }
 
 impl Guided {
@@ -103,6 +111,9 @@ impl Guided {
 
 impl TokenConstraint for Guided {
     fn allowed(&mut self) -> Result<Vec<u32>, String> {
+        if self.past_end > 0 {
+            return Ok(self.eos_only());
+        }
         match self.matcher.compute_mask_or_eos() {
             Ok(v) => {
                 let mut mask = v.as_slice().to_vec();
@@ -117,6 +128,10 @@ impl TokenConstraint for Guided {
     }
 
     fn validate(&mut self, tokens: &[u32]) -> usize {
+        if self.past_end > 0 {
+            // Past the end only the end-of-sequence token is allowed (as `allowed` says).
+            return tokens.iter().take_while(|&&t| t == self.eos).count();
+        }
         let n = self.matcher.validate_tokens(tokens).unwrap_or(0);
         // The matcher's check refuses the end-of-sequence token that its mask allows once the
         // grammar accepts (`compute_mask_or_eos`): count it, as `allowed` does.
@@ -138,24 +153,43 @@ impl TokenConstraint for Guided {
     }
 
     fn consume(&mut self, tokens: &[u32]) -> Result<(), String> {
-        if self.matcher.is_stopped() {
-            // Past the end (an end-of-sequence token the request keeps after `ignore_eos`).
+        if self.past_end > 0 || self.matcher.is_stopped() {
+            self.past_end += tokens.len();
             return Ok(());
         }
-        self.matcher
-            .consume_tokens(tokens)
-            .map_err(|e| e.to_string())
+        let end = tokens
+            .iter()
+            .position(|&t| t == self.eos)
+            .unwrap_or(tokens.len());
+        if end > 0 {
+            self.matcher
+                .consume_tokens(&tokens[..end])
+                .map_err(|e| e.to_string())?;
+        }
+        if end < tokens.len() {
+            if !self.matcher.is_accepting().unwrap_or(false) {
+                self.matcher.rollback(end).map_err(|e| e.to_string())?;
+                return Err("the end-of-sequence token before the grammar is complete".into());
+            }
+            self.past_end = tokens.len() - end;
+        }
+        Ok(())
     }
 
     fn rollback(&mut self, n: usize) -> Result<(), String> {
-        self.matcher.rollback(n).map_err(|e| e.to_string())
+        let past = n.min(self.past_end);
+        self.past_end -= past;
+        if n > past {
+            self.matcher.rollback(n - past).map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// The bytes the grammar forces, tokenized greedily over the trie (llguidance's own
     /// fast-forward tokens need a canonical tokenizer, which an approximate environment is
     /// not), without the last token (the text after it could merge with its bytes).
     fn forced(&mut self) -> Vec<u32> {
-        if self.matcher.is_stopped() {
+        if self.past_end > 0 || self.matcher.is_stopped() {
             return Vec::new();
         }
         let bytes = self.matcher.compute_ff_bytes();
@@ -272,6 +306,42 @@ mod tests {
         let _ = c.forced();
         c.rollback(2).unwrap();
         assert_eq!((c.allowed().unwrap(), c.forced()), (mask, forced));
+    }
+
+    /// The engine consumes drafts and rolls them back every round, the end-of-sequence token
+    /// and tokens after it included: the state after the rollback is the state before.
+    #[test]
+    fn consuming_past_the_end_rolls_back_to_the_same_state() {
+        let (tok, g) = bundled();
+        let mut c = g.compile(TopLevelGrammar::from_regex("ab")).unwrap();
+        let text = tok.encode("ab", false).unwrap().get_ids().to_vec();
+        let letter = tok.encode("x", false).unwrap().get_ids()[0];
+        c.consume(&text).unwrap();
+        let before = (c.allowed().unwrap(), c.validate(&[0]), c.forced());
+        assert_eq!(
+            allowed_ids(&before.0),
+            [0],
+            "complete: end-of-sequence alone"
+        );
+        assert_eq!(before.1, 1);
+        for tail in [vec![0], vec![0, letter], vec![0, 0, letter]] {
+            c.consume(&tail).unwrap();
+            assert_eq!(allowed_ids(&c.allowed().unwrap()), [0]);
+            assert_eq!(c.validate(&[0, letter]), 1);
+            c.rollback(tail.len()).unwrap();
+            assert_eq!((c.allowed().unwrap(), c.validate(&[0]), c.forced()), before);
+        }
+        // Back into the text, and forward again.
+        c.consume(&[0]).unwrap();
+        c.rollback(1 + text.len()).unwrap();
+        assert!(allowed_ids(&c.allowed().unwrap()).iter().all(|&t| t != 0));
+        c.consume(&text).unwrap();
+        assert_eq!(c.allowed().unwrap(), before.0);
+        // The end before the text is complete is refused, and changes nothing.
+        let mut d = g.compile(TopLevelGrammar::from_regex("abc")).unwrap();
+        let start = d.allowed().unwrap();
+        assert!(d.consume(&[0]).is_err());
+        assert_eq!(d.allowed().unwrap(), start);
     }
 
     #[test]
