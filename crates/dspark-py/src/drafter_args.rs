@@ -63,6 +63,7 @@ pub(crate) fn options(
     Ok(ProposeOptions {
         logit_bias: None,
         in_block: None,
+        guides: None,
         temperature,
         seeds,
         top_k,

@@ -49,8 +49,8 @@ pub use config::{
     ConfigFormat, DraftSpec, MarkovHeadType, NoiseToken, NoiseTokenSource, TargetSpec,
 };
 pub use drafter::{
-    DraftState, Drafter, DrafterInfo, InBlockPenalty, Proposal, ProposeOptions, Qwen3Drafter,
-    SharedWeights,
+    BlockGuide, DraftState, Drafter, DrafterInfo, Guide, InBlockPenalty, Proposal, ProposeOptions,
+    Qwen3Drafter, SharedWeights,
 };
 pub use error::{Error, ErrorKind, Result, Warning};
 pub use idmap::IdMap;

@@ -4,6 +4,7 @@
 use candle_core::{DType, Tensor};
 
 use super::cache::{DraftState, LayerKv};
+use super::guide::{Guided, guide_block};
 use super::in_block::{Follow, any_active, sample_block_in_block, sample_block_in_block_on_device};
 use super::qwen3::DeviceHeads;
 use super::qwen3::Qwen3Drafter;
@@ -31,11 +32,20 @@ impl Qwen3Drafter {
         }
     }
 
-    /// The in-block penalties of a drafting call, when any request has one.
+    /// What a drafting call's block follows slot by slot: its in-block penalties, when any
+    /// request has one, and its guides, when any request has one and the call is greedy.
     fn follow<'a>(&'a self, opts: &'a ProposeOptions) -> Option<Follow<'a>> {
-        let pens = opts.in_block.as_deref().filter(|p| any_active(p))?;
+        let pens = opts.in_block.as_deref().filter(|p| any_active(p));
+        let guides = opts.guides.as_deref().filter(|g| {
+            g.iter().any(Option::is_some)
+                && crate::sampling::is_greedy_temperature(opts.temperature)
+        });
+        if pens.is_none() && guides.is_none() {
+            return None;
+        }
         Some(Follow {
-            pens,
+            pens: pens.unwrap_or(&[]),
+            guides,
             to_draft: &self.to_draft,
         })
     }
@@ -326,6 +336,26 @@ impl Qwen3Drafter {
         };
         let block_opts = self.block_options(opts);
         let block = match self.follow(opts) {
+            Some(follow) if follow.pens.is_empty() => {
+                // Guides alone: the block in one pass, refused rows drawn again from there.
+                let rows = Rows3 {
+                    data: Floats::F32(&base),
+                    dims,
+                };
+                let mut block = sample_block_slices(rows, w1, w2, anchors, &block_opts)?;
+                if let Some(mut g) = Guided::new(follow.guides, b_n) {
+                    guide_block(
+                        &mut block,
+                        &base,
+                        dims,
+                        (w1, w2),
+                        anchors,
+                        &block_opts,
+                        &mut g,
+                    )?;
+                }
+                block
+            }
             Some(follow) => {
                 sample_block_in_block(&mut base, dims, (w1, w2), anchors, &block_opts, &follow)?
             }

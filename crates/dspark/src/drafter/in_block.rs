@@ -5,11 +5,13 @@
 //! pair's τ fell from 5.5 to 1.9). Here the sampler (host slices, or the tensor sampler on the
 //! device-generic path) draws one slot at a time and, after each slot, lowers that slot's
 //! drafted tokens in the base logits of the later slots, so each slot's reported distribution is
-//! the one it was drawn from (verification stays exact).
+//! the one it was drawn from (verification stays exact). The same slot-by-slot draw keeps a
+//! greedy block inside each request's guide ([`super::guide`]).
 
 use candle_core::Tensor;
 
 use super::bias::to_draft_id;
+use super::guide::{Guide, Guided, restrict, row_options};
 use crate::error::Result;
 use crate::sampling::rng::round_seed;
 use crate::sampling::{
@@ -59,10 +61,11 @@ fn slot_seeds(seeds: &Seeds, k: usize) -> Seeds {
     }
 }
 
-/// The penalties of one drafting call: one per request, and the drafter's target-to-draft id
-/// lookup.
+/// What a drafting call's block follows slot by slot: the in-block penalties (one per request,
+/// or none), the guides of a greedy call, and the drafter's target-to-draft id lookup.
 pub(crate) struct Follow<'a> {
     pub(crate) pens: &'a [InBlockPenalty],
+    pub(crate) guides: Option<&'a [Option<Guide>]>,
     pub(crate) to_draft: &'a [u32],
 }
 
@@ -104,6 +107,26 @@ impl<'a> Tracker<'a> {
     }
 }
 
+/// Row `b`'s base logits `row` (`V_d`) restricted to what its guide allows in place of `t`,
+/// drawn after `drafted`; `None` when it has no guide, the guide allows `t`, or the guide
+/// leaves nothing the drafter can draw (the row is unguided from here).
+fn inside(
+    guided: Option<&mut Guided>,
+    b: usize,
+    drafted: &[u32],
+    t: u32,
+    row: &[f32],
+    opts: &BlockOptions<'_>,
+) -> Option<Vec<f32>> {
+    let g = guided?;
+    let mask = g.refused(b, drafted, t)?;
+    let out = restrict(row, &mask, opts.id_map);
+    if out.is_none() {
+        g.give_up(b);
+    }
+    out
+}
+
 /// The options of slot `k`'s one-slot draw.
 fn slot_options<'a>(opts: &BlockOptions<'a>, k: usize) -> BlockOptions<'a> {
     BlockOptions {
@@ -135,6 +158,7 @@ pub(crate) fn sample_block_in_block(
         draft_logits: Vec::new(),
         prev_embeddings: Vec::new(),
     };
+    let mut guided = Guided::new(follow.guides, b_n);
     let mut slot = vec![0f32; b_n * v];
     for k in 0..k_n {
         for b in 0..b_n {
@@ -154,9 +178,24 @@ pub(crate) fn sample_block_in_block(
         }
         for (b, &t) in one.tokens.iter().enumerate() {
             let i = b * k_n + k;
+            let row = &slot[b * v..(b + 1) * v];
+            let again = match inside(guided.as_mut(), b, &out.tokens[b * k_n..i], t, row, opts) {
+                Some(base) => {
+                    let rows = Rows3 {
+                        data: Floats::F32(&base),
+                        dims: [1, 1, v],
+                    };
+                    let one_opts = row_options(&slot_options(opts, k), b);
+                    Some(sample_block_slices(rows, w1, w2, &[prev[b]], &one_opts)?)
+                }
+                None => None,
+            };
+            let (t, logits) = match &again {
+                Some(a) => (a.tokens[0], &a.draft_logits[..vt]),
+                None => (t, &one.draft_logits[b * vt..(b + 1) * vt]),
+            };
             out.tokens[i] = t;
-            out.draft_logits[i * vt..(i + 1) * vt]
-                .copy_from_slice(&one.draft_logits[b * vt..(b + 1) * vt]);
+            out.draft_logits[i * vt..(i + 1) * vt].copy_from_slice(logits);
             out.prev_embeddings[i * r..(i + 1) * r]
                 .copy_from_slice(&one.prev_embeddings[b * r..(b + 1) * r]);
             prev[b] = t;
@@ -187,13 +226,37 @@ pub(crate) fn sample_block_in_block_on_device(
     let mut tokens = vec![0u32; b_n * k_n];
     let (mut logits, mut embeddings) = (Vec::with_capacity(k_n), Vec::with_capacity(k_n));
     let (mut vt, mut r) = (0, 0);
+    let mut guided = Guided::new(follow.guides, b_n);
     for k in 0..k_n {
         let slot = base.narrow(1, k, 1)?.contiguous()?;
-        let one = sample_block_on_device(&slot, w1, w2, &prev, &slot_options(opts, k))?;
+        let one_opts = slot_options(opts, k);
+        let mut one = sample_block_on_device(&slot, w1, w2, &prev, &one_opts)?;
         (vt, r) = (one.target_vocab, one.rank);
         let mut index = Vec::new();
         let mut amount = Vec::new();
-        for (b, &t) in one.tokens.iter().enumerate() {
+        for b in 0..b_n {
+            let mut t = one.tokens[b];
+            if let Some(g) = guided.as_mut()
+                && let Some(mask) = g.refused(b, &tokens[b * k_n..b * k_n + k], t)
+            {
+                let row = crate::trace::download_f32(&slot.narrow(0, b, 1)?)?;
+                match restrict(&row, &mask, opts.id_map) {
+                    Some(row) => {
+                        let row = Tensor::from_vec(row, (1, 1, v), slot.device())?
+                            .to_dtype(slot.dtype())?;
+                        let again = sample_block_on_device(
+                            &row,
+                            w1,
+                            w2,
+                            &[prev[b]],
+                            &row_options(&one_opts, b),
+                        )?;
+                        t = again.tokens[0];
+                        one.draft_logits = replace_row(&one.draft_logits, b, &again.draft_logits)?;
+                    }
+                    None => g.give_up(b),
+                }
+            }
             tokens[b * k_n + k] = t;
             prev[b] = t;
             if let Some((d, sub)) = tracker.drew(b, t) {
@@ -224,6 +287,20 @@ pub(crate) fn sample_block_in_block_on_device(
         draft_logits: Tensor::cat(&logits, 1)?,
         prev_embeddings: Tensor::cat(&embeddings, 1)?,
     })
+}
+
+/// `rows` (`[B, ..]`) with row `b` replaced by `row` (`[1, ..]`).
+fn replace_row(rows: &Tensor, b: usize, row: &Tensor) -> Result<Tensor> {
+    let n = rows.dim(0)?;
+    let mut parts = Vec::with_capacity(3);
+    if b > 0 {
+        parts.push(rows.narrow(0, 0, b)?);
+    }
+    parts.push(row.clone());
+    if b + 1 < n {
+        parts.push(rows.narrow(0, b + 1, n - b - 1)?);
+    }
+    Ok(Tensor::cat(&parts, 0)?)
 }
 
 #[cfg(test)]

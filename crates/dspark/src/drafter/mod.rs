@@ -19,6 +19,7 @@ mod bias;
 pub mod cache;
 mod cost;
 mod forward;
+pub mod guide;
 mod in_block;
 pub mod qwen3;
 
@@ -26,6 +27,7 @@ use candle_core::{Device, Tensor};
 
 pub use crate::nn::SharedWeights;
 pub use cache::DraftState;
+pub use guide::{BlockGuide, Guide};
 pub use in_block::InBlockPenalty;
 pub use qwen3::{Qwen3Drafter, Qwen3DrafterBuilder};
 
@@ -54,6 +56,10 @@ pub struct ProposeOptions {
     /// (a token drafted at slot `k` is penalized at the later slots, as verification will score
     /// them), drawing the block slot by slot. A drafter may ignore them (as `logit_bias`).
     pub in_block: Option<Vec<InBlockPenalty>>,
+    /// Per request: what a greedy block may hold (a grammar's state), checked slot by slot as
+    /// the block is drawn; a refused slot is drawn again among the allowed tokens. Ignored at
+    /// a temperature above zero, and a drafter may ignore them (see [`guide`]).
+    pub guides: Option<Vec<Option<Guide>>>,
 }
 
 impl Default for ProposeOptions {
@@ -64,6 +70,7 @@ impl Default for ProposeOptions {
             top_k: None,
             logit_bias: None,
             in_block: None,
+            guides: None,
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Structured output: a request's [`TokenConstraint`] (a grammar's state over the target
 //! vocabulary) decides which tokens may come next.
 //!
-//! Each round, before the target forward, the engine cuts a request's drafts at the first one
-//! the constraint refuses, and computes the allowed set at every verified position (the
+//! A greedy request drafts inside its constraint (a [`BlockGuide`]: see
+//! [`crate::drafter::guide`]). Each round, before the target forward, the engine cuts a
+//! request's drafts at the first one the constraint refuses, and computes the allowed set at every verified position (the
 //! constraint advanced over the drafts before it, then rolled back; a greedy request without
 //! log-probabilities computes it after the forward, and only where the target's greedy token is
 //! refused: `round/constrain.rs`). The target's logits are
@@ -13,6 +14,8 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+
+use crate::drafter::BlockGuide;
 
 /// A grammar's state over the target vocabulary.
 pub trait TokenConstraint: Send {
@@ -70,6 +73,31 @@ impl PartialEq for Constraint {
     /// The same state.
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A request's constraint guides its greedy drafts ([`crate::drafter::guide`]): a block is
+/// checked from the committed state, and the state is left as it was.
+impl BlockGuide for Constraint {
+    fn accepts(&self, tokens: &[u32]) -> usize {
+        self.with(|c| c.validate(tokens))
+    }
+
+    fn allowed_after(&self, tokens: &[u32]) -> Option<Vec<u32>> {
+        self.with(|c| {
+            let mut consumed = 0;
+            let mut mask = None;
+            if tokens.iter().all(|t| {
+                let ok = c.consume(std::slice::from_ref(t)).is_ok();
+                consumed += usize::from(ok);
+                ok
+            }) {
+                mask = c.allowed().ok().filter(|m| m.iter().any(|&w| w != 0));
+            }
+            // A state that cannot be rolled back must not be used again for drafting: its
+            // request's own checks will find it.
+            c.rollback(consumed).ok().and(mask)
+        })
     }
 }
 

@@ -9,6 +9,7 @@ fn sampled(seed: u64) -> ProposeOptions {
     ProposeOptions {
         logit_bias: None,
         in_block: None,
+        guides: None,
         temperature: 0.8,
         seeds: Seeds::Scalar(seed),
         top_k: None,
@@ -134,6 +135,7 @@ fn batch_of_different_lengths_equals_one_by_one() {
     let opts = ProposeOptions {
         logit_bias: None,
         in_block: None,
+        guides: None,
         seeds: Seeds::PerRequest(vec![11, 12, 13]),
         ..sampled(0)
     };
@@ -157,6 +159,7 @@ fn batch_of_different_lengths_equals_one_by_one() {
                 &ProposeOptions {
                     logit_bias: None,
                     in_block: None,
+                    guides: None,
                     seeds: Seeds::PerRequest(vec![11 + i as u64]),
                     ..sampled(0)
                 },

@@ -31,6 +31,7 @@ fn all_counts() -> Value {
     let opts = ProposeOptions {
         logit_bias: None,
         in_block: None,
+        guides: None,
         temperature: 0.8,
         seeds: Seeds::Scalar(3),
         top_k: None,

@@ -8,9 +8,10 @@
 //! they agree, and most must.
 use crate::child_common::child_json;
 use crate::drafter_common::{Tiny, context, load};
+use crate::guide::multiples;
 use dspark::device::{KernelPath, kernel_path};
 use dspark::sampling::Seeds;
-use dspark::{Drafter, ProposeOptions};
+use dspark::{Drafter, InBlockPenalty, ProposeOptions};
 use serde_json::{Value, json};
 
 /// Marks the child's output lines.
@@ -53,6 +54,7 @@ fn proposals() -> Value {
                 let opts = ProposeOptions {
                     logit_bias: None,
                     in_block: None,
+                    guides: None,
                     temperature,
                     seeds: Seeds::Scalar(9),
                     top_k,
@@ -95,6 +97,7 @@ fn proposals() -> Value {
             let opts = ProposeOptions {
                 logit_bias: None,
                 in_block: None,
+                guides: None,
                 temperature,
                 seeds: Seeds::Scalar(5),
                 top_k: None,
@@ -103,6 +106,32 @@ fn proposals() -> Value {
             out.push(case(
                 format!("shape {i}, ragged states, T {temperature}"),
                 temperature,
+                tiny.dtype,
+                &p,
+            ));
+        }
+        // Guided greedy blocks (two rows of three), alone and under in-block penalties (the
+        // slot-by-slot draw).
+        for pens in [false, true] {
+            let (even, _) = multiples(2, tiny.target_vocab);
+            let opts = ProposeOptions {
+                guides: Some(vec![Some(even.clone()), None, Some(even)]),
+                in_block: pens.then(|| {
+                    vec![
+                        InBlockPenalty {
+                            presence: 0.5,
+                            frequency: 1.0,
+                            seen: vec![]
+                        };
+                        3
+                    ]
+                }),
+                ..ProposeOptions::default()
+            };
+            let p = d.propose_cached(&refs, &[1, 2, 3], &opts).unwrap();
+            out.push(case(
+                format!("shape {i}, guided, penalties {pens}"),
+                0.0,
                 tiny.dtype,
                 &p,
             ));

@@ -35,6 +35,7 @@ fn later_slots_report_the_penalty_of_earlier_drafts() {
     let a = d.propose_cached(&[&s], &[2], &plain).unwrap();
     let opts = ProposeOptions {
         in_block: pen(0.5, 0.75, vec![]),
+        guides: None,
         ..plain.clone()
     };
     let b = d.propose_cached(&[&s], &[2], &opts).unwrap();
@@ -71,6 +72,7 @@ fn greedy_blocks_stop_repeating_a_penalized_token() {
     // ... until drafting it costs more than the bias at the later slots.
     let opts = ProposeOptions {
         in_block: pen(0.0, 40.0, vec![]),
+        guides: None,
         ..biased.clone()
     };
     let b = d.propose_cached(&[&s], &[2], &opts).unwrap();
@@ -86,12 +88,14 @@ fn greedy_blocks_stop_repeating_a_penalized_token() {
     // A presence penalty skips a token the request generated before the block.
     let seen = ProposeOptions {
         in_block: pen(40.0, 0.0, vec![5]),
+        guides: None,
         ..biased.clone()
     };
     let c = d.propose_cached(&[&s], &[2], &seen).unwrap();
     assert_eq!(c.tokens, a.tokens);
     let fresh = ProposeOptions {
         in_block: pen(40.0, 0.0, vec![]),
+        guides: None,
         ..biased
     };
     let e = d.propose_cached(&[&s], &[2], &fresh).unwrap();
@@ -111,6 +115,7 @@ fn an_inactive_option_drafts_the_plain_block() {
     let a = d.propose_cached(&[&s], &[2], &plain).unwrap();
     let opts = ProposeOptions {
         in_block: pen(0.0, 0.0, vec![1, 2]),
+        guides: None,
         ..plain.clone()
     };
     assert_eq!(d.propose_cached(&[&s], &[2], &opts).unwrap(), a);
@@ -132,6 +137,7 @@ fn a_later_slot_is_drawn_from_the_distribution_it_reports() {
             seeds: Seeds::PerRequest(vec![i * 7919 + 1]),
             logit_bias: Some(vec![vec![(5, 3.0)]]),
             in_block: pen(1.0, 1.5, vec![]),
+            guides: None,
             top_k: None,
         };
         let p = d.propose_cached(&[&s], &[2], &opts).unwrap();

@@ -10,6 +10,7 @@ fn opts(t: f32) -> ProposeOptions {
     ProposeOptions {
         logit_bias: None,
         in_block: None,
+        guides: None,
         temperature: t,
         seeds: Seeds::Scalar(3),
         top_k: None,
@@ -68,6 +69,7 @@ fn deterministic_for_a_seed() {
         let o = ProposeOptions {
             logit_bias: None,
             in_block: None,
+            guides: None,
             seeds: Seeds::Scalar(100 + s),
             ..opts(1.0)
         };

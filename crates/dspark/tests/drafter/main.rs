@@ -13,6 +13,7 @@ mod cache;
 mod cost;
 mod counts;
 mod generic;
+mod guide;
 mod in_block;
 mod layers;
 mod load;

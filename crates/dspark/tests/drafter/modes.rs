@@ -46,6 +46,7 @@ fn markov_chain_and_confidence_by_hand() {
         let opts = ProposeOptions {
             logit_bias: None,
             in_block: None,
+            guides: None,
             temperature,
             seeds: Seeds::Scalar(4),
             top_k: None,
@@ -117,6 +118,7 @@ fn dflash_mode_has_no_markov_bias() {
     let opts = ProposeOptions {
         logit_bias: None,
         in_block: None,
+        guides: None,
         temperature: 2.0,
         seeds: Seeds::Scalar(1),
         top_k: None,
@@ -172,6 +174,7 @@ fn top_k_walk_restricts_support() {
     let opts = ProposeOptions {
         logit_bias: None,
         in_block: None,
+        guides: None,
         temperature: 1.0,
         seeds: Seeds::Scalar(9),
         top_k: Some(3),
@@ -187,6 +190,7 @@ fn top_k_walk_restricts_support() {
             &ProposeOptions {
                 logit_bias: None,
                 in_block: None,
+                guides: None,
                 top_k: Some(0),
                 ..opts
             },

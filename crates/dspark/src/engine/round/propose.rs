@@ -14,12 +14,12 @@ use candle_core::{DType, Device, Tensor};
 
 use super::Plan;
 use super::verify::row_fault;
-use crate::drafter::{Drafter, InBlockPenalty, Proposal, ProposeOptions};
+use crate::drafter::{Drafter, Guide, InBlockPenalty, Proposal, ProposeOptions};
 use crate::engine::engine::Engine;
 use crate::engine::seeds::{Use, request_seed};
 use crate::error::{Error, Result};
 use crate::models::TargetModel;
-use crate::sampling::Seeds;
+use crate::sampling::{Seeds, is_greedy_temperature};
 
 /// A group's proposal, its device draft logits (if the drafter kept them there) and the
 /// requests (indices into `plan.act`) that proposed.
@@ -62,7 +62,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     .map(|c| c[r * gk..(r + 1) * gk].to_vec());
                 plan.drafted[j] = true;
             }
-            if !crate::sampling::is_greedy_temperature(temperature) {
+            if !is_greedy_temperature(temperature) {
                 let bad =
                     || Error::bad_shape("drafter.propose", "draft logits are not [B, K, V_t]");
                 let q = match device_q {
@@ -126,6 +126,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         let mut seeds = Vec::with_capacity(members.len());
         let mut bias = Vec::with_capacity(members.len());
         let mut in_block = Vec::with_capacity(members.len());
+        let mut guides = Vec::with_capacity(members.len());
         for &j in members {
             let Some(slot) = &self.sched.rows[act[j]] else {
                 continue;
@@ -136,7 +137,11 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             seeds.push(request_seed(slot.spec.seed, slot.len, Use::Draft));
             bias.push(slot.spec.penalties.draft_bias(&slot.out));
             in_block.push(slot.spec.penalties.in_block(&slot.out));
+            guides.push(slot.spec.constraint.clone().map(Guide::new));
         }
+        // A greedy block stays inside each request's grammar (a sampled one is drawn from the
+        // distribution it reports: the grammar cuts it after).
+        let guided = is_greedy_temperature(temperature) && guides.iter().any(Option::is_some);
         let biased = bias.iter().any(|b| !b.is_empty());
         let follows = in_block.iter().any(InBlockPenalty::is_active);
         // A device drafter keeps its draft logits where verification will read them.
@@ -146,6 +151,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             &ProposeOptions {
                 logit_bias: biased.then_some(bias),
                 in_block: follows.then_some(in_block),
+                guides: guided.then_some(guides),
                 temperature,
                 seeds: Seeds::PerRequest(seeds),
                 top_k: None,

@@ -1,0 +1,184 @@
+//! Guided greedy blocks (`ProposeOptions::guides`): every slot of a guided row is one its guide
+//! allows, chosen as the drafter's greedy token among the allowed ones after the slots before
+//! it, so a guide that allows the even ids drafts what a huge negative bias on the odd ids
+//! drafts; unguided rows, sampled calls and a guide that allows everything change nothing.
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::drafter_common::{Tiny, context, load};
+use dspark::sampling::Seeds;
+use dspark::{
+    BlockGuide, DraftState, Drafter, Guide, InBlockPenalty, ProposeOptions, Qwen3Drafter,
+};
+
+/// Allows the ids `id % modulus == 0` below `vocab`; counts its full sets.
+pub struct Multiples {
+    pub modulus: u32,
+    pub vocab: usize,
+    pub sets: Arc<AtomicUsize>,
+}
+
+impl BlockGuide for Multiples {
+    fn accepts(&self, tokens: &[u32]) -> usize {
+        tokens
+            .iter()
+            .take_while(|&&t| t.is_multiple_of(self.modulus))
+            .count()
+    }
+
+    fn allowed_after(&self, tokens: &[u32]) -> Option<Vec<u32>> {
+        assert_eq!(
+            self.accepts(tokens),
+            tokens.len(),
+            "asked after a refused token"
+        );
+        self.sets.fetch_add(1, Ordering::Relaxed);
+        let mut mask = vec![0u32; self.vocab.div_ceil(32)];
+        for t in (0..self.vocab).filter(|&t| (t as u32).is_multiple_of(self.modulus)) {
+            mask[t / 32] |= 1 << (t % 32);
+        }
+        Some(mask)
+    }
+}
+
+/// A guide that refuses everything and cannot say what it allows.
+struct Mute;
+
+impl BlockGuide for Mute {
+    fn accepts(&self, _: &[u32]) -> usize {
+        0
+    }
+
+    fn allowed_after(&self, _: &[u32]) -> Option<Vec<u32>> {
+        None
+    }
+}
+
+pub fn multiples(modulus: u32, vocab: usize) -> (Guide, Arc<AtomicUsize>) {
+    let sets = Arc::new(AtomicUsize::new(0));
+    let g = Multiples {
+        modulus,
+        vocab,
+        sets: sets.clone(),
+    };
+    (Guide::new(g), sets)
+}
+
+/// Three rows of cached context.
+fn states(d: &Qwen3Drafter) -> Vec<DraftState> {
+    let ctx = context(41, 3, 6);
+    (0..3)
+        .map(|j| {
+            let mut s = d.new_state().unwrap();
+            d.extend(&mut s, &ctx.get(j).unwrap(), 0).unwrap();
+            s
+        })
+        .collect()
+}
+
+/// The odd (non-multiple) ids pushed far below everything for rows 0 and 2.
+fn ban(modulus: u32, vocab: usize) -> Vec<Vec<(u32, f32)>> {
+    let row: Vec<(u32, f32)> = (0..vocab as u32)
+        .filter(|t| t % modulus != 0)
+        .map(|t| (t, -1e4))
+        .collect();
+    vec![row.clone(), Vec::new(), row]
+}
+
+#[test]
+fn guided_rows_draft_the_greedy_token_among_the_allowed_ones() {
+    let tiny = Tiny::default();
+    let (_dir, d) = load(&tiny);
+    let s = states(&d);
+    let refs: Vec<_> = s.iter().collect();
+    let anchors = [2, 7, 4];
+    let v = tiny.target_vocab;
+    for (modulus, pens) in [(2, false), (3, false), (2, true)] {
+        let in_block = pens.then(|| {
+            vec![
+                InBlockPenalty {
+                    presence: 0.5,
+                    frequency: 1.5,
+                    seen: vec![4],
+                };
+                3
+            ]
+        });
+        let plain = ProposeOptions {
+            in_block: in_block.clone(),
+            ..ProposeOptions::default()
+        };
+        let free = d.propose_cached(&refs, &anchors, &plain).unwrap();
+        let (g, sets) = multiples(modulus, v);
+        let guided = ProposeOptions {
+            guides: Some(vec![Some(g.clone()), None, Some(g)]),
+            ..plain.clone()
+        };
+        let a = d.propose_cached(&refs, &anchors, &guided).unwrap();
+        let banned = ProposeOptions {
+            logit_bias: Some(ban(modulus, v)),
+            ..plain.clone()
+        };
+        let b = d.propose_cached(&refs, &anchors, &banned).unwrap();
+        let k = a.slots;
+        assert_eq!(a.tokens, b.tokens, "modulus {modulus}, penalties {pens}");
+        assert_eq!(a.draft_logits, b.draft_logits);
+        assert_eq!(a.confidence, b.confidence);
+        // The unguided row is the unguided block's.
+        assert_eq!(a.tokens[k..2 * k], free.tokens[k..2 * k]);
+        assert!(
+            a.tokens[..k]
+                .iter()
+                .chain(&a.tokens[2 * k..])
+                .all(|t| t % modulus == 0),
+            "{:?}",
+            a.tokens
+        );
+        // The test means something: the free block left the guide, and full sets were asked
+        // only where it did.
+        let refused = [0, 2].iter().any(|&r| {
+            free.tokens[r * k..(r + 1) * k]
+                .iter()
+                .any(|t| t % modulus != 0)
+        });
+        assert!(refused, "{:?}", free.tokens);
+        assert!(sets.load(Ordering::Relaxed) <= 2 * k);
+    }
+}
+
+#[test]
+fn guides_that_allow_everything_or_cannot_say_change_nothing_and_sampling_ignores_them() {
+    let tiny = Tiny::default();
+    let (_dir, d) = load(&tiny);
+    let s = states(&d);
+    let refs: Vec<_> = s.iter().collect();
+    let anchors = [2, 7, 4];
+    for temperature in [0.0, 0.9] {
+        let plain = ProposeOptions {
+            temperature,
+            seeds: Seeds::PerRequest(vec![3, 4, 5]),
+            ..ProposeOptions::default()
+        };
+        let free = d.propose_cached(&refs, &anchors, &plain).unwrap();
+        let (all, sets) = multiples(1, tiny.target_vocab);
+        let guided = ProposeOptions {
+            guides: Some(vec![Some(all), Some(Guide::new(Mute)), None]),
+            ..plain.clone()
+        };
+        let a = d.propose_cached(&refs, &anchors, &guided).unwrap();
+        assert_eq!(a.tokens, free.tokens, "T {temperature}");
+        assert_eq!(a.draft_logits, free.draft_logits);
+        assert_eq!(a.confidence, free.confidence);
+        assert_eq!(sets.load(Ordering::Relaxed), 0);
+        if temperature > 0.0 {
+            // A sampled call under a strict guide still reports the distribution it drew from.
+            let (even, _) = multiples(2, tiny.target_vocab);
+            let strict = ProposeOptions {
+                guides: Some(vec![Some(even); 3]),
+                ..plain.clone()
+            };
+            let b = d.propose_cached(&refs, &anchors, &strict).unwrap();
+            assert_eq!(b.tokens, free.tokens);
+        }
+    }
+}
