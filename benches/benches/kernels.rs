@@ -104,6 +104,34 @@ fn block(c: &mut Criterion) {
             })
         });
     }
+    // One request, greedy, a reduced draft vocabulary (the one-row decode and a guided
+    // slot's redraw: `W2` in the last-level cache, the single-request tile).
+    let (v1, r1) = (32_000, 64);
+    let map1 = IdMap::identity(v1).unwrap();
+    let base1 = normals(k * v1, 5, 2.0);
+    let (w1s, w2s) = (normals(v1 * r1, 6, 0.05), normals(v1 * r1, 7, 0.05));
+    let greedy = BlockOptions {
+        temperature: 0.0,
+        seeds: Seeds::Scalar(1),
+        id_map: &map1,
+        top_k: None,
+        logit_scale: 1.0,
+    };
+    g.throughput(Throughput::Bytes((k * v1 * r1 * 4) as u64));
+    g.bench_function(format!("f32_B1_K{k}_V{v1}_r{r1}_T0"), |bch| {
+        bch.iter(|| {
+            black_box(
+                sample_block_slices(
+                    Rows3::new(Floats::F32(&base1), [1, k, v1]).unwrap(),
+                    Mat::new(Floats::F32(&w1s), [v1, r1]).unwrap(),
+                    Mat::new(Floats::F32(&w2s), [v1, r1]).unwrap(),
+                    &anchors[..1],
+                    &greedy,
+                )
+                .unwrap(),
+            )
+        })
+    });
     // bf16 Markov weights through the tensor front (read in place).
     let opts = BlockOptions {
         temperature: 1.0,
