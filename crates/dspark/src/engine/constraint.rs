@@ -3,12 +3,13 @@
 //!
 //! A greedy request drafts inside its constraint (a [`BlockGuide`]: see
 //! [`crate::drafter::guide`]). Each round, before the target forward, the engine cuts a
-//! request's drafts at the first one the constraint refuses, and computes the allowed set at every verified position (the
-//! constraint advanced over the drafts before it, then rolled back; a greedy request without
-//! log-probabilities computes it after the forward, and only where the target's greedy token is
-//! refused: `round/constrain.rs`). The target's logits are
-//! masked to those sets (after penalties), so verification, sampling and log-probabilities all
-//! follow the target restricted to the grammar: greedy output is target-only greedy under the
+//! request's drafts at the first one the constraint refuses, and computes the allowed set at
+//! every verified position (the constraint advanced over the drafts before it, then rolled
+//! back; a greedy request computes it after the forward, and only where the target's greedy
+//! token is refused or, for its log-probabilities, where it emits a token:
+//! `round/constrain.rs`). The target's logits are masked to those sets (after penalties), so
+//! verification, sampling and log-probabilities all follow the target restricted to the
+//! grammar: greedy output is target-only greedy under the
 //! same grammar, and output is always in the grammar. Committed tokens then advance the
 //! constraint. The engine knows no grammar engine: the server supplies one (llguidance).
 
@@ -26,17 +27,17 @@ pub trait TokenConstraint: Send {
     fn allowed(&mut self) -> Result<Vec<u32>, String>;
     /// How many of `tokens`, in order, the constraint accepts from its state (unchanged).
     /// `validate(&[t]) == 1` exactly when [`allowed`](Self::allowed) holds `t`: a greedy
-    /// request without log-probabilities asks this of the target's greedy token and computes
-    /// the full set only when it is refused.
+    /// request asks this of the target's greedy token and computes the full set only when it
+    /// is refused.
     fn validate(&mut self, tokens: &[u32]) -> usize;
     /// Advance over `tokens` (each allowed).
     fn consume(&mut self, tokens: &[u32]) -> Result<(), String>;
     /// Undo the last `n` tokens consumed.
     fn rollback(&mut self, n: usize) -> Result<(), String>;
     /// Tokens the grammar forces next from its state, in order (text that is the only way on,
-    /// tokenized; none by default). A greedy request without log-probabilities verifies them
-    /// in place of drafts the grammar refuses: verification decides, so a guess the target
-    /// would not take costs only its positions.
+    /// tokenized; none by default). A greedy request verifies them in place of drafts the
+    /// grammar refuses: verification decides, so a guess the target would not take costs only
+    /// its positions.
     fn forced(&mut self) -> Vec<u32> {
         Vec::new()
     }

@@ -1,6 +1,6 @@
 //! Structured output in the engine, on the toy target with a toy grammar: greedy output is
 //! the target's greedy decoding restricted to the grammar (with the allowed sets computed
-//! before the forward, or lazily after it for a greedy row without log-probabilities), sampled
+//! lazily after the forward for a greedy row, with the right log-probabilities), sampled
 //! output stays in it and follows the restricted distribution, drafts the grammar refuses are
 //! cut before verification, and a grammar that dead-ends ends the request with `stop`.
 
@@ -107,8 +107,8 @@ fn prompt(i: u64) -> Vec<u32> {
 fn greedy_is_the_targets_greedy_within_the_grammar() {
     let lm = lm();
     for verify in [VerifyPolicy::Full, VerifyPolicy::ScheduledMeasured] {
-        // With log-probabilities every verified position's set is computed before the forward;
-        // without, only where the target's greedy token is refused.
+        // Without log-probabilities a set is computed only where the target's greedy token is
+        // refused; with them, also at every position a token is emitted.
         let mut sets = [0usize; 2];
         for (lazy, logprobs) in [(false, Some(1)), (true, None)] {
             let mut e = engine(Mode::Greedy { corrupt_every: 5 }, verify.clone());
@@ -134,6 +134,20 @@ fn greedy_is_the_targets_greedy_within_the_grammar() {
                     want.push(argmax(&restricted(&lm, &s.prompt, &want, g)));
                 }
                 assert_eq!(&got[id].tokens, &want, "{verify:?} lazy {lazy}");
+                // Each emitted token's log-probability is the restricted target's.
+                for (m, lp) in got[id].logprobs.iter().enumerate() {
+                    let row = restricted(&lm, &s.prompt, &want[..m], g);
+                    let top = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let z: f32 = row.iter().map(|x| (x - top).exp()).sum();
+                    let expect = row[want[m] as usize] - top - z.ln();
+                    assert!(
+                        (lp.logprob - expect).abs() < 1e-4,
+                        "{verify:?} position {m}: {} vs {expect}",
+                        lp.logprob
+                    );
+                    assert_eq!(lp.token, want[m]);
+                }
+                assert_eq!(got[id].logprobs.len(), logprobs.map_or(0, |_| want.len()));
                 sets[usize::from(lazy)] += g.sets.load(Ordering::Relaxed);
                 if lazy && g.modulus == 1 {
                     assert_eq!(g.sets.load(Ordering::Relaxed), 0, "all allowed: no set");

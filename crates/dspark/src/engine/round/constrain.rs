@@ -4,14 +4,15 @@
 //! below); its logits rows are masked to those sets; after the commit the grammar advances over
 //! the committed tokens. A request whose grammar allows nothing (or fails) ends with `stop`.
 //!
-//! **Lazy rows.** A greedy request that asks for no log-probabilities reads nothing of a
-//! position's distribution but its greedy token, and the greedy token of the masked row is the
-//! row's own whenever the grammar allows it (the lowest id holding the largest value stays so
-//! in any subset that holds it). Such a row asks its grammar one question per verified
-//! position after the forward (is the target's greedy token allowed here?) and computes the
-//! full allowed set only where the answer is no: a grammar's full set costs a walk over the
-//! vocabulary's token trie, its one-token check a step of its lexer. Its output is the eager
-//! path's, token for token. Where the grammar refuses one of its drafts, the tokens the grammar
+//! **Lazy rows.** A greedy request decides nothing from a position's distribution but its
+//! greedy token, and the greedy token of the masked row is the row's own whenever the grammar
+//! allows it (the lowest id holding the largest value stays so in any subset that holds it).
+//! Such a row asks its grammar one question per verified position after the forward (is the
+//! target's greedy token allowed here?) and computes the full allowed set only where the
+//! answer is no: a grammar's full set costs a walk over the vocabulary's token trie, its
+//! one-token check a step of its lexer. Its output is the eager path's, token for token. One
+//! that reports log-probabilities computes the full sets of the positions it emits, after the
+//! commit ([`Engine::logprob_rows`]): one per token, not one per verified position. Where the grammar refuses one of its drafts, the tokens the grammar
 //! forces from there (its fast-forward: `{"title": "` of a JSON schema) take the refused
 //! draft's place and those after it: verified like drafts, they are kept where the target
 //! agrees.
@@ -77,7 +78,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
     fn masks_of(&mut self, i: usize, drafts: &[u32], masks: &mut Masks) -> Option<Kept> {
         let slot = self.sched.rows.get_mut(i)?.as_mut()?;
         let c = slot.spec.constraint.clone()?;
-        if slot.spec.sampling.is_greedy() && slot.spec.logprobs.is_none() {
+        if slot.spec.sampling.is_greedy() {
             let kept = c.with(|c| c.validate(drafts)).min(drafts.len());
             let mut verified = drafts[..kept].to_vec();
             if kept < drafts.len() {
@@ -179,6 +180,44 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             .reshape((b * w, v))?
             .index_add(&index, &add, 0)?
             .reshape((b, w, v))?)
+    }
+
+    /// Row `i`'s logits at the positions of the `tokens` it emits (`[1, n, V]` from `logits`,
+    /// `[B, W, V]`, position 0 first), each masked to its full allowed set, when it is a lazy
+    /// row that reports log-probabilities (its sets so far exist only where the target's greedy
+    /// token was refused); `None` for any other row. Call it before the row's grammar advances
+    /// over `tokens`.
+    pub(super) fn logprob_rows(
+        &self,
+        i: usize,
+        logits: &Tensor,
+        tokens: &[u32],
+    ) -> Result<Option<Tensor>> {
+        let Some(slot) = self.sched.rows.get(i).and_then(Option::as_ref) else {
+            return Ok(None);
+        };
+        let (Some(c), Some(_)) = (&slot.spec.constraint, slot.spec.logprobs) else {
+            return Ok(None);
+        };
+        if !slot.spec.sampling.is_greedy() || tokens.is_empty() {
+            return Ok(None);
+        }
+        // Position `m` follows the first `m` tokens; a position past one the grammar refuses
+        // (none: the tokens were checked) keeps its logits.
+        let sets = plan_masks(c, &tokens[..tokens.len() - 1]).unwrap_or_default();
+        let n = tokens.len();
+        let rows = logits.get(i)?.narrow(0, 0, n)?;
+        let v = rows.dim(1)?;
+        let mut add = vec![0f32; n * v];
+        for (m, set) in sets.iter().enumerate().take(n) {
+            for (t, a) in add[m * v..(m + 1) * v].iter_mut().enumerate() {
+                if !allows(set, t) {
+                    *a = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let add = Tensor::from_vec(add, (n, v), rows.device())?.to_dtype(rows.dtype())?;
+        Ok(Some((rows + add)?.unsqueeze(0)?))
     }
 
     /// Advance row `i`'s grammar over the tokens it committed (a grammar that refuses them

@@ -114,18 +114,23 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         s
     }
 
-    /// Row `i`'s log-probabilities of `tokens` at positions `from..` of `logits`, when its
+    /// Row `i`'s log-probabilities of `tokens` at positions `0..` of `logits` (`[B, W, V]`, row
+    /// `i`), or of `own` (`[1, n, V]`, [`Engine::logprob_rows`]) where it has them, when its
     /// request asked for them (none otherwise).
     fn logprobs_of(
         &self,
         i: usize,
         logits: &Tensor,
-        from: usize,
+        own: Option<&Tensor>,
         tokens: &[u32],
     ) -> Result<Vec<crate::sampling::TokenLogprob>> {
+        let (logits, row) = match own {
+            Some(t) => (t, 0),
+            None => (logits, i),
+        };
         match &self.sched.rows[i] {
             Some(s) if s.error.is_none() => match s.spec.logprobs {
-                Some(top) => row_logprobs(logits, i, from, tokens, s.spec.sampling, top),
+                Some(top) => row_logprobs(logits, row, 0, tokens, s.spec.sampling, top),
                 None => Ok(Vec::new()),
             },
             _ => Ok(Vec::new()),
@@ -274,8 +279,9 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                     continue;
                 }
                 let c = self.commit(j, p, &verification, out);
+                let own = self.logprob_rows(i, &logits, &c.tokens)?;
                 self.advance(i, &c.tokens);
-                logprobs[i] = self.logprobs_of(i, &logits, 0, &c.tokens)?;
+                logprobs[i] = self.logprobs_of(i, &logits, own.as_ref(), &c.tokens)?;
                 new_tokens[i] = c.tokens;
                 kept[i] = c.kept;
                 accepted[i] = c.accepted;
@@ -340,8 +346,9 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
                         None => {
                             let t = v.emitted(j).first().copied().unwrap_or(0) as u32;
                             first[i] = Some(t);
+                            let own = self.logprob_rows(i, &all, &[t])?;
                             self.advance(i, &[t]);
-                            logprobs[i] = self.logprobs_of(i, &all, 0, &[t])?;
+                            logprobs[i] = self.logprobs_of(i, &all, own.as_ref(), &[t])?;
                         }
                         Some(e) => self.fail_row(i, e),
                     }
