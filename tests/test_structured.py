@@ -145,3 +145,58 @@ def test_the_python_engine_takes_a_response_format() -> None:
     with pytest.raises(dspark.InputError) as e:
         eng.add_request([5], 4, response_format={"type": "regex", "regex": "a("})
     assert e.value.code == "invalid-argument" and "response_format" in str(e.value)
+
+
+def test_sampled_tokens_follow_the_target_restricted_to_the_grammar(
+    assert_distribution: Any,
+) -> None:
+    """Sampled under a regex while drafting inside it (each drafted slot drawn from the
+    drafter's distribution restricted to the grammar): every token sequence of the language
+    comes at its probability under the target restricted to the grammar (chi-square)."""
+    import numpy as np
+
+    import dspark
+    from dspark.bundled import bundled_dir
+
+    root = bundled_dir()
+    tok = pytest.importorskip("tokenizers").Tokenizer.from_file(
+        str(root / "target" / "tokenizer.json")
+    )
+    target = dspark.NativeTarget.from_pretrained(root / "target")
+    drafter = dspark.Drafter.from_pretrained(root / "drafter", target)
+    # The language: three letters of {a, b}, then the end-of-sequence id 0. Its tokens are the
+    # vocabulary's a/b strings (the bundled vocabulary has `a`, `b` and `ab`).
+    pieces = {
+        t: tok.decode([t]) for t in range(target.vocab_size) if tok.decode([t]).strip("ab") == ""
+    }
+    pieces = {t: s for t, s in pieces.items() if s}
+    assert len(pieces) >= 3, pieces
+    prompt = [5, 6, 7, 8]
+    # Every token sequence of the language with its probability under the restricted target.
+    seqs: list[tuple[list[int], float]] = []
+
+    def walk(ids: list[int], text: str, prob: float) -> None:
+        if len(text) == 3:
+            seqs.append(([*ids, 0], prob))
+            return
+        allowed = [t for t, s in pieces.items() if len(text) + len(s) <= 3]
+        row = np.asarray(target.logits(prompt + ids))[-1].astype(np.float64)[allowed]
+        p = np.exp(row - row.max())
+        p /= p.sum()
+        for t, q in zip(allowed, p, strict=True):
+            walk([*ids, t], text + pieces[t], prob * float(q))
+
+    walk([], "", 1.0)
+    assert abs(sum(p for _, p in seqs) - 1.0) < 1e-9
+    index = {tuple(s): i for i, (s, _) in enumerate(seqs)}
+    eng = dspark.Engine(target, drafter, verify="full", max_running=64)
+    fmt = {"type": "regex", "regex": "[ab]{3}"}
+    ids = [
+        eng.add_request(prompt, 6, temperature=1.0, seed=s, stop_token_ids=[0], response_format=fmt)
+        for s in range(800)
+    ]
+    out = eng.run()
+    samples = np.array([index[tuple(out[i])] for i in ids])
+    drafted = eng.metrics()["num_draft_tokens"]
+    assert drafted > 0, "the drafts were verified"
+    assert_distribution(samples, np.array([p for _, p in seqs]), what="sequences under [ab]{3}")

@@ -32,14 +32,14 @@ impl Qwen3Drafter {
         }
     }
 
-    /// What a drafting call's block follows slot by slot: its in-block penalties, when any
-    /// request has one, and its guides, when any request has one and the call is greedy.
+    /// What a drafting call's block follows slot by slot: its in-block penalties and its
+    /// guides, when any request has one.
     fn follow<'a>(&'a self, opts: &'a ProposeOptions) -> Option<Follow<'a>> {
         let pens = opts.in_block.as_deref().filter(|p| any_active(p));
-        let guides = opts.guides.as_deref().filter(|g| {
-            g.iter().any(Option::is_some)
-                && crate::sampling::is_greedy_temperature(opts.temperature)
-        });
+        let guides = opts
+            .guides
+            .as_deref()
+            .filter(|g| g.iter().any(Option::is_some));
         if pens.is_none() && guides.is_none() {
             return None;
         }
@@ -336,14 +336,17 @@ impl Qwen3Drafter {
         };
         let block_opts = self.block_options(opts);
         let block = match self.follow(opts) {
-            Some(follow) if follow.pens.is_empty() => {
-                // Guides alone: the block in one pass, refused rows drawn again from there.
+            Some(follow)
+                if follow.pens.is_empty()
+                    && crate::sampling::is_greedy_temperature(opts.temperature) =>
+            {
+                // Greedy guides alone: the block in one pass, refused rows drawn again there.
                 let rows = Rows3 {
                     data: Floats::F32(&base),
                     dims,
                 };
                 let mut block = sample_block_slices(rows, w1, w2, anchors, &block_opts)?;
-                if let Some(mut g) = Guided::new(follow.guides, b_n) {
+                if let Some(mut g) = Guided::new(follow.guides, b_n, false) {
                     guide_block(
                         &mut block,
                         &base,

@@ -1,4 +1,4 @@
-//! [`ProposeOptions::guides`](super::ProposeOptions): a greedy block drafted inside a grammar.
+//! [`ProposeOptions::guides`](super::ProposeOptions): a block drafted inside a grammar.
 //!
 //! Under structured output the engine cuts a request's drafts at the first one its grammar
 //! refuses, and the round verifies nothing past it. A drafter that never saw the grammar's
@@ -10,10 +10,10 @@
 //! through the Markov head. The guide's full set is computed only at a refused slot: a
 //! grammar's one-token check is a step of its lexer, its full set a walk over the vocabulary.
 //!
-//! Greedy drafts only: a greedy draft's distribution is its token, and verification compares
-//! the target's greedy token with it, so the output is the same whatever was drafted. A
-//! sampled draft is drawn from the distribution it reports, which a redraw would not be: a
-//! drafter ignores guides at a temperature above zero.
+//! A sampled draft is drawn from the distribution it reports, which a redraw after a refusal
+//! would not be: a sampled block restricts every guided slot before it is drawn (the full set
+//! at each slot), so each slot's reported distribution is the drafter's restricted to the
+//! grammar, and verification stays exact.
 
 use std::fmt;
 use std::sync::Arc;
@@ -60,24 +60,68 @@ impl PartialEq for Guide {
 /// unguided: the engine cuts its block there).
 pub(crate) struct Guided {
     guides: Vec<Option<Guide>>,
+    /// A sampled call: every slot restricted before it is drawn, none checked after.
+    ahead: bool,
 }
 
 impl Guided {
-    /// The guides of a call with `b_n` requests (`None` when no row has one).
-    pub(crate) fn new(guides: Option<&[Option<Guide>]>, b_n: usize) -> Option<Self> {
+    /// The guides of a call with `b_n` requests (`None` when no row has one); `ahead` for a
+    /// sampled call.
+    pub(crate) fn new(guides: Option<&[Option<Guide>]>, b_n: usize, ahead: bool) -> Option<Self> {
         let guides = guides?;
         if guides.iter().all(Option::is_none) {
             return None;
         }
         let mut guides = guides.to_vec();
         guides.resize(b_n, None);
-        Some(Self { guides })
+        Some(Self { guides, ahead })
+    }
+
+    /// Before a sampled call draws a slot: row `b`'s base logits `row` (`V_d`) restricted in
+    /// place to what its guide allows after `drafted` (a row whose guide cannot say, or leaves
+    /// nothing drawable, is unguided from here). Returns whether `row` changed. Nothing for a
+    /// greedy call.
+    pub(crate) fn restrict_ahead(
+        &mut self,
+        b: usize,
+        drafted: &[u32],
+        row: &mut [f32],
+        map: &IdMap,
+    ) -> bool {
+        if !self.ahead {
+            return false;
+        }
+        let Some(g) = self.guides.get(b).and_then(Option::as_ref) else {
+            return false;
+        };
+        match g
+            .0
+            .allowed_after(drafted)
+            .and_then(|m| restrict(row, &m, map))
+        {
+            Some(r) => {
+                row.copy_from_slice(&r);
+                true
+            }
+            None => {
+                self.guides[b] = None;
+                false
+            }
+        }
+    }
+
+    /// Whether this is a sampled call's (every slot restricted before it is drawn).
+    pub(crate) fn ahead(&self) -> bool {
+        self.ahead
     }
 
     /// Row `b` drew `token` after `drafted` (its block so far): `None` when its guide allows
     /// it (or it has none), else what the guide allows in its place (`None` too when the
     /// guide cannot say, and the row is unguided from here).
     pub(crate) fn refused(&mut self, b: usize, drafted: &[u32], token: u32) -> Option<Vec<u32>> {
+        if self.ahead {
+            return None;
+        }
         let g = self.guides.get(b)?.as_ref()?;
         let mut block = drafted.to_vec();
         block.push(token);

@@ -15,8 +15,8 @@ use super::guide::{Guide, Guided, restrict, row_options};
 use crate::error::Result;
 use crate::sampling::rng::round_seed;
 use crate::sampling::{
-    BlockOptions, DeviceBlock, DraftBlock, Floats, Mat, Rows3, Seeds, sample_block_on_device,
-    sample_block_slices,
+    BlockOptions, DeviceBlock, DraftBlock, Floats, Mat, Rows3, Seeds, is_greedy_temperature,
+    sample_block_on_device, sample_block_slices,
 };
 
 /// One request's presence and frequency penalties inside a drafted block (see the module docs).
@@ -158,12 +158,16 @@ pub(crate) fn sample_block_in_block(
         draft_logits: Vec::new(),
         prev_embeddings: Vec::new(),
     };
-    let mut guided = Guided::new(follow.guides, b_n);
+    let mut guided = Guided::new(follow.guides, b_n, !is_greedy_temperature(opts.temperature));
     let mut slot = vec![0f32; b_n * v];
     for k in 0..k_n {
         for b in 0..b_n {
             let at = (b * k_n + k) * v;
-            slot[b * v..(b + 1) * v].copy_from_slice(&base[at..at + v]);
+            let row = &mut slot[b * v..(b + 1) * v];
+            row.copy_from_slice(&base[at..at + v]);
+            if let Some(g) = guided.as_mut() {
+                g.restrict_ahead(b, &out.tokens[b * k_n..b * k_n + k], row, opts.id_map);
+            }
         }
         let rows = Rows3 {
             data: Floats::F32(&slot),
@@ -226,9 +230,21 @@ pub(crate) fn sample_block_in_block_on_device(
     let mut tokens = vec![0u32; b_n * k_n];
     let (mut logits, mut embeddings) = (Vec::with_capacity(k_n), Vec::with_capacity(k_n));
     let (mut vt, mut r) = (0, 0);
-    let mut guided = Guided::new(follow.guides, b_n);
+    let mut guided = Guided::new(follow.guides, b_n, !is_greedy_temperature(opts.temperature));
     for k in 0..k_n {
-        let slot = base.narrow(1, k, 1)?.contiguous()?;
+        let mut slot = base.narrow(1, k, 1)?.contiguous()?;
+        if let Some(g) = guided.as_mut().filter(|g| g.ahead()) {
+            // A sampled call: the guided rows restricted on the host, the slot sent back.
+            let mut host = crate::trace::download_f32(&slot)?;
+            let mut changed = false;
+            for (b, row) in host.chunks_mut(v).enumerate() {
+                changed |= g.restrict_ahead(b, &tokens[b * k_n..b * k_n + k], row, opts.id_map);
+            }
+            if changed {
+                slot =
+                    Tensor::from_vec(host, (b_n, 1, v), slot.device())?.to_dtype(slot.dtype())?;
+            }
+        }
         let one_opts = slot_options(opts, k);
         let mut one = sample_block_on_device(&slot, w1, w2, &prev, &one_opts)?;
         (vt, r) = (one.target_vocab, one.rank);

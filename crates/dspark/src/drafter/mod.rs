@@ -56,9 +56,10 @@ pub struct ProposeOptions {
     /// (a token drafted at slot `k` is penalized at the later slots, as verification will score
     /// them), drawing the block slot by slot. A drafter may ignore them (as `logit_bias`).
     pub in_block: Option<Vec<InBlockPenalty>>,
-    /// Per request: what a greedy block may hold (a grammar's state), checked slot by slot as
-    /// the block is drawn; a refused slot is drawn again among the allowed tokens. Ignored at
-    /// a temperature above zero, and a drafter may ignore them (see [`guide`]).
+    /// Per request: what its block may hold (a grammar's state). A greedy block is checked
+    /// slot by slot and a refused slot drawn again among the allowed tokens; a sampled block
+    /// draws every slot from the drafter's distribution restricted to the allowed tokens, and
+    /// reports that. A drafter may ignore them (see [`guide`]).
     pub guides: Option<Vec<Option<Guide>>>,
 }
 

@@ -1,7 +1,7 @@
 //! Structured output: a request's [`TokenConstraint`] (a grammar's state over the target
 //! vocabulary) decides which tokens may come next.
 //!
-//! A greedy request drafts inside its constraint (a [`BlockGuide`]: see
+//! A request drafts inside its constraint (a [`BlockGuide`]: see
 //! [`crate::drafter::guide`]). Each round, before the target forward, the engine cuts a
 //! request's drafts at the first one the constraint refuses, and computes the allowed set at
 //! every verified position (the constraint advanced over the drafts before it, then rolled

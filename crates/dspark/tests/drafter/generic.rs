@@ -110,28 +110,26 @@ fn proposals() -> Value {
                 &p,
             ));
         }
-        // Guided greedy blocks (two rows of three), alone and under in-block penalties (the
-        // slot-by-slot draw).
-        for pens in [false, true] {
+        // Guided blocks (two rows of three): greedy alone (one pass) and under in-block
+        // penalties, sampled alone and under penalties (slot by slot).
+        for (pens, temperature) in [(false, 0.0), (true, 0.0), (false, 0.8), (true, 0.9)] {
             let (even, _) = multiples(2, tiny.target_vocab);
+            let pen = InBlockPenalty {
+                presence: 0.5,
+                frequency: 1.0,
+                seen: vec![],
+            };
             let opts = ProposeOptions {
                 guides: Some(vec![Some(even.clone()), None, Some(even)]),
-                in_block: pens.then(|| {
-                    vec![
-                        InBlockPenalty {
-                            presence: 0.5,
-                            frequency: 1.0,
-                            seen: vec![]
-                        };
-                        3
-                    ]
-                }),
+                in_block: pens.then(|| vec![pen; 3]),
+                temperature,
+                seeds: Seeds::Scalar(8),
                 ..ProposeOptions::default()
             };
             let p = d.propose_cached(&refs, &[1, 2, 3], &opts).unwrap();
             out.push(case(
-                format!("shape {i}, guided, penalties {pens}"),
-                0.0,
+                format!("shape {i}, guided, penalties {pens}, T {temperature}"),
+                temperature,
                 tiny.dtype,
                 &p,
             ));

@@ -1,7 +1,8 @@
-//! Guided greedy blocks (`ProposeOptions::guides`): every slot of a guided row is one its guide
-//! allows, chosen as the drafter's greedy token among the allowed ones after the slots before
-//! it, so a guide that allows the even ids drafts what a huge negative bias on the odd ids
-//! drafts; unguided rows, sampled calls and a guide that allows everything change nothing.
+//! Guided blocks (`ProposeOptions::guides`): every slot of a guided row is one its guide
+//! allows, drawn from the drafter's distribution restricted to the allowed ones after the slots
+//! before it (greedy: its argmax there), so a guide that allows the even ids drafts what a huge
+//! negative bias on the odd ids drafts, and reports `-inf` there; unguided rows and a guide
+//! that allows everything change nothing.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -86,14 +87,22 @@ fn ban(modulus: u32, vocab: usize) -> Vec<Vec<(u32, f32)>> {
 }
 
 #[test]
-fn guided_rows_draft_the_greedy_token_among_the_allowed_ones() {
+fn guided_rows_draft_from_the_drafter_restricted_to_the_allowed_ones() {
     let tiny = Tiny::default();
     let (_dir, d) = load(&tiny);
     let s = states(&d);
     let refs: Vec<_> = s.iter().collect();
     let anchors = [2, 7, 4];
     let v = tiny.target_vocab;
-    for (modulus, pens) in [(2, false), (3, false), (2, true)] {
+    // Greedy alone (one pass, refused rows drawn again), greedy and sampled under in-block
+    // penalties (slot by slot: the same streams as the banned block's).
+    for (modulus, pens, temperature) in [
+        (2, false, 0.0),
+        (3, false, 0.0),
+        (2, true, 0.0),
+        (2, true, 0.9),
+        (3, true, 0.7),
+    ] {
         let in_block = pens.then(|| {
             vec![
                 InBlockPenalty {
@@ -106,6 +115,8 @@ fn guided_rows_draft_the_greedy_token_among_the_allowed_ones() {
         });
         let plain = ProposeOptions {
             in_block: in_block.clone(),
+            temperature,
+            seeds: Seeds::PerRequest(vec![21, 22, 23]),
             ..ProposeOptions::default()
         };
         let free = d.propose_cached(&refs, &anchors, &plain).unwrap();
@@ -120,42 +131,62 @@ fn guided_rows_draft_the_greedy_token_among_the_allowed_ones() {
             ..plain.clone()
         };
         let b = d.propose_cached(&refs, &anchors, &banned).unwrap();
+        let case = format!("modulus {modulus}, penalties {pens}, T {temperature}");
         let k = a.slots;
-        assert_eq!(a.tokens, b.tokens, "modulus {modulus}, penalties {pens}");
-        assert_eq!(a.draft_logits, b.draft_logits);
-        assert_eq!(a.confidence, b.confidence);
+        assert_eq!(a.tokens, b.tokens, "{case}");
+        assert_eq!(a.confidence, b.confidence, "{case}");
+        // The reported distributions: the banned block's, with the refused ids at -inf (a
+        // greedy slot reports its token alone).
+        for (i, (x, y)) in a.draft_logits.iter().zip(&b.draft_logits).enumerate() {
+            let (row, t) = (i / (k * v), (i % v) as u32);
+            if row != 1 && t % modulus != 0 {
+                assert_eq!(*x, f32::NEG_INFINITY, "{case}: entry {i}");
+            } else {
+                assert_eq!(x, y, "{case}: entry {i}");
+            }
+        }
         // The unguided row is the unguided block's.
-        assert_eq!(a.tokens[k..2 * k], free.tokens[k..2 * k]);
+        assert_eq!(a.tokens[k..2 * k], free.tokens[k..2 * k], "{case}");
         assert!(
             a.tokens[..k]
                 .iter()
                 .chain(&a.tokens[2 * k..])
                 .all(|t| t % modulus == 0),
-            "{:?}",
+            "{case}: {:?}",
             a.tokens
         );
         // The test means something: the free block left the guide, and full sets were asked
-        // only where it did.
+        // only where it did (greedy) or once per guided slot (sampled).
         let refused = [0, 2].iter().any(|&r| {
             free.tokens[r * k..(r + 1) * k]
                 .iter()
                 .any(|t| t % modulus != 0)
         });
-        assert!(refused, "{:?}", free.tokens);
-        assert!(sets.load(Ordering::Relaxed) <= 2 * k);
+        assert!(refused, "{case}: {:?}", free.tokens);
+        assert!(sets.load(Ordering::Relaxed) <= 2 * k, "{case}");
     }
 }
 
 #[test]
-fn guides_that_allow_everything_or_cannot_say_change_nothing_and_sampling_ignores_them() {
+fn guides_that_allow_everything_or_cannot_say_change_nothing() {
     let tiny = Tiny::default();
     let (_dir, d) = load(&tiny);
     let s = states(&d);
     let refs: Vec<_> = s.iter().collect();
     let anchors = [2, 7, 4];
-    for temperature in [0.0, 0.9] {
+    let pens = vec![
+        InBlockPenalty {
+            presence: 0.25,
+            frequency: 0.0,
+            seen: vec![],
+        };
+        3
+    ];
+    // Greedy (one pass), and sampled under in-block penalties (slot by slot either way).
+    for (temperature, in_block) in [(0.0, None), (0.9, Some(pens))] {
         let plain = ProposeOptions {
             temperature,
+            in_block,
             seeds: Seeds::PerRequest(vec![3, 4, 5]),
             ..ProposeOptions::default()
         };
@@ -169,16 +200,11 @@ fn guides_that_allow_everything_or_cannot_say_change_nothing_and_sampling_ignore
         assert_eq!(a.tokens, free.tokens, "T {temperature}");
         assert_eq!(a.draft_logits, free.draft_logits);
         assert_eq!(a.confidence, free.confidence);
-        assert_eq!(sets.load(Ordering::Relaxed), 0);
-        if temperature > 0.0 {
-            // A sampled call under a strict guide still reports the distribution it drew from.
-            let (even, _) = multiples(2, tiny.target_vocab);
-            let strict = ProposeOptions {
-                guides: Some(vec![Some(even); 3]),
-                ..plain.clone()
-            };
-            let b = d.propose_cached(&refs, &anchors, &strict).unwrap();
-            assert_eq!(b.tokens, free.tokens);
+        let asked = sets.load(Ordering::Relaxed);
+        if temperature == 0.0 {
+            assert_eq!(asked, 0, "a greedy block the guide allows asks for no set");
+        } else {
+            assert_eq!(asked, a.slots, "a sampled block asks once per slot");
         }
     }
 }

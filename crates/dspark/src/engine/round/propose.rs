@@ -139,9 +139,8 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             in_block.push(slot.spec.penalties.in_block(&slot.out));
             guides.push(slot.spec.constraint.clone().map(Guide::new));
         }
-        // A greedy block stays inside each request's grammar (a sampled one is drawn from the
-        // distribution it reports: the grammar cuts it after).
-        let guided = is_greedy_temperature(temperature) && guides.iter().any(Option::is_some);
+        // Each block stays inside its request's grammar.
+        let guided = guides.iter().any(Option::is_some);
         let biased = bias.iter().any(|b| !b.is_empty());
         let follows = in_block.iter().any(InBlockPenalty::is_active);
         // A device drafter keeps its draft logits where verification will read them.
