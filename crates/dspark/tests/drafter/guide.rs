@@ -77,6 +77,20 @@ fn states(d: &Qwen3Drafter) -> Vec<DraftState> {
         .collect()
 }
 
+/// A tiny drafter, three rows of cached context, their anchors and the target vocabulary.
+fn setup() -> (
+    tempfile::TempDir,
+    Qwen3Drafter,
+    Vec<DraftState>,
+    [u32; 3],
+    usize,
+) {
+    let tiny = Tiny::default();
+    let (dir, d) = load(&tiny);
+    let s = states(&d);
+    (dir, d, s, [2, 7, 4], tiny.target_vocab)
+}
+
 /// The odd (non-multiple) ids pushed far below everything for rows 0 and 2.
 fn ban(modulus: u32, vocab: usize) -> Vec<Vec<(u32, f32)>> {
     let row: Vec<(u32, f32)> = (0..vocab as u32)
@@ -88,12 +102,8 @@ fn ban(modulus: u32, vocab: usize) -> Vec<Vec<(u32, f32)>> {
 
 #[test]
 fn guided_rows_draft_from_the_drafter_restricted_to_the_allowed_ones() {
-    let tiny = Tiny::default();
-    let (_dir, d) = load(&tiny);
-    let s = states(&d);
+    let (_dir, d, s, anchors, v) = setup();
     let refs: Vec<_> = s.iter().collect();
-    let anchors = [2, 7, 4];
-    let v = tiny.target_vocab;
     // Greedy alone (one pass, refused rows drawn again), greedy and sampled under in-block
     // penalties (slot by slot: the same streams as the banned block's).
     for (modulus, pens, temperature) in [
@@ -169,11 +179,8 @@ fn guided_rows_draft_from_the_drafter_restricted_to_the_allowed_ones() {
 
 #[test]
 fn guides_that_allow_everything_or_cannot_say_change_nothing() {
-    let tiny = Tiny::default();
-    let (_dir, d) = load(&tiny);
-    let s = states(&d);
+    let (_dir, d, s, anchors, v) = setup();
     let refs: Vec<_> = s.iter().collect();
-    let anchors = [2, 7, 4];
     let pens = vec![
         InBlockPenalty {
             presence: 0.25,
@@ -191,7 +198,7 @@ fn guides_that_allow_everything_or_cannot_say_change_nothing() {
             ..ProposeOptions::default()
         };
         let free = d.propose_cached(&refs, &anchors, &plain).unwrap();
-        let (all, sets) = multiples(1, tiny.target_vocab);
+        let (all, sets) = multiples(1, v);
         let guided = ProposeOptions {
             guides: Some(vec![Some(all), Some(Guide::new(Mute)), None]),
             ..plain.clone()
