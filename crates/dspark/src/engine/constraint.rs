@@ -46,21 +46,70 @@ pub trait TokenConstraint: Send {
 /// A request's constraint, shared by its clones (a spec is cloned when it is queued; the state
 /// is one).
 #[derive(Clone)]
-pub struct Constraint(pub(crate) Arc<Mutex<Box<dyn TokenConstraint>>>);
+pub struct Constraint(Arc<Mutex<State>>);
+
+/// A constraint's grammar state and the allowed sets computed since its last commit.
+struct State {
+    grammar: Box<dyn TokenConstraint>,
+    sets: Sets,
+}
+
+/// The full allowed sets computed since the last commit, by the tokens after the committed
+/// state they follow. A round asks for the same sets more than once: drafting inside the
+/// grammar at a slot, then verification at the position that follows the same drafts.
+#[derive(Default)]
+pub(crate) struct Sets(Vec<(Vec<u32>, Vec<u32>)>);
+
+impl Sets {
+    /// The set after `prefix`: kept, or `compute`d (and kept when it succeeds).
+    pub(crate) fn after(
+        &mut self,
+        prefix: &[u32],
+        compute: impl FnOnce() -> Result<Vec<u32>, String>,
+    ) -> Result<Vec<u32>, String> {
+        if let Some((_, set)) = self.0.iter().find(|(p, _)| p == prefix) {
+            return Ok(set.clone());
+        }
+        let set = compute()?;
+        self.0.push((prefix.to_vec(), set.clone()));
+        Ok(set)
+    }
+}
 
 impl Constraint {
     /// Wrap `c`.
     pub fn new(c: impl TokenConstraint + 'static) -> Self {
-        Self(Arc::new(Mutex::new(Box::new(c))))
+        Self(Arc::new(Mutex::new(State {
+            grammar: Box::new(c),
+            sets: Sets::default(),
+        })))
     }
 
     /// Run `f` on the state (a poisoned lock is recovered: the state is the grammar's own).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut dyn TokenConstraint) -> R) -> R {
+        self.with_sets(|c, _| f(c))
+    }
+
+    /// Run `f` on the state and the sets computed since the last commit (`f` leaves the state
+    /// where it found it).
+    pub(crate) fn with_sets<R>(
+        &self,
+        f: impl FnOnce(&mut dyn TokenConstraint, &mut Sets) -> R,
+    ) -> R {
         let mut guard = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(guard.as_mut())
+        let State { grammar, sets } = &mut *guard;
+        f(grammar.as_mut(), sets)
+    }
+
+    /// Advance over committed `tokens` (the sets computed before no longer apply).
+    pub(crate) fn commit(&self, tokens: &[u32]) -> Result<(), String> {
+        self.with_sets(|c, sets| {
+            *sets = Sets::default();
+            c.consume(tokens)
+        })
     }
 }
 
@@ -85,19 +134,21 @@ impl BlockGuide for Constraint {
     }
 
     fn allowed_after(&self, tokens: &[u32]) -> Option<Vec<u32>> {
-        self.with(|c| {
+        self.with_sets(|c, sets| {
             let mut consumed = 0;
-            let mut mask = None;
-            if tokens.iter().all(|t| {
-                let ok = c.consume(std::slice::from_ref(t)).is_ok();
-                consumed += usize::from(ok);
-                ok
-            }) {
-                mask = c.allowed().ok().filter(|m| m.iter().any(|&w| w != 0));
-            }
+            let set = sets.after(tokens, || {
+                for t in tokens {
+                    c.consume(std::slice::from_ref(t))?;
+                    consumed += 1;
+                }
+                c.allowed()
+            });
             // A state that cannot be rolled back must not be used again for drafting: its
             // request's own checks will find it.
-            c.rollback(consumed).ok().and(mask)
+            let undo = c.rollback(consumed);
+            undo.ok()
+                .and(set.ok())
+                .filter(|m| m.iter().any(|&w| w != 0))
         })
     }
 }
@@ -112,13 +163,13 @@ pub(crate) fn allows(mask: &[u32], v: usize) -> bool {
 /// allowed. Returns the sets (one more than the drafts kept), or the error of a constraint
 /// that cannot say (position 0 included: the request then ends).
 pub(crate) fn plan_masks(c: &Constraint, drafts: &[u32]) -> Result<Vec<Vec<u32>>, String> {
-    c.with(|c| {
+    c.with_sets(|c, sets| {
         let valid = c.validate(drafts);
         let mut masks = Vec::with_capacity(valid + 1);
         let mut consumed = 0;
         let mut result = Ok(());
         for m in 0..=valid {
-            match c.allowed() {
+            match sets.after(&drafts[..m], || c.allowed()) {
                 Ok(mask) if mask.iter().any(|&w| w != 0) => masks.push(mask),
                 Ok(_) if m == 0 => {
                     result = Err("the grammar allows no token here".to_string());
@@ -154,14 +205,18 @@ pub(crate) fn plan_masks(c: &Constraint, drafts: &[u32]) -> Result<Vec<Vec<u32>>
 mod tests {
     use super::*;
 
-    /// Allows tokens in increasing order only (a toy grammar), below `vocab`.
+    /// Allows tokens in increasing order only (a toy grammar), below `vocab`; counts its full
+    /// sets.
+    #[derive(Default)]
     struct Rising {
         vocab: usize,
         seen: Vec<u32>,
+        sets: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl TokenConstraint for Rising {
         fn allowed(&mut self) -> Result<Vec<u32>, String> {
+            self.sets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let from = self.seen.last().map_or(0, |&t| t as usize + 1);
             let mut mask = vec![0u32; self.vocab.div_ceil(32)];
             for v in from..self.vocab {
@@ -196,6 +251,7 @@ mod tests {
         let c = Constraint::new(Rising {
             vocab: 40,
             seen: vec![3],
+            ..Rising::default()
         });
         let masks = plan_masks(&c, &[5, 9, 7, 20]).unwrap();
         assert_eq!(masks.len(), 3, "5 and 9 kept, 7 refused");
@@ -210,7 +266,38 @@ mod tests {
         let end = Constraint::new(Rising {
             vocab: 40,
             seen: vec![39],
+            ..Rising::default()
         });
         assert!(plan_masks(&end, &[]).is_err());
+    }
+
+    /// A round asks for a set once: drafting inside the grammar, then verification after the
+    /// same drafts, read the set kept since the last commit; a commit drops them all.
+    #[test]
+    fn a_set_is_computed_once_between_commits() {
+        let rising = Rising {
+            vocab: 40,
+            seen: vec![3],
+            ..Rising::default()
+        };
+        let count = rising.sets.clone();
+        let sets = || count.load(std::sync::atomic::Ordering::Relaxed);
+        let c = Constraint::new(rising);
+        let after_5 = c.allowed_after(&[5]).unwrap();
+        assert!(allows(&after_5, 6) && !allows(&after_5, 5));
+        assert_eq!(sets(), 1);
+        let masks = plan_masks(&c, &[5, 9]).unwrap();
+        assert_eq!(masks[1], after_5);
+        assert_eq!(sets(), 3, "after [] and [5, 9] computed, after [5] kept");
+        // The state is where it was, and its sets are kept until the commit.
+        assert_eq!(c.allowed_after(&[]), Some(masks[0].clone()));
+        assert_eq!(sets(), 3);
+        c.commit(&[5]).unwrap();
+        let now = c.allowed_after(&[]).unwrap();
+        assert_eq!(
+            now, after_5,
+            "after the commit: the set after 5, computed again"
+        );
+        assert_eq!(sets(), 4);
     }
 }

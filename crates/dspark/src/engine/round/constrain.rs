@@ -21,7 +21,7 @@ use candle_core::Tensor;
 
 use super::Plan;
 use crate::drafter::Drafter;
-use crate::engine::constraint::{TokenConstraint, allows, plan_masks};
+use crate::engine::constraint::{Sets, TokenConstraint, allows, plan_masks};
 use crate::engine::engine::Engine;
 use crate::engine::output::FinishReason;
 use crate::error::Result;
@@ -128,7 +128,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
             let walk = with_floats(&block, "target logits", |f| {
                 let v = f.len() / (n + 1);
                 let rows = Mat::new(f, [n + 1, v])?;
-                Ok(c.with(|c| lazy_walk(c, &drafts, |m| rows.row(m))))
+                Ok(c.with_sets(|c, sets| lazy_walk(c, sets, &drafts, |m| rows.row(m))))
             })?;
             match walk {
                 Walk::Masks(m) => masks.rows[i] = Some(m),
@@ -232,7 +232,7 @@ impl<T: TargetModel, D: Drafter> Engine<T, D> {
         if tokens.is_empty() {
             return;
         }
-        if c.with(|c| c.consume(tokens)).is_err() && slot.finish.is_none() {
+        if c.commit(tokens).is_err() && slot.finish.is_none() {
             slot.finish = Some(FinishReason::Stop);
         }
     }
@@ -284,6 +284,7 @@ enum Walk {
 /// within it). The constraint is rolled back to where it was.
 fn lazy_walk<'a>(
     c: &mut dyn TokenConstraint,
+    sets_after: &mut Sets,
     drafts: &[u32],
     row: impl Fn(usize) -> Floats<'a>,
 ) -> Walk {
@@ -297,7 +298,8 @@ fn lazy_walk<'a>(
             sets.push(None);
             greedy
         } else {
-            match c.allowed() {
+            // The state has consumed `drafts[..m]` (each the pick before it).
+            match sets_after.after(&drafts[..m], || c.allowed()) {
                 Ok(mask) if mask.iter().any(|&w| w != 0) => {
                     let pick = masked_greedy(row(m), &mask);
                     sets.push(Some(mask));
