@@ -22,6 +22,7 @@ mod forward;
 pub mod guide;
 mod in_block;
 pub mod qwen3;
+mod split;
 
 use candle_core::{Device, Tensor};
 

@@ -215,3 +215,58 @@ fn guides_that_allow_everything_or_cannot_say_change_nothing() {
         }
     }
 }
+
+/// A request that follows nothing drafts the same block whether or not another request of
+/// its call follows a guide or in-block penalties (those are drawn slot by slot, it in one
+/// pass as in a plain call): its drafts depend on its seed and position alone.
+#[test]
+fn a_plain_row_drafts_the_same_beside_guided_or_penalized_ones() {
+    let (_dir, d, s, anchors, v) = setup();
+    let refs: Vec<_> = s.iter().collect();
+    let pen = InBlockPenalty {
+        presence: 0.5,
+        frequency: 1.0,
+        seen: vec![],
+    };
+    for temperature in [0.9, 0.0] {
+        let plain = ProposeOptions {
+            temperature,
+            seeds: Seeds::PerRequest(vec![31, 32, 33]),
+            ..ProposeOptions::default()
+        };
+        let free = d.propose_cached(&refs, &anchors, &plain).unwrap();
+        let (g, _) = multiples(2, v);
+        let mixes = [
+            (Some(vec![Some(g.clone()), None, None]), None),
+            (
+                None,
+                Some(vec![pen.clone(), InBlockPenalty::default(), pen.clone()]),
+            ),
+            (Some(vec![None, None, Some(g)]), Some(vec![pen.clone(); 3])),
+        ];
+        for (i, (guides, in_block)) in mixes.into_iter().enumerate() {
+            let all_follow = in_block
+                .as_ref()
+                .is_some_and(|p| p.iter().all(|p| p.is_active()));
+            let opts = ProposeOptions {
+                guides,
+                in_block,
+                ..plain.clone()
+            };
+            let mixed = d.propose_cached(&refs, &anchors, &opts).unwrap();
+            if all_follow {
+                continue; // every row follows something: nothing is plain
+            }
+            let (k, vt) = (mixed.slots, mixed.target_vocab);
+            let case = format!("T {temperature}, mix {i}");
+            assert_eq!(mixed.tokens[k..2 * k], free.tokens[k..2 * k], "{case}");
+            assert_eq!(
+                mixed.draft_logits[k * vt..2 * k * vt],
+                free.draft_logits[k * vt..2 * k * vt],
+                "{case}"
+            );
+            let conf = |p: &dspark::Proposal| p.confidence.as_ref().map(|c| c[k..2 * k].to_vec());
+            assert_eq!(conf(&mixed), conf(&free), "{case}");
+        }
+    }
+}
