@@ -137,9 +137,9 @@ fn slot_options<'a>(opts: &BlockOptions<'a>, k: usize) -> BlockOptions<'a> {
 }
 
 /// The block of `base` (`[B, K, V_d]` row-major, changed in place at later slots) drawn one slot
-/// at a time with the in-block penalties of `follow`. Same outputs and layout as
+/// at a time with the in-block penalties and guides of `follow` (rows that follow nothing in
+/// one pass, as in a plain call: [`super::split`]). Same outputs and layout as
 /// [`sample_block_slices`].
-/// Rows that follow nothing are drawn in one pass as alone ([`super::split`]).
 pub(crate) fn sample_block_in_block(
     base: &mut [f32],
     dims: [usize; 3],
@@ -149,49 +149,37 @@ pub(crate) fn sample_block_in_block(
     follow: &Follow<'_>,
 ) -> Result<DraftBlock> {
     let [b_n, k_n, v] = dims;
-    let Some([free, fol]) = split(follow, b_n, &opts.seeds) else {
-        return slot_by_slot(base, dims, (w1, w2), anchors, opts, follow);
-    };
-    let gather = |rows: &[usize]| -> Vec<f32> {
-        rows.iter()
-            .flat_map(|&b| base[b * k_n * v..(b + 1) * k_n * v].iter().copied())
-            .collect()
-    };
-    let free_base = gather(&free);
-    let rows = Rows3 {
-        data: Floats::F32(&free_base),
-        dims: [free.len(), k_n, v],
-    };
-    let plain = sample_block_slices(
-        rows,
-        w1,
-        w2,
-        &pick(anchors, &free),
-        &rows_options(opts, &free),
-    )?;
-    let mut fol_base = gather(&fol);
-    let (pens, guides) = sub_follow(follow, &fol);
-    let sub = Follow {
-        pens: &pens,
-        guides: guides.as_deref(),
-        to_draft: follow.to_draft,
-    };
-    let dims = [fol.len(), k_n, v];
-    let (anchors, opts) = (pick(anchors, &fol), rows_options(opts, &fol));
-    let followed = slot_by_slot(&mut fol_base, dims, (w1, w2), &anchors, &opts, &sub)?;
-    Ok(merge_host(b_n, [(&free, plain), (&fol, followed)]))
-}
-
-/// [`sample_block_in_block`] for every row of the call.
-fn slot_by_slot(
-    base: &mut [f32],
-    dims: [usize; 3],
-    (w1, w2): (Mat<'_>, Mat<'_>),
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
-    follow: &Follow<'_>,
-) -> Result<DraftBlock> {
-    let [b_n, k_n, v] = dims;
+    if let Some([free, fol]) = split(follow, b_n, &opts.seeds) {
+        let gather = |rows: &[usize]| -> Vec<f32> {
+            rows.iter()
+                .flat_map(|&b| base[b * k_n * v..(b + 1) * k_n * v].iter().copied())
+                .collect()
+        };
+        let free_base = gather(&free);
+        let rows = Rows3 {
+            data: Floats::F32(&free_base),
+            dims: [free.len(), k_n, v],
+        };
+        let plain = sample_block_slices(
+            rows,
+            w1,
+            w2,
+            &pick(anchors, &free),
+            &rows_options(opts, &free),
+        )?;
+        let mut fol_base = gather(&fol);
+        let (pens, guides) = sub_follow(follow, &fol);
+        let sub = Follow {
+            pens: &pens,
+            guides: guides.as_deref(),
+            to_draft: follow.to_draft,
+        };
+        let dims = [fol.len(), k_n, v];
+        let (anchors, opts) = (pick(anchors, &fol), rows_options(opts, &fol));
+        // Every one of these rows follows something: drawn slot by slot below.
+        let followed = sample_block_in_block(&mut fol_base, dims, (w1, w2), &anchors, &opts, &sub)?;
+        return Ok(merge_host(b_n, [(&free, plain), (&fol, followed)]));
+    }
     let mut tracker = Tracker::new(follow, b_n, v);
     let mut prev = anchors.to_vec();
     let mut out = DraftBlock {
@@ -260,8 +248,8 @@ fn slot_by_slot(
 
 /// [`sample_block_in_block`] on the device-generic path: `base` (`[B, K, V_d]`, on its device)
 /// drawn one slot at a time by the tensor sampler, the later slots changed by one `index_add`
-/// per slot. Same outputs and layout as [`sample_block_on_device`].
-/// Rows that follow nothing are drawn in one pass as alone ([`super::split`]).
+/// per slot (rows that follow nothing in one pass). Same outputs and layout as
+/// [`sample_block_on_device`].
 pub(crate) fn sample_block_in_block_on_device(
     base: &Tensor,
     (w1, w2): (&Tensor, &Tensor),
@@ -269,42 +257,32 @@ pub(crate) fn sample_block_in_block_on_device(
     opts: &BlockOptions<'_>,
     follow: &Follow<'_>,
 ) -> Result<DeviceBlock> {
-    let b_n = base.dim(0)?;
-    let Some([free, fol]) = split(follow, b_n, &opts.seeds) else {
-        return slot_by_slot_on_device(base, (w1, w2), anchors, opts, follow);
-    };
-    let gather = |rows: &[usize]| -> Result<Tensor> {
-        let index: Vec<u32> = rows.iter().map(|&b| b as u32).collect();
-        let index = Tensor::from_vec(index, rows.len(), base.device())?;
-        Ok(base.index_select(&index, 0)?)
-    };
-    let plain = sample_block_on_device(
-        &gather(&free)?,
-        w1,
-        w2,
-        &pick(anchors, &free),
-        &rows_options(opts, &free),
-    )?;
-    let (pens, guides) = sub_follow(follow, &fol);
-    let sub = Follow {
-        pens: &pens,
-        guides: guides.as_deref(),
-        to_draft: follow.to_draft,
-    };
-    let (anchors, opts) = (pick(anchors, &fol), rows_options(opts, &fol));
-    let followed = slot_by_slot_on_device(&gather(&fol)?, (w1, w2), &anchors, &opts, &sub)?;
-    merge_device(b_n, [(&free, plain), (&fol, followed)])
-}
-
-/// [`sample_block_in_block_on_device`] for every row of the call.
-fn slot_by_slot_on_device(
-    base: &Tensor,
-    (w1, w2): (&Tensor, &Tensor),
-    anchors: &[u32],
-    opts: &BlockOptions<'_>,
-    follow: &Follow<'_>,
-) -> Result<DeviceBlock> {
     let (b_n, k_n, v) = base.dims3()?;
+    if let Some([free, fol]) = split(follow, b_n, &opts.seeds) {
+        let gather = |rows: &[usize]| -> Result<Tensor> {
+            let index: Vec<u32> = rows.iter().map(|&b| b as u32).collect();
+            let index = Tensor::from_vec(index, rows.len(), base.device())?;
+            Ok(base.index_select(&index, 0)?)
+        };
+        let plain = sample_block_on_device(
+            &gather(&free)?,
+            w1,
+            w2,
+            &pick(anchors, &free),
+            &rows_options(opts, &free),
+        )?;
+        let (pens, guides) = sub_follow(follow, &fol);
+        let sub = Follow {
+            pens: &pens,
+            guides: guides.as_deref(),
+            to_draft: follow.to_draft,
+        };
+        let (anchors, opts) = (pick(anchors, &fol), rows_options(opts, &fol));
+        // Every one of these rows follows something: drawn slot by slot below.
+        let followed =
+            sample_block_in_block_on_device(&gather(&fol)?, (w1, w2), &anchors, &opts, &sub)?;
+        return merge_device(b_n, [(&free, plain), (&fol, followed)]);
+    }
     let mut tracker = Tracker::new(follow, b_n, v);
     let mut base = base.clone();
     let mut prev = anchors.to_vec();
