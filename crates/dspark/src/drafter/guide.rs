@@ -116,30 +116,37 @@ impl Guided {
     }
 
     /// Row `b` drew `token` after `drafted` (its block so far): `None` when its guide allows
-    /// it (or it has none), else what the guide allows in its place (`None` too when the
-    /// guide cannot say, and the row is unguided from here).
-    pub(crate) fn refused(&mut self, b: usize, drafted: &[u32], token: u32) -> Option<Vec<u32>> {
+    /// it (or it has none), else the base logits of its slot (`V_d`, fetched by `row` only
+    /// then) restricted to what the guide allows in its place. `None` too when the guide cannot
+    /// say or leaves nothing the drafter can draw: the row is unguided from here. Nothing for
+    /// a sampled call (its slots are restricted before they are drawn).
+    pub(crate) fn replacement(
+        &mut self,
+        b: usize,
+        drafted: &[u32],
+        token: u32,
+        row: impl FnOnce() -> Result<Vec<f32>>,
+        map: &IdMap,
+    ) -> Result<Option<Vec<f32>>> {
         if self.ahead {
-            return None;
+            return Ok(None);
         }
-        let g = self.guides.get(b)?.as_ref()?;
+        let Some(g) = self.guides.get(b).and_then(Option::as_ref) else {
+            return Ok(None);
+        };
         let mut block = drafted.to_vec();
         block.push(token);
         if g.0.accepts(&block) == block.len() {
-            return None;
+            return Ok(None);
         }
-        let mask = g.0.allowed_after(drafted);
-        if mask.is_none() {
+        let restricted = match g.0.allowed_after(drafted) {
+            Some(mask) => restrict(&row()?, &mask, map),
+            None => None,
+        };
+        if restricted.is_none() {
             self.guides[b] = None;
         }
-        mask
-    }
-
-    /// Row `b`'s guide allows nothing the drafter can draw: it drafts on unguided.
-    pub(crate) fn give_up(&mut self, b: usize) {
-        if let Some(g) = self.guides.get_mut(b) {
-            *g = None;
-        }
+        Ok(restricted)
     }
 }
 
@@ -180,11 +187,11 @@ pub(crate) fn guide_block(
             // every later one follows the new tokens.
             let mut one = if k == first { None } else { Some(draw(slot)?) };
             let t = one.as_ref().map_or(block.tokens[i], |o| o.tokens[0]);
-            if let Some(mask) = guided.refused(b, &block.tokens[b * k_n..i], t) {
-                match restrict(slot, &mask, opts.id_map) {
-                    Some(logits) => one = Some(draw(&logits)?),
-                    None => guided.give_up(b),
-                }
+            let drafted = &block.tokens[b * k_n..i];
+            if let Some(logits) =
+                guided.replacement(b, drafted, t, || Ok(slot.to_vec()), opts.id_map)?
+            {
+                one = Some(draw(&logits)?);
             }
             if let Some(o) = one {
                 block.tokens[i] = o.tokens[0];
@@ -209,7 +216,7 @@ pub(crate) fn row_options<'a>(opts: &BlockOptions<'a>, b: usize) -> BlockOptions
 
 /// `base` (`V_d` draft logits) with `-inf` at every draft id whose target id `mask` refuses;
 /// `None` when nothing drawable is left.
-pub(crate) fn restrict(base: &[f32], mask: &[u32], map: &IdMap) -> Option<Vec<f32>> {
+fn restrict(base: &[f32], mask: &[u32], map: &IdMap) -> Option<Vec<f32>> {
     let mut out = base.to_vec();
     let mut any = false;
     for (d, x) in out.iter_mut().enumerate() {

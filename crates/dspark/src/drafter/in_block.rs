@@ -11,7 +11,7 @@
 use candle_core::Tensor;
 
 use super::bias::to_draft_id;
-use super::guide::{Guide, Guided, restrict, row_options};
+use super::guide::{Guide, Guided, row_options};
 use super::split::{merge_device, merge_host, pick, rows_options, split, sub_follow};
 use crate::error::Result;
 use crate::sampling::rng::round_seed;
@@ -108,26 +108,6 @@ impl<'a> Tracker<'a> {
     }
 }
 
-/// Row `b`'s base logits `row` (`V_d`) restricted to what its guide allows in place of `t`,
-/// drawn after `drafted`; `None` when it has no guide, the guide allows `t`, or the guide
-/// leaves nothing the drafter can draw (the row is unguided from here).
-fn inside(
-    guided: Option<&mut Guided>,
-    b: usize,
-    drafted: &[u32],
-    t: u32,
-    row: &[f32],
-    opts: &BlockOptions<'_>,
-) -> Option<Vec<f32>> {
-    let g = guided?;
-    let mask = g.refused(b, drafted, t)?;
-    let out = restrict(row, &mask, opts.id_map);
-    if out.is_none() {
-        g.give_up(b);
-    }
-    out
-}
-
 /// The options of slot `k`'s one-slot draw.
 fn slot_options<'a>(opts: &BlockOptions<'a>, k: usize) -> BlockOptions<'a> {
     BlockOptions {
@@ -215,8 +195,13 @@ pub(crate) fn sample_block_in_block(
         }
         for (b, &t) in one.tokens.iter().enumerate() {
             let i = b * k_n + k;
-            let row = &slot[b * v..(b + 1) * v];
-            let again = match inside(guided.as_mut(), b, &out.tokens[b * k_n..i], t, row, opts) {
+            let row = || Ok(slot[b * v..(b + 1) * v].to_vec());
+            let drafted = &out.tokens[b * k_n..i];
+            let again = match guided.as_mut() {
+                Some(g) => g.replacement(b, drafted, t, row, opts.id_map)?,
+                None => None,
+            };
+            let again = match again {
                 Some(base) => {
                     let rows = Rows3 {
                         data: Floats::F32(&base),
@@ -311,26 +296,17 @@ pub(crate) fn sample_block_in_block_on_device(
         let mut amount = Vec::new();
         for b in 0..b_n {
             let mut t = one.tokens[b];
+            let row = || crate::trace::download_f32(&slot.narrow(0, b, 1)?);
+            let drafted = &tokens[b * k_n..b * k_n + k];
             if let Some(g) = guided.as_mut()
-                && let Some(mask) = g.refused(b, &tokens[b * k_n..b * k_n + k], t)
+                && let Some(row) = g.replacement(b, drafted, t, row, opts.id_map)?
             {
-                let row = crate::trace::download_f32(&slot.narrow(0, b, 1)?)?;
-                match restrict(&row, &mask, opts.id_map) {
-                    Some(row) => {
-                        let row = Tensor::from_vec(row, (1, 1, v), slot.device())?
-                            .to_dtype(slot.dtype())?;
-                        let again = sample_block_on_device(
-                            &row,
-                            w1,
-                            w2,
-                            &[prev[b]],
-                            &row_options(&one_opts, b),
-                        )?;
-                        t = again.tokens[0];
-                        one.draft_logits = replace_row(&one.draft_logits, b, &again.draft_logits)?;
-                    }
-                    None => g.give_up(b),
-                }
+                let row =
+                    Tensor::from_vec(row, (1, 1, v), slot.device())?.to_dtype(slot.dtype())?;
+                let again =
+                    sample_block_on_device(&row, w1, w2, &[prev[b]], &row_options(&one_opts, b))?;
+                t = again.tokens[0];
+                one.draft_logits = replace_row(&one.draft_logits, b, &again.draft_logits)?;
             }
             tokens[b * k_n + k] = t;
             prev[b] = t;
