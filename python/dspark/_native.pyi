@@ -458,17 +458,10 @@ class Speculator:
         stop_token_ids: list[int] | None = None,
         on_round: Callable[[list[list[int]]], object] | None = None,
         seed: int | list[int] | None = None,
+        target_only: bool = False,
     ) -> tuple[list[list[int]], SpeculationStats]:
-        """Speculative decoding; ``(tokens per prompt, stats)``."""
-    def generate_target_only(
-        self,
-        prompts: list[list[int]],
-        max_new_tokens: int,
-        stop_token_ids: list[int] | None = None,
-        on_round: Callable[[list[list[int]]], object] | None = None,
-        seed: int | list[int] | None = None,
-    ) -> tuple[list[list[int]], SpeculationStats]:
-        """Target-only decoding with the same options and seeds."""
+        """Speculative decoding, or with ``target_only`` the target alone with the same options
+        and seeds; ``(tokens per prompt, stats)``."""
     def warm_up(self, batch: object) -> None:
         """Profile the target for the scheduler now (``verify="scheduled"`` without a table)."""
     @property

@@ -37,11 +37,6 @@ if TYPE_CHECKING:
 
 #: A streaming hook: called with each request's newly committed tokens.
 OnRound: TypeAlias = "Callable[[list[list[int]]], object]"
-#: The native ``generate`` / ``generate_target_only``.
-_Generate: TypeAlias = (
-    "Callable[[list[list[int]], int, list[int] | None, OnRound | None, int | list[int] | None], "
-    "tuple[list[list[int]], SpeculationStats]]"
-)
 
 __all__ = ["GenerationResult", "SpeculationStats", "Speculator"]
 
@@ -204,9 +199,7 @@ class Speculator:
         policy (a sampled request with a seed verifies whole blocks in drafted rounds under the
         scheduling policies; see ``docs/python-api.md``).
         """
-        return self._run(
-            self._native.generate, input_ids, max_new_tokens, stop_token_ids, on_round, seed
-        )
+        return self._run(input_ids, max_new_tokens, stop_token_ids, on_round, seed, False)
 
     def generate_target_only(
         self,
@@ -219,14 +212,7 @@ class Speculator:
     ) -> GenerationResult:
         """The baseline: the target alone, same options, seeds and stop rules (greedy output
         equals :meth:`generate`'s)."""
-        return self._run(
-            self._native.generate_target_only,
-            input_ids,
-            max_new_tokens,
-            stop_token_ids,
-            on_round,
-            seed,
-        )
+        return self._run(input_ids, max_new_tokens, stop_token_ids, on_round, seed, True)
 
     def warm_up(self, batch: int = 16) -> None:
         """With ``verify="scheduled"`` and no ``steps_per_second``: time the target's
@@ -237,12 +223,12 @@ class Speculator:
 
     def _run(
         self,
-        call: _Generate,
         input_ids: object,
         max_new_tokens: object,
         stop_token_ids: object,
         on_round: OnRound | None,
         seed: int | Sequence[int] | None,
+        target_only: bool,
     ) -> GenerationResult:
         count = as_int(max_new_tokens, "max_new_tokens")
         if on_round is not None and not callable(on_round):
@@ -263,7 +249,7 @@ class Speculator:
                 )
         else:
             seeds = as_seed(seed)
-        tokens, stats = call(prompts, count, stops, on_round, seeds)
+        tokens, stats = self._native.generate(prompts, count, stops, on_round, seeds, target_only)
         return GenerationResult(tokens=tokens, stats=stats)
 
     def _native_vocab(self) -> int:

@@ -220,9 +220,11 @@ impl PySpeculator {
         })
     }
 
-    /// Generate for every prompt: `(tokens per prompt, stats dict)`.
+    /// Generate for every prompt: `(tokens per prompt, stats)`, speculatively or, with
+    /// `target_only`, by the target alone with the same options and seeds (the baseline).
     #[pyo3(signature = (prompts, max_new_tokens, stop_token_ids = None, on_round = None,
-        seed = None))]
+        seed = None, target_only = false))]
+    #[allow(clippy::too_many_arguments)]
     fn generate<'py>(
         &self,
         py: Python<'py>,
@@ -231,6 +233,7 @@ impl PySpeculator {
         stop_token_ids: Option<&Bound<'py, PyAny>>,
         on_round: Option<&Bound<'py, PyAny>>,
         seed: Option<&Bound<'py, PyAny>>,
+        target_only: bool,
     ) -> PyResult<(Vec<Vec<u32>>, PyStats)> {
         let call = Call {
             prompts,
@@ -239,29 +242,12 @@ impl PySpeculator {
             seed,
             on_round,
         };
-        guard(|| self.run(py, call, Decode::Speculative))
-    }
-
-    /// Target-only decoding with the same options and seeds (the baseline).
-    #[pyo3(signature = (prompts, max_new_tokens, stop_token_ids = None, on_round = None,
-        seed = None))]
-    fn generate_target_only<'py>(
-        &self,
-        py: Python<'py>,
-        prompts: &Bound<'py, PyAny>,
-        max_new_tokens: &Bound<'py, PyAny>,
-        stop_token_ids: Option<&Bound<'py, PyAny>>,
-        on_round: Option<&Bound<'py, PyAny>>,
-        seed: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<(Vec<Vec<u32>>, PyStats)> {
-        let call = Call {
-            prompts,
-            max_new_tokens,
-            stop_token_ids,
-            seed,
-            on_round,
+        let decode = if target_only {
+            Decode::TargetOnly
+        } else {
+            Decode::Speculative
         };
-        guard(|| self.run(py, call, Decode::TargetOnly))
+        guard(|| self.run(py, call, decode))
     }
 
     /// Under `verify="scheduled"` with no table, time the target's profile now for `batch`

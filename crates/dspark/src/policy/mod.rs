@@ -35,6 +35,7 @@ mod pipelined;
 mod planner;
 mod prior;
 mod profile;
+mod round_costs;
 pub(crate) mod table;
 mod threshold;
 mod verify_policy;

@@ -4,7 +4,7 @@
 //! each round with the requests' latest confidences.
 
 use super::acceptance::unit;
-use super::learned::Costs;
+use super::round_costs::Costs;
 use super::{StepsPerSecond, schedule_lengths_batch};
 use crate::error::Result;
 

@@ -4,7 +4,8 @@
 use super::{Drafting, Planner};
 use crate::error::Result;
 use crate::policy::StepsPerSecond;
-use crate::policy::learned::{Costs, MIN_SAMPLES};
+use crate::policy::learned::MIN_SAMPLES;
+use crate::policy::round_costs::Costs;
 use crate::policy::weigh::{Regime, drafting_pays, stale_of};
 use crate::policy::{PLAIN_MARGIN, VerifyPolicy};
 
@@ -159,10 +160,9 @@ impl Planner {
         // find drafting still not paying). The streak itself paid for it (its price is a share
         // of the streak's plain rounds), so a streak priced past [`REFRESH_ROUNDS`] asks only
         // that many tokens left: asking for the whole streak (up to [`REFRESH_ROUNDS_MAX`])
-        // kept every shorter request from refreshing at all, and one early round priced too
-        // high (a slow first verification, an unlucky block) kept drafting off for good (an
-        // in-place `q4_k` target: plain in 61 of 63 rounds of each 64-token request, 0.92x
-        // target-only, where full verification ran 1.24x).
+        // would keep every shorter request from refreshing at all, so that one early round
+        // priced too high (a slow first verification, an unlucky block) kept drafting off for
+        // good.
         let due = self.streak.since_draft >= self.streak.refresh_after
             && remaining >= self.streak.refresh_after.min(REFRESH_ROUNDS);
         if fresh || due {
@@ -223,10 +223,9 @@ impl Planner {
         let pays = w.pays && !explore && !unproven;
         // A round plain only to time the plain size leaves the choice as it was: the regime
         // (and its margin) stays, and no streak of plain rounds starts. Counted as a switch,
-        // a close choice for drafting needed the margin again after it, went plain, and the
-        // streak then priced (47 rounds, on the first rounds' acceptance) kept a first call on
-        // an in-place `q4_k` target plain in 55 of its 59 rounds: 0.90x target-only, where full
-        // verification ran 1.2x.
+        // a close choice for drafting would need the margin again after it, go plain, and the
+        // streak then priced on the first rounds' acceptance would keep a first call plain
+        // where drafting pays.
         if w.pays && explore && !unproven {
             self.streak.timing = true;
             self.streak.drafting = regime == Regime::Drafting;
@@ -261,9 +260,8 @@ impl Planner {
     /// of bad luck moves it only part of the way). The price of a refresh counts these: where
     /// drafting pays, a refresh costs nothing; where the record says it does not, what its
     /// extra time buys back. (Priced at the best acceptance the record supports instead, a
-    /// refresh looked free until the record held several rounds, and a request whose drafts
-    /// were rarely accepted paid three or four of them in its first 64 tokens: 0.86x
-    /// target-only under a frequency penalty, 0.90x priced so.)
+    /// refresh would look free until the record held several rounds, and a request whose
+    /// drafts are rarely accepted would pay several of them in its first tokens.)
     ///
     /// [`PRIOR`]: crate::policy::acceptance::PRIOR
     pub(super) fn explore_tokens(&self, n: usize) -> f64 {

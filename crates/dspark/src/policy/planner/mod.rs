@@ -47,7 +47,7 @@
 //! this machine, scaled as the target's timings run against its own prior, and once any
 //! proposal is timed (a probe's), by how far that one ran from its own price. A batch whose best
 //! drafted round loses even with every draft accepted then never drafts (on a small target,
-//! a batch of 16), where it used to pay two drafted rounds to learn so. On such prior-priced
+//! a batch of 16) and pays no drafted round to learn so. On such prior-priced
 //! costs the whole batch drafts only once its plain size has a timing and on a clear gain (by
 //! twice [`PLAIN_MARGIN`](super::PLAIN_MARGIN)): a wrong bet costs the batch's proposal, a plain
 //! round what target-only decoding does. A lone request needs only the timing (its probe is
@@ -76,8 +76,9 @@ use table::{Base, machine_for};
 
 use super::VerifyPolicy;
 use super::acceptance::Acceptance;
-use super::learned::{Costs, ForwardTimes, RoundCosts};
+use super::learned::ForwardTimes;
 use super::prior::Split;
+use super::round_costs::{Costs, RoundCosts};
 use crate::models::ForwardCost;
 
 /// The most a timed proposal rescales the drafter's prior, either way (one timing can be an
