@@ -4,8 +4,9 @@
 use candle_core::{DType, Tensor};
 
 use super::cache::{DraftState, LayerKv};
+use super::follow::{Follow, any_active};
 use super::guide::{Guided, guide_block};
-use super::in_block::{Follow, any_active, sample_block_in_block, sample_block_in_block_on_device};
+use super::in_block::{sample_block_in_block, sample_block_in_block_on_device};
 use super::qwen3::DeviceHeads;
 use super::qwen3::Qwen3Drafter;
 use super::{Drafter, Proposal, ProposeOptions};

@@ -11,7 +11,8 @@
 use candle_core::Tensor;
 
 use super::bias::to_draft_id;
-use super::guide::{Guide, Guided, row_options};
+use super::follow::Follow;
+use super::guide::{Guided, row_options};
 use super::split::{merge_device, merge_host, pick, rows_options, split, sub_follow};
 use crate::error::Result;
 use crate::sampling::rng::round_seed;
@@ -19,38 +20,6 @@ use crate::sampling::{
     BlockOptions, DeviceBlock, DraftBlock, Floats, Mat, Rows3, Seeds, is_greedy_temperature,
     sample_block_on_device, sample_block_slices,
 };
-
-/// One request's presence and frequency penalties inside a drafted block (see the module docs).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct InBlockPenalty {
-    /// Subtracted once from a token drafted in the block that is not in `seen`.
-    pub presence: f32,
-    /// Subtracted once per time a token is drafted in the block.
-    pub frequency: f32,
-    /// The TARGET ids the request generated before the block, sorted and distinct (their own
-    /// penalties come through [`ProposeOptions::logit_bias`](super::ProposeOptions)).
-    pub seen: Vec<u32>,
-}
-
-impl InBlockPenalty {
-    /// Whether drafting a token changes later slots.
-    pub fn is_active(&self) -> bool {
-        self.presence != 0.0 || self.frequency != 0.0
-    }
-
-    /// What drafting target id `t` once more subtracts at later slots: the frequency penalty,
-    /// plus the presence penalty when `t` was generated nowhere before (`drafted` = how many
-    /// times earlier slots of the block drafted it).
-    fn step(&self, t: u32, drafted: u32) -> f32 {
-        let new = drafted == 0 && self.seen.binary_search(&t).is_err();
-        self.frequency + if new { self.presence } else { 0.0 }
-    }
-}
-
-/// Whether any request of `pens` is active.
-pub(crate) fn any_active(pens: &[InBlockPenalty]) -> bool {
-    pens.iter().any(InBlockPenalty::is_active)
-}
 
 /// The seeds of slot `k`: slot 0 keeps the call's, later slots draw from their own streams
 /// (a request's draws still depend on its seed and position alone).
@@ -60,14 +29,6 @@ fn slot_seeds(seeds: &Seeds, k: usize) -> Seeds {
         Seeds::Scalar(s) => Seeds::Scalar(mix(*s)),
         Seeds::PerRequest(v) => Seeds::PerRequest(v.iter().map(|&s| mix(s)).collect()),
     }
-}
-
-/// What a drafting call's block follows slot by slot: the in-block penalties (one per request,
-/// or none), the guides of a greedy call, and the drafter's target-to-draft id lookup.
-pub(crate) struct Follow<'a> {
-    pub(crate) pens: &'a [InBlockPenalty],
-    pub(crate) guides: Option<&'a [Option<Guide>]>,
-    pub(crate) to_draft: &'a [u32],
 }
 
 /// What each request drafted so far in the block, and what the next draft subtracts.
@@ -357,19 +318,6 @@ fn replace_row(rows: &Tensor, b: usize, row: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn presence_counts_only_tokens_new_to_the_request() {
-        let p = InBlockPenalty {
-            presence: 0.5,
-            frequency: 0.25,
-            seen: vec![3, 7],
-        };
-        assert_eq!(p.step(3, 0), 0.25, "generated before the block");
-        assert_eq!(p.step(4, 0), 0.75, "first time anywhere");
-        assert_eq!(p.step(4, 1), 0.25, "drafted before in the block");
-        assert!(!InBlockPenalty::default().is_active());
-    }
 
     #[test]
     fn slot_zero_keeps_the_call_seeds_and_later_slots_differ() {

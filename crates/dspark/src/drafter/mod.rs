@@ -18,6 +18,7 @@ mod batched;
 mod bias;
 pub mod cache;
 mod cost;
+mod follow;
 mod forward;
 pub mod guide;
 mod in_block;
@@ -28,8 +29,8 @@ use candle_core::{Device, Tensor};
 
 pub use crate::nn::SharedWeights;
 pub use cache::DraftState;
+pub use follow::InBlockPenalty;
 pub use guide::{BlockGuide, Guide};
-pub use in_block::InBlockPenalty;
 pub use qwen3::{Qwen3Drafter, Qwen3DrafterBuilder};
 
 use crate::checkpoint::WeightSource;

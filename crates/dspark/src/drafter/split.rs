@@ -7,8 +7,8 @@
 
 use candle_core::Tensor;
 
+use super::follow::{Follow, InBlockPenalty};
 use super::guide::Guide;
-use super::in_block::{Follow, InBlockPenalty};
 use crate::error::Result;
 use crate::sampling::{BlockOptions, DeviceBlock, DraftBlock, Seeds};
 
