@@ -2,7 +2,7 @@
 //! the later slots of the same block, the reported draft logits say so, and tokens the request
 //! generated before the block get no second presence penalty.
 use crate::drafter_common::{Tiny, context, load};
-use crate::sampling_support::{assert_follows, softmax};
+use crate::sampling_common::{assert_follows, softmax};
 use dspark::sampling::Seeds;
 use dspark::{DraftState, Drafter, InBlockPenalty, ProposeOptions};
 

@@ -6,8 +6,8 @@
 mod child_common;
 #[path = "../drafter_common/mod.rs"]
 mod drafter_common;
-#[path = "../sampling_support/mod.rs"]
-mod sampling_support;
+#[path = "../sampling_common/mod.rs"]
+mod sampling_common;
 
 mod cache;
 mod cost;

@@ -1,6 +1,6 @@
 //! The confidence head (with STS calibration) and the padded-column mask op.
 
-use crate::sampling_support::TestRng;
+use crate::sampling_common::TestRng;
 use candle_core::{DType, Device, Tensor};
 use dspark::sampling::{
     Floats, Rows3, StsCalibration, confidence, confidence_slices, mask_padded_rows,

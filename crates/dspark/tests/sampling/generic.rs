@@ -3,8 +3,8 @@
 //! the same seeds in at least 99% of draws (float summation order may move a boundary), errors
 //! identical. Also a timing (`--ignored`) of the paths at `B = 8, K = 7, V = 151936`.
 
-use crate::sampling_support::TestRng;
-use crate::sampling_support::held::Held;
+use crate::sampling_common::TestRng;
+use crate::sampling_common::held::Held;
 use candle_core::Device;
 use dspark::idmap::IdMap;
 use dspark::sampling::{

@@ -7,7 +7,7 @@
 //! runs 50,000 independent trials (one batched call per round) and checks the joint distribution
 //! of the first two emitted tokens with a chi-square test at alpha = 1e-4.
 
-use crate::sampling_support::{TestRng, assert_follows, reference_probs};
+use crate::sampling_common::{TestRng, assert_follows, reference_probs};
 use dspark::IdMap;
 use dspark::sampling::{
     BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions,

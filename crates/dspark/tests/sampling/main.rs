@@ -2,8 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../sampling_support/mod.rs"]
-mod sampling_support;
+#[path = "../sampling_common/mod.rs"]
+mod sampling_common;
 
 mod confidence;
 mod generic;

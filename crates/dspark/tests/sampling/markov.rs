@@ -1,7 +1,7 @@
 //! The Markov block sampler: exact recorded q, padded-column masking, reference equivalence,
 //! top-k walk, dtype handling, order independence and typed errors.
 
-use crate::sampling_support::{TestRng, assert_follows, histogram, softmax};
+use crate::sampling_common::{TestRng, assert_follows, histogram, softmax};
 use dspark::IdMap;
 use dspark::sampling::{
     BlockOptions, DraftBlock, Floats, Mat, Rows3, Seeds, sample_block, sample_block_slices,

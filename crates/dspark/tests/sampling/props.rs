@@ -7,7 +7,7 @@
 //! Deterministic: a fixed ChaCha seed and a bounded case count (no persistence files), so CI
 //! runs the same cases every time.
 
-use crate::sampling_support::held::Held;
+use crate::sampling_common::held::Held;
 use dspark::policy::{StepsPerSecond, schedule_lengths, schedule_pipelined, threshold_lengths};
 use dspark::sampling::{
     BlockOptions, Floats, Mat, PerRequest, Rows3, Seeds, Tokens, VerifyOptions, confidence_slices,

@@ -2,7 +2,7 @@
 //! global search on current confidences is not, a look-ahead on predicted acceptance is), the
 //! pipelined variant, and basic properties.
 
-use crate::sampling_support::{appendix_a, assert_differs, assert_follows};
+use crate::sampling_common::{appendix_a, assert_differs, assert_follows};
 use dspark::policy::{
     StepsPerSecond, schedule_lengths, schedule_lengths_ahead, schedule_pipelined, threshold_lengths,
 };

@@ -3,8 +3,8 @@
 //! crosses a row-tile cliff that Algorithm 1 and the single-request look-ahead stop at; and its
 //! shapes and fallback.
 
-use crate::sampling_support::appendix_a::appendix_a;
-use crate::sampling_support::assert_follows;
+use crate::sampling_common::appendix_a::appendix_a;
+use crate::sampling_common::assert_follows;
 use dspark::policy::{
     MAX_BATCH_SEARCH_SLOTS, StepsPerSecond, schedule_lengths, schedule_lengths_ahead,
     schedule_lengths_batch,

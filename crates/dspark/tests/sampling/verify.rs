@@ -1,7 +1,7 @@
 //! Verification semantics: greedy acceptance, stop tokens, partial verification, masked vocab,
 //! dtypes, order independence, the tensor front and typed errors.
 
-use crate::sampling_support::{TestRng, assert_follows, histogram, reference_probs};
+use crate::sampling_common::{TestRng, assert_follows, histogram, reference_probs};
 use dspark::sampling::{
     Floats, PerRequest, Rows3, Seeds, Tokens, Verification, VerifyOptions, verify, verify_slices,
 };

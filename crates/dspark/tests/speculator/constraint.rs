@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::sampling_support::{assert_follows, reference_probs};
+use crate::sampling_common::{assert_follows, reference_probs};
 use crate::speculator_common::{Mode, OracleDrafter, ToyLm, ToyTarget, argmax, mix};
 use crate::toy_engine::{V, budgeted, drain, joint, lm, mixed_ids, pair_counts, sampled_pairs};
 use dspark::engine::{Constraint, Engine, FinishReason, RequestId, RequestSpec, TokenConstraint};

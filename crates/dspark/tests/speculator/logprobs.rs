@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::sampling_support::reference_probs;
+use crate::sampling_common::reference_probs;
 use crate::speculator_common::{Mode, mix};
 use crate::toy_engine::{V, budgeted, drain, engine, lm, mixed_ids};
 use dspark::engine::{EngineConfig, RequestId, RequestSpec, SamplingParams};

@@ -4,8 +4,8 @@
 
 #[path = "../drafter_common/mod.rs"]
 mod drafter_common;
-#[path = "../sampling_support/mod.rs"]
-mod sampling_support;
+#[path = "../sampling_common/mod.rs"]
+mod sampling_common;
 #[path = "../speculator_common/mod.rs"]
 mod speculator_common;
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::sampling_support::{assert_follows, reference_probs};
+use crate::sampling_common::{assert_follows, reference_probs};
 use crate::speculator_common::{Mode, ToyLm, argmax, mix};
 use crate::toy_engine::{
     V, budgeted, drain, engine, joint, lm, mixed_ids, pair_counts, sampled_pairs,

@@ -4,7 +4,7 @@
 //! statistical losslessness (chi-square on the exact toy distribution), statistics, the cache
 //! bookkeeping (the drafter context holds exactly the committed tokens at their positions), and
 //! typed errors.
-use crate::sampling_support::{assert_differs, assert_follows, reference_probs};
+use crate::sampling_common::{assert_differs, assert_follows, reference_probs};
 use crate::speculator_common::{Fault, Mode, OracleDrafter, Rows, ToyTarget, mix};
 use crate::toy_engine::{CAPTURE, HIDDEN, K, LAYERS, V, mixed_ids, toy};
 use dspark::Error;

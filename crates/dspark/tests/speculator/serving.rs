@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::sampling_support::{assert_follows, reference_probs};
+use crate::sampling_common::{assert_follows, reference_probs};
 use crate::speculator_common::{Fault, Mode, OracleDrafter, ToyTarget, mix};
 use crate::toy_engine::{CAPTURE, HIDDEN, K, LAYERS, V, budgeted, mixed_ids};
 use dspark::engine::{

@@ -1,8 +1,6 @@
 //! The `dspark-server` binary: `--help`, usage errors (exit 2), a port already taken (exit 1,
 //! code `bind`), and SIGTERM mid-request (the request finishes, exit 0).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};

@@ -2,11 +2,7 @@
 //! the native engine's tests check what it does), and a schema that does not compile, a regex
 //! that can never match, or an unknown type is a 400 naming the field, the server serving on.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::{Server, Setup};
+use crate::common::{Server, Setup};
 use serde_json::json;
 
 #[tokio::test]

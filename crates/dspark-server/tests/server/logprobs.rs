@@ -2,11 +2,7 @@
 //! `-ln 2`, the alternatives `t + k` at `-(k + 1) ln 2`): both endpoints' shapes, whole and
 //! streamed alike, the count checks, and null when not asked for.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::{Server, Setup, encode, sse_chunks};
+use crate::common::{Server, Setup, encode, sse_chunks};
 use serde_json::{Value, json};
 
 const LN2: f64 = std::f64::consts::LN_2;

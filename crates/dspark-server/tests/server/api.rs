@@ -2,13 +2,10 @@
 //! usage and dspark figures, stop strings, seeds, typed errors, disconnects, the queue limit
 //! and graceful shutdown. Every server binds 127.0.0.1 on port 0.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::{Server, Setup, encode, http_post, raw_request, target_with_config};
+use crate::common;
+use crate::common::{Server, Setup, encode, http_post, raw_request, target_with_config};
 use dspark_server::fake::FakeConfig;
 use serde_json::{Value, json};
 

@@ -3,17 +3,13 @@
 //! requests, stop ids, draft logits or none, masked and invalid rows, several chunks per row),
 //! within the launch plan's budgets.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use dspark::sampling::fused::layout::TokenKind;
 use dspark::sampling::fused::testing::{decode, verify_model};
 use dspark::sampling::fused::{TokenSource, VerifyInputs, VerifyShape, run_verify, verify_plan};
 use dspark::sampling::{PerRequest, Rows3, Seeds, Tokens, VerifyOptions};
 use dspark_kernel_emu::Emu;
 
-mod support;
-
-use support::{Data, Rng};
+use crate::common::{Data, Rng};
 
 /// Logits with peaks, exact ties and (optionally) masked values.
 fn logits(rng: &mut Rng, rows: usize, v: usize, mask: bool) -> Vec<f32> {

@@ -3,13 +3,9 @@
 //! interleaved with their indexes, the usage counting the prompt once; bad `n` and a queue too
 //! small for the choices are errors, and the server keeps serving.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{Server, Setup, encode, sse_chunks};
+use crate::common::{Server, Setup, encode, sse_chunks};
 use dspark_server::fake::FakeConfig;
 use serde_json::json;
 

@@ -2,10 +2,7 @@
 //! `Qwen3Drafter`): greedy text through HTTP equals the engine's own output for the same
 //! prompt, and a seeded sampled request gives the same text alone and among other traffic.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
+use crate::common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,16 +3,12 @@
 //! over random calls (dtypes, ranks, identity and d2t maps, padded vocabularies, greedy and
 //! sampled, dense and top-k, invalid rows), within the launch plan's budgets.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use dspark::sampling::fused::testing::block_model;
 use dspark::sampling::fused::{BlockInputs, BlockSettings, BlockShape, block_plan, run_block};
 use dspark::sampling::{Mat, Rows3};
 use dspark_kernel_emu::Emu;
 
-mod support;
-
-use support::{Data, Rng};
+use crate::common::{Data, Rng};
 
 struct Case {
     dims: [usize; 3],
