@@ -101,6 +101,11 @@ impl ForwardTimes {
         self.0.get(tokens).len()
     }
 
+    /// The median of the timings kept at exactly `tokens` (`None`: none).
+    pub(crate) fn median_at(&self, tokens: usize) -> Option<f64> {
+        median(self.0.get(tokens).to_vec())
+    }
+
     /// `profiled` refined by the kept timings (see the module docs); the profile itself when
     /// nothing is kept. Its sizes are the profile's and every timed count. `rounds`: the
     /// counts a round can verify (a plain round's `B` to a drafted round's `B·(K + 1)`), over

@@ -89,6 +89,68 @@ fn a_plain_size_no_timing_or_line_prices_is_timed_whatever_the_margin() {
     assert!(plain >= 13, "{plain} of 16 plain: {choices:?}");
 }
 
+#[test]
+fn one_timing_near_the_read_bound_prices_the_plain_size() {
+    // A target that reads 1 GB of weights from memory at 25 GB/s and multiplies 5 ms a token:
+    // its prior prices a decode step at 40 ms (the read bound) and a 9-token verification at
+    // 45 ms (the multiplies). Drafting 8 at 0.8 commits about 4 tokens a round: it pays.
+    let machine = crate::policy::machine::Machine {
+        read_bytes_per_s: 25e9,
+        cache_bytes: 0.0,
+        cache_read_bytes_per_s: 25e9,
+        flops_f32: 4e11,
+        flops_bf16: 4e11,
+        flops_q8_0: 4e11,
+        flops_q4_k: 4e11,
+    };
+    let cost = ForwardCost {
+        weight_bytes: 1e9,
+        flops_per_token: 2e9,
+        layers: 24,
+        dtype: WeightDtype::F32,
+        quant: None,
+        layer_seconds: None,
+    };
+    let prior = crate::policy::prior::prior_table(&cost, &machine, false, 64, 9).unwrap();
+    let split = crate::policy::prior::Split::new(&cost, &machine, false);
+    // `slowdown`: how far this target's forwards run from the prior's bound. Returns the plain
+    // rounds of 24 choices after two drafted rounds.
+    let plain_rounds = |slowdown: f64| {
+        let forward = |tokens: usize| {
+            let (read, multiply) = split.parts(tokens);
+            slowdown * read.max(multiply)
+        };
+        let mut p = learned(8, &prior, None);
+        p.base.as_mut().unwrap().split = Some(split);
+        let conf = [0.8f32; 8];
+        for _ in 0..2 {
+            p.observe_round(1, false, true, 5e-3, 0.0, 0.0);
+            p.observe_acceptance(8, 4, Some(&conf));
+            p.observe_forward(9, forward(9));
+        }
+        let stale = [Some(&conf[..])];
+        let mut choices = Vec::new();
+        for _ in 0..24 {
+            let table = p.measured_steps_per_second().unwrap();
+            let d = p.drafts(&stale, Some(&table), 1000).unwrap();
+            let tokens = if d == Drafting::Plain { 1 } else { 9 };
+            if d != Drafting::Plain {
+                p.observe_round(1, false, true, 5e-3, 0.0, 0.0);
+                p.observe_acceptance(8, 4, Some(&conf));
+            } else {
+                p.observe_round(1, true, false, 0.0, 0.0, 0.0);
+            }
+            p.observe_forward(tokens, forward(tokens));
+            choices.push(d);
+        }
+        choices.iter().filter(|&&d| d == Drafting::Plain).count()
+    };
+    // Near the bound, one timing prices the decode step: one plain round, then drafting.
+    assert_eq!(plain_rounds(1.05), 1);
+    // Far from it (a forward three times the bound), the step is timed MIN_SAMPLES times.
+    assert_eq!(plain_rounds(3.0), MIN_SAMPLES);
+}
+
 /// A planner under the learned table whose base is `table` (as `measured_table` would
 /// keep it), with a drafter whose block pass costs `cost`.
 fn learned(n: usize, table: &StepsPerSecond, cost: Option<ForwardCost>) -> Planner {
