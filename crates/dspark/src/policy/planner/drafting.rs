@@ -36,10 +36,10 @@ pub const EXPLORE_SHARE: f64 = 0.8;
 /// twice the [`PLAIN_MARGIN`] that measured costs need.
 const UNPROVEN_MARGIN: f64 = 2.0 * PLAIN_MARGIN;
 
-/// How near the least a forward can take (the prior's bound: the weights read at the machine's
-/// measured bandwidth, or the multiplies at its measured rate) one timing of a plain size must
-/// lie to price that size alone ([`Planner::plain_timed`]).
-const FLOOR_TRUST: f64 = 1.2;
+/// How much faster than its one timing a plain size may really run (that timing slowed by
+/// noise, or by a drafted round's weights in the caches) while the drafted round stays the
+/// better choice, for that one timing to price the size ([`Planner::plain_timed`]).
+const TIMING_SLACK: f64 = 1.5;
 
 /// Request-rounds the acceptance record holds (at the first draft position) before a close
 /// choice is tested with a plain round: earlier, the drafted estimate is mostly the prior's.
@@ -207,8 +207,8 @@ impl Planner {
         // per-token work, not by reading the weights) that prices a decode step at up to three
         // times its time, so that drafting looks like it pays where it costs. Elsewhere, only
         // a close choice, once the acceptance record is not just its prior.
-        let untimed =
-            matches!(self.verify, VerifyPolicy::ScheduledMeasured) && !self.plain_timed(b);
+        let untimed = matches!(self.verify, VerifyPolicy::ScheduledMeasured)
+            && !self.plain_timed(b, w.plain_share, &table);
         let unanchored = self.costs.get(b).is_some() && !self.times.line_covers(b, b..=b * (n + 1));
         let close =
             w.plain_share >= EXPLORE_SHARE && self.acceptance.evidence() >= EXPLORE_EVIDENCE;
@@ -242,31 +242,28 @@ impl Planner {
         Ok(if pays { Drafting::All } else { Drafting::Plain })
     }
 
-    /// Whether the plain size `b` is priced by its own timings: [`MIN_SAMPLES`] of them, or one
-    /// already within [`FLOOR_TRUST`] of the least a forward of `b` rows can take on this machine
-    /// (the prior's bound). Noise only slows a forward, so such a timing prices the size within
-    /// that factor, and more plain rounds taken to time it would each give up a drafted round's
-    /// gain where drafting pays (a target that reads its weights from memory: its decode step
-    /// runs near the read bound). A target whose forwards run far from the bound (one that lives
-    /// in the caches, where a decode step is bound by its per-token work) still takes
-    /// [`MIN_SAMPLES`]; so does a table with no prior (a profile, a user's table).
-    pub(super) fn plain_timed(&self, b: usize) -> bool {
+    /// Whether the plain size `b` is priced by its own timings, for a choice that gives the plain
+    /// round `plain_share` of the best drafted round's `Θ` on `table`: [`MIN_SAMPLES`] of them,
+    /// or one where drafting would still be the better choice with the plain forward
+    /// [`TIMING_SLACK`] times faster than that timing. Noise only slows a forward (as do a
+    /// drafted round's weights in the caches before a plain step), so a first timing can
+    /// price a plain round too high, never too low: where that could not change the choice,
+    /// further plain rounds taken to time the size would only give up drafted rounds that pay
+    /// (a target that reads its weights from memory, where drafting pays clearly). Where it
+    /// could (a target that lives in the caches, its first plain step after a drafted round
+    /// slower than the next ones), or where the table prices the size far below its timing,
+    /// the size is timed [`MIN_SAMPLES`] times.
+    pub(super) fn plain_timed(&self, b: usize, plain_share: f64, table: &StepsPerSecond) -> bool {
         let timed = self.times.timed(b);
         if timed >= MIN_SAMPLES {
             return true;
         }
-        let floor = self
-            .base
-            .as_ref()
-            .and_then(|base| base.split.as_ref())
-            .map(|split| {
-                let (read, multiply) = split.parts(b);
-                read.max(multiply)
-            });
-        match (floor, self.times.median_at(b)) {
-            (Some(floor), Some(t)) if timed > 0 && floor > 0.0 => t <= FLOOR_TRUST * floor,
-            _ => false,
-        }
+        let (Some(t), priced) = (self.times.median_at(b), 1.0 / table.sps(b)) else {
+            return false;
+        };
+        // The plain round's `Θ` at the forward's timed price, not the table's.
+        let at_timing = plain_share * priced / t;
+        t > 0.0 && at_timing.is_finite() && at_timing * TIMING_SLACK < 1.0
     }
 
     /// [`priced_streak`] for a batch of `b` with this planner's drafts and expected tokens, its

@@ -62,9 +62,9 @@
 //! at [`EXPLORE_SHARE`] of the drafted one or more) and the acceptance record holds 8
 //! request-rounds. Such a round leaves the choice as it was: it is neither a switch (the
 //! margin the next round needs is the one before it) nor part of a streak of plain rounds. One
-//! timing within 1.2 times the least a forward of that size can take on this machine (the
-//! prior's bound: a target that reads its weights from memory) prices the size alone: noise
-//! only slows a forward, and further plain rounds would give up drafted rounds that pay.
+//! timing prices the size alone where drafting would still win with the plain round 1.5 times
+//! faster than timed: noise only slows a forward, and further plain rounds would give up drafted
+//! rounds that pay.
 //!
 //! A request whose own limit (`max_drafts`, its budget) leaves no draft, or that never drafts,
 //! takes the same target-only step inside a drafted round.

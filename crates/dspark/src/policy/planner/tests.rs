@@ -90,10 +90,10 @@ fn a_plain_size_no_timing_or_line_prices_is_timed_whatever_the_margin() {
 }
 
 #[test]
-fn one_timing_near_the_read_bound_prices_the_plain_size() {
+fn one_timing_prices_the_plain_size_where_drafting_wins_by_far() {
     // A target that reads 1 GB of weights from memory at 25 GB/s and multiplies 5 ms a token:
-    // its prior prices a decode step at 40 ms (the read bound) and a 9-token verification at
-    // 45 ms (the multiplies). Drafting 8 at 0.8 commits about 4 tokens a round: it pays.
+    // a decode step takes 40 ms (the read bound), a 9-token verification 45 ms (the
+    // multiplies), each 5% over its bound; proposing 5 ms.
     let machine = crate::policy::machine::Machine {
         read_bytes_per_s: 25e9,
         cache_bytes: 0.0,
@@ -113,19 +113,19 @@ fn one_timing_near_the_read_bound_prices_the_plain_size() {
     };
     let prior = crate::policy::prior::prior_table(&cost, &machine, false, 64, 9).unwrap();
     let split = crate::policy::prior::Split::new(&cost, &machine, false);
-    // `slowdown`: how far this target's forwards run from the prior's bound. Returns the plain
-    // rounds of 24 choices after two drafted rounds.
-    let plain_rounds = |slowdown: f64| {
-        let forward = |tokens: usize| {
-            let (read, multiply) = split.parts(tokens);
-            slowdown * read.max(multiply)
-        };
+    let forward = |tokens: usize| {
+        let (read, multiply) = split.parts(tokens);
+        1.05 * read.max(multiply)
+    };
+    // The plain rounds of 24 choices after two drafted rounds, each drafting 8 at confidence
+    // `c` with `accepted` of them accepted.
+    let plain_rounds = |c: f32, accepted: usize| {
         let mut p = learned(8, &prior, None);
         p.base.as_mut().unwrap().split = Some(split);
-        let conf = [0.8f32; 8];
+        let conf = [c; 8];
         for _ in 0..2 {
             p.observe_round(1, false, true, 5e-3, 0.0, 0.0);
-            p.observe_acceptance(8, 4, Some(&conf));
+            p.observe_acceptance(8, accepted, Some(&conf));
             p.observe_forward(9, forward(9));
         }
         let stale = [Some(&conf[..])];
@@ -136,7 +136,7 @@ fn one_timing_near_the_read_bound_prices_the_plain_size() {
             let tokens = if d == Drafting::Plain { 1 } else { 9 };
             if d != Drafting::Plain {
                 p.observe_round(1, false, true, 5e-3, 0.0, 0.0);
-                p.observe_acceptance(8, 4, Some(&conf));
+                p.observe_acceptance(8, accepted, Some(&conf));
             } else {
                 p.observe_round(1, true, false, 0.0, 0.0, 0.0);
             }
@@ -145,10 +145,13 @@ fn one_timing_near_the_read_bound_prices_the_plain_size() {
         }
         choices.iter().filter(|&&d| d == Drafting::Plain).count()
     };
-    // Near the bound, one timing prices the decode step: one plain round, then drafting.
-    assert_eq!(plain_rounds(1.05), 1);
-    // Far from it (a forward three times the bound), the step is timed MIN_SAMPLES times.
-    assert_eq!(plain_rounds(3.0), MIN_SAMPLES);
+    // About 4 tokens a round at 50 ms against 1 at 40: drafting would win with a decode step
+    // 1.5 times faster than timed, and one timing prices it: one plain round.
+    assert_eq!(plain_rounds(0.8, 4), 1);
+    // Confidences of 1/4, one draft in eight accepted: drafting still wins, but not by that
+    // much: the decode step is timed MIN_SAMPLES times before its price is trusted, and the
+    // rounds draft after.
+    assert_eq!(plain_rounds(0.25, 1), MIN_SAMPLES);
 }
 
 /// A planner under the learned table whose base is `table` (as `measured_table` would
