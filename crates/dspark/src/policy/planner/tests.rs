@@ -60,20 +60,7 @@ fn a_plain_size_no_timing_or_line_prices_is_timed_whatever_the_margin() {
         p.observe_round(1, false, true, 3e-4, 0.0, 0.0);
         p.observe_forward(9, forward(9));
     }
-    let conf = [0.6f32; 8];
-    let stale = [Some(&conf[..])];
-    let mut choices = Vec::new();
-    for _ in 0..24 {
-        let table = p.measured_steps_per_second().unwrap();
-        let d = p.drafts(&stale, Some(&table), 1000).unwrap();
-        let tokens = if d == Drafting::Plain { 1 } else { 9 };
-        if d != Drafting::Plain {
-            p.observe_round(1, false, true, 3e-4, 0.0, 0.0);
-            p.observe_acceptance(8, 2, Some(&conf));
-        }
-        p.observe_forward(tokens, forward(tokens));
-        choices.push(d);
-    }
+    let choices = lone_rounds(&mut p, &[0.6; 8], 2, 3e-4, 24, forward);
     // The plain size is timed first (a refresh aside), however clear the prior's choice was...
     let first = choices[..=MIN_SAMPLES]
         .iter()
@@ -128,21 +115,7 @@ fn one_timing_prices_the_plain_size_where_drafting_wins_by_far() {
             p.observe_acceptance(8, accepted, Some(&conf));
             p.observe_forward(9, forward(9));
         }
-        let stale = [Some(&conf[..])];
-        let mut choices = Vec::new();
-        for _ in 0..24 {
-            let table = p.measured_steps_per_second().unwrap();
-            let d = p.drafts(&stale, Some(&table), 1000).unwrap();
-            let tokens = if d == Drafting::Plain { 1 } else { 9 };
-            if d != Drafting::Plain {
-                p.observe_round(1, false, true, 5e-3, 0.0, 0.0);
-                p.observe_acceptance(8, accepted, Some(&conf));
-            } else {
-                p.observe_round(1, true, false, 0.0, 0.0, 0.0);
-            }
-            p.observe_forward(tokens, forward(tokens));
-            choices.push(d);
-        }
+        let choices = lone_rounds(&mut p, &conf, accepted, 5e-3, 24, forward);
         choices.iter().filter(|&&d| d == Drafting::Plain).count()
     };
     // About 4 tokens a round at 50 ms against 1 at 40: drafting would win with a decode step
@@ -152,6 +125,43 @@ fn one_timing_prices_the_plain_size_where_drafting_wins_by_far() {
     // much: the decode step is timed MIN_SAMPLES times before its price is trusted, and the
     // rounds draft after.
     assert_eq!(plain_rounds(0.25, 1), MIN_SAMPLES);
+}
+
+/// `rounds` choices of `p` for one request drafting 8 at confidences `conf`, `accepted` of them
+/// accepted in each drafted round, which proposes in `propose` seconds; a forward of `t`
+/// tokens takes `forward(t)`.
+fn lone_rounds(
+    p: &mut Planner,
+    conf: &[f32],
+    accepted: usize,
+    propose: f64,
+    rounds: usize,
+    forward: impl Fn(usize) -> f64,
+) -> Vec<Drafting> {
+    let stale = [Some(conf)];
+    (0..rounds)
+        .map(|_| {
+            let table = p.measured_steps_per_second().unwrap();
+            let d = p.drafts(&stale, Some(&table), 1000).unwrap();
+            let plain = d == Drafting::Plain;
+            p.observe_round(
+                1,
+                plain,
+                !plain,
+                if plain { 0.0 } else { propose },
+                0.0,
+                0.0,
+            );
+            if !plain {
+                p.observe_acceptance(8, accepted, Some(conf));
+            }
+            p.observe_forward(
+                if plain { 1 } else { 9 },
+                forward(if plain { 1 } else { 9 }),
+            );
+            d
+        })
+        .collect()
 }
 
 /// A planner under the learned table whose base is `table` (as `measured_table` would
