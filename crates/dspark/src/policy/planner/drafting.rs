@@ -251,8 +251,9 @@ impl Planner {
     /// further plain rounds taken to time the size would only give up drafted rounds that pay
     /// (a target that reads its weights from memory, where drafting pays clearly). Where it
     /// could (a target that lives in the caches, its first plain step after a drafted round
-    /// slower than the next ones), or where the table prices the size far below its timing,
-    /// the size is timed [`MIN_SAMPLES`] times.
+    /// slower than the next ones), or where the plain round is cheaper at its timing than the
+    /// table says (a prior that prices a cache-resident decode step at its reads), the size is
+    /// timed [`MIN_SAMPLES`] times.
     pub(super) fn plain_timed(&self, b: usize, plain_share: f64, table: &StepsPerSecond) -> bool {
         let timed = self.times.timed(b);
         if timed >= MIN_SAMPLES {
