@@ -6,6 +6,9 @@
 //! what verification and prefill add per row, where the kernels are bound by their integer dot
 //! products, not by bytes.
 //!
+//! `quantize` times quantizing in place (a `[1024, 1024]` matrix per format, weights per second):
+//! loading a safetensors checkpoint with `dtype="q4_k"` is bound by Q4_K's scale search.
+//!
 //! Run: `cargo bench -p dspark-benches --bench quant_rows -- --warm-up-time 1 --measurement-time 3`
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -64,5 +67,23 @@ fn bench_quant_rows(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_quant_rows);
+fn bench_quantize(c: &mut Criterion) {
+    const N: usize = 1024;
+    let w = values(N * N, 3);
+    let mut g = c.benchmark_group("quantize");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements((N * N) as u64));
+    g.bench_function("q8_0", |b| {
+        b.iter(|| black_box(QuantMatrix::quantize(Floats::F32(&w), N, N).unwrap()))
+    });
+    g.bench_function("q4_k", |b| {
+        b.iter(|| black_box(Q4KMatrix::quantize(Floats::F32(&w), N, N).unwrap()))
+    });
+    g.bench_function("q6_k", |b| {
+        b.iter(|| black_box(Q6KMatrix::quantize(Floats::F32(&w), N, N).unwrap()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_quant_rows, bench_quantize);
 criterion_main!(benches);

@@ -66,8 +66,8 @@ impl<G: SuperGroup> SuperMatrix<G> {
         }
         let mut m = Self::zeros(rows, cols);
         let blocks = m.blocks;
-        // Each group of rows on its own over the pool (a K-quant's scale search costs tens of
-        // nanoseconds a weight: a 0.6 B model's layers took 40 s on one thread).
+        // Each group of rows on its own over the pool (Q4_K's scale search is the costliest
+        // part of loading a checkpoint in place: see `q4k/search.rs`).
         let quantize_group = |(g, group): (usize, &mut [G])| -> Option<()> {
             let mut row = vec![0.0f32; cols];
             for o in g * GROUP..((g + 1) * GROUP).min(rows) {

@@ -9,6 +9,7 @@ use super::group::Bodies;
 use super::superblock::{SuperGroup, SuperMatrix};
 
 pub mod rule;
+mod search;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 #[cfg(target_arch = "x86_64")]

@@ -29,6 +29,7 @@
 use half::f16;
 
 use super::super::rule::{GROUP, quad_at};
+use super::search;
 
 /// Weights per super-block.
 pub const SUPER: usize = 256;
@@ -143,75 +144,14 @@ fn level(v: f32, max: u8) -> u8 {
     ((v + 0.5) as u8).min(max)
 }
 
-/// The least-squares `(scale, offset)` with `x ≈ scale · q + offset`, `offset ≤ 0`, for the
-/// levels `q` (`None` when no positive scale fits), and its squared error.
-fn fit(x: &[f32], q: &[u8]) -> Option<(f32, f32, f32)> {
-    let n = x.len() as f32;
-    let (mut sq, mut sqq, mut sx, mut sqx) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
-    for (&v, &l) in x.iter().zip(q) {
-        let l = f32::from(l);
-        sq += l;
-        sqq += l * l;
-        sx += v;
-        sqx += l * v;
-    }
-    let det = n * sqq - sq * sq;
-    let (mut a, mut b) = if det > 0.0 {
-        ((n * sqx - sq * sx) / det, (sqq * sx - sq * sqx) / det)
-    } else {
-        (0.0, 0.0)
-    };
-    if b > 0.0 {
-        b = 0.0;
-        a = if sqq > 0.0 { sqx / sqq } else { 0.0 };
-    }
-    if !(a > 0.0 && a.is_finite() && b.is_finite()) {
-        return None;
-    }
-    let err = x
-        .iter()
-        .zip(q)
-        .map(|(&v, &l)| (a * f32::from(l) + b - v).powi(2))
-        .sum();
-    Some((a, b, err))
-}
-
-/// One sub-block's `(scale, min)`, both `≥ 0`, for `x ≈ scale · q − min` with `q` in `0..=15`:
-/// a search over 21 level assignments around the plain range's, each refitted by least squares,
-/// keeping the one with the least squared error.
-fn fit_sub(x: &[f32]) -> (f32, f32) {
-    let lo = x.iter().fold(0.0f32, |m, &v| m.min(v));
-    let hi = x.iter().fold(lo, |m, &v| m.max(v));
-    if hi <= lo {
-        return (0.0, -lo);
-    }
-    let mut best = (
-        0.0f32,
-        -lo,
-        x.iter().map(|&v| (v - lo).powi(2)).sum::<f32>(),
-    );
-    let mut q = [0u8; SUB];
-    for step in 0..=20 {
-        let iscale = (14.0 + 0.1 * step as f32) / (hi - lo);
-        for (l, &v) in q.iter_mut().zip(x) {
-            *l = level(iscale * (v - lo), 15);
-        }
-        if let Some((a, b, err)) = fit(x, &q[..x.len()])
-            && err < best.2
-        {
-            best = (a, -b, err);
-        }
-    }
-    (best.0, best.1)
-}
-
 /// A row's super-block `x` (at most [`SUPER`] values; missing ones count as 0) as `(d, dmin,
 /// scales, nibbles)`. `None` when a factor does not fit an f16 (weights above about
 /// 65504 · 63 · 15 in size); `x` must be finite.
 pub fn quantize_super(x: &[f32]) -> Option<(f16, f16, [u8; 12], [u8; SUPER / 2])> {
     let mut padded = [0.0f32; SUPER];
     padded[..x.len()].copy_from_slice(x);
-    let fits: [(f32, f32); SUBS] = std::array::from_fn(|s| fit_sub(&padded[s * SUB..][..SUB]));
+    let fits: [(f32, f32); SUBS] =
+        std::array::from_fn(|s| search::fit_sub(&padded[s * SUB..][..SUB]));
     let amax = fits.iter().fold(0.0f32, |m, f| m.max(f.0));
     let mmax = fits.iter().fold(0.0f32, |m, f| m.max(f.1));
     let (d, dmin) = (f16::from_f32(amax / 63.0), f16::from_f32(mmax / 63.0));
@@ -223,15 +163,15 @@ pub fn quantize_super(x: &[f32]) -> Option<(f16, f16, [u8; 12], [u8; SUPER / 2])
     let sc: [u8; SUBS] = fits.map(|f| six(f.0, df));
     let m: [u8; SUBS] = fits.map(|f| six(f.1, mf));
     let mut qs = [0u8; SUPER / 2];
-    for (i, &v) in padded.iter().enumerate() {
-        let (s, k) = (i / SUB, i % SUB);
+    for (s, x) in padded.chunks_exact(SUB).enumerate() {
         let (step, off) = (df * f32::from(sc[s]), mf * f32::from(m[s]));
-        let l = if step > 0.0 {
-            level((v + off) / step, 15)
-        } else {
-            0
-        };
-        qs[(s / 2) * SUB + k] |= if s % 2 == 0 { l } else { l << 4 };
+        if step > 0.0 {
+            // `level((v + off) / step, 15)` in the form that vectorizes (the same levels).
+            let shift = 4 * (s % 2);
+            for (byte, &v) in qs[(s / 2) * SUB..][..SUB].iter_mut().zip(x) {
+                *byte |= search::level15((v + off) / step) << shift;
+            }
+        }
     }
     Some((d, dmin, pack(&sc, &m), qs))
 }

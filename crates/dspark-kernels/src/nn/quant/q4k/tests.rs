@@ -2,6 +2,7 @@ use candle_core::quantized::GgmlDType;
 use half::bf16;
 
 use super::rule::{SUBS, nibble, pack, unpack};
+use super::search;
 use super::*;
 use crate::nn::quant::GROUP;
 use crate::nn::quant::tests::{
@@ -227,4 +228,91 @@ fn in_place_quantization_is_as_close_as_llama_cpp_s() {
     let theirs = mse(&candle_quantizes(w.clone(), (rows, cols), GgmlDType::Q4K).1);
 
     assert!(ours <= 1.05 * theirs, "{ours} vs {theirs}");
+}
+
+/// The scale search one candidate at a time, each candidate's sums in the weights' order (the
+/// quantizer's first form): the oracle for the batched search's bits.
+fn fit_sub_oracle(x: &[f32]) -> (f32, f32) {
+    let level = |v: f32| ((v + 0.5) as u8).min(15);
+    let fit = |q: &[u8]| -> Option<(f32, f32, f32)> {
+        let n = x.len() as f32;
+        let (mut sq, mut sqq, mut sx, mut sqx) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
+        for (&v, &l) in x.iter().zip(q) {
+            let l = f32::from(l);
+            sq += l;
+            sqq += l * l;
+            sx += v;
+            sqx += l * v;
+        }
+        let det = n * sqq - sq * sq;
+        let (mut a, mut b) = if det > 0.0 {
+            ((n * sqx - sq * sx) / det, (sqq * sx - sq * sqx) / det)
+        } else {
+            (0.0, 0.0)
+        };
+        if b > 0.0 {
+            b = 0.0;
+            a = if sqq > 0.0 { sqx / sqq } else { 0.0 };
+        }
+        if !(a > 0.0 && a.is_finite() && b.is_finite()) {
+            return None;
+        }
+        let err = x
+            .iter()
+            .zip(q)
+            .map(|(&v, &l)| (a * f32::from(l) + b - v).powi(2))
+            .sum();
+        Some((a, b, err))
+    };
+    let lo = x.iter().fold(0.0f32, |m, &v| m.min(v));
+    let hi = x.iter().fold(lo, |m, &v| m.max(v));
+    if hi <= lo {
+        return (0.0, -lo);
+    }
+    let mut best = (0.0, -lo, x.iter().map(|&v| (v - lo).powi(2)).sum::<f32>());
+    for step in 0..=20 {
+        let iscale = (14.0 + 0.1 * step as f32) / (hi - lo);
+        let q: Vec<u8> = x.iter().map(|&v| level(iscale * (v - lo))).collect();
+        if let Some((a, b, err)) = fit(&q)
+            && err < best.2
+        {
+            best = (a, -b, err);
+        }
+    }
+    (best.0, best.1)
+}
+
+#[test]
+fn the_batched_scale_search_keeps_the_one_at_a_time_search_s_bits() {
+    let mut cases: Vec<Vec<f32>> = Vec::new();
+    for seed in 0..400u32 {
+        let scale = [1e-6f32, 1e-3, 0.05, 1.0, 300.0][seed as usize % 5];
+        let len = [SUB, SUB, SUB, 1, 2, 7, 31][seed as usize % 7];
+        let mut x: Vec<f32> = values(len, seed).iter().map(|v| v * scale).collect();
+        match seed % 6 {
+            // One outlier, all positive, all negative, a coarse grid (ties between levels).
+            1 => x[0] *= 40.0,
+            2 => x.iter_mut().for_each(|v| *v = v.abs() + scale),
+            3 => x.iter_mut().for_each(|v| *v = -v.abs()),
+            4 => x = crate::test_values::grid(len, seed, 7, 2.0, 1.5),
+            _ => {}
+        }
+        cases.push(x);
+    }
+    cases.extend([
+        vec![0.0; SUB],
+        vec![-2.5; SUB],
+        vec![3.0; SUB],
+        vec![1.0, -1.0],
+    ]);
+    for x in &cases {
+        let want = fit_sub_oracle(x);
+        for got in [search::fit_sub(x), search::fit_sub_portable(x)] {
+            assert_eq!(
+                (got.0.to_bits(), got.1.to_bits()),
+                (want.0.to_bits(), want.1.to_bits()),
+                "{x:?}: {got:?} vs {want:?}"
+            );
+        }
+    }
 }
