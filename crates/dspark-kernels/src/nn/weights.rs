@@ -189,44 +189,61 @@ pub(crate) fn decode_tensor(
 /// Little-endian safetensors data of dtype `stored` (`F32`, `F16`, `BF16`, `F64`; the caller
 /// checked the length) as `T`: exact when `T` holds every stored value, else rounded to
 /// nearest even (`F64` through `f32`). A finite value that the narrowing turns infinite (1e5
-/// in f16) is `Err((its index, its value))`: a weight is never silently lost.
+/// in f16) is `Err((its index, its value))`, the first such index: a weight is never silently
+/// lost.
 fn decode<T: PanelElem>(bytes: &[u8], stored: &str) -> std::result::Result<Vec<T>, (usize, f32)> {
-    let values: Vec<f32> = match stored {
-        "F32" => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        "F16" => bytes
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        "BF16" => bytes
-            .chunks_exact(2)
-            .map(|c| PanelElem::to_f32(half::bf16::from_le_bytes([c[0], c[1]])))
-            .collect(),
-        _ => {
-            let wide = bytes
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
-            let mut narrow = Vec::with_capacity(bytes.len() / 8);
-            for (i, v) in wide.enumerate() {
-                if v.is_finite() && !(v as f32).is_finite() {
-                    return Err((i, v as f32));
-                }
-                narrow.push(v as f32);
-            }
-            narrow
-        }
-    };
-    let mut out = Vec::with_capacity(values.len());
-    for (i, &v) in values.iter().enumerate() {
-        let t = T::from_f32(v);
-        if v.is_finite() && !PanelElem::to_f32(t).is_finite() {
-            return Err((i, v));
-        }
-        out.push(t);
+    // Each value read as `(its f32, whether the stored value was finite)`.
+    match stored {
+        "F32" => convert(bytes, |c: [u8; 4]| {
+            let v = f32::from_le_bytes(c);
+            (v, v.is_finite())
+        }),
+        "F16" => convert(bytes, |c: [u8; 2]| {
+            let v = half::f16::from_le_bytes(c).to_f32();
+            (v, v.is_finite())
+        }),
+        "BF16" => convert(bytes, |c: [u8; 2]| {
+            let v = PanelElem::to_f32(half::bf16::from_le_bytes(c));
+            (v, v.is_finite())
+        }),
+        _ => convert(bytes, |c: [u8; 8]| {
+            let v = f64::from_le_bytes(c);
+            (v as f32, v.is_finite())
+        }),
     }
-    Ok(out)
+}
+
+/// Values converted per chunk on the pool (a checkpoint's tensor is up to a few hundred MB: one
+/// thread writing it, its pages faulted in one by one, was a tenth of a quantized load).
+const DECODE_CHUNK: usize = 1 << 16;
+
+/// `bytes` as `W`-byte values `read` gives, each narrowed to `T` straight from its f32 (no
+/// widened copy of the tensor is ever made), in chunks over the pool.
+fn convert<T: PanelElem, const W: usize>(
+    bytes: &[u8],
+    read: impl Fn([u8; W]) -> (f32, bool) + Sync,
+) -> std::result::Result<Vec<T>, (usize, f32)> {
+    use rayon::prelude::*;
+    let mut out = vec![T::default(); bytes.len() / W];
+    let first_lost = out
+        .par_chunks_mut(DECODE_CHUNK)
+        .zip(bytes.par_chunks(DECODE_CHUNK * W))
+        .enumerate()
+        .filter_map(|(k, (out, bytes))| {
+            for (i, (o, c)) in out.iter_mut().zip(bytes.chunks_exact(W)).enumerate() {
+                let (v, finite) = read(c.try_into().unwrap_or([0; W]));
+                *o = T::from_f32(v);
+                if finite && !PanelElem::to_f32(*o).is_finite() {
+                    return Some((k * DECODE_CHUNK + i, v));
+                }
+            }
+            None
+        })
+        .min_by_key(|&(i, _)| i);
+    match first_lost {
+        Some(lost) => Err(lost),
+        None => Ok(out),
+    }
 }
 
 /// Every planned tensor of a checkpoint, by canonical name, on `device` (dtypes as
@@ -307,4 +324,70 @@ pub fn shared_weight(
         None => WeightDtype::of_candle(t.dtype()).unwrap_or(WeightDtype::F32),
     };
     Ok(Some(t.dense(rows, device, dtype.candle())?.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes_of<const W: usize>(values: &[f64], to: impl Fn(f64) -> [u8; W]) -> Vec<u8> {
+        values.iter().flat_map(|&v| to(v)).collect()
+    }
+
+    #[test]
+    fn every_stored_dtype_decodes_exactly_across_chunks() {
+        // More than two chunks, with values each stored dtype holds exactly.
+        let n = 2 * DECODE_CHUNK + 17;
+        let values: Vec<f64> = (0..n).map(|i| ((i % 509) as f64 - 254.0) / 8.0).collect();
+        let stored: [(&str, Vec<u8>); 4] = [
+            ("F32", bytes_of(&values, |v| (v as f32).to_le_bytes())),
+            (
+                "F16",
+                bytes_of(&values, |v| half::f16::from_f64(v).to_le_bytes()),
+            ),
+            (
+                "BF16",
+                bytes_of(&values, |v| half::bf16::from_f64(v).to_le_bytes()),
+            ),
+            ("F64", bytes_of(&values, f64::to_le_bytes)),
+        ];
+        for (dtype, bytes) in &stored {
+            let want: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+            assert_eq!(decode::<f32>(bytes, dtype), Ok(want.clone()), "{dtype}");
+            let bf: Vec<half::bf16> = want.iter().map(|&v| half::bf16::from_f32(v)).collect();
+            assert_eq!(decode::<half::bf16>(bytes, dtype), Ok(bf), "{dtype}");
+            let f: Vec<half::f16> = want.iter().map(|&v| half::f16::from_f32(v)).collect();
+            assert_eq!(decode::<half::f16>(bytes, dtype), Ok(f), "{dtype}");
+        }
+    }
+
+    #[test]
+    fn the_first_value_a_narrowing_loses_is_named_whatever_the_chunks() {
+        let n = 3 * DECODE_CHUNK;
+        let mut values = vec![1.5f64; n];
+        // Lost in f16 (and 1e40 in f32 too), in the third chunk, then in the second.
+        values[2 * DECODE_CHUNK + 5] = 1e40;
+        values[DECODE_CHUNK + 3] = 1e5;
+        let f32s = bytes_of(&values[..DECODE_CHUNK + 10], |v| (v as f32).to_le_bytes());
+        assert_eq!(
+            decode::<half::f16>(&f32s, "F32"),
+            Err((DECODE_CHUNK + 3, 1e5))
+        );
+        assert!(decode::<half::bf16>(&f32s, "F32").is_ok());
+        let f64s = bytes_of(&values, f64::to_le_bytes);
+        assert_eq!(
+            decode::<f32>(&f64s, "F64"),
+            Err((2 * DECODE_CHUNK + 5, f32::INFINITY))
+        );
+        assert_eq!(
+            decode::<half::f16>(&f64s, "F64"),
+            Err((DECODE_CHUNK + 3, 1e5))
+        );
+        // Stored infinities and NaN are kept, never an error.
+        let inf = bytes_of(&[f64::INFINITY, f64::NAN, -1.0], |v| {
+            (v as f32).to_le_bytes()
+        });
+        let got = decode::<half::f16>(&inf, "F32").unwrap();
+        assert!(got[0].is_infinite() && got[1].is_nan() && got[2] == half::f16::from_f32(-1.0));
+    }
 }
