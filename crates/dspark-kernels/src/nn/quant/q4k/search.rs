@@ -32,7 +32,7 @@ pub(super) fn level15(v: f32) -> u8 {
 /// The least-squares `(scale, offset)` with `x ≈ scale · q + offset`, `offset ≤ 0`, from the
 /// levels' sums (`n` weights, `Σq`, `Σq²`, `Σx`, `Σqx`); `None` when no positive scale fits.
 #[inline(always)]
-fn solve(n: f32, sq: f32, sqq: f32, sx: f32, sqx: f32) -> Option<(f32, f32)> {
+pub(super) fn solve(n: f32, sq: f32, sqq: f32, sx: f32, sqx: f32) -> Option<(f32, f32)> {
     let det = n * sqq - sq * sq;
     let (mut a, mut b) = if det > 0.0 {
         ((n * sqx - sq * sx) / det, (sqq * sx - sq * sqx) / det)

@@ -231,7 +231,8 @@ fn in_place_quantization_is_as_close_as_llama_cpp_s() {
 }
 
 /// The scale search one candidate at a time, each candidate's sums in the weights' order (the
-/// quantizer's first form): the oracle for the batched search's bits.
+/// quantizer's first form, its per-candidate solve shared): the oracle for the batched search's
+/// bits.
 fn fit_sub_oracle(x: &[f32]) -> (f32, f32) {
     let level = |v: f32| ((v + 0.5) as u8).min(15);
     let fit = |q: &[u8]| -> Option<(f32, f32, f32)> {
@@ -244,19 +245,8 @@ fn fit_sub_oracle(x: &[f32]) -> (f32, f32) {
             sx += v;
             sqx += l * v;
         }
-        let det = n * sqq - sq * sq;
-        let (mut a, mut b) = if det > 0.0 {
-            ((n * sqx - sq * sx) / det, (sqq * sx - sq * sqx) / det)
-        } else {
-            (0.0, 0.0)
-        };
-        if b > 0.0 {
-            b = 0.0;
-            a = if sqq > 0.0 { sqx / sqq } else { 0.0 };
-        }
-        if !(a > 0.0 && a.is_finite() && b.is_finite()) {
-            return None;
-        }
+        // The least-squares solve is per candidate in both forms: shared.
+        let (a, b) = search::solve(n, sq, sqq, sx, sqx)?;
         let err = x
             .iter()
             .zip(q)
