@@ -224,14 +224,15 @@ fn convert<T: PanelElem, const W: usize>(
     read: impl Fn([u8; W]) -> (f32, bool) + Sync,
 ) -> std::result::Result<Vec<T>, (usize, f32)> {
     use rayon::prelude::*;
-    let mut out = vec![T::default(); bytes.len() / W];
+    let (values, _) = bytes.as_chunks::<W>();
+    let mut out = vec![T::default(); values.len()];
     let first_lost = out
         .par_chunks_mut(DECODE_CHUNK)
-        .zip(bytes.par_chunks(DECODE_CHUNK * W))
+        .zip(values.par_chunks(DECODE_CHUNK))
         .enumerate()
-        .filter_map(|(k, (out, bytes))| {
-            for (i, (o, c)) in out.iter_mut().zip(bytes.chunks_exact(W)).enumerate() {
-                let (v, finite) = read(c.try_into().unwrap_or([0; W]));
+        .filter_map(|(k, (out, values))| {
+            for (i, (o, &c)) in out.iter_mut().zip(values).enumerate() {
+                let (v, finite) = read(c);
                 *o = T::from_f32(v);
                 if finite && !PanelElem::to_f32(*o).is_finite() {
                     return Some((k * DECODE_CHUNK + i, v));
